@@ -1,0 +1,210 @@
+package outbox
+
+import (
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// EventType names a kind of event. Declare your event types as constants:
+//
+//	const OrderCreated outbox.EventType = "OrderCreated"
+type EventType string
+
+// AggregateType names the kind of entity an event belongs to. Declare your
+// aggregate types as constants, like [EventType].
+type AggregateType string
+
+// GlobalAggregate is the aggregate type of events that set none.
+const GlobalAggregate AggregateType = "__GLOBAL__"
+
+// Limits enforced by the writer. The text limits count characters and match
+// the column sizes of the table.
+const (
+	MaxPayloadSize      = 1 << 20 // bytes; exactly 1 MiB is allowed
+	MaxEventIDLen       = 36      // fits a ULID (26) or a UUID (36)
+	MaxEventTypeLen     = 128
+	MaxTopicLen         = 255
+	MaxAggregateTypeLen = 64
+	MaxAggregateIDLen   = 128
+	MaxTenantIDLen      = 64
+	MaxOwnerLen         = 128
+	MaxErrorLen         = 4000
+)
+
+// Envelope is an event as written by business code. It is a plain value:
+// the writer validates it, fills in defaults and stores copies of its
+// headers and payload, so changing the caller's map or slice after a write
+// changes nothing that was written or will be delivered.
+//
+// Set exactly one of PayloadJSON and PayloadBytes. The payload is stored as
+// the given bytes and delivered byte for byte identical, on the hot path
+// and the cold path alike.
+type Envelope struct {
+	// ID identifies the event; consumers deduplicate by it. Default: a new
+	// monotonic ULID. At most [MaxEventIDLen] characters.
+	ID string
+	// Type is required.
+	Type EventType
+	// Topic is where the event is routed: the Watermill topic. Default: Type.
+	Topic string
+	// OccurredAt is when the business fact happened. Default: the writer's
+	// clock at the time of the write.
+	OccurredAt time.Time
+	// AggregateType defaults to [GlobalAggregate].
+	AggregateType AggregateType
+	// AggregateID identifies the entity; optional.
+	AggregateID string
+	// TenantID is carried through untouched; optional.
+	TenantID string
+	// Headers travel with the event. Keys must be non-empty.
+	Headers map[string]string
+	// PayloadJSON is a JSON document; it must be valid JSON.
+	PayloadJSON []byte
+	// PayloadBytes is an opaque payload (protobuf, Avro, text...). An empty
+	// non-nil slice is an empty payload.
+	PayloadBytes []byte
+	// DeliverAfter delays delivery: the event is not handed out before this
+	// time. Zero (or a time in the past) means at once.
+	DeliverAfter time.Time
+}
+
+// NewJSON returns an envelope with a JSON payload.
+func NewJSON(eventType EventType, payload []byte) Envelope {
+	return Envelope{Type: eventType, PayloadJSON: payload}
+}
+
+// NewBytes returns an envelope with an opaque payload.
+func NewBytes(eventType EventType, payload []byte) Envelope {
+	return Envelope{Type: eventType, PayloadBytes: payload}
+}
+
+// MarshalJSON returns an envelope whose JSON payload is v encoded once with
+// encoding/json.
+func MarshalJSON(eventType EventType, v any) (Envelope, error) {
+	payload, err := json.Marshal(v)
+	if err != nil {
+		return Envelope{}, fmt.Errorf("outbox: marshal %s payload: %w", eventType, err)
+	}
+	return NewJSON(eventType, payload), nil
+}
+
+// Payload returns the payload bytes, whichever field holds them.
+func (e *Envelope) Payload() []byte {
+	if e.PayloadJSON != nil {
+		return e.PayloadJSON
+	}
+	return e.PayloadBytes
+}
+
+// IsJSON reports whether the payload was given as JSON.
+func (e *Envelope) IsJSON() bool { return e.PayloadJSON != nil }
+
+// Prepare validates envelopes and returns copies with every default filled
+// in: the values a [Store] inserts and the writer's after-commit hook
+// receives. On the first invalid envelope it returns a [*ValidationError]
+// and nothing else.
+func Prepare(envelopes []Envelope, now time.Time) ([]Envelope, error) {
+	out := make([]Envelope, len(envelopes))
+	for i, e := range envelopes {
+		if err := e.validate(); err != nil {
+			err.Index = i
+			return nil, err
+		}
+		if e.ID == "" {
+			e.ID = NewID()
+		}
+		if e.Topic == "" {
+			e.Topic = string(e.Type)
+		}
+		if e.OccurredAt.IsZero() {
+			e.OccurredAt = now
+		}
+		if e.AggregateType == "" {
+			e.AggregateType = GlobalAggregate
+		}
+		e.Headers = maps.Clone(e.Headers)
+		if len(e.Headers) == 0 {
+			e.Headers = nil
+		}
+		e.PayloadJSON = cloneKeepEmpty(e.PayloadJSON)
+		e.PayloadBytes = cloneKeepEmpty(e.PayloadBytes)
+		out[i] = e
+	}
+	return out, nil
+}
+
+// cloneKeepEmpty copies b, keeping the difference between nil and empty.
+func cloneKeepEmpty(b []byte) []byte {
+	if b == nil {
+		return nil
+	}
+	return append(make([]byte, 0, len(b)), b...)
+}
+
+func (e *Envelope) validate() *ValidationError {
+	fail := func(field, format string, args ...any) *ValidationError {
+		return &ValidationError{Field: field, Reason: fmt.Sprintf(format, args...)}
+	}
+	if e.Type == "" {
+		return fail("Type", "event type is required")
+	}
+	texts := []struct {
+		field, value string
+		max          int
+	}{
+		{"ID", e.ID, MaxEventIDLen},
+		{"Type", string(e.Type), MaxEventTypeLen},
+		{"Topic", e.Topic, MaxTopicLen},
+		{"AggregateType", string(e.AggregateType), MaxAggregateTypeLen},
+		{"AggregateID", e.AggregateID, MaxAggregateIDLen},
+		{"TenantID", e.TenantID, MaxTenantIDLen},
+	}
+	for _, t := range texts {
+		if reason := checkText(t.value, t.max); reason != "" {
+			return fail(t.field, "%s", reason)
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(e.Headers)) {
+		if k == "" {
+			return fail("Headers", "header key is empty")
+		}
+		if reason := checkText(k, 0); reason != "" {
+			return fail("Headers", "key %q: %s", k, reason)
+		}
+		if reason := checkText(e.Headers[k], 0); reason != "" {
+			return fail("Headers", "value of %q: %s", k, reason)
+		}
+	}
+	switch {
+	case e.PayloadJSON == nil && e.PayloadBytes == nil:
+		return fail("Payload", "set one of PayloadJSON and PayloadBytes")
+	case e.PayloadJSON != nil && e.PayloadBytes != nil:
+		return fail("Payload", "set only one of PayloadJSON and PayloadBytes")
+	}
+	if n := len(e.Payload()); n > MaxPayloadSize {
+		return fail("Payload", "%d bytes exceeds the limit of %d", n, MaxPayloadSize)
+	}
+	if e.PayloadJSON != nil && !json.Valid(e.PayloadJSON) {
+		return fail("PayloadJSON", "not valid JSON")
+	}
+	return nil
+}
+
+// checkText returns why s cannot be stored in a text column of max
+// characters (0: unlimited), or "" when it can.
+func checkText(s string, max int) string {
+	switch {
+	case !utf8.ValidString(s):
+		return "not valid UTF-8"
+	case strings.IndexByte(s, 0) >= 0:
+		return "contains a NUL byte"
+	case max > 0 && utf8.RuneCountInString(s) > max:
+		return fmt.Sprintf("longer than %d characters", max)
+	}
+	return ""
+}

@@ -1,0 +1,59 @@
+package outbox
+
+import (
+	"errors"
+	"fmt"
+)
+
+var (
+	// ErrNoTransaction is returned by [Writer.Write] when it is given no
+	// transaction (a nil Tx). The outbox guarantee rests on writing events in
+	// the business transaction, so the write fails before touching the
+	// database.
+	ErrNoTransaction = errors.New("outbox: write requires a transaction")
+
+	// ErrInvalidEnvelope is matched (errors.Is) by every [*ValidationError].
+	ErrInvalidEnvelope = errors.New("outbox: invalid envelope")
+
+	// ErrNoCommitHooks is returned by [AfterCommit] when the context does not
+	// come from a transaction helper such as [RunInTx] (or a dialect's InTx),
+	// so there is no commit to run the hook after.
+	ErrNoCommitHooks = errors.New("outbox: context carries no transaction started by an InTx helper")
+
+	// ErrDuplicateEvent is returned by [Writer.Write] (from the store's
+	// insert) when an event id is already in the table. The transaction is
+	// then aborted on PostgreSQL: roll it back.
+	ErrDuplicateEvent = errors.New("outbox: duplicate event id")
+
+	// ErrNotFound is returned by [Store.Get] when no row has the event id.
+	ErrNotFound = errors.New("outbox: event not found")
+
+	// ErrInvalidRequest is matched by errors returned for malformed store
+	// requests (a claim without an owner, a negative limit, an unknown status)
+	// and invalid configurations. Nothing is written when it is returned.
+	ErrInvalidRequest = errors.New("outbox: invalid request")
+)
+
+// ValidationError reports why an envelope cannot be written. It matches
+// [ErrInvalidEnvelope] with errors.Is. When it is returned, nothing of the
+// batch was written.
+type ValidationError struct {
+	// Index is the envelope's position in the batch given to the writer.
+	Index int
+	// Field names the offending field, as in [Envelope] (for example
+	// "PayloadJSON" or "Headers").
+	Field string
+	// Reason says what is wrong, in words.
+	Reason string
+}
+
+func (e *ValidationError) Error() string {
+	return fmt.Sprintf("outbox: invalid envelope %d: %s: %s", e.Index, e.Field, e.Reason)
+}
+
+// Is makes errors.Is(err, ErrInvalidEnvelope) true.
+func (e *ValidationError) Is(target error) bool { return target == ErrInvalidEnvelope }
+
+func invalidRequest(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrInvalidRequest, fmt.Sprintf(format, args...))
+}

@@ -1,0 +1,290 @@
+package outbox
+
+import (
+	"context"
+	"time"
+)
+
+// Store is what the relay side needs from a dialect: claiming due events,
+// recording outcomes, and the operator queries. Implementations are safe for
+// concurrent use and run each call in its own short transaction, outside any
+// business transaction. [outbox/postgres.Store] is the PostgreSQL one.
+type Store interface {
+	// Get returns the event with the given id, or [ErrNotFound].
+	Get(ctx context.Context, id string) (Event, error)
+
+	// Claim locks up to req.Limit due events for req.Owner and returns them
+	// in due order. A due event is NEW or RETRY, available (available_at
+	// reached) and older than req.SkipRecent. The claim is a lease: it
+	// moves available_at to the end of the lease, so the event is due again
+	// for any claimer req.LockTimeout later unless its outcome is recorded
+	// first. Concurrent claimers never receive the same event while its
+	// lease runs.
+	Claim(ctx context.Context, req ClaimRequest) ([]Event, error)
+
+	// PollPending returns due events without claiming them: the
+	// single-instance mode of the specification. Events under a running
+	// claim are not due, so they are left out.
+	PollPending(ctx context.Context, req PollRequest) ([]Event, error)
+
+	// Release ends owner's claims on the given pending events and makes
+	// them due at once, so that any relay may take them. It returns how
+	// many claims were released.
+	Release(ctx context.Context, owner string, ids []string) (int64, error)
+
+	// UpdateStatus records delivery outcomes, all in one statement. Updates
+	// are idempotent, never change a DONE row and clear the claim. It
+	// returns how many rows changed.
+	UpdateStatus(ctx context.Context, updates ...StatusUpdate) (int64, error)
+
+	// QueryDead lists DEAD events matching q, ordered by event id.
+	QueryDead(ctx context.Context, q DeadQuery) ([]Event, error)
+	// CountDead counts DEAD events matching f.
+	CountDead(ctx context.Context, f DeadFilter) (int64, error)
+	// ReplayDead returns DEAD events matching f to NEW, due at once, with
+	// attempts reset to zero. last_error is kept as the history of why the
+	// event died. It returns how many events were replayed.
+	ReplayDead(ctx context.Context, f DeadFilter) (int64, error)
+
+	// Purge deletes terminal events last updated more than req.OlderThan
+	// ago, in batches of req.BatchSize rows, each its own transaction. It
+	// returns how many rows were deleted.
+	Purge(ctx context.Context, req PurgeRequest) (int64, error)
+}
+
+// TxStore is a [Store] that can also write events in a business
+// transaction of type Tx (pgx.Tx for PostgreSQL).
+type TxStore[Tx any] interface {
+	Store
+	Inserter[Tx]
+
+	// InTx begins a transaction on the store's database and runs fn as
+	// [RunInTx] does: commit when fn returns nil, then after-commit hooks.
+	InTx(ctx context.Context, fn func(ctx context.Context, tx Tx) error) error
+}
+
+// Inserter writes events in a business transaction of type Tx.
+type Inserter[Tx any] interface {
+	// Insert writes envelopes prepared by [Prepare] in tx, in one round
+	// trip. With a non-zero lease the rows are written already claimed by
+	// lease.Owner, so that no other relay takes them while the writing
+	// process delivers them on its hot path; the claim expires like any
+	// other. Events with a DeliverAfter time are never written claimed.
+	// Insert does not commit.
+	Insert(ctx context.Context, tx Tx, events []Envelope, lease Lease) error
+}
+
+// Lease is a claim on events: who holds it and for how long. Claims are
+// leases: a claimed event is due again when its lease runs out, unless its
+// outcome was recorded first. The zero Lease is no claim.
+type Lease struct {
+	// Owner identifies the relay holding the claim, at most [MaxOwnerLen]
+	// characters.
+	Owner string
+	// Duration is how long the claim holds. Default [DefaultLockTimeout].
+	Duration time.Duration
+}
+
+// Default values of the request fields whose zero value means "default".
+const (
+	DefaultClaimLimit   = 50
+	DefaultLockTimeout  = 5 * time.Minute
+	DefaultDeadLimit    = 100
+	DefaultPurgeBatch   = 1000
+	maxRequestLimit     = 10000
+	maxPurgeBatchLength = 100000
+)
+
+// ClaimRequest selects the events [Store.Claim] locks.
+type ClaimRequest struct {
+	// Owner identifies the claiming relay; required, at most [MaxOwnerLen]
+	// characters.
+	Owner string
+	// Limit caps the number of events claimed. Default [DefaultClaimLimit].
+	Limit int
+	// LockTimeout is how long the claim (a lease) holds; then the events
+	// are due again for any claimer. Default [DefaultLockTimeout].
+	LockTimeout time.Duration
+	// SkipRecent leaves events written less than this long ago to the hot
+	// path. Default 0.
+	SkipRecent time.Duration
+	// Topics restricts the claim to these topics; empty means all topics.
+	Topics []string
+}
+
+// Normalize validates r and fills in defaults.
+func (r ClaimRequest) Normalize() (ClaimRequest, error) {
+	if r.Owner == "" {
+		return r, invalidRequest("claim owner is required")
+	}
+	if reason := checkText(r.Owner, MaxOwnerLen); reason != "" {
+		return r, invalidRequest("claim owner: %s", reason)
+	}
+	if r.LockTimeout < 0 {
+		return r, invalidRequest("negative lock timeout %s", r.LockTimeout)
+	}
+	if r.LockTimeout == 0 {
+		r.LockTimeout = DefaultLockTimeout
+	}
+	poll, err := PollRequest{Limit: r.Limit, SkipRecent: r.SkipRecent, Topics: r.Topics}.Normalize()
+	r.Limit = poll.Limit
+	return r, err
+}
+
+// PollRequest selects the events [Store.PollPending] returns.
+type PollRequest struct {
+	// Limit caps the number of events. Default [DefaultClaimLimit].
+	Limit int
+	// SkipRecent leaves out events written less than this long ago.
+	SkipRecent time.Duration
+	// Topics restricts the poll to these topics; empty means all topics.
+	Topics []string
+}
+
+// Normalize validates r and fills in defaults.
+func (r PollRequest) Normalize() (PollRequest, error) {
+	limit, err := normalizeLimit(r.Limit, DefaultClaimLimit, maxRequestLimit)
+	if err != nil {
+		return r, err
+	}
+	r.Limit = limit
+	if r.SkipRecent < 0 {
+		return r, invalidRequest("negative skip-recent %s", r.SkipRecent)
+	}
+	return r, nil
+}
+
+func normalizeLimit(limit, def, max int) (int, error) {
+	switch {
+	case limit < 0:
+		return 0, invalidRequest("negative limit %d", limit)
+	case limit == 0:
+		return def, nil
+	case limit > max:
+		return 0, invalidRequest("limit %d exceeds %d", limit, max)
+	}
+	return limit, nil
+}
+
+// StatusUpdate is one delivery outcome for [Store.UpdateStatus]. Build it
+// with [Done], [Retry], [Dead] or [Defer].
+type StatusUpdate struct {
+	ID string
+	// Status is the new status: DONE, RETRY or DEAD; NEW here means "keep
+	// the current status" and is how [Defer] is expressed.
+	Status Status
+	// NextAt is when a RETRY or deferred event is due again.
+	NextAt time.Time
+	// Error is stored in last_error (cut by [CutError]); "" keeps the
+	// previous last_error.
+	Error string
+}
+
+// Done records a successful delivery.
+func Done(id string) StatusUpdate { return StatusUpdate{ID: id, Status: StatusDone} }
+
+// Retry records a failed attempt (attempts+1) and schedules the next at
+// nextAt.
+func Retry(id string, nextAt time.Time, err error) StatusUpdate {
+	return StatusUpdate{ID: id, Status: StatusRetry, NextAt: nextAt, Error: errorText(err)}
+}
+
+// Dead records a final failure (attempts+1): the event is not retried.
+func Dead(id string, err error) StatusUpdate {
+	return StatusUpdate{ID: id, Status: StatusDead, Error: errorText(err)}
+}
+
+// Defer makes the event due again at nextAt without spending an attempt
+// and without changing its status: the handler asked to be called later.
+func Defer(id string, nextAt time.Time, reason error) StatusUpdate {
+	return StatusUpdate{ID: id, Status: StatusNew, NextAt: nextAt, Error: errorText(reason)}
+}
+
+func errorText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+// Validate reports an update that cannot be applied.
+func (u StatusUpdate) Validate() error {
+	switch {
+	case u.ID == "":
+		return invalidRequest("status update without an event id")
+	case u.Status == StatusRetry && u.NextAt.IsZero():
+		return invalidRequest("retry of %s without a next time", u.ID)
+	case u.Status == StatusNew && u.NextAt.IsZero():
+		return invalidRequest("deferral of %s without a next time", u.ID)
+	case u.Status < StatusNew || u.Status > StatusDead:
+		return invalidRequest("unknown status %d for %s", u.Status, u.ID)
+	}
+	return nil
+}
+
+// AttemptSpent reports whether the update counts as a failed attempt.
+func (u StatusUpdate) AttemptSpent() bool {
+	return u.Status == StatusRetry || u.Status == StatusDead
+}
+
+// DeadFilter selects DEAD events. Zero fields match everything.
+type DeadFilter struct {
+	// IDs restricts the filter to these event ids.
+	IDs []string
+	// EventType restricts the filter to one event type.
+	EventType EventType
+	// Topic restricts the filter to one topic.
+	Topic string
+	// DiedBefore keeps only events that went DEAD before this time.
+	DiedBefore time.Time
+}
+
+// DeadQuery pages through DEAD events.
+type DeadQuery struct {
+	DeadFilter
+	// After is the id of the last event of the previous page; "" starts
+	// from the beginning.
+	After string
+	// Limit is the page size. Default [DefaultDeadLimit], at most 10000.
+	Limit int
+}
+
+// PurgeRequest says which terminal rows [Store.Purge] deletes.
+type PurgeRequest struct {
+	// OlderThan is the retention: rows whose status last changed longer ago
+	// than this are deleted. Required, positive.
+	OlderThan time.Duration
+	// BatchSize is the number of rows deleted per transaction. Default
+	// [DefaultPurgeBatch].
+	BatchSize int
+	// Statuses are the terminal statuses to purge. Default DONE and DEAD.
+	Statuses []Status
+}
+
+// Normalize validates r and fills in defaults.
+func (r PurgeRequest) Normalize() (PurgeRequest, error) {
+	if r.OlderThan <= 0 {
+		return r, invalidRequest("purge retention must be positive, got %s", r.OlderThan)
+	}
+	batch, err := normalizeLimit(r.BatchSize, DefaultPurgeBatch, maxPurgeBatchLength)
+	if err != nil {
+		return r, err
+	}
+	r.BatchSize = batch
+	if len(r.Statuses) == 0 {
+		r.Statuses = []Status{StatusDone, StatusDead}
+	}
+	for _, s := range r.Statuses {
+		if !s.Terminal() {
+			return r, invalidRequest("purge of %s rows: only DONE and DEAD can be purged", s)
+		}
+	}
+	return r, nil
+}
+
+// Normalize validates q and fills in defaults.
+func (q DeadQuery) Normalize() (DeadQuery, error) {
+	limit, err := normalizeLimit(q.Limit, DefaultDeadLimit, maxRequestLimit)
+	q.Limit = limit
+	return q, err
+}

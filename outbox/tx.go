@@ -1,0 +1,137 @@
+package outbox
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+)
+
+// TxFuncs are the three transaction operations of a database driver, the
+// parts of a transaction helper that differ between dialects.
+type TxFuncs[Tx any] struct {
+	Begin    func(ctx context.Context) (Tx, error)
+	Commit   func(ctx context.Context, tx Tx) error
+	Rollback func(ctx context.Context, tx Tx) error
+}
+
+// RunInTx begins a transaction, runs fn in it and commits when fn returns
+// nil; it rolls back when fn returns an error or panics (the panic goes on).
+// After a successful commit it runs the hooks registered with [AfterCommit]
+// during fn, in registration order. A hook's error or panic is logged to
+// logger (nil: slog.Default()) and never returned: the transaction is
+// committed, and the outbox's poller delivers whatever a failed hook would
+// have. A rolled-back transaction runs no hook.
+//
+// The context given to fn carries the transaction ([TxFromContext]) and the
+// hook list. Dialects wrap this in their own InTx helper.
+func RunInTx[Tx any](ctx context.Context, funcs TxFuncs[Tx], logger *slog.Logger, fn func(ctx context.Context, tx Tx) error) (err error) {
+	tx, err := funcs.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("outbox: begin transaction: %w", err)
+	}
+	hooks := &commitHooks{}
+	txCtx := context.WithValue(context.WithValue(ctx, commitHooksKey{}, hooks), txKey{}, tx)
+
+	committed := false
+	defer func() {
+		hooks.close()
+		if !committed {
+			// The caller's error (or panic) matters more than the
+			// rollback's; a failed rollback ends with the connection anyway.
+			_ = funcs.Rollback(context.WithoutCancel(ctx), tx)
+		}
+	}()
+	err = fn(txCtx, tx)
+	registered := hooks.close()
+	if err != nil {
+		return err
+	}
+	committed = true // from here on there is nothing left to roll back
+	if err := funcs.Commit(ctx, tx); err != nil {
+		return fmt.Errorf("outbox: commit: %w", err)
+	}
+	runHooks(context.WithoutCancel(ctx), registered, logger)
+	return nil
+}
+
+// AfterCommit registers fn to run after the transaction in ctx commits. ctx
+// must come from [RunInTx] (or a dialect's InTx) whose function is still
+// running; otherwise it returns [ErrNoCommitHooks].
+func AfterCommit(ctx context.Context, fn func(ctx context.Context) error) error {
+	hooks, ok := ctx.Value(commitHooksKey{}).(*commitHooks)
+	if !ok || !hooks.add(fn) {
+		return ErrNoCommitHooks
+	}
+	return nil
+}
+
+// ContextWithTx returns a context carrying tx, for APIs that find the
+// transaction in a context (such as a Watermill publisher used by a CQRS
+// event bus). [RunInTx] does this already.
+func ContextWithTx[Tx any](ctx context.Context, tx Tx) context.Context {
+	return context.WithValue(ctx, txKey{}, tx)
+}
+
+// TxFromContext returns the transaction of type Tx carried by ctx.
+func TxFromContext[Tx any](ctx context.Context) (Tx, bool) {
+	tx, ok := ctx.Value(txKey{}).(Tx)
+	return tx, ok
+}
+
+type (
+	commitHooksKey struct{}
+	txKey          struct{}
+)
+
+type commitHooks struct {
+	mu     sync.Mutex
+	fns    []func(ctx context.Context) error
+	closed bool // the transaction has ended: no more hooks
+}
+
+// add registers fn, or reports false when the transaction has ended.
+func (h *commitHooks) add(fn func(ctx context.Context) error) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return false
+	}
+	h.fns = append(h.fns, fn)
+	return true
+}
+
+// close ends registration and returns the hooks registered so far.
+func (h *commitHooks) close() []func(ctx context.Context) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.closed = true
+	fns := h.fns
+	h.fns = nil
+	return fns
+}
+
+func runHooks(ctx context.Context, fns []func(ctx context.Context) error, logger *slog.Logger) {
+	for i, fn := range fns {
+		if err := runHook(ctx, fn); err != nil {
+			loggerOrDefault(logger).ErrorContext(ctx, "outbox: after-commit hook failed; the poller will deliver",
+				slog.Int("hook", i), slog.Any("error", err))
+		}
+	}
+}
+
+func runHook(ctx context.Context, fn func(ctx context.Context) error) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("panic: %v", r)
+		}
+	}()
+	return fn(ctx)
+}
+
+func loggerOrDefault(l *slog.Logger) *slog.Logger {
+	if l == nil {
+		return slog.Default()
+	}
+	return l
+}

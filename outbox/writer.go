@@ -1,0 +1,148 @@
+package outbox
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"time"
+)
+
+// WriterConfig configures a [Writer]. The zero value is a writer with no hot
+// path: events are left to a poller (or to CDC).
+type WriterConfig struct {
+	// AfterCommit receives the events of each write once the transaction
+	// commits: the hot path. It only runs for writes made in a transaction
+	// begun by an InTx helper; writes in a transaction the caller begins
+	// and commits are left to the poller. Events with a DeliverAfter time
+	// never go to it. Its error is logged, never returned to the writer's
+	// caller. Default: none.
+	AfterCommit func(ctx context.Context, events []Envelope) error
+
+	// ClaimOwner, when set together with AfterCommit, writes hot-path rows
+	// already claimed by this owner, so that other relays' pollers leave
+	// them to this process while it delivers them. If the process dies the
+	// claim expires and any relay recovers the rows. Default: "" (rows are
+	// written unclaimed).
+	ClaimOwner string
+	// ClaimTimeout is how long that claim holds. Default
+	// [DefaultLockTimeout].
+	ClaimTimeout time.Duration
+
+	// Clock stamps OccurredAt when an envelope has none. Default
+	// [SystemClock].
+	Clock Clock
+}
+
+// Writer writes events in the caller's transaction: the spec's
+// OutboxWriter. It is safe for concurrent use.
+type Writer[Tx any] struct {
+	store Inserter[Tx]
+	cfg   WriterConfig
+}
+
+// NewWriter returns a writer that inserts through store.
+func NewWriter[Tx any](store Inserter[Tx], cfg WriterConfig) (*Writer[Tx], error) {
+	if store == nil {
+		return nil, invalidRequest("writer needs a store")
+	}
+	if reason := checkText(cfg.ClaimOwner, MaxOwnerLen); reason != "" {
+		return nil, invalidRequest("writer claim owner: %s", reason)
+	}
+	if cfg.ClaimTimeout < 0 {
+		return nil, invalidRequest("writer claim timeout %s is negative", cfg.ClaimTimeout)
+	}
+	if cfg.ClaimTimeout == 0 {
+		cfg.ClaimTimeout = DefaultLockTimeout
+	}
+	cfg.Clock = ClockOrSystem(cfg.Clock)
+	return &Writer[Tx]{store: store, cfg: cfg}, nil
+}
+
+// Write validates events and inserts them in tx, in one round trip, and
+// returns their ids in order. It does not commit: the events become visible
+// with the caller's commit and vanish with its rollback. If ctx comes from
+// an InTx helper, the configured AfterCommit hook receives the events after
+// that commit.
+//
+// Errors: [ErrNoTransaction] for a nil tx; a [*ValidationError] (matching
+// [ErrInvalidEnvelope]) for an invalid envelope, in which case nothing was
+// written; otherwise the store's error. Writing no events is a no-op.
+func (w *Writer[Tx]) Write(ctx context.Context, tx Tx, events ...Envelope) ([]string, error) {
+	if isNil(tx) {
+		return nil, ErrNoTransaction
+	}
+	if len(events) == 0 {
+		return nil, nil
+	}
+	prepared, err := Prepare(events, w.cfg.Clock.Now())
+	if err != nil {
+		return nil, err
+	}
+	hot := w.hotEvents(ctx, tx, prepared)
+	var lease Lease
+	if len(hot) > 0 && w.cfg.ClaimOwner != "" {
+		lease = Lease{Owner: w.cfg.ClaimOwner, Duration: w.cfg.ClaimTimeout}
+	}
+	if err := w.store.Insert(ctx, tx, prepared, lease); err != nil {
+		return nil, fmt.Errorf("outbox: write %d events: %w", len(prepared), err)
+	}
+	if len(hot) > 0 {
+		err := AfterCommit(ctx, func(ctx context.Context) error { return w.cfg.AfterCommit(ctx, hot) })
+		if err != nil {
+			// The transaction already ended: these rows are the poller's.
+			return nil, fmt.Errorf("outbox: write: %w", err)
+		}
+	}
+	ids := make([]string, len(prepared))
+	for i := range prepared {
+		ids[i] = prepared[i].ID
+	}
+	return ids, nil
+}
+
+// hotEvents returns the events the hot path will deliver after commit: none
+// without a hook, none unless tx is the very transaction whose commit the
+// InTx helper in ctx reports (a savepoint or another connection may roll
+// back on its own), and never delayed ones.
+func (w *Writer[Tx]) hotEvents(ctx context.Context, tx Tx, events []Envelope) []Envelope {
+	if w.cfg.AfterCommit == nil {
+		return nil
+	}
+	if _, ok := ctx.Value(commitHooksKey{}).(*commitHooks); !ok {
+		return nil
+	}
+	if ctxTx, ok := TxFromContext[Tx](ctx); !ok || !sameTx(ctxTx, tx) {
+		return nil
+	}
+	var hot []Envelope
+	for _, e := range events {
+		if e.DeliverAfter.IsZero() {
+			hot = append(hot, e)
+		}
+	}
+	return hot
+}
+
+// sameTx reports whether a and b are the same transaction value. Values of
+// a type that cannot be compared are never the same.
+func sameTx(a, b any) (same bool) {
+	defer func() {
+		if recover() != nil {
+			same = false
+		}
+	}()
+	return a == b
+}
+
+// isNil reports whether v is a nil interface, pointer, map, slice or func:
+// a transaction that is not there.
+func isNil(v any) bool {
+	if v == nil {
+		return true
+	}
+	switch rv := reflect.ValueOf(v); rv.Kind() {
+	case reflect.Pointer, reflect.Interface, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan:
+		return rv.IsNil()
+	}
+	return false
+}

@@ -1,0 +1,493 @@
+package outbox_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/wmoutbox/wmoutbox/internal/clocktest"
+	"github.com/wmoutbox/wmoutbox/outbox"
+)
+
+// insertCall is one call of fakeInserter.Insert.
+type insertCall struct {
+	tx     *fakeTx
+	events []outbox.Envelope
+	lease  outbox.Lease
+}
+
+// fakeInserter records inserts and fails them with err when set.
+type fakeInserter struct {
+	mu    sync.Mutex
+	calls []insertCall
+	err   error
+}
+
+func (f *fakeInserter) Insert(_ context.Context, tx *fakeTx, events []outbox.Envelope, lease outbox.Lease) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls = append(f.calls, insertCall{tx: tx, events: events, lease: lease})
+	return f.err
+}
+
+func (f *fakeInserter) Calls() []insertCall {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]insertCall(nil), f.calls...)
+}
+
+// hookRecorder is a writer's AfterCommit hook that records what it gets.
+type hookRecorder struct {
+	mu    sync.Mutex
+	calls [][]outbox.Envelope
+}
+
+func (h *hookRecorder) hook(_ context.Context, events []outbox.Envelope) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.calls = append(h.calls, events)
+	return nil
+}
+
+func (h *hookRecorder) Calls() [][]outbox.Envelope {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([][]outbox.Envelope(nil), h.calls...)
+}
+
+var writerStart = time.Date(2025, 5, 6, 7, 8, 9, 0, time.UTC)
+
+// writerBundle is a writer on a fake inserter, with a hook and a fake clock.
+type writerBundle struct {
+	writer   *outbox.Writer[*fakeTx]
+	inserter *fakeInserter
+	hook     *hookRecorder
+	clock    *clocktest.Clock
+	txLog    *txLog
+}
+
+// setupWriter returns a writer with an AfterCommit hook and claim owner
+// "relay-1"; modify changes the config before the writer is built.
+func setupWriter(t *testing.T, modify func(cfg *outbox.WriterConfig)) *writerBundle {
+	t.Helper()
+
+	b := &writerBundle{inserter: &fakeInserter{}, hook: &hookRecorder{}, clock: clocktest.New(writerStart), txLog: &txLog{}}
+	cfg := outbox.WriterConfig{AfterCommit: b.hook.hook, ClaimOwner: "relay-1", Clock: b.clock}
+	if modify != nil {
+		modify(&cfg)
+	}
+	w, err := outbox.NewWriter[*fakeTx](b.inserter, cfg)
+	require.NoError(t, err)
+	b.writer = w
+	return b
+}
+
+// inTx runs fn in a fake transaction through RunInTx.
+func (b *writerBundle) inTx(t *testing.T, fn func(ctx context.Context, tx *fakeTx) error) error {
+	t.Helper()
+	return outbox.RunInTx(t.Context(), b.txLog.funcs(), nil, fn)
+}
+
+func TestNewWriter(t *testing.T) {
+	t.Parallel()
+
+	_, err := outbox.NewWriter[*fakeTx](nil, outbox.WriterConfig{})
+	require.ErrorIs(t, err, outbox.ErrInvalidRequest)
+
+	_, err = outbox.NewWriter[*fakeTx](&fakeInserter{}, outbox.WriterConfig{ClaimOwner: strings.Repeat("o", outbox.MaxOwnerLen+1)})
+	require.ErrorIs(t, err, outbox.ErrInvalidRequest)
+
+	_, err = outbox.NewWriter[*fakeTx](&fakeInserter{}, outbox.WriterConfig{ClaimOwner: "bad\x00owner"})
+	require.ErrorIs(t, err, outbox.ErrInvalidRequest)
+
+	w, err := outbox.NewWriter[*fakeTx](&fakeInserter{}, outbox.WriterConfig{})
+	require.NoError(t, err)
+	require.NotNil(t, w)
+}
+
+func TestWriterNilTx(t *testing.T) {
+	t.Parallel()
+
+	b := setupWriter(t, nil)
+	ids, err := b.writer.Write(t.Context(), nil, validEnvelope())
+	require.ErrorIs(t, err, outbox.ErrNoTransaction)
+	require.Nil(t, ids)
+
+	_, err = b.writer.Write(t.Context(), nil)
+	require.ErrorIs(t, err, outbox.ErrNoTransaction, "even with no events")
+	require.Empty(t, b.inserter.Calls())
+}
+
+// countingInserter counts inserts, for any transaction type.
+type countingInserter[Tx any] struct{ n atomic.Int32 }
+
+func (c *countingInserter[Tx]) Insert(context.Context, Tx, []outbox.Envelope, outbox.Lease) error {
+	c.n.Add(1)
+	return nil
+}
+
+// committer is an interface transaction type, as pgx.Tx is.
+type committer interface{ Commit(context.Context) error }
+
+type fakeCommitter struct{}
+
+func (*fakeCommitter) Commit(context.Context) error { return nil }
+
+func TestWriterNilTxOfOtherTypes(t *testing.T) {
+	t.Parallel()
+
+	t.Run("interface", func(t *testing.T) {
+		t.Parallel()
+
+		ins := &countingInserter[committer]{}
+		w, err := outbox.NewWriter[committer](ins, outbox.WriterConfig{})
+		require.NoError(t, err)
+
+		_, err = w.Write(t.Context(), nil, validEnvelope())
+		require.ErrorIs(t, err, outbox.ErrNoTransaction)
+		var typedNil *fakeCommitter
+		_, err = w.Write(t.Context(), typedNil, validEnvelope())
+		require.ErrorIs(t, err, outbox.ErrNoTransaction, "a nil pointer in the interface")
+		require.Zero(t, ins.n.Load())
+
+		_, err = w.Write(t.Context(), &fakeCommitter{}, validEnvelope())
+		require.NoError(t, err)
+		require.Equal(t, int32(1), ins.n.Load())
+	})
+
+	t.Run("value type", func(t *testing.T) {
+		t.Parallel()
+
+		type handle struct{ n int }
+		ins := &countingInserter[handle]{}
+		w, err := outbox.NewWriter[handle](ins, outbox.WriterConfig{})
+		require.NoError(t, err)
+		_, err = w.Write(t.Context(), handle{}, validEnvelope())
+		require.NoError(t, err, "a zero struct is a transaction handle, not a missing one")
+		require.Equal(t, int32(1), ins.n.Load())
+	})
+
+	t.Run("nil inserter", func(t *testing.T) {
+		t.Parallel()
+
+		w, err := outbox.NewWriter[committer](outbox.Inserter[committer](nil), outbox.WriterConfig{})
+		require.ErrorIs(t, err, outbox.ErrInvalidRequest)
+		require.Nil(t, w)
+	})
+}
+
+func TestWriterInvalidEnvelope(t *testing.T) {
+	t.Parallel()
+
+	b := setupWriter(t, nil)
+	ids, err := b.writer.Write(t.Context(), &fakeTx{}, validEnvelope(), validEnvelope(), outbox.Envelope{Type: "NoPayload"})
+	require.ErrorIs(t, err, outbox.ErrInvalidEnvelope)
+	var verr *outbox.ValidationError
+	require.ErrorAs(t, err, &verr)
+	require.Equal(t, 2, verr.Index)
+	require.Equal(t, "Payload", verr.Field)
+	require.Nil(t, ids)
+	require.Empty(t, b.inserter.Calls(), "nothing of the batch is written")
+}
+
+func TestWriterNoEvents(t *testing.T) {
+	t.Parallel()
+
+	b := setupWriter(t, nil)
+	err := b.inTx(t, func(ctx context.Context, tx *fakeTx) error {
+		ids, err := b.writer.Write(ctx, tx)
+		require.NoError(t, err)
+		require.Empty(t, ids)
+		return nil
+	})
+	require.NoError(t, err)
+	require.Empty(t, b.inserter.Calls())
+	require.Empty(t, b.hook.Calls())
+}
+
+func TestWriterWrite(t *testing.T) {
+	t.Parallel()
+
+	b := setupWriter(t, func(cfg *outbox.WriterConfig) { cfg.AfterCommit = nil })
+	tx := &fakeTx{id: 3}
+	given := validEnvelope()
+	given.ID = "my-own-id"
+	ids, err := b.writer.Write(t.Context(), tx, validEnvelope(), given, validEnvelope())
+	require.NoError(t, err)
+	require.Len(t, ids, 3)
+	require.Equal(t, "my-own-id", ids[1])
+	require.Less(t, ids[0], ids[2])
+
+	calls := b.inserter.Calls()
+	require.Len(t, calls, 1, "one insert for the batch")
+	require.Same(t, tx, calls[0].tx)
+	require.Zero(t, calls[0].lease, "no hot path, no claim")
+	require.Len(t, calls[0].events, 3)
+	for i, e := range calls[0].events {
+		require.Equal(t, ids[i], e.ID, "ids are returned in order")
+		require.Equal(t, writerStart, e.OccurredAt, "the writer's clock stamps OccurredAt")
+		require.Equal(t, "OrderCreated", e.Topic)
+		require.Equal(t, outbox.GlobalAggregate, e.AggregateType)
+	}
+}
+
+func TestWriterInserterError(t *testing.T) {
+	t.Parallel()
+
+	b := setupWriter(t, nil)
+	insertErr := errors.New("connection reset")
+	b.inserter.err = insertErr
+
+	err := b.inTx(t, func(ctx context.Context, tx *fakeTx) error {
+		ids, err := b.writer.Write(ctx, tx, validEnvelope())
+		require.ErrorIs(t, err, insertErr)
+		require.NotSame(t, insertErr, err)
+		require.Nil(t, ids)
+
+		b.inserter.mu.Lock()
+		b.inserter.err = outbox.ErrDuplicateEvent
+		b.inserter.mu.Unlock()
+		_, err = b.writer.Write(ctx, tx, validEnvelope())
+		require.ErrorIs(t, err, outbox.ErrDuplicateEvent)
+		return nil // commit anyway
+	})
+	require.NoError(t, err)
+	require.Empty(t, b.hook.Calls(), "a failed write hands nothing to the hot path")
+}
+
+func TestWriterHookOnlyAfterCommit(t *testing.T) {
+	t.Parallel()
+
+	b := setupWriter(t, nil)
+	var ids []string
+	err := b.inTx(t, func(ctx context.Context, tx *fakeTx) error {
+		var err error
+		ids, err = b.writer.Write(ctx, tx, validEnvelope(), validEnvelope())
+		require.NoError(t, err)
+		require.Empty(t, b.hook.Calls(), "not before the commit")
+		return nil
+	})
+	require.NoError(t, err)
+
+	calls := b.hook.Calls()
+	require.Len(t, calls, 1)
+	require.Len(t, calls[0], 2)
+	for i, e := range calls[0] {
+		require.Equal(t, ids[i], e.ID)
+		require.Equal(t, "OrderCreated", e.Topic, "the hook gets prepared envelopes")
+	}
+	require.Equal(t, []string{"begin", "commit"}, b.txLog.Calls())
+}
+
+func TestWriterHookNotAfterRollback(t *testing.T) {
+	t.Parallel()
+
+	b := setupWriter(t, nil)
+	rollback := errors.New("rollback please")
+	err := b.inTx(t, func(ctx context.Context, tx *fakeTx) error {
+		_, err := b.writer.Write(ctx, tx, validEnvelope())
+		require.NoError(t, err)
+		return rollback
+	})
+	require.ErrorIs(t, err, rollback)
+	require.Len(t, b.inserter.Calls(), 1)
+	require.Empty(t, b.hook.Calls())
+}
+
+func TestWriterHookNotOutsideRunInTx(t *testing.T) {
+	t.Parallel()
+
+	b := setupWriter(t, nil)
+	tx := &fakeTx{}
+	ctx := outbox.ContextWithTx(t.Context(), tx)
+	_, err := b.writer.Write(ctx, tx, validEnvelope())
+	require.NoError(t, err)
+	require.Empty(t, b.hook.Calls(), "a caller-owned transaction leaves delivery to the poller")
+	require.Zero(t, b.inserter.Calls()[0].lease)
+}
+
+func TestWriterHookPerWrite(t *testing.T) {
+	t.Parallel()
+
+	b := setupWriter(t, nil)
+	var first, second []string
+	err := b.inTx(t, func(ctx context.Context, tx *fakeTx) error {
+		var err error
+		first, err = b.writer.Write(ctx, tx, validEnvelope())
+		require.NoError(t, err)
+		second, err = b.writer.Write(ctx, tx, validEnvelope(), validEnvelope())
+		require.NoError(t, err)
+		return nil
+	})
+	require.NoError(t, err)
+	calls := b.hook.Calls()
+	require.Len(t, calls, 2, "one hook call per write, in write order")
+	require.Equal(t, first[0], calls[0][0].ID)
+	require.Equal(t, second[0], calls[1][0].ID)
+	require.Equal(t, second[1], calls[1][1].ID)
+}
+
+func TestWriterHookGetsCopies(t *testing.T) {
+	t.Parallel()
+
+	b := setupWriter(t, nil)
+	headers := map[string]string{"trace": "abc"}
+	jsonPayload := []byte(`{"order":42}`)
+	bytesPayload := []byte("raw")
+	events := []outbox.Envelope{
+		{Type: "OrderCreated", Headers: headers, PayloadJSON: jsonPayload},
+		{Type: "Blob", PayloadBytes: bytesPayload},
+	}
+	err := b.inTx(t, func(ctx context.Context, tx *fakeTx) error {
+		_, err := b.writer.Write(ctx, tx, events...)
+		require.NoError(t, err)
+
+		// The caller reuses its data before the commit.
+		headers["trace"] = "changed"
+		headers["new"] = "x"
+		copy(jsonPayload, `{"order":99}`)
+		bytesPayload[0] = 'X'
+		events[0].Topic = "changed"
+		return nil
+	})
+	require.NoError(t, err)
+
+	calls := b.hook.Calls()
+	require.Len(t, calls, 1)
+	got := calls[0]
+	require.Equal(t, map[string]string{"trace": "abc"}, got[0].Headers)
+	require.Equal(t, `{"order":42}`, string(got[0].PayloadJSON))
+	require.Equal(t, "OrderCreated", got[0].Topic)
+	require.Equal(t, "raw", string(got[1].PayloadBytes))
+
+	inserted := b.inserter.Calls()[0].events
+	require.Equal(t, map[string]string{"trace": "abc"}, inserted[0].Headers)
+	require.Equal(t, `{"order":42}`, string(inserted[0].PayloadJSON))
+	require.Equal(t, "raw", string(inserted[1].PayloadBytes))
+}
+
+func TestWriterHookSkipsDelayedEvents(t *testing.T) {
+	t.Parallel()
+
+	b := setupWriter(t, nil)
+	delayed := validEnvelope()
+	delayed.DeliverAfter = writerStart.Add(time.Hour)
+	var ids []string
+	err := b.inTx(t, func(ctx context.Context, tx *fakeTx) error {
+		var err error
+		ids, err = b.writer.Write(ctx, tx, validEnvelope(), delayed, validEnvelope())
+		require.NoError(t, err)
+		return nil
+	})
+	require.NoError(t, err)
+
+	require.Len(t, b.inserter.Calls()[0].events, 3, "delayed events are written")
+	calls := b.hook.Calls()
+	require.Len(t, calls, 1)
+	require.Len(t, calls[0], 2, "but never delivered on the hot path")
+	require.Equal(t, ids[0], calls[0][0].ID)
+	require.Equal(t, ids[2], calls[0][1].ID)
+}
+
+func TestWriterClaimedBy(t *testing.T) {
+	t.Parallel()
+
+	now := validEnvelope()
+	later := validEnvelope()
+	later.DeliverAfter = writerStart.Add(time.Minute)
+
+	tests := []struct {
+		name      string
+		noHook    bool
+		owner     string
+		inRunInTx bool
+		events    []outbox.Envelope
+		want      string
+		wantHook  bool
+	}{
+		{name: "hot path", owner: "relay-1", inRunInTx: true, events: []outbox.Envelope{now}, want: "relay-1", wantHook: true},
+		{name: "hot path with some delayed events", owner: "relay-1", inRunInTx: true, events: []outbox.Envelope{later, now}, want: "relay-1", wantHook: true},
+		{name: "only delayed events", owner: "relay-1", inRunInTx: true, events: []outbox.Envelope{later, later}},
+		{name: "no hook", noHook: true, owner: "relay-1", inRunInTx: true, events: []outbox.Envelope{now}},
+		{name: "caller-owned transaction", owner: "relay-1", events: []outbox.Envelope{now}},
+		{name: "no owner", inRunInTx: true, events: []outbox.Envelope{now}, wantHook: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+
+			b := setupWriter(t, func(cfg *outbox.WriterConfig) {
+				cfg.ClaimOwner = tt.owner
+				if tt.noHook {
+					cfg.AfterCommit = nil
+				}
+			})
+			write := func(ctx context.Context, tx *fakeTx) error {
+				_, err := b.writer.Write(ctx, tx, tt.events...)
+				return err
+			}
+			if tt.inRunInTx {
+				require.NoError(t, b.inTx(t, write))
+			} else {
+				require.NoError(t, write(t.Context(), &fakeTx{}))
+			}
+
+			calls := b.inserter.Calls()
+			require.Len(t, calls, 1)
+			require.Equal(t, tt.want, calls[0].lease.Owner)
+			if tt.wantHook {
+				require.Len(t, b.hook.Calls(), 1)
+			} else {
+				require.Empty(t, b.hook.Calls())
+			}
+		})
+	}
+}
+
+func TestWriterConcurrentWrites(t *testing.T) {
+	t.Parallel()
+
+	b := setupWriter(t, nil)
+	err := b.inTx(t, func(ctx context.Context, tx *fakeTx) error {
+		var wg sync.WaitGroup
+		for range 20 {
+			wg.Go(func() {
+				_, err := b.writer.Write(ctx, tx, validEnvelope())
+				if err != nil {
+					t.Error(err)
+				}
+			})
+		}
+		wg.Wait()
+		return nil
+	})
+	require.NoError(t, err)
+	require.Len(t, b.inserter.Calls(), 20)
+	require.Len(t, b.hook.Calls(), 20)
+
+	seen := make(map[string]bool)
+	for _, c := range b.hook.Calls() {
+		require.False(t, seen[c[0].ID], "ids are unique")
+		seen[c[0].ID] = true
+	}
+}
+
+func TestWriterHookOnlyForTheCommittedTx(t *testing.T) {
+	t.Parallel()
+	b := setupWriter(t, nil)
+	err := b.inTx(t, func(ctx context.Context, tx *fakeTx) error {
+		savepoint := &fakeTx{id: 2} // a nested transaction that will roll back
+		_, err := b.writer.Write(ctx, savepoint, validEnvelope())
+		require.NoError(t, err)
+		return nil
+	})
+	require.NoError(t, err)
+	require.Empty(t, b.hook.Calls(), "events of another transaction are not the InTx commit's to deliver")
+	require.Zero(t, b.inserter.Calls()[0].lease)
+}
