@@ -1,0 +1,57 @@
+// Package postgres is the PostgreSQL store of the outbox, on pgx v5 (native,
+// no database/sql).
+//
+// # Setup
+//
+// Create the table with [Migrate] (or [MigrateTx] in your own transaction,
+// or feed [Migrations] to your migration tool), then build a [Store] on a
+// pool and an [outbox.Writer] on the store:
+//
+//	if err := postgres.Migrate(ctx, pool, postgres.Config{}); err != nil { ... }
+//	store, err := postgres.NewStore(pool, postgres.Config{})
+//	writer, err := outbox.NewWriter(store, outbox.WriterConfig{})
+//
+// # Writing events
+//
+// Events are written in the business transaction. [Store.InTx] (or
+// [InTx]) begins it, runs your function, commits, and then runs the
+// after-commit hooks: the hot path of a relay in the same process.
+//
+//	err := store.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+//		if _, err := tx.Exec(ctx, `INSERT INTO orders ...`); err != nil {
+//			return err
+//		}
+//		_, err := writer.Write(ctx, tx, outbox.NewJSON("OrderCreated", payload))
+//		return err
+//	})
+//
+// A transaction you begin and commit yourself works too: pass its pgx.Tx to
+// [outbox.Writer.Write]; delivery then falls to the poller.
+//
+// # The table
+//
+// One row per event (see migrations/0001_create_outbox_event.sql). The
+// payload is bytea, so that the bytes delivered are the bytes written
+// (jsonb would normalise JSON); payload_json says which kind it is, and
+// operators can read JSON payloads with convert_from(payload, 'UTF8')::jsonb.
+// Headers are a jsonb object. status holds [outbox.Status] codes; attempts,
+// last_error, updated_at and available_at tell why a row is where it is.
+//
+// Two partial indexes serve the relay and operators: due rows by (topic,
+// available_at, event_id) for the claim, and terminal rows by (status,
+// updated_at) for dead-event queries and purge. A claim across all topics
+// cannot use the due index for its order: relays claim per topic.
+//
+// # Claims
+//
+// [Store.Claim] takes due rows with FOR UPDATE SKIP LOCKED and records the
+// claim in locked_by and locked_at, so that concurrent relays never take
+// the same row while its claim is fresh, and a claim older than the lock
+// timeout (a relay that died) is taken over. Status updates clear it.
+//
+// # Names and safety
+//
+// Schema and table names are validated ([ValidateIdentifier]) and quoted;
+// every value is a bind parameter. A [Store] is safe for concurrent use.
+// Every statement is in sql.go and the migrations folder.
+package postgres

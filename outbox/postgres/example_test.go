@@ -1,0 +1,130 @@
+package postgres_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/wmoutbox/wmoutbox/internal/testdb"
+	"github.com/wmoutbox/wmoutbox/outbox"
+	"github.com/wmoutbox/wmoutbox/outbox/postgres"
+)
+
+const OrderCreated outbox.EventType = "OrderCreated"
+
+// An order and its event commit together; the rolled-back one leaves
+// nothing behind. A relay then claims the event and records its delivery.
+func Example() {
+	url, drop := testdb.ForExample()
+	defer drop()
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		panic(err)
+	}
+	defer pool.Close()
+
+	// Start-up: migrate (safe from every instance at once), then build the
+	// store and the writer.
+	if err := postgres.Migrate(ctx, pool, postgres.Config{}); err != nil {
+		panic(err)
+	}
+	if _, err := pool.Exec(ctx, `CREATE TABLE orders (id text PRIMARY KEY)`); err != nil {
+		panic(err)
+	}
+	store, err := postgres.NewStore(pool, postgres.Config{})
+	if err != nil {
+		panic(err)
+	}
+	writer, err := outbox.NewWriter(store, outbox.WriterConfig{})
+	if err != nil {
+		panic(err)
+	}
+
+	placeOrder := func(id string, fail bool) error {
+		return store.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, `INSERT INTO orders (id) VALUES ($1)`, id); err != nil {
+				return err
+			}
+			event := outbox.NewJSON(OrderCreated, fmt.Appendf(nil, `{"orderId": %q}`, id))
+			event.AggregateType, event.AggregateID = "Order", id
+			if _, err := writer.Write(ctx, tx, event); err != nil {
+				return err
+			}
+			if fail {
+				return errors.New("payment declined")
+			}
+			return nil
+		})
+	}
+	fmt.Println(placeOrder("order-1", false))
+	fmt.Println(placeOrder("order-2", true))
+
+	// A relay's cold path: claim due events, deliver, record the outcome.
+	events, err := store.Claim(ctx, outbox.ClaimRequest{Owner: "relay-1", Topics: []string{string(OrderCreated)}})
+	if err != nil {
+		panic(err)
+	}
+	for _, e := range events {
+		fmt.Printf("deliver %s %s/%s %s\n", e.Type, e.AggregateType, e.AggregateID, e.PayloadJSON)
+		if _, err := store.UpdateStatus(ctx, outbox.Done(e.ID)); err != nil {
+			panic(err)
+		}
+	}
+	done, err := store.Get(ctx, events[0].ID)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(done.Status)
+	// Output:
+	// <nil>
+	// payment declined
+	// deliver OrderCreated Order/order-1 {"orderId": "order-1"}
+	// DONE
+}
+
+// Dead events: count them, page through them, and replay them once the
+// cause is fixed.
+func ExampleStore_ReplayDead() {
+	url, drop := testdb.ForExample()
+	defer drop()
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		panic(err)
+	}
+	defer pool.Close()
+	store, err := postgres.NewStore(pool, postgres.Config{})
+	if err != nil {
+		panic(err)
+	}
+	writer, err := outbox.NewWriter(store, outbox.WriterConfig{})
+	if err != nil {
+		panic(err)
+	}
+	var ids []string
+	err = store.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		ids, err = writer.Write(ctx, tx, outbox.NewJSON(OrderCreated, []byte(`{}`)))
+		return err
+	})
+	if err != nil {
+		panic(err)
+	}
+	if _, err := store.UpdateStatus(ctx, outbox.Dead(ids[0], errors.New("schema registry unreachable"))); err != nil {
+		panic(err)
+	}
+
+	n, _ := store.CountDead(ctx, outbox.DeadFilter{EventType: OrderCreated})
+	page, _ := store.QueryDead(ctx, outbox.DeadQuery{Limit: 10})
+	fmt.Println(n, page[0].Attempts, page[0].LastError)
+
+	replayed, _ := store.ReplayDead(ctx, outbox.DeadFilter{IDs: ids})
+	e, _ := store.Get(ctx, ids[0])
+	fmt.Println(replayed, e.Status, e.Attempts, e.LastError)
+	// Output:
+	// 1 1 schema registry unreachable
+	// 1 NEW 0 schema registry unreachable
+}

@@ -1,0 +1,124 @@
+package postgres
+
+import (
+	"context"
+	"embed"
+	"fmt"
+	"io/fs"
+	"path"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+)
+
+//go:embed migrations/*.sql
+var migrationFiles embed.FS
+
+// Migration is one schema change, rendered for a configured table.
+type Migration struct {
+	// Version numbers migrations from 1, in the order they apply.
+	Version int
+	// Name is the file name, such as "0001_create_outbox_event.sql".
+	Name string
+	// SQL is the file's text with the configured schema and table names.
+	SQL string
+}
+
+// defaultTableToken is the table name the migration files are written with.
+const defaultTableToken = "outbox_event"
+
+// tableToken matches the table name and the index names derived from it.
+var tableToken = regexp.MustCompile(`\boutbox_event(_[a-z0-9_]+)?\b`)
+
+// migrationLockKey serializes every wmoutbox migration on a server, so that
+// processes starting together apply each migration once.
+const migrationLockKey = int64(0x776d6f7574626f78) // "wmoutbox"
+
+// Migrations returns the schema migrations rendered for cfg's schema and
+// table, for use with your own migration tool. The same files, written for
+// the default table name, are in this package's migrations folder.
+func Migrations(cfg Config) ([]Migration, error) {
+	t, err := newTable(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return t.migrations()
+}
+
+// Migrate applies the migrations cfg's table lacks, in one transaction on
+// db, and records them in the wmoutbox_migration table beside it. It is
+// safe to call at every start and from several processes at once: an
+// advisory lock makes them take turns. The schema itself must exist.
+func Migrate(ctx context.Context, db DB, cfg Config) error {
+	return pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error { return MigrateTx(ctx, tx, cfg) })
+}
+
+// MigrateTx is [Migrate] inside the caller's transaction, which the caller
+// commits. The advisory lock is held until then.
+func MigrateTx(ctx context.Context, tx pgx.Tx, cfg Config) error {
+	t, err := newTable(cfg)
+	if err != nil {
+		return err
+	}
+	migrations, err := t.migrations()
+	if err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, migrationLockKey); err != nil {
+		return fmt.Errorf("postgres: migrate: lock: %w", err)
+	}
+	if _, err := tx.Exec(ctx, t.sql.createMigrationTable); err != nil {
+		return fmt.Errorf("postgres: migrate: create %s: %w", migrationTable, err)
+	}
+	var applied int
+	if err := tx.QueryRow(ctx, t.sql.migrationVersion, t.name).Scan(&applied); err != nil {
+		return fmt.Errorf("postgres: migrate: read version: %w", err)
+	}
+	for _, m := range migrations {
+		if m.Version <= applied {
+			continue
+		}
+		if _, err := tx.Exec(ctx, m.SQL); err != nil {
+			return fmt.Errorf("postgres: migrate %s to version %d (%s): %w", t.qualified, m.Version, m.Name, err)
+		}
+		if _, err := tx.Exec(ctx, t.sql.recordMigration, t.name, m.Version, m.Name); err != nil {
+			return fmt.Errorf("postgres: migrate: record version %d: %w", m.Version, err)
+		}
+	}
+	return nil
+}
+
+func (t *table) migrations() ([]Migration, error) {
+	names, err := fs.Glob(migrationFiles, "migrations/*.sql")
+	if err != nil {
+		return nil, fmt.Errorf("postgres: list migrations: %w", err)
+	}
+	out := make([]Migration, 0, len(names))
+	for i, name := range names {
+		base := path.Base(name)
+		version, err := strconv.Atoi(strings.SplitN(base, "_", 2)[0])
+		if err != nil || version != i+1 {
+			return nil, fmt.Errorf("postgres: migration %s is out of sequence", base)
+		}
+		text, err := migrationFiles.ReadFile(name)
+		if err != nil {
+			return nil, fmt.Errorf("postgres: read migration %s: %w", base, err)
+		}
+		out = append(out, Migration{Version: version, Name: base, SQL: t.render(string(text))})
+	}
+	return out, nil
+}
+
+// render puts the configured names in place of the default ones: the
+// qualified table name for the table, and table-prefixed names for indexes
+// (which live in the table's schema and are never qualified).
+func (t *table) render(sql string) string {
+	return tableToken.ReplaceAllStringFunc(sql, func(tok string) string {
+		if suffix, ok := strings.CutPrefix(tok, defaultTableToken); ok && suffix != "" {
+			return pgx.Identifier{t.name + suffix}.Sanitize()
+		}
+		return t.qualified
+	})
+}

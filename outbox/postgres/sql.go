@@ -1,0 +1,183 @@
+package postgres
+
+import (
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Every SQL statement of the PostgreSQL store, except the migrations (see
+// the migrations folder). {table} and {migrations} stand for the quoted,
+// schema-qualified names; every value is a bind parameter.
+
+const migrationTable = "wmoutbox_migration"
+
+const sqlCreateMigrationTable = `
+CREATE TABLE IF NOT EXISTS {migrations} (
+    table_name varchar(63) NOT NULL,
+    version    integer     NOT NULL,
+    name       text        NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (table_name, version)
+)`
+
+const sqlMigrationVersion = `SELECT coalesce(max(version), 0) FROM {migrations} WHERE table_name = $1`
+
+const sqlRecordMigration = `INSERT INTO {migrations} (table_name, version, name) VALUES ($1, $2, $3)`
+
+// eventColumns is what every read returns, in the order scanEvent expects.
+const eventColumns = `{p}event_id, {p}event_type, {p}topic, {p}aggregate_type,
+    coalesce({p}aggregate_id, ''), coalesce({p}tenant_id, ''), {p}payload, {p}payload_json, {p}headers,
+    {p}status, {p}attempts, {p}occurred_at, {p}available_at, {p}created_at, {p}updated_at, {p}done_at,
+    coalesce({p}last_error, ''), coalesce({p}locked_by, ''), {p}locked_at`
+
+// sqlInsert writes any number of rows in one statement: one array per
+// column. $1 is the write time, $2 the claim owner of rows whose claim flag
+// is set.
+const sqlInsert = `
+INSERT INTO {table} (event_id, event_type, topic, aggregate_type, aggregate_id, tenant_id,
+    payload, payload_json, headers, status, attempts,
+    occurred_at, available_at, created_at, updated_at, locked_by, locked_at)
+SELECT u.event_id, u.event_type, u.topic, u.aggregate_type, nullif(u.aggregate_id, ''), nullif(u.tenant_id, ''),
+    u.payload, u.payload_json, u.headers::jsonb, 0, 0,
+    u.occurred_at, u.available_at, $1, $1,
+    CASE WHEN u.claimed THEN $2 END, CASE WHEN u.claimed THEN $1::timestamptz END
+FROM unnest($3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[],
+    $9::bytea[], $10::boolean[], $11::text[], $12::timestamptz[], $13::timestamptz[], $14::boolean[])
+    AS u(event_id, event_type, topic, aggregate_type, aggregate_id, tenant_id,
+         payload, payload_json, headers, occurred_at, available_at, claimed)`
+
+const sqlGet = `SELECT ` + eventColumns + ` FROM {table} WHERE event_id = $1`
+
+// The due condition shared by claim and poll: $1 now, $2 written-before
+// (skip-recent), {topics} the topic filter. A claimed row is not due: its
+// available_at is the end of its lease.
+const sqlDue = `status IN (0, 2) {topics} AND available_at <= $1 AND created_at <= $2`
+
+// sqlClaim leases due rows to owner $5 until $3. SKIP LOCKED lets
+// concurrent claimers pass each other's rows while the statement runs;
+// after it commits, available_at = end of lease keeps the rows out of every
+// claim (and out of the due index range) until the lease runs out, and
+// locked_by/locked_at say who holds them since when.
+const sqlClaim = `
+WITH due AS (
+    SELECT event_id FROM {table}
+    WHERE ` + sqlDue + `
+    ORDER BY available_at, event_id
+    LIMIT $4
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE {table} AS o SET locked_by = $5, locked_at = $1, available_at = $3
+FROM due WHERE o.event_id = due.event_id
+RETURNING {claimed_columns}`
+
+const sqlPoll = `
+SELECT ` + eventColumns + ` FROM {table}
+WHERE ` + sqlDue + `
+ORDER BY available_at, event_id
+LIMIT $3`
+
+// Topic filters for sqlDue, in the parameter slot after the query's own.
+// One topic gets plain equality so the due index serves the order too.
+const (
+	topicsAny  = ``
+	topicsOne  = `AND topic = $%d`
+	topicsMany = `AND topic = ANY($%d::text[])`
+)
+
+const sqlRelease = `
+UPDATE {table} SET locked_by = NULL, locked_at = NULL, available_at = $3
+WHERE event_id = ANY($1::text[]) AND locked_by = $2 AND status IN (0, 2)`
+
+// sqlUpdateStatus applies a batch of outcomes: status 0 keeps the current
+// status (a deferral). DONE rows are never touched.
+const sqlUpdateStatus = `
+UPDATE {table} AS o SET
+    status       = CASE WHEN u.status = 0 THEN o.status ELSE u.status END,
+    attempts     = o.attempts + u.spent,
+    available_at = coalesce(u.next_at, o.available_at),
+    last_error   = coalesce(nullif(u.error, ''), o.last_error),
+    done_at      = CASE WHEN u.status = 1 THEN $1 ELSE o.done_at END,
+    updated_at   = $1,
+    locked_by    = NULL,
+    locked_at    = NULL
+FROM unnest($2::text[], $3::smallint[], $4::integer[], $5::timestamptz[], $6::text[])
+    AS u(event_id, status, spent, next_at, error)
+WHERE o.event_id = u.event_id AND o.status <> 1`
+
+// sqlDeadFilter selects DEAD rows; each condition is off when its
+// parameter is NULL or empty.
+const sqlDeadFilter = `status = 3
+    AND ($1::text[] IS NULL OR event_id = ANY($1::text[]))
+    AND ($2::text = '' OR event_type = $2)
+    AND ($3::text = '' OR topic = $3)
+    AND ($4::timestamptz IS NULL OR updated_at < $4)`
+
+const sqlQueryDead = `
+SELECT ` + eventColumns + ` FROM {table}
+WHERE ` + sqlDeadFilter + ` AND event_id > $5
+ORDER BY event_id
+LIMIT $6`
+
+const sqlCountDead = `SELECT count(*) FROM {table} WHERE ` + sqlDeadFilter
+
+// sqlReplayDead keeps last_error as the record of why the event died.
+const sqlReplayDead = `
+UPDATE {table} SET status = 0, attempts = 0, available_at = $5, updated_at = $5,
+    done_at = NULL, locked_by = NULL, locked_at = NULL
+WHERE ` + sqlDeadFilter
+
+// sqlPurge deletes one batch; the literal status list lets the planner use
+// the partial index whatever the parameter.
+const sqlPurge = `
+DELETE FROM {table} WHERE event_id IN (
+    SELECT event_id FROM {table}
+    WHERE status IN (1, 3) AND status = ANY($1::smallint[]) AND updated_at < $2
+    LIMIT $3
+    FOR UPDATE SKIP LOCKED
+)`
+
+// statements holds the SQL rendered for one table.
+type statements struct {
+	createMigrationTable, migrationVersion, recordMigration string
+
+	insert, get, release, updateStatus string
+	claim, poll                        [3]string // by topic filter: any, one, many
+	queryDead, countDead, replayDead   string
+	purge                              string
+}
+
+func renderStatements(schema, qualified string) statements {
+	migrations := pgx.Identifier{migrationTable}
+	if schema != "" {
+		migrations = pgx.Identifier{schema, migrationTable}
+	}
+	r := strings.NewReplacer("{table}", qualified, "{migrations}", migrations.Sanitize(), "{p}", "",
+		"{claimed_columns}", strings.ReplaceAll(eventColumns, "{p}", "o."))
+	s := statements{
+		createMigrationTable: r.Replace(sqlCreateMigrationTable),
+		migrationVersion:     r.Replace(sqlMigrationVersion),
+		recordMigration:      r.Replace(sqlRecordMigration),
+		insert:               r.Replace(sqlInsert),
+		get:                  r.Replace(sqlGet),
+		release:              r.Replace(sqlRelease),
+		updateStatus:         r.Replace(sqlUpdateStatus),
+		queryDead:            r.Replace(sqlQueryDead),
+		countDead:            r.Replace(sqlCountDead),
+		replayDead:           r.Replace(sqlReplayDead),
+		purge:                r.Replace(sqlPurge),
+	}
+	for i, filter := range []string{topicsAny, topicsOne, topicsMany} {
+		s.claim[i] = r.Replace(strings.Replace(sqlClaim, "{topics}", withSlot(filter, 6), 1))
+		s.poll[i] = r.Replace(strings.Replace(sqlPoll, "{topics}", withSlot(filter, 4), 1))
+	}
+	return s
+}
+
+func withSlot(filter string, slot int) string {
+	if filter == topicsAny {
+		return ""
+	}
+	return strings.Replace(filter, "%d", strconv.Itoa(slot), 1)
+}

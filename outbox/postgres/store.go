@@ -1,0 +1,446 @@
+package postgres
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/wmoutbox/wmoutbox/outbox"
+)
+
+// DB is what the store needs of a database handle: *pgxpool.Pool,
+// *pgx.Conn and pgx.Tx all satisfy it.
+type DB interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// DefaultTable is the outbox table's name when [Config.Table] is empty.
+const DefaultTable = "outbox_event"
+
+// Config configures a [Store]. The zero value is the default table in the
+// connection's search_path.
+type Config struct {
+	// Schema holding the table. Default "": unqualified, resolved by the
+	// connection's search_path. Must pass [ValidateIdentifier] (63 chars).
+	Schema string
+	// Table is the outbox table's name. Default [DefaultTable]. Must pass
+	// [ValidateIdentifier] with at most 48 characters.
+	Table string
+	// Clock stamps created/updated/done times and decides what is due.
+	// Default [outbox.SystemClock].
+	Clock outbox.Clock
+	// Logger receives after-commit hook failures of [Store.InTx]. Default
+	// slog.Default().
+	Logger *slog.Logger
+}
+
+// Store is the PostgreSQL outbox store on pgx: an [outbox.TxStore] for
+// pgx.Tx. It is safe for concurrent use.
+type Store struct {
+	db     DB
+	clock  outbox.Clock
+	logger *slog.Logger
+	t      *table
+}
+
+var _ outbox.TxStore[pgx.Tx] = (*Store)(nil)
+
+// table is a validated table name and the SQL rendered for it.
+type table struct {
+	name      string
+	qualified string
+	sql       statements
+}
+
+func newTable(cfg Config) (*table, error) {
+	name := cfg.Table
+	if name == "" {
+		name = DefaultTable
+	}
+	if err := ValidateIdentifier(name, maxTableLen); err != nil {
+		return nil, fmt.Errorf("postgres: table: %w", err)
+	}
+	ident := pgx.Identifier{name}
+	if cfg.Schema != "" {
+		if err := ValidateIdentifier(cfg.Schema, maxSchemaLen); err != nil {
+			return nil, fmt.Errorf("postgres: schema: %w", err)
+		}
+		ident = pgx.Identifier{cfg.Schema, name}
+	}
+	qualified := ident.Sanitize()
+	return &table{name: name, qualified: qualified, sql: renderStatements(cfg.Schema, qualified)}, nil
+}
+
+// NewStore returns a store on db, usually a *pgxpool.Pool. Claims, status
+// updates and operator queries run on db; inserts run in the transaction
+// given to [Store.Insert]. It does not touch the database: run [Migrate]
+// first.
+func NewStore(db DB, cfg Config) (*Store, error) {
+	if db == nil {
+		return nil, fmt.Errorf("%w: postgres store needs a database", outbox.ErrInvalidRequest)
+	}
+	t, err := newTable(cfg)
+	if err != nil {
+		return nil, err
+	}
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.Default()
+	}
+	return &Store{db: db, clock: outbox.ClockOrSystem(cfg.Clock), logger: logger, t: t}, nil
+}
+
+// InTx runs fn in a transaction on the store's database, commits, and then
+// runs the after-commit hooks registered during fn (see [outbox.RunInTx]).
+// It returns fn's error, or the begin or commit error.
+func (s *Store) InTx(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx) error) error {
+	return InTx(ctx, s.db, s.logger, fn)
+}
+
+// InTx runs fn in a transaction begun on db as [outbox.RunInTx] does:
+// commit when fn returns nil, roll back otherwise, and after a commit run
+// the hooks fn registered with [outbox.AfterCommit]; their failures go to
+// logger (nil: slog.Default()). The context given to fn carries tx, so an
+// outbox Watermill publisher given that context writes in it.
+func InTx(ctx context.Context, db DB, logger *slog.Logger, fn func(ctx context.Context, tx pgx.Tx) error) error {
+	return outbox.RunInTx(ctx, outbox.TxFuncs[pgx.Tx]{
+		Begin:    db.Begin,
+		Commit:   func(ctx context.Context, tx pgx.Tx) error { return tx.Commit(ctx) },
+		Rollback: func(ctx context.Context, tx pgx.Tx) error { return tx.Rollback(ctx) },
+	}, logger, fn)
+}
+
+// Insert implements [outbox.Inserter]: one statement for any number of
+// events, run in tx. Events must come from [outbox.Prepare] (the
+// [outbox.Writer] does this).
+func (s *Store) Insert(ctx context.Context, tx pgx.Tx, events []outbox.Envelope, lease outbox.Lease) error {
+	if tx == nil {
+		return outbox.ErrNoTransaction
+	}
+	if len(events) == 0 {
+		return nil
+	}
+	if lease.Duration <= 0 {
+		lease.Duration = outbox.DefaultLockTimeout
+	}
+	now := s.clock.Now()
+	n := len(events)
+	var (
+		ids, types, topics, aggTypes, aggIDs, tenants = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+		payloads                                      = make([][]byte, n)
+		isJSON, claimed                               = make([]bool, n), make([]bool, n)
+		headers                                       = make([]*string, n)
+		occurred, available                           = make([]time.Time, n), make([]time.Time, n)
+	)
+	for i := range events {
+		e := &events[i]
+		ids[i], types[i], topics[i] = e.ID, string(e.Type), e.Topic
+		aggTypes[i], aggIDs[i], tenants[i] = string(e.AggregateType), e.AggregateID, e.TenantID
+		payloads[i], isJSON[i] = e.Payload(), e.IsJSON()
+		h, err := outbox.EncodeHeaders(e.Headers)
+		if err != nil {
+			return err
+		}
+		if h != nil {
+			text := string(h)
+			headers[i] = &text
+		}
+		occurred[i] = e.OccurredAt
+		claimed[i] = lease.Owner != "" && e.DeliverAfter.IsZero()
+		switch {
+		case claimed[i]:
+			available[i] = now.Add(lease.Duration)
+		case e.DeliverAfter.After(now):
+			available[i] = e.DeliverAfter
+		default:
+			available[i] = now
+		}
+	}
+	var owner *string
+	if lease.Owner != "" {
+		owner = &lease.Owner
+	}
+	_, err := tx.Exec(ctx, s.t.sql.insert, now, owner, ids, types, topics, aggTypes, aggIDs, tenants,
+		payloads, isJSON, headers, occurred, available, claimed)
+	if isUniqueViolation(err) {
+		return fmt.Errorf("postgres: insert into %s: %w: %w", s.t.qualified, outbox.ErrDuplicateEvent, err)
+	}
+	if err != nil {
+		return fmt.Errorf("postgres: insert into %s: %w", s.t.qualified, err)
+	}
+	return nil
+}
+
+// Get implements [outbox.Store].
+func (s *Store) Get(ctx context.Context, id string) (outbox.Event, error) {
+	rows, err := s.db.Query(ctx, s.t.sql.get, id)
+	if err != nil {
+		return outbox.Event{}, fmt.Errorf("postgres: get %s: %w", id, err)
+	}
+	events, err := collectEvents(rows)
+	if err != nil {
+		return outbox.Event{}, fmt.Errorf("postgres: get %s: %w", id, err)
+	}
+	if len(events) == 0 {
+		return outbox.Event{}, fmt.Errorf("%w: %s", outbox.ErrNotFound, id)
+	}
+	return events[0], nil
+}
+
+// Claim implements [outbox.Store] with FOR UPDATE SKIP LOCKED.
+func (s *Store) Claim(ctx context.Context, req outbox.ClaimRequest) ([]outbox.Event, error) {
+	req, err := req.Normalize()
+	if err != nil {
+		return nil, err
+	}
+	now := s.clock.Now()
+	sql, topicArg := topicVariant(s.t.sql.claim, req.Topics)
+	args := []any{now, now.Add(-req.SkipRecent), now.Add(req.LockTimeout), req.Limit, req.Owner}
+	if topicArg != nil {
+		args = append(args, topicArg)
+	}
+	rows, err := s.db.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: claim: %w", err)
+	}
+	events, err := collectEvents(rows)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: claim: %w", err)
+	}
+	// RETURNING has no order; hand events out in due order.
+	slices.SortFunc(events, func(a, b outbox.Event) int {
+		if c := a.AvailableAt.Compare(b.AvailableAt); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.ID, b.ID)
+	})
+	return events, nil
+}
+
+// PollPending implements [outbox.Store].
+func (s *Store) PollPending(ctx context.Context, req outbox.PollRequest) ([]outbox.Event, error) {
+	req, err := req.Normalize()
+	if err != nil {
+		return nil, err
+	}
+	now := s.clock.Now()
+	sql, topicArg := topicVariant(s.t.sql.poll, req.Topics)
+	args := []any{now, now.Add(-req.SkipRecent), req.Limit}
+	if topicArg != nil {
+		args = append(args, topicArg)
+	}
+	rows, err := s.db.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: poll: %w", err)
+	}
+	events, err := collectEvents(rows)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: poll: %w", err)
+	}
+	return events, nil
+}
+
+// topicVariant picks the statement for a topic filter and its argument.
+func topicVariant(variants [3]string, topics []string) (string, any) {
+	switch len(topics) {
+	case 0:
+		return variants[0], nil
+	case 1:
+		return variants[1], topics[0]
+	}
+	return variants[2], topics
+}
+
+// Release implements [outbox.Store].
+func (s *Store) Release(ctx context.Context, owner string, ids []string) (int64, error) {
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	tag, err := s.db.Exec(ctx, s.t.sql.release, ids, owner, s.clock.Now())
+	if err != nil {
+		return 0, fmt.Errorf("postgres: release %d claims: %w", len(ids), err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// UpdateStatus implements [outbox.Store]: one statement for the whole
+// batch. When an id appears more than once, its last update wins.
+func (s *Store) UpdateStatus(ctx context.Context, updates ...outbox.StatusUpdate) (int64, error) {
+	for _, u := range updates {
+		if err := u.Validate(); err != nil {
+			return 0, err
+		}
+	}
+	updates = lastPerID(updates)
+	if len(updates) == 0 {
+		return 0, nil
+	}
+	n := len(updates)
+	ids, statuses, spent := make([]string, n), make([]int16, n), make([]int32, n)
+	nextAt, errs := make([]*time.Time, n), make([]string, n)
+	for i, u := range updates {
+		ids[i], statuses[i], errs[i] = u.ID, int16(u.Status), outbox.CutError(u.Error)
+		if u.AttemptSpent() {
+			spent[i] = 1
+		}
+		if !u.NextAt.IsZero() {
+			nextAt[i] = &u.NextAt
+		}
+	}
+	tag, err := s.db.Exec(ctx, s.t.sql.updateStatus, s.clock.Now(), ids, statuses, spent, nextAt, errs)
+	if err != nil {
+		return 0, fmt.Errorf("postgres: update status of %d events: %w", n, err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// lastPerID drops every update that a later one for the same id overrides,
+// keeping the order of the rest.
+func lastPerID(updates []outbox.StatusUpdate) []outbox.StatusUpdate {
+	last := make(map[string]int, len(updates))
+	for i, u := range updates {
+		last[u.ID] = i
+	}
+	if len(last) == len(updates) {
+		return updates
+	}
+	out := make([]outbox.StatusUpdate, 0, len(last))
+	for i, u := range updates {
+		if last[u.ID] == i {
+			out = append(out, u)
+		}
+	}
+	return out
+}
+
+// QueryDead implements [outbox.Store].
+func (s *Store) QueryDead(ctx context.Context, q outbox.DeadQuery) ([]outbox.Event, error) {
+	q, err := q.Normalize()
+	if err != nil {
+		return nil, err
+	}
+	rows, err := s.db.Query(ctx, s.t.sql.queryDead, append(deadArgs(q.DeadFilter), q.After, q.Limit)...)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: query dead events: %w", err)
+	}
+	events, err := collectEvents(rows)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: query dead events: %w", err)
+	}
+	return events, nil
+}
+
+// CountDead implements [outbox.Store].
+func (s *Store) CountDead(ctx context.Context, f outbox.DeadFilter) (int64, error) {
+	var n int64
+	if err := s.db.QueryRow(ctx, s.t.sql.countDead, deadArgs(f)...).Scan(&n); err != nil {
+		return 0, fmt.Errorf("postgres: count dead events: %w", err)
+	}
+	return n, nil
+}
+
+// ReplayDead implements [outbox.Store]. An empty filter replays every DEAD
+// event.
+func (s *Store) ReplayDead(ctx context.Context, f outbox.DeadFilter) (int64, error) {
+	tag, err := s.db.Exec(ctx, s.t.sql.replayDead, append(deadArgs(f), s.clock.Now())...)
+	if err != nil {
+		return 0, fmt.Errorf("postgres: replay dead events: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+func deadArgs(f outbox.DeadFilter) []any {
+	var ids []string // nil: no id filter
+	if len(f.IDs) > 0 {
+		ids = f.IDs
+	}
+	var diedBefore *time.Time
+	if !f.DiedBefore.IsZero() {
+		diedBefore = &f.DiedBefore
+	}
+	return []any{ids, string(f.EventType), f.Topic, diedBefore}
+}
+
+// Purge implements [outbox.Store].
+func (s *Store) Purge(ctx context.Context, req outbox.PurgeRequest) (int64, error) {
+	req, err := req.Normalize()
+	if err != nil {
+		return 0, err
+	}
+	statuses := make([]int16, len(req.Statuses))
+	for i, st := range req.Statuses {
+		statuses[i] = int16(st)
+	}
+	cutoff := s.clock.Now().Add(-req.OlderThan)
+	var total int64
+	for {
+		tag, err := s.db.Exec(ctx, s.t.sql.purge, statuses, cutoff, req.BatchSize)
+		if err != nil {
+			return total, fmt.Errorf("postgres: purge after %d rows: %w", total, err)
+		}
+		total += tag.RowsAffected()
+		if tag.RowsAffected() < int64(req.BatchSize) {
+			return total, nil
+		}
+	}
+}
+
+// collectEvents scans rows of eventColumns. A row whose headers cannot be
+// decoded comes back with Malformed set instead of failing the batch.
+func collectEvents(rows pgx.Rows) ([]outbox.Event, error) {
+	defer rows.Close()
+	var events []outbox.Event
+	for rows.Next() {
+		var (
+			e                 outbox.Event
+			payload, headers  []byte
+			isJSON            bool
+			status            int16
+			doneAt, lockedAt  *time.Time
+			eventType, aggTyp string
+		)
+		err := rows.Scan(&e.ID, &eventType, &e.Topic, &aggTyp, &e.AggregateID, &e.TenantID,
+			&payload, &isJSON, &headers, &status, &e.Attempts, &e.OccurredAt, &e.AvailableAt,
+			&e.CreatedAt, &e.UpdatedAt, &doneAt, &e.LastError, &e.LockedBy, &lockedAt)
+		if err != nil {
+			return nil, err
+		}
+		e.Type, e.AggregateType, e.Status = outbox.EventType(eventType), outbox.AggregateType(aggTyp), outbox.Status(status)
+		if payload == nil {
+			payload = []byte{}
+		}
+		if isJSON {
+			e.PayloadJSON = payload
+		} else {
+			e.PayloadBytes = payload
+		}
+		if doneAt != nil {
+			e.DoneAt = *doneAt
+		}
+		if lockedAt != nil {
+			e.LockedAt = *lockedAt
+		}
+		e.Headers, e.Malformed = outbox.DecodeHeaders(headers)
+		events = append(events, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return events, nil
+}
+
+// isUniqueViolation reports a duplicate event id.
+func isUniqueViolation(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "23505"
+}
