@@ -1,0 +1,42 @@
+# Tests that need PostgreSQL use TEST_DATABASE_URL (see internal/testdb).
+
+GO       ?= go
+FUZZTIME ?= 20s
+
+SHELL       := bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := help
+
+.PHONY: help test test-short lint bench fuzz tidy
+
+help: ## List the targets
+	@awk 'BEGIN { FS = ":.*## " } /^[a-zA-Z_-]+:.*## / { printf "  %-11s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
+
+test: ## Run every test with the race detector
+	$(GO) test -race -count=1 ./...
+
+test-short: ## Run the tests in -short mode, with the race detector
+	$(GO) test -race -short -count=1 ./...
+
+lint: ## Fail on files gofmt would change, then go vet
+	@unformatted="$$(find . -name '*.go' -not -path './.git/*' -not -path '*/testdata/*' -not -path './vendor/*' -print0 | xargs -0 -r gofmt -l)"; \
+	if [ -n "$$unformatted" ]; then \
+		echo "gofmt -l lists files to format (run gofmt -w on them):"; \
+		echo "$$unformatted"; \
+		exit 1; \
+	fi
+	$(GO) vet ./...
+
+bench: ## Run the benchmarks, with allocations
+	$(GO) test -run='^$$' -bench=. -benchmem ./...
+
+fuzz: ## Run each Fuzz target for FUZZTIME (20s)
+	@targets="$$($(GO) test -list '^Fuzz' ./... | awk '/^Fuzz/ { names[n++] = $$1; next } /^ok/ { for (i = 0; i < n; i++) print $$2, names[i] } { n = 0 }')"; \
+	if [ -z "$$targets" ]; then echo "no Fuzz targets"; exit 0; fi; \
+	while read -r pkg name; do \
+		echo "--- $$name ($$pkg), $(FUZZTIME)"; \
+		$(GO) test -run='^$$' -fuzz="^$$name\$$" -fuzztime=$(FUZZTIME) "$$pkg"; \
+	done <<< "$$targets"
+
+tidy: ## go mod tidy
+	$(GO) mod tidy
