@@ -27,10 +27,10 @@ const sqlMigrationVersion = `SELECT coalesce(max(version), 0) FROM {migrations} 
 const sqlRecordMigration = `INSERT INTO {migrations} (table_name, version, name) VALUES ($1, $2, $3)`
 
 // eventColumns is what every read returns, in the order scanEvent expects.
-const eventColumns = `{p}event_id, {p}event_type, {p}topic, {p}aggregate_type,
-    coalesce({p}aggregate_id, ''), coalesce({p}tenant_id, ''), {p}payload, {p}payload_json, {p}headers,
-    {p}status, {p}attempts, {p}occurred_at, {p}available_at, {p}created_at, {p}updated_at, {p}done_at,
-    coalesce({p}last_error, ''), coalesce({p}locked_by, ''), {p}locked_at`
+const eventColumns = `event_id, event_type, topic, aggregate_type,
+    coalesce(aggregate_id, ''), coalesce(tenant_id, ''), payload, payload_json, headers,
+    status, attempts, occurred_at, available_at, created_at, updated_at, done_at,
+    coalesce(last_error, ''), coalesce(locked_by, ''), locked_at`
 
 // sqlInsert writes any number of rows in one statement: one array per
 // column. $1 is the write time, $2 the claim owner of rows whose claim flag
@@ -60,17 +60,21 @@ const sqlDue = `status IN (0, 2) {topics} AND available_at <= $1 AND created_at 
 // after it commits, available_at = end of lease keeps the rows out of every
 // claim (and out of the due index range) until the lease runs out, and
 // locked_by/locked_at say who holds them since when.
+// The rows come back in due order (the order before the lease moved
+// available_at).
 const sqlClaim = `
 WITH due AS (
-    SELECT event_id FROM {table}
+    SELECT event_id, available_at AS due_at FROM {table}
     WHERE ` + sqlDue + `
     ORDER BY available_at, event_id
     LIMIT $4
     FOR UPDATE SKIP LOCKED
+), claimed AS (
+    UPDATE {table} AS o SET locked_by = $5, locked_at = $1, available_at = $3
+    FROM due WHERE o.event_id = due.event_id
+    RETURNING o.*, due.due_at
 )
-UPDATE {table} AS o SET locked_by = $5, locked_at = $1, available_at = $3
-FROM due WHERE o.event_id = due.event_id
-RETURNING {claimed_columns}`
+SELECT ` + eventColumns + ` FROM claimed ORDER BY due_at, event_id`
 
 const sqlPoll = `
 SELECT ` + eventColumns + ` FROM {table}
@@ -153,8 +157,7 @@ func renderStatements(schema, qualified string) statements {
 	if schema != "" {
 		migrations = pgx.Identifier{schema, migrationTable}
 	}
-	r := strings.NewReplacer("{table}", qualified, "{migrations}", migrations.Sanitize(), "{p}", "",
-		"{claimed_columns}", strings.ReplaceAll(eventColumns, "{p}", "o."))
+	r := strings.NewReplacer("{table}", qualified, "{migrations}", migrations.Sanitize(), "", "")
 	s := statements{
 		createMigrationTable: r.Replace(sqlCreateMigrationTable),
 		migrationVersion:     r.Replace(sqlMigrationVersion),

@@ -1,12 +1,10 @@
 package postgres
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -183,13 +181,9 @@ func (s *Store) Insert(ctx context.Context, tx pgx.Tx, events []outbox.Envelope,
 
 // Get implements [outbox.Store].
 func (s *Store) Get(ctx context.Context, id string) (outbox.Event, error) {
-	rows, err := s.db.Query(ctx, s.t.sql.get, id)
+	events, err := s.queryEvents(ctx, "get "+id, s.t.sql.get, id)
 	if err != nil {
-		return outbox.Event{}, fmt.Errorf("postgres: get %s: %w", id, err)
-	}
-	events, err := collectEvents(rows)
-	if err != nil {
-		return outbox.Event{}, fmt.Errorf("postgres: get %s: %w", id, err)
+		return outbox.Event{}, err
 	}
 	if len(events) == 0 {
 		return outbox.Event{}, fmt.Errorf("%w: %s", outbox.ErrNotFound, id)
@@ -209,22 +203,7 @@ func (s *Store) Claim(ctx context.Context, req outbox.ClaimRequest) ([]outbox.Ev
 	if topicArg != nil {
 		args = append(args, topicArg)
 	}
-	rows, err := s.db.Query(ctx, sql, args...)
-	if err != nil {
-		return nil, fmt.Errorf("postgres: claim: %w", err)
-	}
-	events, err := collectEvents(rows)
-	if err != nil {
-		return nil, fmt.Errorf("postgres: claim: %w", err)
-	}
-	// RETURNING has no order; hand events out in due order.
-	slices.SortFunc(events, func(a, b outbox.Event) int {
-		if c := a.AvailableAt.Compare(b.AvailableAt); c != 0 {
-			return c
-		}
-		return cmp.Compare(a.ID, b.ID)
-	})
-	return events, nil
+	return s.queryEvents(ctx, "claim", sql, args...)
 }
 
 // PollPending implements [outbox.Store].
@@ -239,15 +218,7 @@ func (s *Store) PollPending(ctx context.Context, req outbox.PollRequest) ([]outb
 	if topicArg != nil {
 		args = append(args, topicArg)
 	}
-	rows, err := s.db.Query(ctx, sql, args...)
-	if err != nil {
-		return nil, fmt.Errorf("postgres: poll: %w", err)
-	}
-	events, err := collectEvents(rows)
-	if err != nil {
-		return nil, fmt.Errorf("postgres: poll: %w", err)
-	}
-	return events, nil
+	return s.queryEvents(ctx, "poll", sql, args...)
 }
 
 // topicVariant picks the statement for a topic filter and its argument.
@@ -329,15 +300,7 @@ func (s *Store) QueryDead(ctx context.Context, q outbox.DeadQuery) ([]outbox.Eve
 	if err != nil {
 		return nil, err
 	}
-	rows, err := s.db.Query(ctx, s.t.sql.queryDead, append(deadArgs(q.DeadFilter), q.After, q.Limit)...)
-	if err != nil {
-		return nil, fmt.Errorf("postgres: query dead events: %w", err)
-	}
-	events, err := collectEvents(rows)
-	if err != nil {
-		return nil, fmt.Errorf("postgres: query dead events: %w", err)
-	}
-	return events, nil
+	return s.queryEvents(ctx, "query dead events", s.t.sql.queryDead, append(deadArgs(q.DeadFilter), q.After, q.Limit)...)
 }
 
 // CountDead implements [outbox.Store].
@@ -393,6 +356,20 @@ func (s *Store) Purge(ctx context.Context, req outbox.PurgeRequest) (int64, erro
 			return total, nil
 		}
 	}
+}
+
+// queryEvents runs a statement returning eventColumns; op names it in
+// errors.
+func (s *Store) queryEvents(ctx context.Context, op, sql string, args ...any) ([]outbox.Event, error) {
+	rows, err := s.db.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: %s: %w", op, err)
+	}
+	events, err := collectEvents(rows)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: %s: %w", op, err)
+	}
+	return events, nil
 }
 
 // collectEvents scans rows of eventColumns. A row whose headers cannot be

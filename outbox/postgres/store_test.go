@@ -832,3 +832,19 @@ func TestMigrateTxInCallerTransaction(t *testing.T) {
 	require.NoError(t, pool.QueryRow(ctx, `SELECT to_regclass('rolled_back') IS NOT NULL`).Scan(&exists))
 	require.False(t, exists, "MigrateTx leaves the commit to the caller")
 }
+
+func TestClaimReturnsDueOrderNotIDOrder(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := t.Context()
+	older := f.write(t, jsonEvent(1))[0]
+	f.clock.Advance(time.Second)
+	newer := f.write(t, jsonEvent(2))[0]
+	_, err := f.store.UpdateStatus(ctx, outbox.Retry(older, f.clock.Now().Add(time.Second), errors.New("down")))
+	require.NoError(t, err)
+	f.clock.Advance(2 * time.Second)
+
+	claimed, err := f.store.Claim(ctx, outbox.ClaimRequest{Owner: "me"})
+	require.NoError(t, err)
+	require.Equal(t, []string{newer, older}, ids(claimed), "the retried event is due after the newer one")
+}

@@ -1,0 +1,106 @@
+package postgres_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/wmoutbox/wmoutbox/internal/testdb"
+	"github.com/wmoutbox/wmoutbox/outbox"
+	"github.com/wmoutbox/wmoutbox/outbox/postgres"
+)
+
+// benchPayload is the ≈300-byte JSON event of the benchmarks.
+var benchPayload = []byte(`{"orderId":"9f1c2e4a-7b3d-4c5e-8f6a-1b2c3d4e5f60","customerId":"c-1029384756",` +
+	`"items":[{"sku":"SKU-000123","qty":2,"price":"19.99"},{"sku":"SKU-004567","qty":1,"price":"149.00"}],` +
+	`"currency":"EUR","total":"188.98","shipping":{"method":"express","country":"DE"},"createdAt":"2026-11-22T05:00:00Z"}`)
+
+func benchEvent() outbox.Envelope {
+	e := outbox.NewJSON("OrderCreated", benchPayload)
+	e.AggregateType, e.AggregateID = "Order", "9f1c2e4a-7b3d-4c5e-8f6a-1b2c3d4e5f60"
+	return e
+}
+
+func benchStore(b *testing.B) (*postgres.Store, *outbox.Writer[pgx.Tx]) {
+	if testing.Short() {
+		b.Skip("needs PostgreSQL; skipped with -short")
+	}
+	store, err := postgres.NewStore(testdb.New(b), postgres.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	writer, err := outbox.NewWriter(store, outbox.WriterConfig{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return store, writer
+}
+
+// BenchmarkWrite is one business transaction writing n events.
+func BenchmarkWrite(b *testing.B) {
+	for _, n := range []int{1, 10, 100} {
+		b.Run(fmt.Sprint("events=", n), func(b *testing.B) {
+			store, writer := benchStore(b)
+			events := make([]outbox.Envelope, n)
+			for i := range events {
+				events[i] = benchEvent()
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				err := store.InTx(b.Context(), func(ctx context.Context, tx pgx.Tx) error {
+					_, err := writer.Write(ctx, tx, events...)
+					return err
+				})
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.N*n)/b.Elapsed().Seconds(), "events/s")
+		})
+	}
+}
+
+// BenchmarkClaimAndMarkDone is the relay's cold path: claim a batch of due
+// events and record them DONE in one statement.
+func BenchmarkClaimAndMarkDone(b *testing.B) {
+	const batch = 100
+	store, writer := benchStore(b)
+	ctx := b.Context()
+	events := make([]outbox.Envelope, 1000)
+	for i := range events {
+		events[i] = benchEvent()
+	}
+	req := outbox.ClaimRequest{Owner: "bench", Limit: batch, Topics: []string{"OrderCreated"}}
+	done := make([]outbox.StatusUpdate, 0, batch)
+	delivered := 0
+	b.ReportAllocs()
+	for b.Loop() {
+		claimed, err := store.Claim(ctx, req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(claimed) == 0 {
+			b.StopTimer()
+			err := store.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+				_, err := writer.Write(ctx, tx, events...)
+				return err
+			})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.StartTimer()
+			continue
+		}
+		delivered += len(claimed)
+		done = done[:0]
+		for _, e := range claimed {
+			done = append(done, outbox.Done(e.ID))
+		}
+		if _, err := store.UpdateStatus(ctx, done...); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(delivered)/b.Elapsed().Seconds(), "events/s")
+}
