@@ -18,6 +18,11 @@ type WriterConfig struct {
 	// caller. Default: none.
 	AfterCommit func(ctx context.Context, events []Envelope) error
 
+	// HotTopic reports whether the hot path takes events of a topic right
+	// now; the others are written unclaimed and left to the pollers. Default:
+	// every topic.
+	HotTopic func(topic string) bool
+
 	// ClaimOwner, when set together with AfterCommit, writes hot-path rows
 	// already claimed by this owner, so that other relays' pollers leave
 	// them to this process while it delivers them. If the process dies the
@@ -78,12 +83,8 @@ func (w *Writer[Tx]) Write(ctx context.Context, tx Tx, events ...Envelope) ([]st
 	if err != nil {
 		return nil, err
 	}
-	hot := w.hotEvents(ctx, tx, prepared)
-	var lease Lease
-	if len(hot) > 0 && w.cfg.ClaimOwner != "" {
-		lease = Lease{Owner: w.cfg.ClaimOwner, Duration: w.cfg.ClaimTimeout}
-	}
-	if err := w.store.Insert(ctx, tx, prepared, lease); err != nil {
+	hot, cold := w.hotEvents(ctx, tx, prepared)
+	if err := w.insert(ctx, tx, prepared, hot, cold); err != nil {
 		return nil, fmt.Errorf("outbox: write %d events: %w", len(prepared), err)
 	}
 	if len(hot) > 0 {
@@ -100,27 +101,44 @@ func (w *Writer[Tx]) Write(ctx context.Context, tx Tx, events ...Envelope) ([]st
 	return ids, nil
 }
 
-// hotEvents returns the events the hot path will deliver after commit: none
-// without a hook, none unless tx is the very transaction whose commit the
-// InTx helper in ctx reports (a savepoint or another connection may roll
-// back on its own), and never delayed ones.
-func (w *Writer[Tx]) hotEvents(ctx context.Context, tx Tx, events []Envelope) []Envelope {
-	if w.cfg.AfterCommit == nil {
+// insert writes the events in one round trip, or in two when some go to a
+// claiming hot path and others do not.
+func (w *Writer[Tx]) insert(ctx context.Context, tx Tx, all, hot, cold []Envelope) error {
+	if len(hot) == 0 || w.cfg.ClaimOwner == "" {
+		return w.store.Insert(ctx, tx, all, Lease{})
+	}
+	if err := w.store.Insert(ctx, tx, hot, Lease{Owner: w.cfg.ClaimOwner, Duration: w.cfg.ClaimTimeout}); err != nil {
+		return err
+	}
+	if len(cold) == 0 {
 		return nil
+	}
+	return w.store.Insert(ctx, tx, cold, Lease{})
+}
+
+// hotEvents splits events into those the hot path will deliver after
+// commit and the rest. None is hot without a hook, none unless tx is the
+// very transaction whose commit the InTx helper in ctx reports (a savepoint
+// or another connection may roll back on its own); delayed events and
+// topics the hot path does not take are never hot.
+func (w *Writer[Tx]) hotEvents(ctx context.Context, tx Tx, events []Envelope) (hot, cold []Envelope) {
+	if w.cfg.AfterCommit == nil {
+		return nil, events
 	}
 	if _, ok := ctx.Value(commitHooksKey{}).(*commitHooks); !ok {
-		return nil
+		return nil, events
 	}
 	if ctxTx, ok := TxFromContext[Tx](ctx); !ok || !sameTx(ctxTx, tx) {
-		return nil
+		return nil, events
 	}
-	var hot []Envelope
 	for _, e := range events {
-		if e.DeliverAfter.IsZero() {
+		if e.DeliverAfter.IsZero() && (w.cfg.HotTopic == nil || w.cfg.HotTopic(e.Topic)) {
 			hot = append(hot, e)
+		} else {
+			cold = append(cold, e)
 		}
 	}
-	return hot
+	return hot, cold
 }
 
 // sameTx reports whether a and b are the same transaction value. Values of

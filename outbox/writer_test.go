@@ -387,7 +387,11 @@ func TestWriterHookSkipsDelayedEvents(t *testing.T) {
 	})
 	require.NoError(t, err)
 
-	require.Len(t, b.inserter.Calls()[0].events, 3, "delayed events are written")
+	written := 0
+	for _, c := range b.inserter.Calls() {
+		written += len(c.events)
+	}
+	require.Equal(t, 3, written, "delayed events are written")
 	calls := b.hook.Calls()
 	require.Len(t, calls, 1)
 	require.Len(t, calls[0], 2, "but never delivered on the hot path")
@@ -407,16 +411,21 @@ func TestWriterClaimedBy(t *testing.T) {
 		noHook    bool
 		owner     string
 		inRunInTx bool
+		topicOff  bool
 		events    []outbox.Envelope
-		want      string
+		want      []string // the lease owner of each insert, in order
 		wantHook  bool
 	}{
-		{name: "hot path", owner: "relay-1", inRunInTx: true, events: []outbox.Envelope{now}, want: "relay-1", wantHook: true},
-		{name: "hot path with some delayed events", owner: "relay-1", inRunInTx: true, events: []outbox.Envelope{later, now}, want: "relay-1", wantHook: true},
-		{name: "only delayed events", owner: "relay-1", inRunInTx: true, events: []outbox.Envelope{later, later}},
-		{name: "no hook", noHook: true, owner: "relay-1", inRunInTx: true, events: []outbox.Envelope{now}},
-		{name: "caller-owned transaction", owner: "relay-1", events: []outbox.Envelope{now}},
-		{name: "no owner", inRunInTx: true, events: []outbox.Envelope{now}, wantHook: true},
+		{name: "hot path", owner: "relay-1", inRunInTx: true, events: []outbox.Envelope{now}, want: []string{"relay-1"}, wantHook: true},
+		{
+			name: "hot path with some delayed events", owner: "relay-1", inRunInTx: true, events: []outbox.Envelope{later, now},
+			want: []string{"relay-1", ""}, wantHook: true,
+		},
+		{name: "only delayed events", owner: "relay-1", inRunInTx: true, events: []outbox.Envelope{later, later}, want: []string{""}},
+		{name: "topic the hot path does not take", owner: "relay-1", inRunInTx: true, topicOff: true, events: []outbox.Envelope{now}, want: []string{""}},
+		{name: "no hook", noHook: true, owner: "relay-1", inRunInTx: true, events: []outbox.Envelope{now}, want: []string{""}},
+		{name: "caller-owned transaction", owner: "relay-1", events: []outbox.Envelope{now}, want: []string{""}},
+		{name: "no owner", inRunInTx: true, events: []outbox.Envelope{now}, want: []string{""}, wantHook: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -424,6 +433,7 @@ func TestWriterClaimedBy(t *testing.T) {
 
 			b := setupWriter(t, func(cfg *outbox.WriterConfig) {
 				cfg.ClaimOwner = tt.owner
+				cfg.HotTopic = func(string) bool { return !tt.topicOff }
 				if tt.noHook {
 					cfg.AfterCommit = nil
 				}
@@ -438,9 +448,11 @@ func TestWriterClaimedBy(t *testing.T) {
 				require.NoError(t, write(t.Context(), &fakeTx{}))
 			}
 
-			calls := b.inserter.Calls()
-			require.Len(t, calls, 1)
-			require.Equal(t, tt.want, calls[0].lease.Owner)
+			var owners []string
+			for _, c := range b.inserter.Calls() {
+				owners = append(owners, c.lease.Owner)
+			}
+			require.Equal(t, tt.want, owners)
 			if tt.wantHook {
 				require.Len(t, b.hook.Calls(), 1)
 			} else {

@@ -63,8 +63,15 @@ func BenchmarkWrite(b *testing.B) {
 }
 
 // BenchmarkClaimAndMarkDone is the relay's cold path: claim a batch of due
-// events and record them DONE in one statement.
+// events and record them DONE, in one statement per batch or, for
+// comparison, one statement per event.
 func BenchmarkClaimAndMarkDone(b *testing.B) {
+	for _, perEvent := range []bool{false, true} {
+		b.Run(fmt.Sprint("per-event=", perEvent), func(b *testing.B) { benchClaimAndMarkDone(b, perEvent) })
+	}
+}
+
+func benchClaimAndMarkDone(b *testing.B, perEvent bool) {
 	const batch = 100
 	store, writer := benchStore(b)
 	ctx := b.Context()
@@ -98,7 +105,13 @@ func BenchmarkClaimAndMarkDone(b *testing.B) {
 		for _, e := range claimed {
 			done = append(done, outbox.Done(e.ID))
 		}
-		if _, err := store.UpdateStatus(ctx, done...); err != nil {
+		if perEvent {
+			for _, u := range done {
+				if _, err := store.UpdateStatus(ctx, u); err != nil {
+					b.Fatal(err)
+				}
+			}
+		} else if _, err := store.UpdateStatus(ctx, done...); err != nil {
 			b.Fatal(err)
 		}
 	}

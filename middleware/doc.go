@@ -1,0 +1,20 @@
+// Package middleware holds Watermill handler middleware for outbox
+// subscribers: error capture for last_error and the specification's
+// EventInterceptor. Import it under an alias beside Watermill's own
+// middleware package:
+//
+//	import (
+//		"github.com/ThreeDotsLabs/watermill/message/router/middleware"
+//		outboxmw "github.com/wmoutbox/wmoutbox/middleware"
+//	)
+//
+//	router.AddMiddleware(
+//		outboxmw.RecordErrors,        // outermost: sees the final error
+//		middleware.Recoverer,
+//		outboxmw.Intercept(logger, audit, timing),
+//	)
+//
+// Error classes come from package outbox: return outbox.Permanent(err) to
+// make an event DEAD at once, outbox.RetryAfter(d, err) to have it
+// delivered again after d without spending an attempt.
+package middleware

@@ -1,0 +1,72 @@
+package watermilladapter_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/wmoutbox/wmoutbox/internal/testdb"
+	"github.com/wmoutbox/wmoutbox/outbox"
+	"github.com/wmoutbox/wmoutbox/outbox/postgres"
+	"github.com/wmoutbox/wmoutbox/watermilladapter"
+)
+
+// BenchmarkDrain measures the cold path end to end: a backlog of events is
+// claimed, handed to a consumer that acks at once, and recorded DONE.
+func BenchmarkDrain(b *testing.B) {
+	if testing.Short() {
+		b.Skip("needs PostgreSQL; skipped with -short")
+	}
+	const backlog = 20000
+	for _, workers := range []int{4, 16} {
+		b.Run(fmt.Sprint("workers=", workers), func(b *testing.B) {
+			pool := testdb.New(b)
+			store, err := postgres.NewStore(pool, postgres.Config{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			writer, err := outbox.NewWriter(store, outbox.WriterConfig{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			batch := make([]outbox.Envelope, 1000)
+			for i := range batch {
+				batch[i] = outbox.NewJSON("OrderCreated", []byte(`{"orderId":"9f1c2e4a-7b3d-4c5e-8f6a-1b2c3d4e5f60","total":"188.98"}`))
+			}
+			var drained time.Duration
+			for b.Loop() {
+				b.StopTimer()
+				for range backlog / len(batch) {
+					err := store.InTx(b.Context(), func(ctx context.Context, tx pgx.Tx) error {
+						_, err := writer.Write(ctx, tx, batch...)
+						return err
+					})
+					if err != nil {
+						b.Fatal(err)
+					}
+				}
+				sub, err := watermilladapter.NewSubscriber(store, watermilladapter.SubscriberConfig{WorkerCount: workers, BatchSize: 500})
+				if err != nil {
+					b.Fatal(err)
+				}
+				start := time.Now()
+				b.StartTimer()
+				msgs, err := sub.Subscribe(b.Context(), "OrderCreated")
+				if err != nil {
+					b.Fatal(err)
+				}
+				for range backlog {
+					(<-msgs).Ack()
+				}
+				if err := sub.Close(); err != nil { // records the last outcomes
+					b.Fatal(err)
+				}
+				drained += time.Since(start)
+			}
+			b.ReportMetric(float64(backlog*b.N)/drained.Seconds(), "events/s")
+		})
+	}
+}

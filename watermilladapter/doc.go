@@ -1,0 +1,59 @@
+// Package watermilladapter connects the outbox to Watermill: a
+// message.Publisher that writes outbox rows in the caller's transaction,
+// and a message.Subscriber that relays committed events to router
+// handlers, at least once.
+//
+// # Wiring
+//
+//	store, _ := postgres.NewStore(pool, postgres.Config{})
+//	sub, _ := watermilladapter.NewSubscriber(store, watermilladapter.SubscriberConfig{})
+//	pub, _ := watermilladapter.NewPublisher(store, watermilladapter.PublisherConfig{HotPath: sub})
+//
+//	router.AddMiddleware(outboxmw.RecordErrors) // last_error and error classes
+//	router.AddConsumerHandler("forward-orders", "orders", sub, forward)
+//
+//	// In business code:
+//	err := store.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+//		// ... business writes on tx ...
+//		msg := message.NewMessage(watermill.NewUUID(), payload)
+//		msg.SetContext(ctx) // carries tx; Watermill's CQRS EventBus does this
+//		return pub.Publish("orders", msg)
+//	})
+//
+// # Delivery
+//
+// After commit the events go straight to the subscriber's hot queue (the
+// rows are written claimed by it, so other relays leave them alone). Every
+// other event, and every event a full hot queue could not take, reaches a
+// subscription through its cold path: claims of due rows with FOR UPDATE
+// SKIP LOCKED, in batches, while there is backlog and room, and otherwise
+// every PollInterval or when woken (a release, a scheduled retry).
+//
+// Ack records DONE. Nack records RETRY with the retry policy's backoff, or
+// DEAD when the attempts are used up; with the handler error recorded
+// ([RecordError], or the middleware package's RecordErrors), an
+// outbox.Permanent error is DEAD at once and outbox.RetryAfter defers the
+// event without spending an attempt. Outcomes are written in batches by
+// one goroutine per subscriber: whatever queued while the previous
+// statement ran goes into the next.
+//
+// Delivery is at least once: a crash between a handler's success and the
+// DONE record means a second delivery after the claim's lease
+// (SubscriberConfig.LockTimeout). Consumers deduplicate by
+// [MetadataEventID], which forwarders should pass downstream.
+//
+// # Routing rule
+//
+// A subscription claims only its own topic. An event of a topic that no
+// subscription serves is never marked DEAD: it stays pending, visible in
+// the table's backlog, until a relay subscribes to the topic.
+//
+// # Watermill contract
+//
+// Publish is safe for concurrent use and writes the messages of one call in
+// one round trip. The handler sees the published UUID, payload and
+// metadata. A message's context ends on Ack, Nack, or Close. Close is
+// idempotent, waits up to DrainTimeout for messages in handlers, releases
+// unfinished claims at once, and closes the output channels before it
+// returns. Neither Close closes the database pool.
+package watermilladapter

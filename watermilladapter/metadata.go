@@ -1,0 +1,133 @@
+package watermilladapter
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/wmoutbox/wmoutbox/outbox"
+)
+
+// Metadata keys. On Publish, the Envelope keys set the outbox envelope's
+// fields and are not stored as headers; every other metadata entry is
+// stored as a header and comes back as metadata. On delivery the
+// subscriber sets all of them.
+const (
+	// MetadataEventType sets the event type. Default: the topic.
+	MetadataEventType = "outbox_event_type"
+	// MetadataAggregateType sets the aggregate type. Default "__GLOBAL__".
+	MetadataAggregateType = "outbox_aggregate_type"
+	// MetadataAggregateID sets the aggregate id.
+	MetadataAggregateID = "outbox_aggregate_id"
+	// MetadataTenantID sets the tenant id.
+	MetadataTenantID = "outbox_tenant_id"
+	// MetadataDeliverAfter delays delivery until this time (RFC 3339).
+	MetadataDeliverAfter = "outbox_deliver_after"
+	// MetadataOccurredAt is when the event happened (RFC 3339). Default:
+	// the time of publishing.
+	MetadataOccurredAt = "outbox_occurred_at"
+	// MetadataEventID is the outbox event id, set on delivery: the key
+	// consumers deduplicate by. Setting it on Publish chooses the id.
+	MetadataEventID = "outbox_event_id"
+
+	// MetadataAttempt is the delivery attempt, 1 for the first, set on
+	// delivery.
+	MetadataAttempt = "outbox_attempt"
+	// MetadataSource says which path delivered the event: "hot" (right
+	// after commit, in the writing process) or "cold" (claimed from the
+	// table).
+	MetadataSource = "outbox_source"
+
+	// headerMessageUUID stores the Watermill message UUID, so the handler
+	// sees the UUID that was published.
+	headerMessageUUID = "outbox_message_uuid"
+)
+
+// Sources of a delivery, the values of [MetadataSource].
+const (
+	SourceHot  = "hot"
+	SourceCold = "cold"
+)
+
+// envelopeKeys are consumed by toEnvelope rather than stored as headers.
+var envelopeKeys = map[string]bool{
+	MetadataEventType: true, MetadataAggregateType: true, MetadataAggregateID: true,
+	MetadataTenantID: true, MetadataDeliverAfter: true, MetadataOccurredAt: true, MetadataEventID: true,
+	MetadataAttempt: true, MetadataSource: true, headerMessageUUID: true,
+}
+
+// toEnvelope maps a published message to the envelope stored for it.
+func toEnvelope(topic string, msg *message.Message) (outbox.Envelope, error) {
+	md := msg.Metadata
+	e := outbox.Envelope{
+		ID:            md.Get(MetadataEventID),
+		Type:          outbox.EventType(md.Get(MetadataEventType)),
+		Topic:         topic,
+		AggregateType: outbox.AggregateType(md.Get(MetadataAggregateType)),
+		AggregateID:   md.Get(MetadataAggregateID),
+		TenantID:      md.Get(MetadataTenantID),
+		PayloadBytes:  msg.Payload,
+	}
+	if e.Type == "" {
+		e.Type = outbox.EventType(topic)
+	}
+	if e.PayloadBytes == nil {
+		e.PayloadBytes = []byte{}
+	}
+	var err error
+	if e.DeliverAfter, err = parseTime(md, MetadataDeliverAfter); err != nil {
+		return e, err
+	}
+	if e.OccurredAt, err = parseTime(md, MetadataOccurredAt); err != nil {
+		return e, err
+	}
+	e.Headers = make(map[string]string, len(md)+1)
+	for k, v := range md {
+		if !envelopeKeys[k] {
+			e.Headers[k] = v
+		}
+	}
+	e.Headers[headerMessageUUID] = msg.UUID
+	return e, nil
+}
+
+func parseTime(md message.Metadata, key string) (time.Time, error) {
+	v := md.Get(key)
+	if v == "" {
+		return time.Time{}, nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, v)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("%w: metadata %s: %w", outbox.ErrInvalidEnvelope, key, err)
+	}
+	return t, nil
+}
+
+// toMessage maps a stored event to the message a handler receives.
+func toMessage(e *outbox.Event, source string) *message.Message {
+	uuid := e.Headers[headerMessageUUID]
+	if uuid == "" {
+		uuid = e.ID // written by the outbox.Writer, not by the Publisher
+	}
+	msg := message.NewMessage(uuid, e.Payload())
+	for k, v := range e.Headers {
+		if k != headerMessageUUID {
+			msg.Metadata.Set(k, v)
+		}
+	}
+	msg.Metadata.Set(MetadataEventID, e.ID)
+	msg.Metadata.Set(MetadataEventType, string(e.Type))
+	msg.Metadata.Set(MetadataAggregateType, string(e.AggregateType))
+	if e.AggregateID != "" {
+		msg.Metadata.Set(MetadataAggregateID, e.AggregateID)
+	}
+	if e.TenantID != "" {
+		msg.Metadata.Set(MetadataTenantID, e.TenantID)
+	}
+	msg.Metadata.Set(MetadataOccurredAt, e.OccurredAt.UTC().Format(time.RFC3339Nano))
+	msg.Metadata.Set(MetadataAttempt, strconv.Itoa(e.Attempts+1))
+	msg.Metadata.Set(MetadataSource, source)
+	return msg
+}

@@ -1,0 +1,126 @@
+package watermilladapter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/wmoutbox/wmoutbox/outbox"
+)
+
+// ErrPublisherClosed is returned by [Publisher.Publish] after Close.
+var ErrPublisherClosed = errors.New("watermilladapter: publisher closed")
+
+// PublisherConfig configures a [Publisher].
+type PublisherConfig struct {
+	// HotPath, when set, receives the events of each transaction begun by
+	// an InTx helper right after it commits, so that they are delivered
+	// without waiting for a poll. Usually the [Subscriber] of this
+	// process. Default: none; the subscribers' pollers deliver.
+	HotPath *Subscriber
+
+	// OwnTransaction lets Publish write a message whose context carries no
+	// transaction in a short transaction of its own, begun on the store's
+	// database (one per Publish call). Off by default: publishing outside
+	// the business transaction loses the outbox guarantee, so it fails
+	// with [outbox.ErrNoTransaction]. Watermill's universal test suite and
+	// plain "publish later" uses turn it on.
+	OwnTransaction bool
+
+	// Clock stamps OccurredAt. Default [outbox.SystemClock].
+	Clock outbox.Clock
+}
+
+// Publisher is a Watermill message.Publisher that writes each message as an
+// outbox row in the caller's transaction. Tx is the store's transaction
+// type (pgx.Tx for PostgreSQL).
+//
+// The transaction is found in the context of the published messages (put
+// there by an InTx helper or [outbox.ContextWithTx]), or bound with
+// [Publisher.WithTx]. All messages of one Publish call are written in one
+// round trip; they must share a transaction.
+//
+// Publish is safe for concurrent use. Close is idempotent and closes
+// nothing it does not own: not the store's pool, not the hot-path
+// subscriber.
+type Publisher[Tx any] struct {
+	store  outbox.TxStore[Tx]
+	writer *outbox.Writer[Tx]
+	cfg    PublisherConfig
+	bound  *Tx
+	closed *atomic.Bool
+}
+
+var _ message.Publisher = (*Publisher[any])(nil)
+
+// NewPublisher returns a publisher writing through store.
+func NewPublisher[Tx any](store outbox.TxStore[Tx], cfg PublisherConfig) (*Publisher[Tx], error) {
+	if store == nil {
+		return nil, fmt.Errorf("%w: publisher needs a store", outbox.ErrInvalidRequest)
+	}
+	wcfg := outbox.WriterConfig{Clock: cfg.Clock}
+	if cfg.HotPath != nil {
+		wcfg.AfterCommit = cfg.HotPath.acceptCommitted
+		wcfg.HotTopic = cfg.HotPath.serves
+		wcfg.ClaimOwner = cfg.HotPath.owner
+		wcfg.ClaimTimeout = cfg.HotPath.cfg.LockTimeout
+	}
+	writer, err := outbox.NewWriter(outbox.Inserter[Tx](store), wcfg)
+	if err != nil {
+		return nil, err
+	}
+	return &Publisher[Tx]{store: store, writer: writer, cfg: cfg, closed: new(atomic.Bool)}, nil
+}
+
+// WithTx returns a publisher writing every message in tx, whatever the
+// messages' contexts say. It shares p's state: closing either closes both.
+func (p *Publisher[Tx]) WithTx(tx Tx) *Publisher[Tx] {
+	bound := *p
+	bound.bound = &tx
+	return &bound
+}
+
+// Publish writes msgs as outbox rows on topic. The message UUIDs and
+// metadata are kept; see the Metadata keys for the envelope fields.
+func (p *Publisher[Tx]) Publish(topic string, msgs ...*message.Message) error {
+	if p.closed.Load() {
+		return ErrPublisherClosed
+	}
+	if len(msgs) == 0 {
+		return nil
+	}
+	events := make([]outbox.Envelope, len(msgs))
+	for i, msg := range msgs {
+		e, err := toEnvelope(topic, msg)
+		if err != nil {
+			return fmt.Errorf("watermilladapter: publish message %s: %w", msg.UUID, err)
+		}
+		events[i] = e
+	}
+	ctx := msgs[0].Context()
+	if p.bound != nil {
+		_, err := p.writer.Write(ctx, *p.bound, events...)
+		return err
+	}
+	if tx, ok := outbox.TxFromContext[Tx](ctx); ok {
+		_, err := p.writer.Write(ctx, tx, events...)
+		return err
+	}
+	if !p.cfg.OwnTransaction {
+		return fmt.Errorf("watermilladapter: publish to %s: %w (pass it in the message context, bind it with WithTx, or set OwnTransaction)",
+			topic, outbox.ErrNoTransaction)
+	}
+	return p.store.InTx(ctx, func(ctx context.Context, tx Tx) error {
+		_, err := p.writer.Write(ctx, tx, events...)
+		return err
+	})
+}
+
+// Close makes further Publish calls fail. It closes nothing else.
+func (p *Publisher[Tx]) Close() error {
+	p.closed.Store(true)
+	return nil
+}

@@ -1,0 +1,503 @@
+package watermilladapter_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/wmoutbox/wmoutbox/internal/testdb"
+	outboxmw "github.com/wmoutbox/wmoutbox/middleware"
+	"github.com/wmoutbox/wmoutbox/outbox"
+	"github.com/wmoutbox/wmoutbox/outbox/postgres"
+	"github.com/wmoutbox/wmoutbox/watermilladapter"
+)
+
+const waitLimit = 20 * time.Second
+
+// relay is one process's outbox: store, subscriber, publisher with the
+// subscriber as hot path, and a router running handlers.
+type relay struct {
+	store  *postgres.Store
+	sub    *watermilladapter.Subscriber
+	pub    *watermilladapter.Publisher[pgx.Tx]
+	router *message.Router
+}
+
+type handlers map[string]message.NoPublishHandlerFunc
+
+func startRelay(t *testing.T, pool *pgxpool.Pool, cfg watermilladapter.SubscriberConfig, hs handlers, mw ...message.HandlerMiddleware) *relay {
+	t.Helper()
+	store, err := postgres.NewStore(pool, postgres.Config{})
+	require.NoError(t, err)
+	if cfg.PollInterval == 0 {
+		cfg.PollInterval = 100 * time.Millisecond
+	}
+	sub, err := watermilladapter.NewSubscriber(store, cfg)
+	require.NoError(t, err)
+	pub, err := watermilladapter.NewPublisher(store, watermilladapter.PublisherConfig{HotPath: sub})
+	require.NoError(t, err)
+	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: 10 * time.Second}, watermill.NopLogger{})
+	require.NoError(t, err)
+	router.AddMiddleware(append([]message.HandlerMiddleware{outboxmw.RecordErrors}, mw...)...)
+	for topic, h := range hs {
+		router.AddConsumerHandler("handle-"+topic, topic, sub, h)
+	}
+	r := &relay{store: store, sub: sub, pub: pub, router: router}
+	if len(hs) > 0 {
+		done := make(chan error, 1)
+		go func() { done <- router.Run(context.Background()) }()
+		t.Cleanup(func() {
+			require.NoError(t, router.Close())
+			require.NoError(t, <-done)
+		})
+		select {
+		case <-router.Running():
+		case err := <-done:
+			t.Fatalf("router stopped: %v", err)
+		}
+	}
+	t.Cleanup(func() { require.NoError(t, sub.Close()) })
+	return r
+}
+
+// publish writes messages on topic in one transaction, which fails (and
+// rolls back) when fail is set.
+func (r *relay) publish(t *testing.T, topic string, fail bool, msgs ...*message.Message) {
+	t.Helper()
+	err := r.store.InTx(t.Context(), func(ctx context.Context, tx pgx.Tx) error {
+		for _, m := range msgs {
+			m.SetContext(ctx)
+		}
+		if err := r.pub.Publish(topic, msgs...); err != nil {
+			return err
+		}
+		if fail {
+			return errRollback
+		}
+		return nil
+	})
+	if fail {
+		require.ErrorIs(t, err, errRollback)
+		return
+	}
+	require.NoError(t, err)
+}
+
+var errRollback = errors.New("business rule failed: roll back")
+
+// received collects delivered messages.
+type received struct {
+	mu   sync.Mutex
+	msgs []*message.Message
+	ch   chan *message.Message
+}
+
+func newReceived() *received { return &received{ch: make(chan *message.Message, 100000)} }
+
+func (rc *received) handler(msg *message.Message) error {
+	rc.mu.Lock()
+	rc.msgs = append(rc.msgs, msg)
+	rc.mu.Unlock()
+	rc.ch <- msg
+	return nil
+}
+
+func (rc *received) next(t *testing.T) *message.Message {
+	t.Helper()
+	select {
+	case m := <-rc.ch:
+		return m
+	case <-time.After(waitLimit):
+		t.Fatal("no message delivered in time")
+		return nil
+	}
+}
+
+func eventStatus(t *testing.T, store *postgres.Store, msg *message.Message) outbox.Event {
+	t.Helper()
+	e, err := store.Get(t.Context(), msg.Metadata.Get(watermilladapter.MetadataEventID))
+	require.NoError(t, err)
+	return e
+}
+
+// eventually waits for cond with a deadline.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(waitLimit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func statusOf(t *testing.T, store *postgres.Store, id string) outbox.Event {
+	t.Helper()
+	e, err := store.Get(t.Context(), id)
+	require.NoError(t, err)
+	return e
+}
+
+func onlyEventID(t *testing.T, pool *pgxpool.Pool) string {
+	t.Helper()
+	var id string
+	require.NoError(t, pool.QueryRow(t.Context(), `SELECT event_id FROM outbox_event`).Scan(&id))
+	return id
+}
+
+func newMsg(payload string) *message.Message {
+	return message.NewMessage(watermill.NewUUID(), []byte(payload))
+}
+
+func TestCommitDeliversOnHotPathRollbackDeliversNothing(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t)
+	got := newReceived()
+	r := startRelay(t, pool, watermilladapter.SubscriberConfig{PollInterval: time.Hour}, handlers{"orders": got.handler})
+
+	rolledBack := newMsg(`{"order": 0}`)
+	r.publish(t, "orders", true, rolledBack)
+	committed := newMsg(`{"order":  1}`)
+	committed.Metadata.Set("traceparent", "00-abc-01")
+	committed.Metadata.Set(watermilladapter.MetadataAggregateID, "order-1")
+	r.publish(t, "orders", false, committed)
+
+	// The hot path is FIFO: had the rolled-back message gone anywhere, it
+	// would arrive first.
+	msg := got.next(t)
+	require.Equal(t, committed.UUID, msg.UUID, "the handler sees the published UUID")
+	require.Equal(t, []byte(`{"order":  1}`), []byte(msg.Payload), "payload byte for byte")
+	require.Equal(t, "00-abc-01", msg.Metadata.Get("traceparent"))
+	require.Equal(t, "order-1", msg.Metadata.Get(watermilladapter.MetadataAggregateID))
+	require.Equal(t, "orders", msg.Metadata.Get(watermilladapter.MetadataEventType), "event type defaults to the topic")
+	require.Equal(t, watermilladapter.SourceHot, msg.Metadata.Get(watermilladapter.MetadataSource))
+	require.Equal(t, "1", msg.Metadata.Get(watermilladapter.MetadataAttempt))
+	require.NotEmpty(t, msg.Metadata.Get(watermilladapter.MetadataEventID))
+
+	eventually(t, "DONE", func() bool { return eventStatus(t, r.store, msg).Status == outbox.StatusDone })
+	var rows int
+	require.NoError(t, pool.QueryRow(t.Context(), `SELECT count(*) FROM outbox_event`).Scan(&rows))
+	require.Equal(t, 1, rows, "the rolled-back message left no row")
+}
+
+func TestPublishWithoutTransactionFailsFast(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t)
+	r := startRelay(t, pool, watermilladapter.SubscriberConfig{}, nil)
+	err := r.pub.Publish("orders", newMsg("x"))
+	require.ErrorIs(t, err, outbox.ErrNoTransaction)
+
+	tx, err := pool.Begin(t.Context())
+	require.NoError(t, err)
+	require.NoError(t, r.pub.WithTx(tx).Publish("orders", newMsg("y")))
+	require.NoError(t, tx.Commit(t.Context()))
+	e := statusOf(t, r.store, onlyEventID(t, pool))
+	require.Equal(t, outbox.StatusNew, e.Status)
+	require.Empty(t, e.LockedBy, "a caller-owned transaction has no hot path: nothing is pre-claimed")
+
+	require.NoError(t, r.pub.Close())
+	require.NoError(t, r.pub.Close())
+	require.ErrorIs(t, r.pub.Publish("orders", newMsg("z")), watermilladapter.ErrPublisherClosed)
+	require.NoError(t, pool.Ping(t.Context()), "closing the publisher leaves the pool open")
+}
+
+func TestFullHotQueueFallsBackToColdPath(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t)
+	release := make(chan struct{})
+	got := newReceived()
+	blockFirst := sync.Once{}
+	r := startRelay(t, pool, watermilladapter.SubscriberConfig{WorkerCount: 1, HotQueueCapacity: 1, PollInterval: time.Hour},
+		handlers{"orders": func(msg *message.Message) error {
+			blockFirst.Do(func() { <-release })
+			return got.handler(msg)
+		}})
+
+	for i := range 5 {
+		r.publish(t, "orders", false, newMsg(fmt.Sprint(i)))
+	}
+	// One in the handler, one in the hot queue; the rest were released to
+	// the cold path at commit, and the writes all succeeded.
+	close(release)
+	sources := map[string]int{}
+	for range 5 {
+		sources[got.next(t).Metadata.Get(watermilladapter.MetadataSource)]++
+	}
+	require.Positive(t, sources[watermilladapter.SourceCold], "overflow delivered by the cold path: %v", sources)
+	eventually(t, "all DONE", func() bool {
+		var done int
+		require.NoError(t, pool.QueryRow(t.Context(), `SELECT count(*) FROM outbox_event WHERE status = 1`).Scan(&done))
+		return done == 5
+	})
+}
+
+func TestAlwaysFailingHandlerRetriesThenDead(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t)
+	var calls sync.Map
+	r := startRelay(t, pool, watermilladapter.SubscriberConfig{
+		RetryPolicy: outbox.Backoff{Base: 5 * time.Millisecond, MaxAttempts: 3, NoJitter: true},
+	}, handlers{"orders": func(msg *message.Message) error {
+		calls.Store(msg.Metadata.Get(watermilladapter.MetadataAttempt), true)
+		return errors.New("downstream refused: 503")
+	}})
+	r.publish(t, "orders", false, newMsg("x"))
+	id := onlyEventID(t, pool)
+	eventually(t, "DEAD", func() bool { return statusOf(t, r.store, id).Status == outbox.StatusDead })
+	e := statusOf(t, r.store, id)
+	require.Equal(t, 3, e.Attempts)
+	require.Equal(t, "downstream refused: 503", e.LastError)
+	for _, attempt := range []string{"1", "2", "3"} {
+		_, ok := calls.Load(attempt)
+		require.True(t, ok, "attempt %s delivered", attempt)
+	}
+}
+
+func TestPermanentErrorIsDeadAtOnce(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t)
+	r := startRelay(t, pool, watermilladapter.SubscriberConfig{}, handlers{"orders": func(*message.Message) error {
+		return outbox.Permanent(errors.New("schema violation"))
+	}})
+	r.publish(t, "orders", false, newMsg("x"))
+	id := onlyEventID(t, pool)
+	eventually(t, "DEAD", func() bool { return statusOf(t, r.store, id).Status == outbox.StatusDead })
+	e := statusOf(t, r.store, id)
+	require.Equal(t, 1, e.Attempts)
+	require.Contains(t, e.LastError, "schema violation")
+}
+
+func TestRetryAfterKeepsAttempts(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t)
+	got := newReceived()
+	var once sync.Once
+	r := startRelay(t, pool, watermilladapter.SubscriberConfig{PollInterval: time.Hour}, handlers{"orders": func(msg *message.Message) error {
+		var err error
+		once.Do(func() { err = outbox.RetryAfter(100*time.Millisecond, errors.New("rate limited")) })
+		if err != nil {
+			return err
+		}
+		return got.handler(msg)
+	}})
+	start := time.Now()
+	r.publish(t, "orders", false, newMsg("x"))
+	msg := got.next(t)
+	require.GreaterOrEqual(t, time.Since(start), 100*time.Millisecond, "delivered again after the delay")
+	require.Equal(t, "1", msg.Metadata.Get(watermilladapter.MetadataAttempt), "no attempt spent")
+	require.Equal(t, watermilladapter.SourceCold, msg.Metadata.Get(watermilladapter.MetadataSource))
+	eventually(t, "DONE", func() bool { return eventStatus(t, r.store, msg).Status == outbox.StatusDone })
+	e := eventStatus(t, r.store, msg)
+	require.Zero(t, e.Attempts)
+	require.Contains(t, e.LastError, "rate limited")
+}
+
+func TestInterceptorOrder(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t)
+	var (
+		mu    sync.Mutex
+		trace []string
+	)
+	note := func(s string) {
+		mu.Lock()
+		trace = append(trace, s)
+		mu.Unlock()
+	}
+	var rejected atomic.Bool
+	interceptors := outboxmw.Intercept(nil,
+		outboxmw.Interceptor{
+			Before: func(*message.Message) error { note("before 1"); return nil },
+			After:  func(_ *message.Message, err error) { note(fmt.Sprint("after 1: ", err)) },
+		},
+		outboxmw.Interceptor{
+			Before: func(*message.Message) error {
+				note("before 2")
+				if rejected.CompareAndSwap(false, true) {
+					return errors.New("tenant suspended")
+				}
+				return nil
+			},
+			After: func(*message.Message, error) { note("after 2"); panic("an after hook panics") },
+		},
+	)
+	done := make(chan struct{}, 2)
+	r := startRelay(t, pool, watermilladapter.SubscriberConfig{
+		WorkerCount: 1,
+		RetryPolicy: outbox.Backoff{Base: time.Millisecond, NoJitter: true},
+	}, handlers{"orders": func(*message.Message) error { note("handler"); done <- struct{}{}; return nil }}, interceptors)
+	r.publish(t, "orders", false, newMsg("x"))
+	select {
+	case <-done:
+	case <-time.After(waitLimit):
+		t.Fatal("not delivered")
+	}
+	id := onlyEventID(t, pool)
+	eventually(t, "DONE", func() bool { return statusOf(t, r.store, id).Status == outbox.StatusDone })
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, []string{
+		"before 1", "before 2", "after 2", "after 1: interceptor before dispatch: tenant suspended",
+		"before 1", "before 2", "handler", "after 2", "after 1: <nil>",
+	}, trace)
+	require.Equal(t, 1, statusOf(t, r.store, id).Attempts, "a failing before hook fails the delivery")
+}
+
+func TestDelayedDeliverySkipsHotPath(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t)
+	got := newReceived()
+	r := startRelay(t, pool, watermilladapter.SubscriberConfig{}, handlers{"orders": got.handler})
+	due := time.Now().Add(300 * time.Millisecond)
+	msg := newMsg("later")
+	msg.Metadata.Set(watermilladapter.MetadataDeliverAfter, due.Format(time.RFC3339Nano))
+	r.publish(t, "orders", false, msg)
+	delivered := got.next(t)
+	require.False(t, time.Now().Before(due), "not before its time")
+	require.Equal(t, watermilladapter.SourceCold, delivered.Metadata.Get(watermilladapter.MetadataSource))
+
+	bad := newMsg("x")
+	bad.Metadata.Set(watermilladapter.MetadataDeliverAfter, "tomorrow")
+	err := r.store.InTx(t.Context(), func(ctx context.Context, tx pgx.Tx) error {
+		bad.SetContext(ctx)
+		return r.pub.Publish("orders", bad)
+	})
+	require.ErrorIs(t, err, outbox.ErrInvalidEnvelope)
+}
+
+func TestDeadReplayRedelivers(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t)
+	got := newReceived()
+	var broken atomic.Bool
+	broken.Store(true)
+	r := startRelay(t, pool, watermilladapter.SubscriberConfig{}, handlers{"orders": func(msg *message.Message) error {
+		if broken.Load() {
+			return outbox.Permanent(errors.New("bug in consumer"))
+		}
+		return got.handler(msg)
+	}})
+	r.publish(t, "orders", false, newMsg("x"))
+	id := onlyEventID(t, pool)
+	eventually(t, "DEAD", func() bool { return statusOf(t, r.store, id).Status == outbox.StatusDead })
+	broken.Store(false)
+	n, err := r.store.ReplayDead(t.Context(), outbox.DeadFilter{IDs: []string{id}})
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n)
+	msg := got.next(t)
+	require.Equal(t, id, msg.Metadata.Get(watermilladapter.MetadataEventID))
+	eventually(t, "DONE", func() bool { return statusOf(t, r.store, id).Status == outbox.StatusDone })
+}
+
+// An event whose topic no subscription of this process serves is neither
+// delivered nor killed here: it waits for a relay that serves the topic.
+func TestUnservedTopicWaitsForARelayThatServesIt(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t)
+	a := startRelay(t, pool, watermilladapter.SubscriberConfig{}, handlers{"payments": newReceived().handler})
+	a.publish(t, "shipments", false, newMsg("x"))
+	id := onlyEventID(t, pool)
+	eventually(t, "the hot-path claim released", func() bool { return statusOf(t, a.store, id).LockedBy == "" })
+	require.Equal(t, outbox.StatusNew, statusOf(t, a.store, id).Status)
+
+	got := newReceived()
+	startRelay(t, pool, watermilladapter.SubscriberConfig{}, handlers{"shipments": got.handler})
+	require.Equal(t, id, got.next(t).Metadata.Get(watermilladapter.MetadataEventID))
+	eventually(t, "DONE", func() bool { return statusOf(t, a.store, id).Status == outbox.StatusDone })
+}
+
+// A relay that dies holding claims cannot release them; after the lease
+// another relay delivers the events.
+func TestCrashedRelaysClaimsAreRecoveredAfterLease(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t)
+	writer := startRelay(t, pool, watermilladapter.SubscriberConfig{}, nil)
+	tx, err := pool.Begin(t.Context())
+	require.NoError(t, err)
+	for i := range 20 {
+		require.NoError(t, writer.pub.WithTx(tx).Publish("orders", newMsg(fmt.Sprint(i))))
+	}
+	require.NoError(t, tx.Commit(t.Context()))
+	const lease = 500 * time.Millisecond
+	crashedAt := time.Now()
+	claimed, err := writer.store.Claim(t.Context(), outbox.ClaimRequest{Owner: "crashed-relay", LockTimeout: lease, Topics: []string{"orders"}})
+	require.NoError(t, err)
+	require.Len(t, claimed, 20)
+
+	got := newReceived()
+	startRelay(t, pool, watermilladapter.SubscriberConfig{}, handlers{"orders": got.handler})
+	seen := map[string]bool{}
+	for range 20 {
+		msg := got.next(t)
+		seen[msg.Metadata.Get(watermilladapter.MetadataEventID)] = true
+	}
+	require.GreaterOrEqual(t, time.Since(crashedAt), lease, "not before the lease ended")
+	require.Len(t, seen, 20)
+}
+
+func TestThreeRelaysDeliverEveryEventOnce(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("10,000 events; skipped with -short")
+	}
+	const events, writers, perTx = 10000, 4, 10
+	url := testdb.URL(t)
+	var (
+		mu     sync.Mutex
+		counts = make(map[string]int, events)
+	)
+	count := func(msg *message.Message) error {
+		mu.Lock()
+		counts[msg.Metadata.Get(watermilladapter.MetadataEventID)]++
+		mu.Unlock()
+		return nil
+	}
+	relays := make([]*relay, 3)
+	var pools []*pgxpool.Pool
+	for i := range relays {
+		pool, err := pgxpool.New(t.Context(), url)
+		require.NoError(t, err)
+		t.Cleanup(pool.Close)
+		pools = append(pools, pool)
+		relays[i] = startRelay(t, pool, watermilladapter.SubscriberConfig{Owner: fmt.Sprint("relay-", i), PollInterval: 50 * time.Millisecond},
+			handlers{"orders": count})
+	}
+	var wg sync.WaitGroup
+	for w := range writers {
+		r := relays[w%len(relays)]
+		wg.Go(func() {
+			for range events / writers / perTx {
+				msgs := make([]*message.Message, perTx)
+				for i := range msgs {
+					msgs[i] = newMsg(`{"n":1}`)
+				}
+				r.publish(t, "orders", false, msgs...)
+			}
+		})
+	}
+	wg.Wait()
+	eventually(t, "every event DONE", func() bool {
+		var done int
+		require.NoError(t, pools[0].QueryRow(t.Context(), `SELECT count(*) FROM outbox_event WHERE status = 1`).Scan(&done))
+		return done == events
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	dups, perSource := 0, len(counts)
+	for _, n := range counts {
+		dups += n - 1
+	}
+	require.Equal(t, events, perSource, "every event delivered")
+	require.Zero(t, dups, "duplicate deliveries")
+}

@@ -1,0 +1,171 @@
+package watermilladapter
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+
+	"github.com/wmoutbox/wmoutbox/outbox"
+)
+
+// maxSettleBatch caps the outcomes recorded by one statement.
+const maxSettleBatch = 500
+
+// settleRetry paces retries of a failed flush; settleGiveUp is how long a
+// flush keeps trying on Close. Outcomes not recorded are not lost: the
+// leases expire and the events are delivered again.
+const (
+	settleRetry  = 100 * time.Millisecond
+	settleGiveUp = 10 * time.Second
+)
+
+// releaseItem is a claim to hand back, and the topic to wake for it.
+type releaseItem struct{ id, topic string }
+
+// settler records outcomes for every worker of a Subscriber: whatever has
+// queued while the previous statement ran goes into the next one, so an
+// idle relay writes each outcome at once and a busy one writes batches.
+type settler struct {
+	store    outbox.Store
+	owner    string
+	logger   watermill.LoggerAdapter
+	released func(topic string)
+
+	updates  chan outbox.StatusUpdate
+	releases chan []releaseItem
+	quit     chan struct{}
+	done     chan struct{}
+	once     sync.Once
+}
+
+func newSettler(store outbox.Store, owner string, logger watermill.LoggerAdapter, released func(string)) *settler {
+	st := &settler{
+		store:    store,
+		owner:    owner,
+		logger:   logger,
+		released: released,
+		updates:  make(chan outbox.StatusUpdate, maxSettleBatch),
+		releases: make(chan []releaseItem, 64),
+		quit:     make(chan struct{}),
+		done:     make(chan struct{}),
+	}
+	go st.run()
+	return st
+}
+
+// update queues an outcome; it blocks while the queue is full, which slows
+// the workers down to what the database records. After close it drops the
+// outcome: the lease expires and the event is delivered again.
+func (st *settler) update(u outbox.StatusUpdate) {
+	select {
+	case st.updates <- u:
+	case <-st.done:
+	}
+}
+
+// release queues claims to hand back; after close, the leases expire
+// instead.
+func (st *settler) release(items []releaseItem) {
+	select {
+	case st.releases <- items:
+	case <-st.done:
+	}
+}
+
+func (st *settler) run() {
+	defer close(st.done)
+	batch := make([]outbox.StatusUpdate, 0, maxSettleBatch)
+	for {
+		select {
+		case u := <-st.updates:
+			batch = append(batch[:0], u)
+		fill:
+			for len(batch) < maxSettleBatch {
+				select {
+				case u := <-st.updates:
+					batch = append(batch, u)
+				default:
+					break fill
+				}
+			}
+			st.flushUpdates(batch)
+		case items := <-st.releases:
+			st.flushReleases(items)
+		case <-st.quit:
+			st.drain()
+			return
+		}
+	}
+}
+
+// drain records what is still queued after the subscriptions stopped.
+func (st *settler) drain() {
+	for {
+		select {
+		case u := <-st.updates:
+			st.flushUpdates([]outbox.StatusUpdate{u})
+		case items := <-st.releases:
+			st.flushReleases(items)
+		default:
+			return
+		}
+	}
+}
+
+func (st *settler) flushUpdates(batch []outbox.StatusUpdate) {
+	st.retry("record outcomes", func(ctx context.Context) error {
+		_, err := st.store.UpdateStatus(ctx, batch...)
+		return err
+	})
+}
+
+func (st *settler) flushReleases(items []releaseItem) {
+	ids := make([]string, len(items))
+	for i, it := range items {
+		ids[i] = it.id
+	}
+	ok := st.retry("release claims", func(ctx context.Context) error {
+		_, err := st.store.Release(ctx, st.owner, ids)
+		return err
+	})
+	if !ok {
+		return
+	}
+	woken := map[string]bool{}
+	for _, it := range items {
+		if !woken[it.topic] {
+			woken[it.topic] = true
+			st.released(it.topic)
+		}
+	}
+}
+
+// retry runs op until it succeeds or settleGiveUp passes, and reports
+// whether it succeeded.
+func (st *settler) retry(what string, op func(ctx context.Context) error) bool {
+	deadline := time.Now().Add(settleGiveUp)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), settleGiveUp)
+		err := op(ctx)
+		cancel()
+		if err == nil {
+			return true
+		}
+		if time.Now().After(deadline) {
+			st.logger.Error("outbox: giving up; the claims will expire and the events be delivered again", err,
+				watermill.LogFields{"operation": what})
+			return false
+		}
+		st.logger.Error("outbox: retrying", err, watermill.LogFields{"operation": what})
+		time.Sleep(settleRetry)
+	}
+}
+
+// close records everything queued and stops.
+func (st *settler) close() error {
+	st.once.Do(func() { close(st.quit) })
+	<-st.done
+	return nil
+}

@@ -1,0 +1,290 @@
+package watermilladapter
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/wmoutbox/wmoutbox/outbox"
+)
+
+// ErrSubscriberClosed is returned by [Subscriber.Subscribe] after Close.
+var ErrSubscriberClosed = errors.New("watermilladapter: subscriber closed")
+
+// Defaults of [SubscriberConfig].
+const (
+	DefaultWorkerCount       = 4
+	DefaultHotQueueCapacity  = 1000
+	DefaultColdQueueCapacity = 1000
+	DefaultBatchSize         = 50
+	DefaultPollInterval      = 5 * time.Second
+	DefaultDrainTimeout      = 5 * time.Second
+)
+
+// SubscriberConfig configures a [Subscriber]. Zero values mean the
+// defaults, which are the specification's.
+type SubscriberConfig struct {
+	// Owner identifies this relay in claims (locked_by). Default: host
+	// name, process id and a random suffix.
+	Owner string
+	// WorkerCount is how many events of one subscription are in flight at
+	// once: sent to the handler and not yet acked or nacked. Default 4.
+	WorkerCount int
+	// HotQueueCapacity bounds the events waiting after commit, per
+	// subscription. When it is full, the commit still succeeds and the
+	// event waits for the cold path. Default 1000.
+	HotQueueCapacity int
+	// ColdQueueCapacity bounds the claimed events waiting for a worker, per
+	// subscription; claims never exceed the free space. Default 1000.
+	ColdQueueCapacity int
+	// BatchSize is the most events one claim takes. Default 50.
+	BatchSize int
+	// PollInterval is how long the cold path waits when there is no
+	// backlog and nothing wakes it. Default 5s.
+	PollInterval time.Duration
+	// LockTimeout is the claim lease: an event claimed (or written for the
+	// hot path) by a relay that dies is due again this long after. Keep it
+	// well above the longest handler time plus queueing. Default 5m.
+	LockTimeout time.Duration
+	// SkipRecent leaves events younger than this to the hot path. Default
+	// 0: hot-path events are written claimed, so the cold path cannot race
+	// them anyway.
+	SkipRecent time.Duration
+	// RetryPolicy decides RETRY or DEAD after a Nack. Default
+	// [outbox.Backoff]{} (200 ms, 60 s, 10 attempts, jitter).
+	RetryPolicy outbox.RetryPolicy
+	// DrainTimeout is how long Close waits for messages already handed to
+	// handlers to be acked or nacked. Default 5s.
+	DrainTimeout time.Duration
+	// Logger receives errors and notices. Default: none.
+	Logger watermill.LoggerAdapter
+	// Clock tells the time for retries. Default [outbox.SystemClock].
+	Clock outbox.Clock
+}
+
+func (c SubscriberConfig) withDefaults() (SubscriberConfig, error) {
+	for name, v := range map[string]int{"WorkerCount": c.WorkerCount, "HotQueueCapacity": c.HotQueueCapacity,
+		"ColdQueueCapacity": c.ColdQueueCapacity, "BatchSize": c.BatchSize} {
+		if v < 0 {
+			return c, fmt.Errorf("%w: subscriber %s is negative", outbox.ErrInvalidRequest, name)
+		}
+	}
+	for name, v := range map[string]time.Duration{"PollInterval": c.PollInterval, "LockTimeout": c.LockTimeout,
+		"SkipRecent": c.SkipRecent, "DrainTimeout": c.DrainTimeout} {
+		if v < 0 {
+			return c, fmt.Errorf("%w: subscriber %s is negative", outbox.ErrInvalidRequest, name)
+		}
+	}
+	c.WorkerCount = cmpOr(c.WorkerCount, DefaultWorkerCount)
+	c.HotQueueCapacity = cmpOr(c.HotQueueCapacity, DefaultHotQueueCapacity)
+	c.ColdQueueCapacity = cmpOr(c.ColdQueueCapacity, DefaultColdQueueCapacity)
+	c.BatchSize = min(cmpOr(c.BatchSize, DefaultBatchSize), c.ColdQueueCapacity)
+	c.PollInterval = cmpOr(c.PollInterval, DefaultPollInterval)
+	c.LockTimeout = cmpOr(c.LockTimeout, outbox.DefaultLockTimeout)
+	c.DrainTimeout = cmpOr(c.DrainTimeout, DefaultDrainTimeout)
+	if c.RetryPolicy == nil {
+		c.RetryPolicy = outbox.Backoff{}
+	}
+	if c.Logger == nil {
+		c.Logger = watermill.NopLogger{}
+	}
+	c.Clock = outbox.ClockOrSystem(c.Clock)
+	if c.Owner == "" {
+		c.Owner = defaultOwner()
+	}
+	if len(c.Owner) > outbox.MaxOwnerLen {
+		return c, fmt.Errorf("%w: subscriber owner longer than %d", outbox.ErrInvalidRequest, outbox.MaxOwnerLen)
+	}
+	return c, nil
+}
+
+func cmpOr[T int | time.Duration](v, def T) T {
+	if v == 0 {
+		return def
+	}
+	return v
+}
+
+func defaultOwner() string {
+	host, _ := os.Hostname()
+	suffix := make([]byte, 4)
+	_, _ = rand.Read(suffix)
+	owner := fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(suffix))
+	if len(owner) > outbox.MaxOwnerLen {
+		owner = owner[len(owner)-outbox.MaxOwnerLen:]
+	}
+	return owner
+}
+
+// Subscriber is a Watermill message.Subscriber that relays outbox events:
+// the specification's dispatcher and poller. Each Subscribe call gets a
+// subscription with bounded hot and cold queues, a claim loop (the cold
+// path) and WorkerCount workers that hand events to the output channel as
+// messages and turn their Ack into DONE and their Nack into RETRY, DEAD or
+// a deferral (see [RecordError]).
+//
+// Messages carry the published UUID, payload and metadata, plus
+// [MetadataEventID], [MetadataAttempt] and [MetadataSource]. A message's
+// context ends when it is acked or nacked, or when the subscriber closes.
+//
+// Events of a topic that no subscription of this process serves are never
+// marked DEAD here: they stay pending for a relay that serves the topic,
+// and show in the backlog. Subscribe and Close are safe for concurrent use;
+// Close is idempotent and closes the output channels before it returns.
+type Subscriber struct {
+	store    outbox.Store
+	cfg      SubscriberConfig
+	owner    string
+	inflight *outbox.InFlight
+	settler  *settler
+
+	mu     sync.Mutex
+	subs   map[string][]*subscription
+	next   map[string]int // round robin of hot events among a topic's subscriptions
+	closed bool
+	wg     sync.WaitGroup
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+var _ message.Subscriber = (*Subscriber)(nil)
+
+// NewSubscriber returns a subscriber relaying events from store.
+func NewSubscriber(store outbox.Store, cfg SubscriberConfig) (*Subscriber, error) {
+	if store == nil {
+		return nil, fmt.Errorf("%w: subscriber needs a store", outbox.ErrInvalidRequest)
+	}
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	s := &Subscriber{
+		store:    store,
+		cfg:      cfg,
+		owner:    cfg.Owner,
+		inflight: outbox.NewInFlight(0, nil),
+		subs:     make(map[string][]*subscription),
+		next:     make(map[string]int),
+	}
+	s.settler = newSettler(store, cfg.Owner, cfg.Logger, s.wakeTopic)
+	return s, nil
+}
+
+// Owner returns the claim owner of this relay.
+func (s *Subscriber) Owner() string { return s.owner }
+
+// Subscribe starts relaying the events of topic to the returned channel.
+// The channel is closed when ctx ends or the subscriber closes.
+func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, ErrSubscriberClosed
+	}
+	sub := newSubscription(s, topic)
+	s.subs[topic] = append(s.subs[topic], sub)
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		sub.run(ctx)
+	}()
+	return sub.out, nil
+}
+
+func (s *Subscriber) remove(sub *subscription) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	subs := s.subs[sub.topic]
+	for i, other := range subs {
+		if other == sub {
+			s.subs[sub.topic] = append(subs[:i:i], subs[i+1:]...)
+			break
+		}
+	}
+	if len(s.subs[sub.topic]) == 0 {
+		delete(s.subs, sub.topic)
+	}
+}
+
+// Close stops claiming, waits up to DrainTimeout for messages in handlers,
+// releases every claim not finished so another relay takes it at once,
+// records pending outcomes, and closes the output channels. Every call,
+// concurrent ones included, returns once all of that is done.
+func (s *Subscriber) Close() error {
+	s.closeOnce.Do(func() { s.closeErr = s.close() })
+	return s.closeErr
+}
+
+func (s *Subscriber) close() error {
+	s.mu.Lock()
+	s.closed = true
+	for _, subs := range s.subs {
+		for _, sub := range subs {
+			sub.stop()
+		}
+	}
+	s.mu.Unlock()
+	s.wg.Wait()
+	return s.settler.close()
+}
+
+// acceptCommitted is the writer's after-commit hook: the hot path. Events
+// that no subscription can take now (none serves the topic, or its hot
+// queue is full) are released to the cold path; the write never fails.
+func (s *Subscriber) acceptCommitted(_ context.Context, events []outbox.Envelope) error {
+	var dropped []releaseItem
+	for _, e := range events {
+		if !s.offerHot(e) {
+			dropped = append(dropped, releaseItem{id: e.ID, topic: e.Topic})
+		}
+	}
+	if len(dropped) > 0 {
+		s.cfg.Logger.Info("outbox hot path full or topic not served here: events left to the cold path",
+			watermill.LogFields{"events": len(dropped), "owner": s.owner})
+		s.settler.release(dropped)
+	}
+	return nil
+}
+
+func (s *Subscriber) offerHot(e outbox.Envelope) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	subs := s.subs[e.Topic]
+	if s.closed || len(subs) == 0 {
+		return false
+	}
+	start := s.next[e.Topic]
+	s.next[e.Topic] = start + 1
+	for i := range subs {
+		if subs[(start+i)%len(subs)].offerHot(e) {
+			return true
+		}
+	}
+	return false
+}
+
+// serves reports whether a subscription of this subscriber relays topic.
+func (s *Subscriber) serves(topic string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return !s.closed && len(s.subs[topic]) > 0
+}
+
+// wakeTopic makes the cold paths of topic claim now: released events are
+// due at once.
+func (s *Subscriber) wakeTopic(topic string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, sub := range s.subs[topic] {
+		sub.wake()
+	}
+}

@@ -1,0 +1,327 @@
+package watermilladapter
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/wmoutbox/wmoutbox/outbox"
+)
+
+// queued is an event waiting for a worker.
+type queued struct {
+	event  outbox.Event
+	source string
+}
+
+// subscription relays one topic to one output channel.
+type subscription struct {
+	s     *Subscriber
+	topic string
+	out   chan *message.Message
+
+	hot, cold chan queued
+	wakeCh    chan struct{} // claim now
+	spaceCh   chan struct{} // a worker took a cold event
+	stopCh    chan struct{} // stop claiming and taking events
+	stopOnce  sync.Once
+	abandon   context.Context // cancelled when in-flight messages are given up
+	cancel    context.CancelFunc
+
+	mu      sync.Mutex
+	retryAt time.Time // earliest retry this subscription scheduled
+}
+
+func newSubscription(s *Subscriber, topic string) *subscription {
+	abandon, cancel := context.WithCancel(context.Background())
+	return &subscription{
+		s:       s,
+		topic:   topic,
+		out:     make(chan *message.Message),
+		hot:     make(chan queued, s.cfg.HotQueueCapacity),
+		cold:    make(chan queued, s.cfg.ColdQueueCapacity),
+		wakeCh:  make(chan struct{}, 1),
+		spaceCh: make(chan struct{}, 1),
+		stopCh:  make(chan struct{}),
+		abandon: abandon,
+		cancel:  cancel,
+	}
+}
+
+func (sub *subscription) stop() { sub.stopOnce.Do(func() { close(sub.stopCh) }) }
+
+func (sub *subscription) stopping() bool {
+	select {
+	case <-sub.stopCh:
+		return true
+	default:
+		return false
+	}
+}
+
+func signal(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+func (sub *subscription) wake() { signal(sub.wakeCh) }
+
+// offerHot queues a committed event unless the hot queue is full or the
+// subscription is stopping.
+func (sub *subscription) offerHot(e outbox.Envelope) bool {
+	if sub.stopping() {
+		return false
+	}
+	select {
+	case sub.hot <- queued{event: outbox.Event{Envelope: e, Status: outbox.StatusNew}, source: SourceHot}:
+		return true
+	default:
+		return false
+	}
+}
+
+// run relays until ctx ends or the subscriber closes, then drains: it waits
+// up to DrainTimeout for messages in handlers, releases what is left and
+// closes the output channel.
+func (sub *subscription) run(ctx context.Context) {
+	defer close(sub.out)
+	defer sub.cancel()
+	var claimer sync.WaitGroup
+	claimer.Go(sub.claimLoop)
+
+	var workers sync.WaitGroup
+	for range sub.s.cfg.WorkerCount {
+		workers.Go(sub.work)
+	}
+
+	select {
+	case <-ctx.Done():
+		sub.stop()
+	case <-sub.stopCh:
+	}
+	claimer.Wait()
+
+	drained := make(chan struct{})
+	go func() { workers.Wait(); close(drained) }()
+	timer := time.NewTimer(sub.s.cfg.DrainTimeout)
+	defer timer.Stop()
+	select {
+	case <-drained:
+	case <-timer.C:
+		sub.cancel() // give up on handlers still running: their events are released
+		<-drained
+	}
+	// No hot event can be queued once the subscription is unlisted.
+	sub.s.remove(sub)
+	sub.releaseQueued()
+}
+
+// releaseQueued hands the events still queued back to the table.
+func (sub *subscription) releaseQueued() {
+	var left []releaseItem
+	for _, q := range []chan queued{sub.hot, sub.cold} {
+		for {
+			select {
+			case item := <-q:
+				left = append(left, releaseItem{id: item.event.ID, topic: sub.topic})
+				continue
+			default:
+			}
+			break
+		}
+	}
+	if len(left) > 0 {
+		sub.s.settler.release(left)
+	}
+}
+
+// claimTimeout bounds one claim statement.
+const claimTimeout = 30 * time.Second
+
+// claimLoop is the cold path: claim while there is backlog and room in the
+// cold queue; otherwise wait for the poll interval, a wake-up, room, or the
+// earliest retry this subscription scheduled.
+//
+// A claim is never cancelled half way: the server may commit a claim whose
+// client gave up, and nobody would release those rows before their lease
+// ends. Stopping is checked between claims instead.
+func (sub *subscription) claimLoop() {
+	cfg := &sub.s.cfg
+	req := outbox.ClaimRequest{Owner: sub.s.owner, LockTimeout: cfg.LockTimeout, SkipRecent: cfg.SkipRecent, Topics: []string{sub.topic}}
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		free := cap(sub.cold) - len(sub.cold)
+		wait := cfg.PollInterval
+		if free >= cfg.BatchSize || (free > 0 && len(sub.cold) == 0) {
+			req.Limit = min(cfg.BatchSize, free)
+			ctx, cancel := context.WithTimeout(context.Background(), claimTimeout)
+			events, err := sub.s.store.Claim(ctx, req)
+			cancel()
+			if sub.stopping() {
+				// Whatever was claimed goes back to the table.
+				sub.releaseEvents(events)
+				return
+			}
+			if err != nil {
+				cfg.Logger.Error("outbox claim failed", err, watermill.LogFields{"topic": sub.topic})
+			}
+			for _, e := range events {
+				sub.cold <- queued{event: e, source: SourceCold} // room was counted above
+			}
+			if err == nil && len(events) == req.Limit {
+				continue // backlog: claim again at once
+			}
+		}
+		// With the queue full, a worker taking an event signals room.
+		wait = sub.untilRetry(wait)
+		timer.Reset(wait)
+		select {
+		case <-sub.stopCh:
+			return
+		case <-sub.wakeCh:
+		case <-sub.spaceCh:
+		case <-timer.C:
+		}
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+	}
+}
+
+func (sub *subscription) releaseEvents(events []outbox.Event) {
+	if len(events) == 0 {
+		return
+	}
+	items := make([]releaseItem, len(events))
+	for i, e := range events {
+		items[i] = releaseItem{id: e.ID, topic: sub.topic}
+	}
+	sub.s.settler.release(items)
+}
+
+// scheduleRetry wakes the cold path when a retried or deferred event of
+// this subscription is due, so that retries do not wait for a poll.
+func (sub *subscription) scheduleRetry(at time.Time) {
+	sub.mu.Lock()
+	if sub.retryAt.IsZero() || at.Before(sub.retryAt) {
+		sub.retryAt = at
+		sub.mu.Unlock()
+		sub.wake()
+		return
+	}
+	sub.mu.Unlock()
+}
+
+// untilRetry shortens wait to the earliest scheduled retry, and forgets
+// retries that are due now (the coming claim takes them).
+func (sub *subscription) untilRetry(wait time.Duration) time.Duration {
+	sub.mu.Lock()
+	defer sub.mu.Unlock()
+	if sub.retryAt.IsZero() {
+		return wait
+	}
+	d := sub.retryAt.Sub(sub.s.cfg.Clock.Now())
+	if d <= 0 {
+		sub.retryAt = time.Time{}
+		return 0
+	}
+	return min(wait, d)
+}
+
+// take returns the next event, 2:1 hot before cold so that a busy hot path
+// never starves the cold one, or false when the subscription stops.
+func (sub *subscription) take(turn int) (queued, bool) {
+	first, second := sub.hot, sub.cold
+	if turn%3 == 2 {
+		first, second = sub.cold, sub.hot
+	}
+	for _, q := range []chan queued{first, second} {
+		select {
+		case item := <-q:
+			return sub.took(item), true
+		default:
+		}
+	}
+	select {
+	case item := <-sub.hot:
+		return item, true
+	case item := <-sub.cold:
+		return sub.took(item), true
+	case <-sub.stopCh:
+		return queued{}, false
+	}
+}
+
+func (sub *subscription) took(item queued) queued {
+	if item.source == SourceCold {
+		signal(sub.spaceCh)
+	}
+	return item
+}
+
+func (sub *subscription) work() {
+	for turn := 0; ; turn++ {
+		if sub.stopping() {
+			return
+		}
+		item, ok := sub.take(turn)
+		if !ok {
+			return
+		}
+		sub.process(item)
+	}
+}
+
+// process delivers one event and records its outcome.
+func (sub *subscription) process(item queued) {
+	s := sub.s
+	e := &item.event
+	if !s.inflight.TryAcquire(e.ID) {
+		return // being delivered by another worker, which records its outcome
+	}
+	defer s.inflight.Release(e.ID)
+	if e.Malformed != nil {
+		s.cfg.Logger.Error("outbox event cannot be decoded: DEAD", e.Malformed, watermill.LogFields{"event_id": e.ID})
+		s.settler.update(outbox.Dead(e.ID, e.Malformed))
+		return
+	}
+
+	msg := toMessage(e, item.source)
+	ctx, cancel := context.WithCancel(sub.abandon)
+	defer cancel()
+	slot := &errorSlot{}
+	msg.SetContext(context.WithValue(ctx, errorSlotKey{}, slot))
+
+	select {
+	case sub.out <- msg:
+	case <-sub.stopCh:
+		s.settler.release([]releaseItem{{id: e.ID, topic: sub.topic}})
+		return
+	}
+	select {
+	case <-msg.Acked():
+		s.settler.update(outbox.Done(e.ID))
+	case <-msg.Nacked():
+		update := outbox.Decide(e.ID, e.Attempts+1, slot.errOr(errNacked), s.cfg.RetryPolicy, s.cfg.Clock.Now())
+		if update.Status == outbox.StatusDead {
+			s.cfg.Logger.Error("outbox event is DEAD", errors.New(update.Error), watermill.LogFields{
+				"event_id": e.ID, "topic": sub.topic, "attempts": e.Attempts + 1})
+		}
+		s.settler.update(update)
+		if !update.NextAt.IsZero() {
+			sub.scheduleRetry(update.NextAt)
+		}
+	case <-sub.abandon.Done():
+		s.settler.release([]releaseItem{{id: e.ID, topic: sub.topic}})
+	}
+}
