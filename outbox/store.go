@@ -46,6 +46,10 @@ type Store interface {
 	// event died. It returns how many events were replayed.
 	ReplayDead(ctx context.Context, f DeadFilter) (int64, error)
 
+	// Backlog counts the pending (NEW or RETRY) events of topic and
+	// returns the creation time of the oldest, zero when there is none.
+	Backlog(ctx context.Context, topic string) (pending int64, oldest time.Time, err error)
+
 	// Purge deletes terminal events last updated more than req.OlderThan
 	// ago, in batches of req.BatchSize rows, each its own transaction. It
 	// returns how many rows were deleted.

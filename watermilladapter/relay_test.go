@@ -501,3 +501,56 @@ func TestThreeRelaysDeliverEveryEventOnce(t *testing.T) {
 	require.Equal(t, events, perSource, "every event delivered")
 	require.Zero(t, dups, "duplicate deliveries")
 }
+
+// Closing under load hands every unfinished claim back at once: another
+// relay can take the rest without waiting for a lease, and nothing is lost.
+func TestCloseUnderLoadReleasesEverything(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t)
+	store, err := postgres.NewStore(pool, postgres.Config{})
+	require.NoError(t, err)
+	writer := startRelay(t, pool, watermilladapter.SubscriberConfig{}, nil)
+	tx, err := pool.Begin(t.Context())
+	require.NoError(t, err)
+	msgs := make([]*message.Message, 2000)
+	for i := range msgs {
+		msgs[i] = newMsg(fmt.Sprint(i))
+	}
+	require.NoError(t, writer.pub.WithTx(tx).Publish("orders", msgs...))
+	require.NoError(t, tx.Commit(t.Context()))
+
+	sub, err := watermilladapter.NewSubscriber(store, watermilladapter.SubscriberConfig{Owner: "closing", BatchSize: 200})
+	require.NoError(t, err)
+	out, err := sub.Subscribe(t.Context(), "orders")
+	require.NoError(t, err)
+	acked := 0
+	for msg := range out {
+		msg.Ack()
+		if acked++; acked == 300 {
+			break
+		}
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- sub.Close() }()
+	for msg := range out { // drain what was already on its way
+		msg.Ack()
+		acked++
+	}
+	require.NoError(t, <-closed)
+
+	var held, done, pending int
+	require.NoError(t, pool.QueryRow(t.Context(), `SELECT
+		count(*) FILTER (WHERE locked_by = 'closing' AND status IN (0, 2)),
+		count(*) FILTER (WHERE status = 1),
+		count(*) FILTER (WHERE status = 0 AND available_at <= now())
+		FROM outbox_event`).Scan(&held, &done, &pending))
+	require.Zero(t, held, "no claim left behind")
+	require.Equal(t, acked, done, "every ack recorded before Close returned")
+	require.Equal(t, len(msgs)-acked, pending, "the rest is due at once for any relay")
+
+	got := newReceived()
+	startRelay(t, pool, watermilladapter.SubscriberConfig{}, handlers{"orders": got.handler})
+	for range pending {
+		got.next(t)
+	}
+}

@@ -27,6 +27,7 @@ const (
 	DefaultBatchSize         = 50
 	DefaultPollInterval      = 5 * time.Second
 	DefaultDrainTimeout      = 5 * time.Second
+	DefaultBacklogInterval   = 15 * time.Second
 )
 
 // SubscriberConfig configures a [Subscriber]. Zero values mean the
@@ -64,6 +65,13 @@ type SubscriberConfig struct {
 	// DrainTimeout is how long Close waits for messages already handed to
 	// handlers to be acked or nacked. Default 5s.
 	DrainTimeout time.Duration
+	// Metrics receives counters, queue depths, backlog and latency.
+	// Default [outbox.NopMetrics].
+	Metrics outbox.Metrics
+	// BacklogInterval is how often each subscription reads its topic's
+	// backlog (pending count, oldest age) for Metrics; each read is one
+	// query on the due index. Default 15s.
+	BacklogInterval time.Duration
 	// Logger receives errors and notices. Default: none.
 	Logger watermill.LoggerAdapter
 	// Clock tells the time for retries. Default [outbox.SystemClock].
@@ -78,7 +86,7 @@ func (c SubscriberConfig) withDefaults() (SubscriberConfig, error) {
 		}
 	}
 	for name, v := range map[string]time.Duration{"PollInterval": c.PollInterval, "LockTimeout": c.LockTimeout,
-		"SkipRecent": c.SkipRecent, "DrainTimeout": c.DrainTimeout} {
+		"SkipRecent": c.SkipRecent, "DrainTimeout": c.DrainTimeout, "BacklogInterval": c.BacklogInterval} {
 		if v < 0 {
 			return c, fmt.Errorf("%w: subscriber %s is negative", outbox.ErrInvalidRequest, name)
 		}
@@ -90,6 +98,10 @@ func (c SubscriberConfig) withDefaults() (SubscriberConfig, error) {
 	c.PollInterval = cmpOr(c.PollInterval, DefaultPollInterval)
 	c.LockTimeout = cmpOr(c.LockTimeout, outbox.DefaultLockTimeout)
 	c.DrainTimeout = cmpOr(c.DrainTimeout, DefaultDrainTimeout)
+	c.BacklogInterval = cmpOr(c.BacklogInterval, DefaultBacklogInterval)
+	if c.Metrics == nil {
+		c.Metrics = outbox.NopMetrics{}
+	}
 	if c.RetryPolicy == nil {
 		c.RetryPolicy = outbox.Backoff{}
 	}
@@ -242,8 +254,12 @@ func (s *Subscriber) close() error {
 // queue is full) are released to the cold path; the write never fails.
 func (s *Subscriber) acceptCommitted(_ context.Context, events []outbox.Envelope) error {
 	var dropped []releaseItem
+	committed := s.cfg.Clock.Now()
 	for _, e := range events {
-		if !s.offerHot(e) {
+		if s.offerHot(e, committed) {
+			s.cfg.Metrics.HotEnqueued(e.Topic)
+		} else {
+			s.cfg.Metrics.HotDropped(e.Topic)
 			dropped = append(dropped, releaseItem{id: e.ID, topic: e.Topic})
 		}
 	}
@@ -255,7 +271,7 @@ func (s *Subscriber) acceptCommitted(_ context.Context, events []outbox.Envelope
 	return nil
 }
 
-func (s *Subscriber) offerHot(e outbox.Envelope) bool {
+func (s *Subscriber) offerHot(e outbox.Envelope, committed time.Time) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	subs := s.subs[e.Topic]
@@ -265,7 +281,7 @@ func (s *Subscriber) offerHot(e outbox.Envelope) bool {
 	start := s.next[e.Topic]
 	s.next[e.Topic] = start + 1
 	for i := range subs {
-		if subs[(start+i)%len(subs)].offerHot(e) {
+		if subs[(start+i)%len(subs)].offerHot(e, committed) {
 			return true
 		}
 	}

@@ -16,6 +16,7 @@ import (
 type queued struct {
 	event  outbox.Event
 	source string
+	since  time.Time // commit (hot) or write (cold) time, for latency
 }
 
 // subscription relays one topic to one output channel.
@@ -74,12 +75,12 @@ func (sub *subscription) wake() { signal(sub.wakeCh) }
 
 // offerHot queues a committed event unless the hot queue is full or the
 // subscription is stopping.
-func (sub *subscription) offerHot(e outbox.Envelope) bool {
+func (sub *subscription) offerHot(e outbox.Envelope, committed time.Time) bool {
 	if sub.stopping() {
 		return false
 	}
 	select {
-	case sub.hot <- queued{event: outbox.Event{Envelope: e, Status: outbox.StatusNew}, source: SourceHot}:
+	case sub.hot <- queued{event: outbox.Event{Envelope: e, Status: outbox.StatusNew}, source: SourceHot, since: committed}:
 		return true
 	default:
 		return false
@@ -94,6 +95,7 @@ func (sub *subscription) run(ctx context.Context) {
 	defer sub.cancel()
 	var claimer sync.WaitGroup
 	claimer.Go(sub.claimLoop)
+	claimer.Go(sub.observe)
 
 	var workers sync.WaitGroup
 	for range sub.s.cfg.WorkerCount {
@@ -173,7 +175,10 @@ func (sub *subscription) claimLoop() {
 				cfg.Logger.Error("outbox claim failed", err, watermill.LogFields{"topic": sub.topic})
 			}
 			for _, e := range events {
-				sub.cold <- queued{event: e, source: SourceCold} // room was counted above
+				sub.cold <- queued{event: e, source: SourceCold, since: e.CreatedAt} // room was counted above
+			}
+			if len(events) > 0 {
+				cfg.Metrics.ColdEnqueued(sub.topic, len(events))
 			}
 			if err == nil && len(events) == req.Limit {
 				continue // backlog: claim again at once
@@ -207,6 +212,34 @@ func (sub *subscription) releaseEvents(events []outbox.Event) {
 		items[i] = releaseItem{id: e.ID, topic: sub.topic}
 	}
 	sub.s.settler.release(items)
+}
+
+// observe reports queue depths and the topic's backlog every
+// BacklogInterval until the subscription stops.
+func (sub *subscription) observe() {
+	cfg := &sub.s.cfg
+	ticker := time.NewTicker(cfg.BacklogInterval)
+	defer ticker.Stop()
+	for {
+		cfg.Metrics.QueueDepths(sub.topic, len(sub.hot), len(sub.cold))
+		ctx, cancel := context.WithTimeout(context.Background(), claimTimeout)
+		pending, oldest, err := sub.s.store.Backlog(ctx, sub.topic)
+		cancel()
+		if err != nil {
+			cfg.Logger.Error("outbox backlog query failed", err, watermill.LogFields{"topic": sub.topic})
+		} else {
+			var age time.Duration
+			if !oldest.IsZero() {
+				age = max(cfg.Clock.Now().Sub(oldest), 0)
+			}
+			cfg.Metrics.Backlog(sub.topic, pending, age)
+		}
+		select {
+		case <-sub.stopCh:
+			return
+		case <-ticker.C:
+		}
+	}
 }
 
 // scheduleRetry wakes the cold path when a retried or deferred event of
@@ -293,6 +326,7 @@ func (sub *subscription) process(item queued) {
 	if e.Malformed != nil {
 		s.cfg.Logger.Error("outbox event cannot be decoded: DEAD", e.Malformed, watermill.LogFields{"event_id": e.ID})
 		s.settler.update(outbox.Dead(e.ID, e.Malformed))
+		s.cfg.Metrics.Dead(sub.topic)
 		return
 	}
 
@@ -311,14 +345,17 @@ func (sub *subscription) process(item queued) {
 	select {
 	case <-msg.Acked():
 		s.settler.update(outbox.Done(e.ID))
+		s.cfg.Metrics.Delivered(sub.topic, s.cfg.Clock.Now().Sub(item.since))
 	case <-msg.Nacked():
 		update := outbox.Decide(e.ID, e.Attempts+1, slot.errOr(errNacked), s.cfg.RetryPolicy, s.cfg.Clock.Now())
 		if update.Status == outbox.StatusDead {
+			s.cfg.Metrics.Dead(sub.topic)
 			s.cfg.Logger.Error("outbox event is DEAD", errors.New(update.Error), watermill.LogFields{
 				"event_id": e.ID, "topic": sub.topic, "attempts": e.Attempts + 1})
 		}
 		s.settler.update(update)
 		if !update.NextAt.IsZero() {
+			s.cfg.Metrics.Failed(sub.topic)
 			sub.scheduleRetry(update.NextAt)
 		}
 	case <-sub.abandon.Done():

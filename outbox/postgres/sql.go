@@ -110,6 +110,9 @@ FROM unnest($2::text[], $3::smallint[], $4::integer[], $5::timestamptz[], $6::te
     AS u(event_id, status, spent, next_at, error)
 WHERE o.event_id = u.event_id AND o.status <> 1`
 
+// sqlBacklog reads a topic's pending rows through the due index.
+const sqlBacklog = `SELECT count(*), min(created_at) FROM {table} WHERE status IN (0, 2) AND topic = $1`
+
 // sqlDeadFilter selects DEAD rows; each condition is off when its
 // parameter is NULL or empty.
 const sqlDeadFilter = `status = 3
@@ -149,6 +152,7 @@ type statements struct {
 	insert, get, release, updateStatus string
 	claim, poll                        [3]string // by topic filter: any, one, many
 	queryDead, countDead, replayDead   string
+	backlog                            string
 	purge                              string
 }
 
@@ -170,6 +174,7 @@ func renderStatements(schema, qualified string) statements {
 		countDead:            r.Replace(sqlCountDead),
 		replayDead:           r.Replace(sqlReplayDead),
 		purge:                r.Replace(sqlPurge),
+		backlog:              r.Replace(sqlBacklog),
 	}
 	for i, filter := range []string{topicsAny, topicsOne, topicsMany} {
 		s.claim[i] = r.Replace(strings.Replace(sqlClaim, "{topics}", withSlot(filter, 6), 1))

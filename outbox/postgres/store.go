@@ -334,6 +334,21 @@ func deadArgs(f outbox.DeadFilter) []any {
 	return []any{ids, string(f.EventType), f.Topic, diedBefore}
 }
 
+// Backlog implements [outbox.Store].
+func (s *Store) Backlog(ctx context.Context, topic string) (int64, time.Time, error) {
+	var (
+		n      int64
+		oldest *time.Time
+	)
+	if err := s.db.QueryRow(ctx, s.t.sql.backlog, topic).Scan(&n, &oldest); err != nil {
+		return 0, time.Time{}, fmt.Errorf("postgres: backlog of %s: %w", topic, err)
+	}
+	if oldest == nil {
+		return n, time.Time{}, nil
+	}
+	return n, *oldest, nil
+}
+
 // Purge implements [outbox.Store].
 func (s *Store) Purge(ctx context.Context, req outbox.PurgeRequest) (int64, error) {
 	req, err := req.Normalize()

@@ -848,3 +848,23 @@ func TestClaimReturnsDueOrderNotIDOrder(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []string{newer, older}, ids(claimed), "the retried event is due after the newer one")
 }
+
+func TestBacklog(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := t.Context()
+	n, oldest, err := f.store.Backlog(ctx, "OrderCreated")
+	require.NoError(t, err)
+	require.Zero(t, n)
+	require.True(t, oldest.IsZero())
+
+	written := f.write(t, jsonEvent(1))
+	f.clock.Advance(time.Minute)
+	f.write(t, jsonEvent(2), jsonEvent(3))
+	_, err = f.store.UpdateStatus(ctx, outbox.Done(written[0]))
+	require.NoError(t, err)
+	n, oldest, err = f.store.Backlog(ctx, "OrderCreated")
+	require.NoError(t, err)
+	require.EqualValues(t, 2, n, "DONE rows are not backlog")
+	require.Equal(t, start.Add(time.Minute), oldest.UTC())
+}

@@ -1,0 +1,42 @@
+package outbox
+
+import "time"
+
+// Metrics receives the relay's measurements: the specification's counters
+// and gauges, the backlog, and delivery latency. Implementations must be
+// safe for concurrent use and fast: they are called on the delivery path.
+// [NopMetrics] discards everything; package prommetrics exports them to
+// Prometheus.
+type Metrics interface {
+	// HotEnqueued counts an event queued for delivery right after commit.
+	HotEnqueued(topic string)
+	// HotDropped counts an event the hot path could not take (queue full,
+	// topic not served here); it waits for the cold path.
+	HotDropped(topic string)
+	// ColdEnqueued counts n events claimed by the cold path.
+	ColdEnqueued(topic string, n int)
+	// Delivered records an acknowledged event and the time from its commit
+	// to the acknowledgement.
+	Delivered(topic string, latency time.Duration)
+	// Failed counts a failed delivery scheduled for another attempt
+	// (RETRY or deferred).
+	Failed(topic string)
+	// Dead counts an event that went DEAD.
+	Dead(topic string)
+	// QueueDepths records a subscription's queue lengths.
+	QueueDepths(topic string, hot, cold int)
+	// Backlog records a topic's pending events and the age of the oldest.
+	Backlog(topic string, pending int64, oldest time.Duration)
+}
+
+// NopMetrics discards every measurement.
+type NopMetrics struct{}
+
+func (NopMetrics) HotEnqueued(string)                   {}
+func (NopMetrics) HotDropped(string)                    {}
+func (NopMetrics) ColdEnqueued(string, int)             {}
+func (NopMetrics) Delivered(string, time.Duration)      {}
+func (NopMetrics) Failed(string)                        {}
+func (NopMetrics) Dead(string)                          {}
+func (NopMetrics) QueueDepths(string, int, int)         {}
+func (NopMetrics) Backlog(string, int64, time.Duration) {}

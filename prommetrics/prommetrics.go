@@ -1,0 +1,111 @@
+// Package prommetrics exports the outbox relay's measurements to
+// Prometheus: an outbox.Metrics for SubscriberConfig.Metrics.
+//
+//	m, err := prommetrics.New(prometheus.DefaultRegisterer, prommetrics.Config{})
+//	sub, err := watermilladapter.NewSubscriber(store, watermilladapter.SubscriberConfig{Metrics: m})
+//
+// Series, all labelled by topic (namespace "outbox" by default):
+//
+//	outbox_hot_enqueued_total          events queued right after commit
+//	outbox_hot_dropped_total           events the hot path could not take (they wait for the cold path)
+//	outbox_cold_enqueued_total         events claimed by the cold path
+//	outbox_delivered_total             acknowledged events
+//	outbox_failures_total              failed deliveries scheduled again (RETRY or deferred)
+//	outbox_dead_total                  events that went DEAD
+//	outbox_queue_depth{queue}          hot and cold queue lengths
+//	outbox_pending_count               NEW and RETRY rows of the topic (alert when it does not fall)
+//	outbox_oldest_pending_age_seconds  age of the oldest pending row (lag)
+//	outbox_delivery_latency_seconds    commit → acknowledgement histogram
+package prommetrics
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/wmoutbox/wmoutbox/outbox"
+)
+
+// Config configures [New].
+type Config struct {
+	// Namespace prefixes every series. Default "outbox".
+	Namespace string
+	// LatencyBuckets are the histogram's upper bounds in seconds. Default:
+	// 0.5 ms to 60 s, roughly doubling.
+	LatencyBuckets []float64
+}
+
+// Metrics is an outbox.Metrics backed by Prometheus collectors. It is safe
+// for concurrent use.
+type Metrics struct {
+	hotEnqueued, hotDropped, coldEnqueued *prometheus.CounterVec
+	delivered, failures, dead             *prometheus.CounterVec
+	queueDepth, pending, oldestAge        *prometheus.GaugeVec
+	latency                               *prometheus.HistogramVec
+}
+
+var _ outbox.Metrics = (*Metrics)(nil)
+
+// New creates the collectors and registers them with reg.
+func New(reg prometheus.Registerer, cfg Config) (*Metrics, error) {
+	if reg == nil {
+		return nil, fmt.Errorf("%w: prommetrics needs a registerer", outbox.ErrInvalidRequest)
+	}
+	ns := cfg.Namespace
+	if ns == "" {
+		ns = "outbox"
+	}
+	buckets := cfg.LatencyBuckets
+	if len(buckets) == 0 {
+		buckets = []float64{.0005, .001, .002, .005, .01, .02, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}
+	}
+	topic := []string{"topic"}
+	counter := func(name, help string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: name, Help: help}, topic)
+	}
+	gauge := func(name, help string, labels ...string) *prometheus.GaugeVec {
+		return prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: name, Help: help}, append(topic, labels...))
+	}
+	m := &Metrics{
+		hotEnqueued:  counter("hot_enqueued_total", "Events queued for delivery right after commit."),
+		hotDropped:   counter("hot_dropped_total", "Events the hot path could not take; they wait for the cold path."),
+		coldEnqueued: counter("cold_enqueued_total", "Events claimed by the cold path."),
+		delivered:    counter("delivered_total", "Acknowledged events."),
+		failures:     counter("failures_total", "Failed deliveries scheduled for another attempt."),
+		dead:         counter("dead_total", "Events that went DEAD."),
+		queueDepth:   gauge("queue_depth", "Events waiting in a subscription's queue.", "queue"),
+		pending:      gauge("pending_count", "NEW and RETRY events of the topic."),
+		oldestAge:    gauge("oldest_pending_age_seconds", "Age of the oldest pending event of the topic."),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: ns, Name: "delivery_latency_seconds", Help: "Time from commit to acknowledgement.", Buckets: buckets,
+		}, topic),
+	}
+	for _, c := range []prometheus.Collector{m.hotEnqueued, m.hotDropped, m.coldEnqueued, m.delivered,
+		m.failures, m.dead, m.queueDepth, m.pending, m.oldestAge, m.latency} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("prommetrics: register: %w", err)
+		}
+	}
+	return m, nil
+}
+
+func (m *Metrics) HotEnqueued(topic string) { m.hotEnqueued.WithLabelValues(topic).Inc() }
+func (m *Metrics) HotDropped(topic string)  { m.hotDropped.WithLabelValues(topic).Inc() }
+func (m *Metrics) ColdEnqueued(topic string, n int) {
+	m.coldEnqueued.WithLabelValues(topic).Add(float64(n))
+}
+func (m *Metrics) Delivered(topic string, latency time.Duration) {
+	m.delivered.WithLabelValues(topic).Inc()
+	m.latency.WithLabelValues(topic).Observe(latency.Seconds())
+}
+func (m *Metrics) Failed(topic string) { m.failures.WithLabelValues(topic).Inc() }
+func (m *Metrics) Dead(topic string)   { m.dead.WithLabelValues(topic).Inc() }
+func (m *Metrics) QueueDepths(topic string, hot, cold int) {
+	m.queueDepth.WithLabelValues(topic, "hot").Set(float64(hot))
+	m.queueDepth.WithLabelValues(topic, "cold").Set(float64(cold))
+}
+func (m *Metrics) Backlog(topic string, pending int64, oldest time.Duration) {
+	m.pending.WithLabelValues(topic).Set(float64(pending))
+	m.oldestAge.WithLabelValues(topic).Set(oldest.Seconds())
+}

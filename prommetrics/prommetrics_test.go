@@ -1,0 +1,65 @@
+package prommetrics_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/require"
+
+	"github.com/wmoutbox/wmoutbox/outbox"
+	"github.com/wmoutbox/wmoutbox/prommetrics"
+)
+
+func TestSeries(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewPedanticRegistry()
+	m, err := prommetrics.New(reg, prommetrics.Config{})
+	require.NoError(t, err)
+	m.HotEnqueued("orders")
+	m.HotEnqueued("orders")
+	m.HotDropped("orders")
+	m.ColdEnqueued("orders", 50)
+	m.Delivered("orders", 3*time.Millisecond)
+	m.Failed("orders")
+	m.Dead("payments")
+	m.QueueDepths("orders", 7, 9)
+	m.Backlog("orders", 1234, 90*time.Second)
+
+	expected := `
+# HELP outbox_hot_enqueued_total Events queued for delivery right after commit.
+# TYPE outbox_hot_enqueued_total counter
+outbox_hot_enqueued_total{topic="orders"} 2
+# HELP outbox_hot_dropped_total Events the hot path could not take; they wait for the cold path.
+# TYPE outbox_hot_dropped_total counter
+outbox_hot_dropped_total{topic="orders"} 1
+# HELP outbox_cold_enqueued_total Events claimed by the cold path.
+# TYPE outbox_cold_enqueued_total counter
+outbox_cold_enqueued_total{topic="orders"} 50
+# HELP outbox_dead_total Events that went DEAD.
+# TYPE outbox_dead_total counter
+outbox_dead_total{topic="payments"} 1
+# HELP outbox_queue_depth Events waiting in a subscription's queue.
+# TYPE outbox_queue_depth gauge
+outbox_queue_depth{queue="cold",topic="orders"} 9
+outbox_queue_depth{queue="hot",topic="orders"} 7
+# HELP outbox_pending_count NEW and RETRY events of the topic.
+# TYPE outbox_pending_count gauge
+outbox_pending_count{topic="orders"} 1234
+# HELP outbox_oldest_pending_age_seconds Age of the oldest pending event of the topic.
+# TYPE outbox_oldest_pending_age_seconds gauge
+outbox_oldest_pending_age_seconds{topic="orders"} 90
+`
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(expected),
+		"outbox_hot_enqueued_total", "outbox_hot_dropped_total", "outbox_cold_enqueued_total", "outbox_dead_total",
+		"outbox_queue_depth", "outbox_pending_count", "outbox_oldest_pending_age_seconds"))
+	require.Equal(t, 1, testutil.CollectAndCount(reg, "outbox_delivery_latency_seconds"))
+	require.Equal(t, 1, testutil.CollectAndCount(reg, "outbox_failures_total"))
+
+	_, err = prommetrics.New(reg, prommetrics.Config{})
+	require.Error(t, err, "registering twice is refused")
+	_, err = prommetrics.New(nil, prommetrics.Config{})
+	require.ErrorIs(t, err, outbox.ErrInvalidRequest)
+}
