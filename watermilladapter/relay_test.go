@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/components/cqrs"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -553,4 +554,44 @@ func TestCloseUnderLoadReleasesEverything(t *testing.T) {
 	for range pending {
 		got.next(t)
 	}
+}
+
+type OrderPlaced struct {
+	OrderID string `json:"order_id"`
+}
+
+// Watermill's CQRS EventBus publishes with the context it is given, so a
+// long-lived bus writes through the outbox in the command's transaction.
+func TestCQRSEventBusPublishesInTheTransaction(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t)
+	got := newReceived()
+	r := startRelay(t, pool, watermilladapter.SubscriberConfig{}, handlers{"events.OrderPlaced": got.handler})
+	bus, err := cqrs.NewEventBusWithConfig(r.pub, cqrs.EventBusConfig{
+		GeneratePublishTopic: func(p cqrs.GenerateEventPublishTopicParams) (string, error) {
+			return "events." + p.EventName, nil
+		},
+		Marshaler: cqrs.JSONMarshaler{GenerateName: cqrs.StructName},
+	})
+	require.NoError(t, err)
+
+	err = r.store.InTx(t.Context(), func(ctx context.Context, tx pgx.Tx) error {
+		return bus.Publish(ctx, &OrderPlaced{OrderID: "o-1"})
+	})
+	require.NoError(t, err)
+	err = r.store.InTx(t.Context(), func(ctx context.Context, tx pgx.Tx) error {
+		if err := bus.Publish(ctx, &OrderPlaced{OrderID: "o-2"}); err != nil {
+			return err
+		}
+		return errRollback
+	})
+	require.ErrorIs(t, err, errRollback)
+	require.ErrorIs(t, bus.Publish(t.Context(), &OrderPlaced{OrderID: "o-3"}), outbox.ErrNoTransaction)
+
+	msg := got.next(t)
+	require.JSONEq(t, `{"order_id":"o-1"}`, string(msg.Payload))
+	require.Equal(t, watermilladapter.SourceHot, msg.Metadata.Get(watermilladapter.MetadataSource))
+	var rows int
+	require.NoError(t, pool.QueryRow(t.Context(), `SELECT count(*) FROM outbox_event`).Scan(&rows))
+	require.Equal(t, 1, rows)
 }

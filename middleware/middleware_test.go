@@ -1,0 +1,82 @@
+package middleware_test
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	outboxmw "github.com/wmoutbox/wmoutbox/middleware"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+func TestInterceptOrderAndOutcome(t *testing.T) {
+	t.Parallel()
+	var trace []string
+	ic := func(name string, failBefore bool) outboxmw.Interceptor {
+		return outboxmw.Interceptor{
+			Before: func(*message.Message) error {
+				trace = append(trace, "before "+name)
+				if failBefore {
+					return errors.New(name + " refuses")
+				}
+				return nil
+			},
+			After: func(_ *message.Message, err error) {
+				trace = append(trace, "after "+name+": "+errString(err))
+			},
+		}
+	}
+	handlerErr := errors.New("handler failed")
+	h := outboxmw.Intercept(nil, ic("a", false), outboxmw.Interceptor{}, ic("b", false))(
+		func(*message.Message) ([]*message.Message, error) {
+			trace = append(trace, "handler")
+			return nil, handlerErr
+		})
+	_, err := h(message.NewMessage(watermill.NewUUID(), nil))
+	require.ErrorIs(t, err, handlerErr)
+	require.Equal(t, []string{"before a", "before b", "handler", "after b: handler failed", "after a: handler failed"}, trace)
+
+	trace = nil
+	h = outboxmw.Intercept(nil, ic("a", true), ic("b", false))(func(*message.Message) ([]*message.Message, error) {
+		trace = append(trace, "handler")
+		return nil, nil
+	})
+	_, err = h(message.NewMessage(watermill.NewUUID(), nil))
+	require.ErrorContains(t, err, "a refuses")
+	require.Equal(t, []string{
+		"before a",
+		"after b: interceptor before dispatch: a refuses",
+		"after a: interceptor before dispatch: a refuses",
+	}, trace, "a failing before hook stops the chain and the handler")
+}
+
+func TestInterceptAfterPanicIsContained(t *testing.T) {
+	t.Parallel()
+	h := outboxmw.Intercept(watermill.NopLogger{}, outboxmw.Interceptor{
+		After: func(*message.Message, error) { panic("boom") },
+	})(func(*message.Message) ([]*message.Message, error) { return nil, nil })
+	_, err := h(message.NewMessage(watermill.NewUUID(), nil))
+	require.NoError(t, err)
+}
+
+func TestRecordErrorsPassesTheErrorOn(t *testing.T) {
+	t.Parallel()
+	boom := errors.New("boom")
+	h := outboxmw.RecordErrors(func(*message.Message) ([]*message.Message, error) { return nil, boom })
+	_, err := h(message.NewMessage(watermill.NewUUID(), nil))
+	require.ErrorIs(t, err, boom, "a message not from an outbox subscriber is left alone")
+}
+
+func errString(err error) string {
+	if err == nil {
+		return "<nil>"
+	}
+	return err.Error()
+}
