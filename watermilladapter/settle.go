@@ -100,15 +100,23 @@ func (st *settler) run() {
 	}
 }
 
-// drain records what is still queued after the subscriptions stopped.
+// drain records what is still queued after the subscriptions stopped, in
+// batches like run does.
 func (st *settler) drain() {
+	var batch []outbox.StatusUpdate
 	for {
 		select {
 		case u := <-st.updates:
-			st.flushUpdates([]outbox.StatusUpdate{u})
+			if batch = append(batch, u); len(batch) == maxSettleBatch {
+				st.flushUpdates(batch)
+				batch = batch[:0]
+			}
 		case items := <-st.releases:
 			st.flushReleases(items)
 		default:
+			if len(batch) > 0 {
+				st.flushUpdates(batch)
+			}
 			return
 		}
 	}
