@@ -22,7 +22,8 @@ var (
 
 	// ErrDuplicateEvent is returned by [Writer.Write] (from the store's
 	// insert) when an event id is already in the table. The transaction is
-	// then aborted on PostgreSQL: roll it back.
+	// then aborted on PostgreSQL: roll it back. On SQLite it stays usable,
+	// without any event of the failed write.
 	ErrDuplicateEvent = errors.New("outbox: duplicate event id")
 
 	// ErrNotFound is returned by [Store.Get] when no row has the event id.

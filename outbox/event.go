@@ -19,7 +19,8 @@ type Event struct {
 	AvailableAt time.Time
 	// CreatedAt is when the row was written.
 	CreatedAt time.Time
-	// UpdatedAt is when the status last changed (the write, for new rows).
+	// UpdatedAt is when an outcome was last recorded (the write, for new
+	// rows): a status change, a deferral or a replay.
 	UpdatedAt time.Time
 	// DoneAt is when delivery was acknowledged; zero unless DONE.
 	DoneAt time.Time

@@ -8,7 +8,8 @@ import (
 // Store is what the relay side needs from a dialect: claiming due events,
 // recording outcomes, and the operator queries. Implementations are safe for
 // concurrent use and run each call in its own short transaction, outside any
-// business transaction. [outbox/postgres.Store] is the PostgreSQL one.
+// business transaction. [outbox/postgres.Store] is the PostgreSQL one,
+// [outbox/sqlite.Store] the embedded one.
 type Store interface {
 	// Get returns the event with the given id, or [ErrNotFound].
 	Get(ctx context.Context, id string) (Event, error)
@@ -33,8 +34,9 @@ type Store interface {
 	Release(ctx context.Context, owner string, ids []string) (int64, error)
 
 	// UpdateStatus records delivery outcomes, all in one statement. Updates
-	// are idempotent, never change a DONE row and clear the claim. It
-	// returns how many rows changed.
+	// never change a DONE row, so recording DONE twice is harmless; a
+	// repeated RETRY or DEAD counts one more failed attempt. Every update
+	// clears the claim. It returns how many rows changed.
 	UpdateStatus(ctx context.Context, updates ...StatusUpdate) (int64, error)
 
 	// QueryDead lists DEAD events matching q, ordered by event id.

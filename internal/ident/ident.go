@@ -1,0 +1,30 @@
+// Package ident holds the rule that every dialect applies to the table and
+// schema names it is configured with, so that a name valid for one store is
+// valid for all of them.
+package ident
+
+import (
+	"fmt"
+	"regexp"
+)
+
+var pattern = regexp.MustCompile(`^[a-z_][a-z0-9_]*$`)
+
+// Validate reports whether name is a plain identifier: 1 to max characters
+// of lowercase ASCII letters, digits and underscores, not starting with a
+// digit. Such a name means the same quoted or not, in every dialect: no case
+// folding, no quoting, no injection. The error wraps invalid, the calling
+// dialect's sentinel.
+func Validate(name string, max int, invalid error) error {
+	if len(name) == 0 || len(name) > max {
+		return fmt.Errorf("%w: %q must be 1 to %d characters", invalid, name, max)
+	}
+	if !pattern.MatchString(name) {
+		return fmt.Errorf("%w: %q may hold only a-z, 0-9 and _, and not start with a digit", invalid, name)
+	}
+	return nil
+}
+
+// Quote returns a validated name in double quotes, the standard SQL form
+// that PostgreSQL and SQLite share.
+func Quote(name string) string { return `"` + name + `"` }

@@ -1,0 +1,759 @@
+// Package storetest is the conformance suite of the outbox stores: every
+// behaviour of [outbox.TxStore] that does not depend on the dialect, run
+// against a real database. Each dialect's tests call [Run] with a
+// [Harness] on a fresh database per test. Tests only.
+package storetest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/wmoutbox/wmoutbox/internal/clocktest"
+	"github.com/wmoutbox/wmoutbox/outbox"
+)
+
+// Start is the time the harness clock must start at.
+var Start = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+
+// Harness is one store on an empty, migrated database with the default
+// table, and what the suite needs to look behind it.
+type Harness[Tx any] struct {
+	// Store is the store under test; its clock is Clock.
+	Store outbox.TxStore[Tx]
+	// Clock is the store's clock, set to [Start].
+	Clock *clocktest.Clock
+	// Tx begins, commits and rolls back a transaction the test owns, on
+	// the store's database.
+	Tx outbox.TxFuncs[Tx]
+	// Count returns the number of rows in the outbox table.
+	Count func(t *testing.T) int
+	// CorruptHeaders stores headers that are valid JSON but not an object
+	// of strings, {"a": 1}, in the row of event id.
+	CorruptHeaders func(t *testing.T, id string)
+}
+
+// Run runs the suite, each test in parallel on the harness newHarness
+// returns for it.
+func Run[Tx any](t *testing.T, newHarness func(t *testing.T) Harness[Tx]) {
+	tests := []struct {
+		name string
+		fn   func(t *testing.T, f *fixture[Tx])
+	}{
+		{"RollbackLeavesNoRowCommitLeavesOne", testRollbackLeavesNoRowCommitLeavesOne[Tx]},
+		{"WriteInCallerOwnedTransaction", testWriteInCallerOwnedTransaction[Tx]},
+		{"WriteWithoutTransactionFailsFast", testWriteWithoutTransactionFailsFast[Tx]},
+		{"AfterCommitHooksRunOnlyOnCommitInOrder", testAfterCommitHooksRunOnlyOnCommitInOrder[Tx]},
+		{"HotPathHookReceivesCommittedEvents", testHotPathHookReceivesCommittedEvents[Tx]},
+		{"InsertRoundTripsEveryField", testInsertRoundTripsEveryField[Tx]},
+		{"InsertBatches", testInsertBatches[Tx]},
+		{"PayloadSizeBoundary", testPayloadSizeBoundary[Tx]},
+		{"DuplicateEventID", testDuplicateEventID[Tx]},
+		{"StatusTransitions", testStatusTransitions[Tx]},
+		{"UpdateStatusLastUpdatePerEventWins", testUpdateStatusLastUpdatePerEventWins[Tx]},
+		{"DelayedEventsInvisibleUntilDue", testDelayedEventsInvisibleUntilDue[Tx]},
+		{"RetryAndDeferredDueAgainAtNextTime", testRetryAndDeferredDueAgainAtNextTime[Tx]},
+		{"ClaimLocksAndExpires", testClaimLocksAndExpires[Tx]},
+		{"ReleaseLetsOthersClaimAtOnce", testReleaseLetsOthersClaimAtOnce[Tx]},
+		{"ClaimSkipsRecentEvents", testClaimSkipsRecentEvents[Tx]},
+		{"ClaimByTopic", testClaimByTopic[Tx]},
+		{"ClaimRejectsBadRequests", testClaimRejectsBadRequests[Tx]},
+		{"ClaimReturnsDueOrderNotIDOrder", testClaimReturnsDueOrderNotIDOrder[Tx]},
+		{"DeadEventsQueryCountReplay", testDeadEventsQueryCountReplay[Tx]},
+		{"PurgeDeletesOnlyOldTerminalRows", testPurgeDeletesOnlyOldTerminalRows[Tx]},
+		{"MalformedHeadersDoNotBreakTheBatch", testMalformedHeadersDoNotBreakTheBatch[Tx]},
+		{"GetUnknownEvent", testGetUnknownEvent[Tx]},
+		{"Backlog", testBacklog[Tx]},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			tt.fn(t, newFixture(t, newHarness))
+		})
+	}
+}
+
+type fixture[Tx any] struct {
+	Harness[Tx]
+	writer *outbox.Writer[Tx]
+}
+
+func newFixture[Tx any](t *testing.T, newHarness func(t *testing.T) Harness[Tx]) *fixture[Tx] {
+	t.Helper()
+	h := newHarness(t)
+	require.Equal(t, Start, h.Clock.Now(), "the harness clock starts at storetest.Start")
+	writer, err := outbox.NewWriter(h.Store, outbox.WriterConfig{Clock: h.Clock})
+	require.NoError(t, err)
+	return &fixture[Tx]{Harness: h, writer: writer}
+}
+
+// write commits events in one transaction and returns their ids.
+func (f *fixture[Tx]) write(t *testing.T, events ...outbox.Envelope) []string {
+	t.Helper()
+	var ids []string
+	err := f.Store.InTx(t.Context(), func(ctx context.Context, tx Tx) error {
+		var err error
+		ids, err = f.writer.Write(ctx, tx, events...)
+		return err
+	})
+	require.NoError(t, err)
+	return ids
+}
+
+func (f *fixture[Tx]) get(t *testing.T, id string) outbox.Event {
+	t.Helper()
+	e, err := f.Store.Get(t.Context(), id)
+	require.NoError(t, err)
+	return e
+}
+
+func (f *fixture[Tx]) claim(t *testing.T, req outbox.ClaimRequest) []string {
+	t.Helper()
+	events, err := f.Store.Claim(t.Context(), req)
+	require.NoError(t, err)
+	return IDs(events)
+}
+
+// JSONEvent is an OrderCreated event whose JSON payload has spacing a JSON
+// normaliser would change.
+func JSONEvent(i int) outbox.Envelope {
+	return outbox.NewJSON("OrderCreated", fmt.Appendf(nil, `{"order": %d,  "note": "spaces  kept"}`, i))
+}
+
+// IDs returns the ids of events, in order.
+func IDs(events []outbox.Event) []string {
+	out := make([]string, len(events))
+	for i, e := range events {
+		out[i] = e.ID
+	}
+	return out
+}
+
+func testRollbackLeavesNoRowCommitLeavesOne[Tx any](t *testing.T, f *fixture[Tx]) {
+	boom := errors.New("business rule failed")
+	err := f.Store.InTx(t.Context(), func(ctx context.Context, tx Tx) error {
+		_, err := f.writer.Write(ctx, tx, JSONEvent(1))
+		require.NoError(t, err)
+		return boom
+	})
+	require.ErrorIs(t, err, boom)
+	require.Zero(t, f.Count(t))
+
+	f.write(t, JSONEvent(2))
+	require.Equal(t, 1, f.Count(t))
+}
+
+func testWriteInCallerOwnedTransaction[Tx any](t *testing.T, f *fixture[Tx]) {
+	ctx := t.Context()
+	tx, err := f.Tx.Begin(ctx)
+	require.NoError(t, err)
+	ids, err := f.writer.Write(ctx, tx, JSONEvent(1))
+	require.NoError(t, err)
+	require.Zero(t, f.Count(t), "invisible before commit")
+	require.NoError(t, f.Tx.Commit(ctx, tx))
+	require.Equal(t, outbox.StatusNew, f.get(t, ids[0]).Status)
+
+	tx, err = f.Tx.Begin(ctx)
+	require.NoError(t, err)
+	_, err = f.writer.Write(ctx, tx, JSONEvent(2))
+	require.NoError(t, err)
+	require.NoError(t, f.Tx.Rollback(ctx, tx))
+	require.Equal(t, 1, f.Count(t))
+}
+
+func testWriteWithoutTransactionFailsFast[Tx any](t *testing.T, f *fixture[Tx]) {
+	var none Tx
+	_, err := f.writer.Write(t.Context(), none, JSONEvent(1))
+	require.ErrorIs(t, err, outbox.ErrNoTransaction)
+	require.ErrorIs(t, f.Store.Insert(t.Context(), none, []outbox.Envelope{JSONEvent(1)}, outbox.Lease{}), outbox.ErrNoTransaction)
+}
+
+func testAfterCommitHooksRunOnlyOnCommitInOrder[Tx any](t *testing.T, f *fixture[Tx]) {
+	ctx := t.Context()
+	var (
+		mu  sync.Mutex
+		got []string
+	)
+	record := func(name string) func(context.Context) error {
+		return func(context.Context) error {
+			mu.Lock()
+			defer mu.Unlock()
+			got = append(got, name)
+			return nil
+		}
+	}
+	err := f.Store.InTx(ctx, func(ctx context.Context, tx Tx) error {
+		require.NoError(t, outbox.AfterCommit(ctx, record("first")))
+		require.NoError(t, outbox.AfterCommit(ctx, func(context.Context) error { panic("hook panics") }))
+		require.NoError(t, outbox.AfterCommit(ctx, func(context.Context) error { return errors.New("hook fails") }))
+		require.NoError(t, outbox.AfterCommit(ctx, record("second")))
+		_, err := f.writer.Write(ctx, tx, JSONEvent(1))
+		return err
+	})
+	require.NoError(t, err, "failing hooks never fail the commit")
+	require.Equal(t, []string{"first", "second"}, got)
+	require.Equal(t, 1, f.Count(t))
+
+	got = nil
+	err = f.Store.InTx(ctx, func(ctx context.Context, tx Tx) error {
+		require.NoError(t, outbox.AfterCommit(ctx, record("rolled back")))
+		return errors.New("rollback")
+	})
+	require.Error(t, err)
+	require.Empty(t, got)
+}
+
+func testHotPathHookReceivesCommittedEvents[Tx any](t *testing.T, f *fixture[Tx]) {
+	var got []outbox.Envelope
+	writer, err := outbox.NewWriter(f.Store, outbox.WriterConfig{
+		Clock:        f.Clock,
+		ClaimOwner:   "relay-a",
+		ClaimTimeout: time.Minute,
+		AfterCommit: func(_ context.Context, events []outbox.Envelope) error {
+			got = append(got, events...)
+			return nil
+		},
+	})
+	require.NoError(t, err)
+	delayed := JSONEvent(2)
+	delayed.DeliverAfter = Start.Add(time.Hour)
+	var written []string
+	require.NoError(t, f.Store.InTx(t.Context(), func(ctx context.Context, tx Tx) error {
+		written, err = writer.Write(ctx, tx, JSONEvent(1), delayed)
+		return err
+	}))
+	require.Len(t, got, 1)
+	require.Equal(t, written[0], got[0].ID)
+
+	hot, cold := f.get(t, written[0]), f.get(t, written[1])
+	require.Equal(t, "relay-a", hot.LockedBy, "hot-path rows are written claimed by the writing relay")
+	require.Equal(t, Start, hot.LockedAt.UTC())
+	require.Equal(t, Start.Add(time.Minute), hot.AvailableAt.UTC(), "due again when the lease ends")
+	require.Empty(t, cold.LockedBy, "delayed rows are never pre-claimed")
+	require.True(t, cold.LockedAt.IsZero())
+	require.Equal(t, delayed.DeliverAfter, cold.AvailableAt.UTC())
+
+	req := outbox.ClaimRequest{Owner: "relay-b", LockTimeout: time.Minute}
+	require.Empty(t, f.claim(t, req), "another relay leaves the hot row alone while the claim is fresh")
+	f.Clock.Advance(time.Minute)
+	require.Equal(t, written[:1], f.claim(t, req), "the claim of a relay that died expires")
+}
+
+func testInsertRoundTripsEveryField[Tx any](t *testing.T, f *fixture[Tx]) {
+	payload := []byte("{\n  \"b\": 1, \"a\": [1,2,3],\n  \"a\": \"dup keys and spacing kept\"\n}")
+	in := outbox.Envelope{
+		ID:            "01ARZ3NDEKTSV4RRFFQ69G5FAV",
+		Type:          "OrderCreated",
+		Topic:         "orders",
+		OccurredAt:    Start.Add(-time.Hour),
+		AggregateType: "Order",
+		AggregateID:   "order-42",
+		TenantID:      "tenant-7",
+		Headers:       map[string]string{"traceparent": "00-abc-def-01", "quote\"key": "ünïcødé <&>"},
+		PayloadJSON:   payload,
+	}
+	raw := outbox.NewBytes("Blob", []byte{0, 1, 2, 0xff, 0})
+	empty := outbox.NewBytes("Empty", []byte{})
+	got := f.write(t, in, raw, empty)
+	require.Equal(t, in.ID, got[0])
+
+	e := f.get(t, in.ID)
+	require.Equal(t, in.Type, e.Type)
+	require.Equal(t, "orders", e.Topic)
+	require.Equal(t, in.OccurredAt, e.OccurredAt.UTC())
+	require.Equal(t, in.AggregateType, e.AggregateType)
+	require.Equal(t, "order-42", e.AggregateID)
+	require.Equal(t, "tenant-7", e.TenantID)
+	require.Equal(t, in.Headers, e.Headers)
+	require.True(t, e.IsJSON())
+	require.Equal(t, payload, e.PayloadJSON, "JSON payload byte-identical")
+	require.Equal(t, outbox.StatusNew, e.Status)
+	require.Zero(t, e.Attempts)
+	require.Equal(t, Start, e.CreatedAt.UTC())
+	require.Equal(t, Start, e.AvailableAt.UTC())
+	require.Equal(t, Start, e.UpdatedAt.UTC())
+	require.True(t, e.DoneAt.IsZero())
+	require.Empty(t, e.LastError)
+	require.Empty(t, e.LockedBy)
+	require.True(t, e.LockedAt.IsZero())
+	require.NoError(t, e.Malformed)
+
+	r := f.get(t, got[1])
+	require.False(t, r.IsJSON())
+	require.Equal(t, []byte{0, 1, 2, 0xff, 0}, r.PayloadBytes)
+	require.Equal(t, outbox.GlobalAggregate, r.AggregateType)
+	require.Equal(t, "Blob", r.Topic, "topic defaults to the event type")
+	require.Empty(t, r.AggregateID)
+	require.Empty(t, r.TenantID)
+	require.Nil(t, r.Headers)
+
+	require.NotNil(t, f.get(t, got[2]).PayloadBytes)
+	require.Empty(t, f.get(t, got[2]).PayloadBytes)
+}
+
+func testInsertBatches[Tx any](t *testing.T, f *fixture[Tx]) {
+	for _, n := range []int{0, 1, 1000} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			before := f.Count(t)
+			events := make([]outbox.Envelope, n)
+			for i := range events {
+				events[i] = JSONEvent(i)
+			}
+			written := f.write(t, events...)
+			require.Len(t, written, n)
+			require.Equal(t, before+n, f.Count(t))
+			if n > 0 {
+				last := f.get(t, written[n-1])
+				require.Equal(t, events[n-1].PayloadJSON, last.PayloadJSON)
+				require.True(t, slices.IsSorted(written), "monotonic ULIDs keep the batch order")
+			}
+		})
+	}
+}
+
+func testPayloadSizeBoundary[Tx any](t *testing.T, f *fixture[Tx]) {
+	exact := bytes.Repeat([]byte{'x'}, outbox.MaxPayloadSize)
+	id := f.write(t, outbox.NewBytes("Big", exact))[0]
+	require.Equal(t, exact, f.get(t, id).PayloadBytes)
+
+	err := f.Store.InTx(t.Context(), func(ctx context.Context, tx Tx) error {
+		_, err := f.writer.Write(ctx, tx, JSONEvent(1), outbox.NewBytes("Big", append(exact, 'x')))
+		return err
+	})
+	require.ErrorIs(t, err, outbox.ErrInvalidEnvelope)
+	require.Equal(t, 1, f.Count(t), "nothing of the rejected batch written")
+}
+
+func testDuplicateEventID[Tx any](t *testing.T, f *fixture[Tx]) {
+	e := JSONEvent(1)
+	e.ID = "fixed-id"
+	f.write(t, e)
+	err := f.Store.InTx(t.Context(), func(ctx context.Context, tx Tx) error {
+		_, err := f.writer.Write(ctx, tx, JSONEvent(2), e)
+		return err
+	})
+	require.ErrorIs(t, err, outbox.ErrDuplicateEvent)
+	require.Equal(t, 1, f.Count(t), "nothing of the failed batch written")
+
+	// A caller that ignores the error and commits anyway: PostgreSQL
+	// refuses (the transaction is aborted), SQLite commits the transaction
+	// without the batch. Either way no row of the batch is written.
+	ctx := t.Context()
+	tx, err := f.Tx.Begin(ctx)
+	require.NoError(t, err)
+	_, err = f.writer.Write(ctx, tx, JSONEvent(3), e)
+	require.ErrorIs(t, err, outbox.ErrDuplicateEvent)
+	if err := f.Tx.Commit(ctx, tx); err != nil {
+		_ = f.Tx.Rollback(ctx, tx)
+	}
+	require.Equal(t, 1, f.Count(t), "a failed batch is all or nothing")
+}
+
+func testStatusTransitions[Tx any](t *testing.T, f *fixture[Tx]) {
+	ctx := t.Context()
+	written := f.write(t, JSONEvent(1), JSONEvent(2), JSONEvent(3), JSONEvent(4))
+	done, retried, dead, deferred := written[0], written[1], written[2], written[3]
+	require.Len(t, f.claim(t, outbox.ClaimRequest{Owner: "me"}), 4)
+
+	f.Clock.Advance(time.Second)
+	now := f.Clock.Now()
+	long := strings.Repeat("é", 5000)
+	n, err := f.Store.UpdateStatus(ctx,
+		outbox.Done(done),
+		outbox.Retry(retried, now.Add(time.Minute), errors.New(long)),
+		outbox.Dead(dead, errors.New("poison")),
+		outbox.Defer(deferred, now.Add(time.Hour), nil),
+	)
+	require.NoError(t, err)
+	require.EqualValues(t, 4, n)
+
+	e := f.get(t, done)
+	require.Equal(t, outbox.StatusDone, e.Status)
+	require.Equal(t, now, e.DoneAt.UTC())
+	require.Equal(t, now, e.UpdatedAt.UTC())
+	require.Zero(t, e.Attempts)
+	require.Empty(t, e.LockedBy)
+	require.True(t, e.LockedAt.IsZero())
+
+	e = f.get(t, retried)
+	require.Equal(t, outbox.StatusRetry, e.Status)
+	require.Equal(t, 1, e.Attempts)
+	require.Equal(t, now.Add(time.Minute), e.AvailableAt.UTC())
+	require.Equal(t, strings.Repeat("é", outbox.MaxErrorLen), e.LastError, "5000-char error stored cut to 4000")
+	require.Empty(t, e.LockedBy)
+	require.True(t, e.DoneAt.IsZero())
+
+	e = f.get(t, dead)
+	require.Equal(t, outbox.StatusDead, e.Status)
+	require.Equal(t, 1, e.Attempts)
+	require.Equal(t, "poison", e.LastError)
+	require.Empty(t, e.LockedBy)
+
+	e = f.get(t, deferred)
+	require.Equal(t, outbox.StatusNew, e.Status, "a deferral keeps the status")
+	require.Zero(t, e.Attempts, "a deferral spends no attempt")
+	require.Equal(t, now.Add(time.Hour), e.AvailableAt.UTC())
+	require.Empty(t, e.LastError, "a deferral without a reason writes no error")
+	require.Empty(t, e.LockedBy)
+
+	// Idempotence, and DONE is final.
+	f.Clock.Advance(time.Second)
+	n, err = f.Store.UpdateStatus(ctx, outbox.Done(done), outbox.Retry(done, now, errors.New("late")), outbox.Dead(done, nil))
+	require.NoError(t, err)
+	require.Zero(t, n)
+	e = f.get(t, done)
+	require.Equal(t, outbox.StatusDone, e.Status)
+	require.Equal(t, now, e.DoneAt.UTC(), "a DONE row is never rewritten")
+	require.Equal(t, now, e.UpdatedAt.UTC())
+
+	n, err = f.Store.UpdateStatus(ctx, outbox.Retry(retried, now.Add(2*time.Minute), errors.New("again")))
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n)
+	e = f.get(t, retried)
+	require.Equal(t, 2, e.Attempts)
+	require.Equal(t, "again", e.LastError)
+
+	n, err = f.Store.UpdateStatus(ctx, outbox.Done(retried))
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n)
+	e = f.get(t, retried)
+	require.Equal(t, outbox.StatusDone, e.Status)
+	require.Equal(t, "again", e.LastError, "the last failure stays readable after success")
+
+	_, err = f.Store.UpdateStatus(ctx, outbox.StatusUpdate{ID: dead, Status: outbox.StatusRetry})
+	require.ErrorIs(t, err, outbox.ErrInvalidRequest)
+	n, err = f.Store.UpdateStatus(ctx, outbox.Done("no-such-event"))
+	require.NoError(t, err)
+	require.Zero(t, n)
+	n, err = f.Store.UpdateStatus(ctx)
+	require.NoError(t, err)
+	require.Zero(t, n)
+}
+
+func testUpdateStatusLastUpdatePerEventWins[Tx any](t *testing.T, f *fixture[Tx]) {
+	id := f.write(t, JSONEvent(1))[0]
+	n, err := f.Store.UpdateStatus(t.Context(),
+		outbox.Retry(id, Start.Add(time.Minute), errors.New("first")), outbox.Dead(id, errors.New("second")))
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n)
+	e := f.get(t, id)
+	require.Equal(t, outbox.StatusDead, e.Status)
+	require.Equal(t, 1, e.Attempts)
+	require.Equal(t, "second", e.LastError)
+}
+
+func testDelayedEventsInvisibleUntilDue[Tx any](t *testing.T, f *fixture[Tx]) {
+	delayed := JSONEvent(1)
+	delayed.DeliverAfter = Start.Add(10 * time.Second)
+	id := f.write(t, delayed)[0]
+	require.Equal(t, delayed.DeliverAfter, f.get(t, id).AvailableAt.UTC())
+
+	req := outbox.ClaimRequest{Owner: "me"}
+	require.Empty(t, f.claim(t, req))
+	f.Clock.Advance(9 * time.Second)
+	require.Empty(t, f.claim(t, req))
+	f.Clock.Advance(time.Second)
+	require.Equal(t, []string{id}, f.claim(t, req))
+}
+
+func testRetryAndDeferredDueAgainAtNextTime[Tx any](t *testing.T, f *fixture[Tx]) {
+	written := f.write(t, JSONEvent(1), JSONEvent(2))
+	_, err := f.Store.UpdateStatus(t.Context(),
+		outbox.Retry(written[0], Start.Add(time.Second), errors.New("down")),
+		outbox.Defer(written[1], Start.Add(2*time.Second), nil))
+	require.NoError(t, err)
+	req := outbox.ClaimRequest{Owner: "me"}
+	require.Empty(t, f.claim(t, req))
+	f.Clock.Advance(time.Second)
+	require.Equal(t, written[:1], f.claim(t, req))
+	f.Clock.Advance(time.Second)
+	require.Equal(t, written[1:], f.claim(t, req))
+	require.Zero(t, f.get(t, written[1]).Attempts)
+}
+
+func testClaimLocksAndExpires[Tx any](t *testing.T, f *fixture[Tx]) {
+	ctx := t.Context()
+	written := f.write(t, JSONEvent(1), JSONEvent(2), JSONEvent(3))
+
+	a, err := f.Store.Claim(ctx, outbox.ClaimRequest{Owner: "a", Limit: 2, LockTimeout: 30 * time.Second})
+	require.NoError(t, err)
+	require.Equal(t, written[:2], IDs(a), "due order, limit honoured")
+	for _, e := range a {
+		require.Equal(t, "a", e.LockedBy)
+		require.Equal(t, Start, e.LockedAt.UTC())
+		require.Equal(t, Start.Add(30*time.Second), e.AvailableAt.UTC(), "the lease end")
+		require.Equal(t, e, f.get(t, e.ID), "the claim returns the rows as stored")
+	}
+	b := f.claim(t, outbox.ClaimRequest{Owner: "b", LockTimeout: 30 * time.Second})
+	require.Equal(t, written[2:], b, "fresh claims are not taken")
+
+	f.Clock.Advance(29 * time.Second)
+	require.Empty(t, f.claim(t, outbox.ClaimRequest{Owner: "c", LockTimeout: 30 * time.Second}),
+		"claims younger than the lock timeout hold")
+
+	f.Clock.Advance(time.Second)
+	c := f.claim(t, outbox.ClaimRequest{Owner: "c", LockTimeout: 30 * time.Second})
+	require.ElementsMatch(t, written, c, "expired claims are taken over")
+	e := f.get(t, written[0])
+	require.Equal(t, "c", e.LockedBy)
+	require.Equal(t, Start.Add(30*time.Second), e.LockedAt.UTC())
+	require.Equal(t, outbox.StatusNew, e.Status, "a claim changes no status")
+	require.Zero(t, e.Attempts, "nor the attempts")
+}
+
+func testReleaseLetsOthersClaimAtOnce[Tx any](t *testing.T, f *fixture[Tx]) {
+	ctx := t.Context()
+	written := f.write(t, JSONEvent(1), JSONEvent(2))
+	require.Len(t, f.claim(t, outbox.ClaimRequest{Owner: "a"}), 2)
+
+	n, err := f.Store.Release(ctx, "not-the-owner", written)
+	require.NoError(t, err)
+	require.Zero(t, n)
+	n, err = f.Store.Release(ctx, "a", nil)
+	require.NoError(t, err)
+	require.Zero(t, n)
+	f.Clock.Advance(time.Second)
+	n, err = f.Store.Release(ctx, "a", written[:1])
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n)
+
+	e := f.get(t, written[0])
+	require.Empty(t, e.LockedBy)
+	require.True(t, e.LockedAt.IsZero())
+	require.Equal(t, f.Clock.Now(), e.AvailableAt.UTC(), "due at once")
+	require.Equal(t, written[:1], f.claim(t, outbox.ClaimRequest{Owner: "b"}))
+
+	_, err = f.Store.UpdateStatus(ctx, outbox.Done(written[1]))
+	require.NoError(t, err)
+	n, err = f.Store.Release(ctx, "a", written[1:])
+	require.NoError(t, err)
+	require.Zero(t, n, "finished events have no claim to release")
+}
+
+func testClaimSkipsRecentEvents[Tx any](t *testing.T, f *fixture[Tx]) {
+	old := f.write(t, JSONEvent(1))
+	f.Clock.Advance(time.Second)
+	f.write(t, JSONEvent(2))
+
+	polled, err := f.Store.PollPending(t.Context(), outbox.PollRequest{SkipRecent: 500 * time.Millisecond})
+	require.NoError(t, err)
+	require.Equal(t, old, IDs(polled), "poll honours skip-recent")
+	require.Empty(t, f.get(t, old[0]).LockedBy, "poll does not claim")
+
+	require.Equal(t, old, f.claim(t, outbox.ClaimRequest{Owner: "me", SkipRecent: time.Second}))
+	require.Equal(t, "me", f.get(t, old[0]).LockedBy)
+
+	polled, err = f.Store.PollPending(t.Context(), outbox.PollRequest{})
+	require.NoError(t, err)
+	require.Len(t, polled, 1, "a claimed event is not due while its lease runs")
+	require.NotEqual(t, old[0], polled[0].ID)
+}
+
+func testClaimByTopic[Tx any](t *testing.T, f *fixture[Tx]) {
+	mk := func(topic string) outbox.Envelope {
+		e := JSONEvent(0)
+		e.Topic = topic
+		return e
+	}
+	written := f.write(t, mk("a"), mk("b"), mk("c"), mk("a"))
+
+	polled, err := f.Store.PollPending(t.Context(), outbox.PollRequest{Topics: []string{"a", "b"}})
+	require.NoError(t, err)
+	require.Equal(t, []string{written[0], written[1], written[3]}, IDs(polled))
+	polled, err = f.Store.PollPending(t.Context(), outbox.PollRequest{Topics: []string{"c"}})
+	require.NoError(t, err)
+	require.Equal(t, []string{written[2]}, IDs(polled))
+
+	require.Equal(t, []string{written[0], written[3]}, f.claim(t, outbox.ClaimRequest{Owner: "x", Topics: []string{"a"}}))
+	require.Equal(t, []string{written[1]}, f.claim(t, outbox.ClaimRequest{Owner: "x", Topics: []string{"b", "zzz"}}))
+	require.Equal(t, []string{written[2]}, f.claim(t, outbox.ClaimRequest{Owner: "x"}))
+}
+
+func testClaimRejectsBadRequests[Tx any](t *testing.T, f *fixture[Tx]) {
+	ctx := t.Context()
+	f.write(t, JSONEvent(1))
+	_, err := f.Store.Claim(ctx, outbox.ClaimRequest{})
+	require.ErrorIs(t, err, outbox.ErrInvalidRequest)
+	_, err = f.Store.Claim(ctx, outbox.ClaimRequest{Owner: "x", Limit: -1})
+	require.ErrorIs(t, err, outbox.ErrInvalidRequest)
+	_, err = f.Store.PollPending(ctx, outbox.PollRequest{SkipRecent: -time.Second})
+	require.ErrorIs(t, err, outbox.ErrInvalidRequest)
+	_, err = f.Store.QueryDead(ctx, outbox.DeadQuery{Limit: -1})
+	require.ErrorIs(t, err, outbox.ErrInvalidRequest)
+	require.Len(t, f.claim(t, outbox.ClaimRequest{Owner: "x"}), 1, "a rejected request claims nothing")
+}
+
+func testClaimReturnsDueOrderNotIDOrder[Tx any](t *testing.T, f *fixture[Tx]) {
+	older := f.write(t, JSONEvent(1))[0]
+	f.Clock.Advance(time.Second)
+	newer := f.write(t, JSONEvent(2))[0]
+	_, err := f.Store.UpdateStatus(t.Context(), outbox.Retry(older, f.Clock.Now().Add(time.Second), errors.New("down")))
+	require.NoError(t, err)
+	f.Clock.Advance(2 * time.Second)
+
+	polled, err := f.Store.PollPending(t.Context(), outbox.PollRequest{})
+	require.NoError(t, err)
+	require.Equal(t, []string{newer, older}, IDs(polled), "poll too")
+	require.Equal(t, []string{newer, older}, f.claim(t, outbox.ClaimRequest{Owner: "me"}),
+		"the retried event is due after the newer one")
+}
+
+func testDeadEventsQueryCountReplay[Tx any](t *testing.T, f *fixture[Tx]) {
+	ctx := t.Context()
+	mk := func(typ outbox.EventType, topic string) outbox.Envelope {
+		return outbox.Envelope{Type: typ, Topic: topic, PayloadJSON: []byte(`{}`)}
+	}
+	written := f.write(t, mk("A", "t1"), mk("A", "t2"), mk("B", "t1"), mk("A", "t1"), mk("A", "t1"))
+	_, err := f.Store.UpdateStatus(ctx, outbox.Dead(written[0], errors.New("e0")), outbox.Dead(written[1], errors.New("e1")))
+	require.NoError(t, err)
+	f.Clock.Advance(time.Hour)
+	_, err = f.Store.UpdateStatus(ctx, outbox.Dead(written[2], errors.New("e2")), outbox.Dead(written[3], errors.New("e3")))
+	require.NoError(t, err)
+	// written[4] stays NEW.
+
+	count := func(filter outbox.DeadFilter) int64 {
+		n, err := f.Store.CountDead(ctx, filter)
+		require.NoError(t, err)
+		return n
+	}
+	require.EqualValues(t, 4, count(outbox.DeadFilter{}))
+	require.EqualValues(t, 3, count(outbox.DeadFilter{EventType: "A"}))
+	require.EqualValues(t, 2, count(outbox.DeadFilter{EventType: "A", Topic: "t1"}))
+	require.EqualValues(t, 2, count(outbox.DeadFilter{DiedBefore: Start.Add(time.Minute)}))
+	require.EqualValues(t, 1, count(outbox.DeadFilter{IDs: []string{written[1], written[4]}}))
+	require.EqualValues(t, 4, count(outbox.DeadFilter{IDs: []string{}}), "an empty id list is no filter")
+
+	var paged []string
+	q := outbox.DeadQuery{Limit: 3}
+	for {
+		page, err := f.Store.QueryDead(ctx, q)
+		require.NoError(t, err)
+		if len(page) == 0 {
+			break
+		}
+		require.LessOrEqual(t, len(page), 3)
+		paged = append(paged, IDs(page)...)
+		q.After = page[len(page)-1].ID
+	}
+	require.Equal(t, written[:4], paged)
+
+	page, err := f.Store.QueryDead(ctx, outbox.DeadQuery{DeadFilter: outbox.DeadFilter{EventType: "B"}})
+	require.NoError(t, err)
+	require.Len(t, page, 1)
+	require.Equal(t, "e2", page[0].LastError)
+	require.Equal(t, 1, page[0].Attempts)
+	require.Equal(t, outbox.StatusDead, page[0].Status)
+	page, err = f.Store.QueryDead(ctx, outbox.DeadQuery{DeadFilter: outbox.DeadFilter{IDs: written[1:2], Topic: "t2"}})
+	require.NoError(t, err)
+	require.Equal(t, written[1:2], IDs(page))
+
+	f.Clock.Advance(time.Minute)
+	n, err := f.Store.ReplayDead(ctx, outbox.DeadFilter{EventType: "A", Topic: "t1"})
+	require.NoError(t, err)
+	require.EqualValues(t, 2, n)
+	e := f.get(t, written[0])
+	require.Equal(t, outbox.StatusNew, e.Status)
+	require.Zero(t, e.Attempts)
+	require.Equal(t, "e0", e.LastError, "replay keeps the error as history")
+	require.Equal(t, f.Clock.Now(), e.AvailableAt.UTC())
+	require.Equal(t, f.Clock.Now(), e.UpdatedAt.UTC())
+	require.EqualValues(t, 2, count(outbox.DeadFilter{}))
+
+	require.ElementsMatch(t, []string{written[0], written[3], written[4]}, f.claim(t, outbox.ClaimRequest{Owner: "me"}),
+		"replayed events are due again")
+}
+
+func testPurgeDeletesOnlyOldTerminalRows[Tx any](t *testing.T, f *fixture[Tx]) {
+	ctx := t.Context()
+	events := make([]outbox.Envelope, 25)
+	for i := range events {
+		events[i] = JSONEvent(i)
+	}
+	written := f.write(t, events...)
+	var updates []outbox.StatusUpdate
+	for _, id := range written[:10] {
+		updates = append(updates, outbox.Done(id))
+	}
+	for _, id := range written[10:15] {
+		updates = append(updates, outbox.Dead(id, errors.New("dead")))
+	}
+	for _, id := range written[15:20] {
+		updates = append(updates, outbox.Retry(id, Start.Add(time.Hour), errors.New("retry")))
+	}
+	_, err := f.Store.UpdateStatus(ctx, updates...)
+	require.NoError(t, err)
+	f.Clock.Advance(48 * time.Hour)
+	// Recently finished rows are kept.
+	_, err = f.Store.UpdateStatus(ctx, outbox.Done(written[20]), outbox.Dead(written[21], nil))
+	require.NoError(t, err)
+
+	n, err := f.Store.Purge(ctx, outbox.PurgeRequest{OlderThan: 24 * time.Hour, BatchSize: 4, Statuses: []outbox.Status{outbox.StatusDone}})
+	require.NoError(t, err)
+	require.EqualValues(t, 10, n, "old DONE rows only, in batches of 4")
+	n, err = f.Store.Purge(ctx, outbox.PurgeRequest{OlderThan: 24 * time.Hour, BatchSize: 4})
+	require.NoError(t, err)
+	require.EqualValues(t, 5, n, "then the old DEAD rows")
+	require.Equal(t, 10, f.Count(t))
+	for _, id := range written[15:] {
+		f.get(t, id)
+	}
+	n, err = f.Store.Purge(ctx, outbox.PurgeRequest{OlderThan: 24 * time.Hour, BatchSize: 5})
+	require.NoError(t, err)
+	require.Zero(t, n, "nothing left to purge")
+
+	_, err = f.Store.Purge(ctx, outbox.PurgeRequest{})
+	require.ErrorIs(t, err, outbox.ErrInvalidRequest)
+	_, err = f.Store.Purge(ctx, outbox.PurgeRequest{OlderThan: time.Hour, Statuses: []outbox.Status{outbox.StatusNew}})
+	require.ErrorIs(t, err, outbox.ErrInvalidRequest)
+}
+
+func testMalformedHeadersDoNotBreakTheBatch[Tx any](t *testing.T, f *fixture[Tx]) {
+	written := f.write(t, JSONEvent(1), JSONEvent(2), JSONEvent(3))
+	f.CorruptHeaders(t, written[1])
+
+	claimed, err := f.Store.Claim(t.Context(), outbox.ClaimRequest{Owner: "me"})
+	require.NoError(t, err)
+	require.Equal(t, written, IDs(claimed))
+	require.NoError(t, claimed[0].Malformed)
+	require.Error(t, claimed[1].Malformed)
+	require.Equal(t, "me", claimed[1].LockedBy, "a malformed event is claimed like any other")
+	require.NoError(t, claimed[2].Malformed)
+
+	e, err := f.Store.Get(t.Context(), written[1])
+	require.NoError(t, err, "Get reports a malformed row in the event, not as an error")
+	require.Error(t, e.Malformed)
+}
+
+func testGetUnknownEvent[Tx any](t *testing.T, f *fixture[Tx]) {
+	_, err := f.Store.Get(t.Context(), "nope")
+	require.ErrorIs(t, err, outbox.ErrNotFound)
+}
+
+func testBacklog[Tx any](t *testing.T, f *fixture[Tx]) {
+	ctx := t.Context()
+	n, oldest, err := f.Store.Backlog(ctx, "OrderCreated")
+	require.NoError(t, err)
+	require.Zero(t, n)
+	require.True(t, oldest.IsZero())
+
+	written := f.write(t, JSONEvent(1))
+	f.Clock.Advance(time.Minute)
+	f.write(t, JSONEvent(2), JSONEvent(3))
+	_, err = f.Store.UpdateStatus(ctx, outbox.Done(written[0]))
+	require.NoError(t, err)
+	n, oldest, err = f.Store.Backlog(ctx, "OrderCreated")
+	require.NoError(t, err)
+	require.EqualValues(t, 2, n, "DONE rows are not backlog")
+	require.Equal(t, Start.Add(time.Minute), oldest.UTC())
+	n, _, err = f.Store.Backlog(ctx, "other")
+	require.NoError(t, err)
+	require.Zero(t, n, "per topic")
+}

@@ -1,0 +1,173 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"embed"
+	"fmt"
+	"io/fs"
+	"path"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"github.com/wmoutbox/wmoutbox/internal/ident"
+	"github.com/wmoutbox/wmoutbox/outbox"
+)
+
+//go:embed migrations/*.sql
+var migrationFiles embed.FS
+
+// Migration is one schema change, rendered for a configured table.
+type Migration struct {
+	// Version numbers migrations from 1, in the order they apply.
+	Version int
+	// Name is the file name, such as "0001_create_outbox_event.sql".
+	Name string
+	// SQL is the file's text with the configured table name.
+	SQL string
+}
+
+// defaultTableToken is the table name the migration files are written with.
+const defaultTableToken = "outbox_event"
+
+// tableToken matches the table name and the index names derived from it.
+var tableToken = regexp.MustCompile(`\boutbox_event(_[a-z0-9_]+)?\b`)
+
+// Migrations returns the schema migrations rendered for cfg's table, for
+// use with your own migration tool. The same files, written for the
+// default table name, are in this package's migrations folder.
+func Migrations(cfg Config) ([]Migration, error) {
+	t, err := newTable(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return t.migrations()
+}
+
+// Migrate applies the migrations cfg's table lacks, in one transaction on
+// a connection of db, and records them in the wmoutbox_migration table
+// beside it. The transaction is BEGIN IMMEDIATE: it holds SQLite's write
+// lock from the start, so processes that start together take turns (each
+// waiting up to the busy timeout) and apply each migration once. It is
+// safe to call at every start.
+func Migrate(ctx context.Context, db *sql.DB, cfg Config) error {
+	t, err := newTable(cfg)
+	if err != nil {
+		return err
+	}
+	return gateOf(db).write(ctx, "migrate", func() error {
+		conn, err := db.Conn(ctx)
+		if err != nil {
+			return fmt.Errorf("sqlite: migrate: %w", err)
+		}
+		defer conn.Close()
+		return immediate(ctx, conn, func() error { return t.migrate(ctx, conn, cfg) })
+	})
+}
+
+// MigrateTx is [Migrate] inside the caller's transaction, which the caller
+// commits. Begin it on a database from [Open] (whose transactions are
+// IMMEDIATE): in a deferred transaction, a migrator that read the version
+// while another one was writing fails with SQLITE_BUSY instead of waiting.
+func MigrateTx(ctx context.Context, tx *sql.Tx, cfg Config) error {
+	t, err := newTable(cfg)
+	if err != nil {
+		return err
+	}
+	return t.migrate(ctx, tx, cfg)
+}
+
+// execer is what a migration runs on: *sql.Conn or *sql.Tx.
+type execer interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+func (t *table) migrate(ctx context.Context, db execer, cfg Config) error {
+	migrations, err := t.migrations()
+	if err != nil {
+		return err
+	}
+	if _, err := db.ExecContext(ctx, t.sql.createMigrationTable); err != nil {
+		return fmt.Errorf("sqlite: migrate: create %s: %w", migrationTable, err)
+	}
+	var applied int
+	if err := db.QueryRowContext(ctx, t.sql.migrationVersion, t.name).Scan(&applied); err != nil {
+		return fmt.Errorf("sqlite: migrate: read version: %w", err)
+	}
+	now := outbox.ClockOrSystem(cfg.Clock).Now()
+	for _, m := range migrations {
+		if m.Version <= applied {
+			continue
+		}
+		if _, err := db.ExecContext(ctx, m.SQL); err != nil {
+			return fmt.Errorf("sqlite: migrate %s to version %d (%s): %w", t.name, m.Version, m.Name, err)
+		}
+		if _, err := db.ExecContext(ctx, t.sql.recordMigration, t.name, m.Version, m.Name, micros(now)); err != nil {
+			return fmt.Errorf("sqlite: migrate: record version %d: %w", m.Version, err)
+		}
+	}
+	return nil
+}
+
+// immediate runs fn in a BEGIN IMMEDIATE transaction on conn and commits
+// it when fn returns nil. database/sql cannot ask for IMMEDIATE per
+// transaction, so the statements are sent by hand; a connection left inside
+// a transaction (a failed rollback) is discarded, never returned to the
+// pool.
+func immediate(ctx context.Context, conn *sql.Conn, fn func() error) error {
+	if _, err := conn.ExecContext(ctx, sqlBeginImmediate); err != nil {
+		return fmt.Errorf("sqlite: begin immediate: %w", err)
+	}
+	committed := false
+	defer func() {
+		if committed {
+			return
+		}
+		if _, err := conn.ExecContext(context.WithoutCancel(ctx), sqlRollback); err != nil {
+			_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+		}
+	}()
+	if err := fn(); err != nil {
+		return err
+	}
+	if _, err := conn.ExecContext(ctx, sqlCommit); err != nil {
+		return fmt.Errorf("sqlite: commit: %w", err)
+	}
+	committed = true
+	return nil
+}
+
+func (t *table) migrations() ([]Migration, error) {
+	names, err := fs.Glob(migrationFiles, "migrations/*.sql")
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: list migrations: %w", err)
+	}
+	out := make([]Migration, 0, len(names))
+	for i, name := range names {
+		base := path.Base(name)
+		version, err := strconv.Atoi(strings.SplitN(base, "_", 2)[0])
+		if err != nil || version != i+1 {
+			return nil, fmt.Errorf("sqlite: migration %s is out of sequence", base)
+		}
+		text, err := migrationFiles.ReadFile(name)
+		if err != nil {
+			return nil, fmt.Errorf("sqlite: read migration %s: %w", base, err)
+		}
+		out = append(out, Migration{Version: version, Name: base, SQL: t.render(string(text))})
+	}
+	return out, nil
+}
+
+// render puts the configured names in place of the default ones: the
+// table name, and table-prefixed names for the indexes.
+func (t *table) render(sql string) string {
+	return tableToken.ReplaceAllStringFunc(sql, func(tok string) string {
+		if suffix, ok := strings.CutPrefix(tok, defaultTableToken); ok && suffix != "" {
+			return ident.Quote(t.name + suffix)
+		}
+		return t.quoted
+	})
+}

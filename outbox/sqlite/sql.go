@@ -1,0 +1,213 @@
+package sqlite
+
+import (
+	"strconv"
+	"strings"
+
+	"github.com/wmoutbox/wmoutbox/internal/ident"
+)
+
+// Every SQL statement of the SQLite store, except the migrations (see the
+// migrations folder). {table} and {migrations} stand for the quoted names;
+// every value is a bind parameter (?N is the N-th argument). Times are
+// INTEGER unix microseconds; lists travel as one JSON array, read with
+// json_each.
+
+const migrationTable = "wmoutbox_migration"
+
+const sqlCreateMigrationTable = `
+CREATE TABLE IF NOT EXISTS {migrations} (
+    table_name TEXT    NOT NULL,
+    version    INTEGER NOT NULL,
+    name       TEXT    NOT NULL,
+    applied_at INTEGER NOT NULL,
+    PRIMARY KEY (table_name, version)
+) STRICT`
+
+const sqlMigrationVersion = `SELECT coalesce(max(version), 0) FROM {migrations} WHERE table_name = ?1`
+
+const sqlRecordMigration = `INSERT INTO {migrations} (table_name, version, name, applied_at) VALUES (?1, ?2, ?3, ?4)`
+
+// sqlBeginImmediate takes the database's write lock at once, so that a
+// transaction never has to upgrade a read lock (which fails with
+// SQLITE_BUSY instead of waiting when another writer got there first).
+const (
+	sqlBeginImmediate = `BEGIN IMMEDIATE`
+	sqlCommit         = `COMMIT`
+	sqlRollback       = `ROLLBACK`
+)
+
+// eventColumns is what every read returns, in the order scanEvents expects.
+const eventColumns = `event_id, event_type, topic, aggregate_type,
+    coalesce(aggregate_id, ''), coalesce(tenant_id, ''), payload, payload_json, headers,
+    status, attempts, occurred_at, available_at, created_at, updated_at, done_at,
+    coalesce(last_error, ''), coalesce(locked_by, ''), locked_at`
+
+// The savepoint around a batch insert: SQLite keeps a transaction usable
+// after a failed statement, so the batch is undone as a whole when one row
+// fails and the caller's transaction holds all of it or none.
+const (
+	sqlInsertSavepoint = `SAVEPOINT wmoutbox_insert`
+	sqlInsertRelease   = `RELEASE wmoutbox_insert`
+	sqlInsertUndo      = `ROLLBACK TO wmoutbox_insert`
+)
+
+// sqlInsert writes one row; Insert runs it, prepared, for every event of a
+// batch. ?12 is the write time; ?13 and ?14 are the claim (owner, time) of
+// a pre-claimed row, NULL otherwise.
+const sqlInsert = `
+INSERT INTO {table} (event_id, event_type, topic, aggregate_type, aggregate_id, tenant_id,
+    payload, payload_json, headers, status, attempts,
+    occurred_at, available_at, created_at, updated_at, locked_by, locked_at)
+VALUES (?1, ?2, ?3, ?4, nullif(?5, ''), nullif(?6, ''),
+    ?7, ?8, ?9, 0, 0,
+    ?10, ?11, ?12, ?12, ?13, ?14)`
+
+const sqlGet = `SELECT ` + eventColumns + ` FROM {table} WHERE event_id = ?1`
+
+// The due condition shared by claim and poll: ?1 now, ?2 written-before
+// (skip-recent), {topics} the topic filter. A claimed row is not due: its
+// available_at is the end of its lease.
+const sqlDue = `status IN (0, 2) {topics} AND available_at <= ?1 AND created_at <= ?2`
+
+// sqlClaim records owner ?4's claim (locked_by, locked_at) on up to ?3 due
+// rows, taken in due order, and returns them. available_at is left alone
+// here, so RETURNING gives the due time before the claim, by which the
+// store orders the events; sqlClaimLease then moves it to the end of the
+// lease, in the same transaction.
+//
+// Being a write, this statement takes SQLite's write lock when it starts,
+// before it reads anything, waiting up to the busy timeout: claimers take
+// turns, and each one reads only rows no earlier claim holds.
+const sqlClaim = `
+UPDATE {table} SET locked_by = ?4, locked_at = ?1
+WHERE event_id IN (
+    SELECT event_id FROM {table}
+    WHERE ` + sqlDue + `
+    ORDER BY available_at, event_id
+    LIMIT ?3
+)
+RETURNING ` + eventColumns
+
+// sqlClaimLease starts the lease of the rows sqlClaim took: they are due
+// again at ?1, the end of the lease, for any claimer.
+const sqlClaimLease = `UPDATE {table} SET available_at = ?1 WHERE event_id IN (SELECT value FROM json_each(?2))`
+
+const sqlPoll = `
+SELECT ` + eventColumns + ` FROM {table}
+WHERE ` + sqlDue + `
+ORDER BY available_at, event_id
+LIMIT ?3`
+
+// Topic filters for sqlDue, in the parameter slot after the query's own.
+// One topic gets plain equality so the due index serves the order too;
+// several come as a JSON array.
+const (
+	topicsAny  = ``
+	topicsOne  = `AND topic = ?%d`
+	topicsMany = `AND topic IN (SELECT value FROM json_each(?%d))`
+)
+
+const sqlRelease = `
+UPDATE {table} SET locked_by = NULL, locked_at = NULL, available_at = ?3
+WHERE event_id IN (SELECT value FROM json_each(?1)) AND locked_by = ?2 AND status IN (0, 2)`
+
+// sqlUpdateStatus applies a batch of outcomes, given as a JSON array of
+// {"id", "status", "spent", "next_at", "error"} objects: status 0 keeps the
+// current status (a deferral). DONE rows are never touched.
+const sqlUpdateStatus = `
+UPDATE {table} AS o SET
+    status       = CASE WHEN u.status = 0 THEN o.status ELSE u.status END,
+    attempts     = o.attempts + u.spent,
+    available_at = coalesce(u.next_at, o.available_at),
+    last_error   = coalesce(nullif(u.error, ''), o.last_error),
+    done_at      = CASE WHEN u.status = 1 THEN ?1 ELSE o.done_at END,
+    updated_at   = ?1,
+    locked_by    = NULL,
+    locked_at    = NULL
+FROM (
+    SELECT value ->> '$.id' AS event_id, value ->> '$.status' AS status, value ->> '$.spent' AS spent,
+        value ->> '$.next_at' AS next_at, value ->> '$.error' AS error
+    FROM json_each(?2)
+) AS u
+WHERE o.event_id = u.event_id AND o.status <> 1`
+
+// sqlBacklog reads a topic's pending rows through the due index.
+const sqlBacklog = `SELECT count(*), min(created_at) FROM {table} WHERE status IN (0, 2) AND topic = ?1`
+
+// sqlDeadFilter selects DEAD rows; each condition is off when its
+// parameter is NULL or empty. ?1 is a JSON array of ids. The literal status
+// list is the finished index's condition, which SQLite's planner matches
+// term for term.
+const sqlDeadFilter = `status IN (1, 3) AND status = 3
+    AND (?1 IS NULL OR event_id IN (SELECT value FROM json_each(?1)))
+    AND (?2 = '' OR event_type = ?2)
+    AND (?3 = '' OR topic = ?3)
+    AND (?4 IS NULL OR updated_at < ?4)`
+
+const sqlQueryDead = `
+SELECT ` + eventColumns + ` FROM {table}
+WHERE ` + sqlDeadFilter + ` AND event_id > ?5
+ORDER BY event_id
+LIMIT ?6`
+
+const sqlCountDead = `SELECT count(*) FROM {table} WHERE ` + sqlDeadFilter
+
+// sqlReplayDead keeps last_error as the record of why the event died.
+const sqlReplayDead = `
+UPDATE {table} SET status = 0, attempts = 0, available_at = ?5, updated_at = ?5,
+    done_at = NULL, locked_by = NULL, locked_at = NULL
+WHERE ` + sqlDeadFilter
+
+// sqlPurge deletes one batch (each statement is its own transaction); the
+// literal status list lets the planner use the partial index whatever the
+// parameter, a JSON array of statuses.
+const sqlPurge = `
+DELETE FROM {table} WHERE event_id IN (
+    SELECT event_id FROM {table}
+    WHERE status IN (1, 3) AND status IN (SELECT value FROM json_each(?1)) AND updated_at < ?2
+    LIMIT ?3
+)`
+
+// statements holds the SQL rendered for one table.
+type statements struct {
+	createMigrationTable, migrationVersion, recordMigration string
+
+	insert, get, release, updateStatus string
+	claim, poll                        [3]string // by topic filter: any, one, many
+	claimLease                         string
+	queryDead, countDead, replayDead   string
+	backlog                            string
+	purge                              string
+}
+
+func renderStatements(quoted string) statements {
+	r := strings.NewReplacer("{table}", quoted, "{migrations}", ident.Quote(migrationTable))
+	s := statements{
+		createMigrationTable: r.Replace(sqlCreateMigrationTable),
+		migrationVersion:     r.Replace(sqlMigrationVersion),
+		recordMigration:      r.Replace(sqlRecordMigration),
+		insert:               r.Replace(sqlInsert),
+		get:                  r.Replace(sqlGet),
+		claimLease:           r.Replace(sqlClaimLease),
+		release:              r.Replace(sqlRelease),
+		updateStatus:         r.Replace(sqlUpdateStatus),
+		queryDead:            r.Replace(sqlQueryDead),
+		countDead:            r.Replace(sqlCountDead),
+		replayDead:           r.Replace(sqlReplayDead),
+		purge:                r.Replace(sqlPurge),
+		backlog:              r.Replace(sqlBacklog),
+	}
+	for i, filter := range []string{topicsAny, topicsOne, topicsMany} {
+		s.claim[i] = r.Replace(strings.Replace(sqlClaim, "{topics}", withSlot(filter, 5), 1))
+		s.poll[i] = r.Replace(strings.Replace(sqlPoll, "{topics}", withSlot(filter, 4), 1))
+	}
+	return s
+}
+
+func withSlot(filter string, slot int) string {
+	if filter == topicsAny {
+		return ""
+	}
+	return strings.Replace(filter, "%d", strconv.Itoa(slot), 1)
+}

@@ -1,0 +1,552 @@
+package sqlite
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"time"
+
+	modernc "modernc.org/sqlite" // registers the "sqlite" database/sql driver
+	sqlite3 "modernc.org/sqlite/lib"
+
+	"github.com/wmoutbox/wmoutbox/internal/ident"
+	"github.com/wmoutbox/wmoutbox/outbox"
+)
+
+// DefaultTable is the outbox table's name when [Config.Table] is empty.
+const DefaultTable = "outbox_event"
+
+// maxTableLen is the longest table name: the limit of every wmoutbox
+// dialect (PostgreSQL's 63 bytes, less the index suffixes), so that a name
+// valid for one store is valid for all.
+const maxTableLen = 48
+
+// Config configures a [Store]. The zero value is the default table in the
+// main database.
+type Config struct {
+	// Table is the outbox table's name. Default [DefaultTable]. 1 to 48
+	// characters of a-z, 0-9 and _, not starting with a digit; otherwise
+	// [ErrInvalidIdentifier].
+	Table string
+	// Clock stamps created/updated/done times and decides what is due.
+	// Default [outbox.SystemClock].
+	Clock outbox.Clock
+	// Logger receives after-commit hook failures of [Store.InTx]. Default
+	// slog.Default().
+	Logger *slog.Logger
+}
+
+// Store is the SQLite outbox store on database/sql: an [outbox.TxStore]
+// for *sql.Tx. It is safe for concurrent use.
+type Store struct {
+	db     *sql.DB
+	gate   *gate
+	clock  outbox.Clock
+	logger *slog.Logger
+	t      *table
+}
+
+var _ outbox.TxStore[*sql.Tx] = (*Store)(nil)
+
+// table is a validated table name and the SQL rendered for it.
+type table struct {
+	name   string
+	quoted string
+	sql    statements
+}
+
+func newTable(cfg Config) (*table, error) {
+	name := cfg.Table
+	if name == "" {
+		name = DefaultTable
+	}
+	if err := ident.Validate(name, maxTableLen, ErrInvalidIdentifier); err != nil {
+		return nil, fmt.Errorf("sqlite: table: %w", err)
+	}
+	quoted := ident.Quote(name)
+	return &table{name: name, quoted: quoted, sql: renderStatements(quoted)}, nil
+}
+
+// NewStore returns a store on db, a database opened with the "sqlite"
+// driver of modernc.org/sqlite, best with [Open]. Claims, status updates
+// and operator queries run on db; inserts run in the transaction given to
+// [Store.Insert]. It does not touch the database: run [Migrate] first.
+func NewStore(db *sql.DB, cfg Config) (*Store, error) {
+	if db == nil {
+		return nil, fmt.Errorf("%w: sqlite store needs a database", outbox.ErrInvalidRequest)
+	}
+	t, err := newTable(cfg)
+	if err != nil {
+		return nil, err
+	}
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.Default()
+	}
+	return &Store{db: db, gate: gateOf(db), clock: outbox.ClockOrSystem(cfg.Clock), logger: logger, t: t}, nil
+}
+
+// InTx runs fn in a transaction on the store's database, commits, and then
+// runs the after-commit hooks registered during fn (see [outbox.RunInTx]).
+// It returns fn's error, or the begin or commit error.
+func (s *Store) InTx(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) error {
+	return InTx(ctx, s.db, s.logger, fn)
+}
+
+// InTx runs fn in a transaction begun on db as [outbox.RunInTx] does:
+// commit when fn returns nil, roll back otherwise, and after a commit run
+// the hooks fn registered with [outbox.AfterCommit]; their failures go to
+// logger (nil: slog.Default()). The context given to fn carries tx, so an
+// outbox Watermill publisher given that context writes in it.
+//
+// The transaction is a writer: it queues with the store's writes on db in
+// this process, and holds the write lock until it ends (from BEGIN on a
+// database from [Open], whose transactions are IMMEDIATE, which is what a
+// transaction that reads before it writes needs). A store write made in fn
+// on db waits for it, and fails with [ErrBusy]: write through tx instead.
+func InTx(ctx context.Context, db *sql.DB, logger *slog.Logger, fn func(ctx context.Context, tx *sql.Tx) error) error {
+	g := gateOf(db)
+	return outbox.RunInTx(ctx, outbox.TxFuncs[*sql.Tx]{
+		Begin: func(ctx context.Context) (*sql.Tx, error) {
+			if err := g.enter(ctx, "begin"); err != nil {
+				return nil, err
+			}
+			tx, err := db.BeginTx(ctx, nil)
+			if err != nil {
+				g.leave()
+				return nil, err
+			}
+			return tx, nil
+		},
+		Commit: func(_ context.Context, tx *sql.Tx) error {
+			defer g.leave()
+			return tx.Commit()
+		},
+		Rollback: func(_ context.Context, tx *sql.Tx) error {
+			defer g.leave()
+			return tx.Rollback()
+		},
+	}, logger, fn)
+}
+
+// Insert implements [outbox.Inserter]: the rows are written in tx by one
+// prepared statement, inside a savepoint, so that tx holds the whole batch
+// or, when a row fails, none of it (SQLite, unlike PostgreSQL, keeps a
+// transaction usable after a failed statement). Events must come from
+// [outbox.Prepare] (the [outbox.Writer] does this).
+func (s *Store) Insert(ctx context.Context, tx *sql.Tx, events []outbox.Envelope, lease outbox.Lease) (err error) {
+	if tx == nil {
+		return outbox.ErrNoTransaction
+	}
+	if len(events) == 0 {
+		return nil
+	}
+	if lease.Duration <= 0 {
+		lease.Duration = outbox.DefaultLockTimeout
+	}
+	now := s.clock.Now()
+	if _, err := tx.ExecContext(ctx, sqlInsertSavepoint); err != nil {
+		return fmt.Errorf("sqlite: insert into %s: %w", s.t.name, err)
+	}
+	defer func() {
+		if err != nil {
+			// Undo the rows written so far; the statements fail only when
+			// the transaction is gone, which the caller learns from err.
+			_, _ = tx.ExecContext(context.WithoutCancel(ctx), sqlInsertUndo)
+			_, _ = tx.ExecContext(context.WithoutCancel(ctx), sqlInsertRelease)
+		}
+	}()
+	stmt, err := tx.PrepareContext(ctx, s.t.sql.insert)
+	if err != nil {
+		return fmt.Errorf("sqlite: insert into %s: %w", s.t.name, err)
+	}
+	defer stmt.Close()
+	for i := range events {
+		e := &events[i]
+		headers, err := outbox.EncodeHeaders(e.Headers)
+		if err != nil {
+			return err
+		}
+		var headerText any // NULL
+		if headers != nil {
+			headerText = string(headers)
+		}
+		payload := e.Payload()
+		if payload == nil {
+			payload = []byte{}
+		}
+		claimed := lease.Owner != "" && e.DeliverAfter.IsZero()
+		available := now
+		switch {
+		case claimed:
+			available = now.Add(lease.Duration)
+		case e.DeliverAfter.After(now):
+			available = e.DeliverAfter
+		}
+		var owner, lockedAt any // NULL
+		if claimed {
+			owner, lockedAt = lease.Owner, micros(now)
+		}
+		_, err = stmt.ExecContext(ctx, e.ID, string(e.Type), e.Topic, string(e.AggregateType), e.AggregateID, e.TenantID,
+			payload, e.IsJSON(), headerText, micros(e.OccurredAt), micros(available), micros(now), owner, lockedAt)
+		if isUniqueViolation(err) {
+			return fmt.Errorf("sqlite: insert into %s: %w: %w", s.t.name, outbox.ErrDuplicateEvent, err)
+		}
+		if err != nil {
+			return fmt.Errorf("sqlite: insert into %s: %w", s.t.name, err)
+		}
+	}
+	if _, err := tx.ExecContext(ctx, sqlInsertRelease); err != nil {
+		return fmt.Errorf("sqlite: insert into %s: %w", s.t.name, err)
+	}
+	return nil
+}
+
+// Get implements [outbox.Store].
+func (s *Store) Get(ctx context.Context, id string) (outbox.Event, error) {
+	events, err := queryEvents(ctx, s.db, "get "+id, s.t.sql.get, id)
+	if err != nil {
+		return outbox.Event{}, err
+	}
+	if len(events) == 0 {
+		return outbox.Event{}, fmt.Errorf("%w: %s", outbox.ErrNotFound, id)
+	}
+	return events[0], nil
+}
+
+// Claim implements [outbox.Store]. SQLite has no FOR UPDATE SKIP LOCKED
+// and needs none: it lets one writer at a time, and the claim's first
+// statement is a write, so it holds the write lock before it reads which
+// rows are due. Claimers take turns (waiting up to the busy timeout), and
+// each sees the leases of the ones before.
+func (s *Store) Claim(ctx context.Context, req outbox.ClaimRequest) (events []outbox.Event, err error) {
+	req, err = req.Normalize()
+	if err != nil {
+		return nil, err
+	}
+	now := s.clock.Now()
+	leaseEnd := time.UnixMicro(micros(now.Add(req.LockTimeout))).UTC() // as stored
+	query, topicArg := topicVariant(s.t.sql.claim, req.Topics)
+	args := []any{micros(now), micros(now.Add(-req.SkipRecent)), req.Limit, req.Owner}
+	if topicArg != nil {
+		args = append(args, topicArg)
+	}
+
+	if err := s.gate.enter(ctx, "claim"); err != nil {
+		return nil, err
+	}
+	defer s.gate.leave()
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: claim: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			_ = tx.Rollback()
+		}
+	}()
+	events, err = queryEvents(ctx, tx, "claim", query, args...)
+	if err != nil {
+		return nil, err
+	}
+	if len(events) > 0 {
+		// RETURNING gave the rows as they were due, in no set order.
+		slices.SortFunc(events, func(a, b outbox.Event) int {
+			return cmp.Or(a.AvailableAt.Compare(b.AvailableAt), strings.Compare(a.ID, b.ID))
+		})
+		claimed := make([]string, len(events))
+		for i := range events {
+			claimed[i] = events[i].ID
+			events[i].AvailableAt = leaseEnd
+		}
+		if _, err = tx.ExecContext(ctx, s.t.sql.claimLease, micros(leaseEnd), jsonArray(claimed)); err != nil {
+			return nil, fmt.Errorf("sqlite: claim: lease: %w", err)
+		}
+	}
+	if err = tx.Commit(); err != nil {
+		return nil, fmt.Errorf("sqlite: claim: commit: %w", err)
+	}
+	return events, nil
+}
+
+// PollPending implements [outbox.Store].
+func (s *Store) PollPending(ctx context.Context, req outbox.PollRequest) ([]outbox.Event, error) {
+	req, err := req.Normalize()
+	if err != nil {
+		return nil, err
+	}
+	now := s.clock.Now()
+	query, topicArg := topicVariant(s.t.sql.poll, req.Topics)
+	args := []any{micros(now), micros(now.Add(-req.SkipRecent)), req.Limit}
+	if topicArg != nil {
+		args = append(args, topicArg)
+	}
+	return queryEvents(ctx, s.db, "poll", query, args...)
+}
+
+// topicVariant picks the statement for a topic filter and its argument.
+func topicVariant(variants [3]string, topics []string) (string, any) {
+	switch len(topics) {
+	case 0:
+		return variants[0], nil
+	case 1:
+		return variants[1], topics[0]
+	}
+	return variants[2], jsonArray(topics)
+}
+
+// Release implements [outbox.Store].
+func (s *Store) Release(ctx context.Context, owner string, ids []string) (int64, error) {
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	return s.exec(ctx, fmt.Sprintf("release %d claims", len(ids)), s.t.sql.release, jsonArray(ids), owner, micros(s.clock.Now()))
+}
+
+// statusRow is one outcome as sqlUpdateStatus reads it from JSON.
+type statusRow struct {
+	ID     string `json:"id"`
+	Status int    `json:"status"`
+	Spent  int    `json:"spent"`
+	NextAt *int64 `json:"next_at"`
+	Error  string `json:"error"`
+}
+
+// UpdateStatus implements [outbox.Store]: one statement for the whole
+// batch. When an id appears more than once, its last update wins.
+func (s *Store) UpdateStatus(ctx context.Context, updates ...outbox.StatusUpdate) (int64, error) {
+	for _, u := range updates {
+		if err := u.Validate(); err != nil {
+			return 0, err
+		}
+	}
+	updates = lastPerID(updates)
+	if len(updates) == 0 {
+		return 0, nil
+	}
+	rows := make([]statusRow, len(updates))
+	for i, u := range updates {
+		rows[i] = statusRow{ID: u.ID, Status: int(u.Status), Error: outbox.CutError(u.Error)}
+		if u.AttemptSpent() {
+			rows[i].Spent = 1
+		}
+		if !u.NextAt.IsZero() {
+			next := micros(u.NextAt)
+			rows[i].NextAt = &next
+		}
+	}
+	batch, err := json.Marshal(rows)
+	if err != nil {
+		return 0, fmt.Errorf("sqlite: update status of %d events: %w", len(rows), err)
+	}
+	return s.exec(ctx, fmt.Sprintf("update status of %d events", len(rows)), s.t.sql.updateStatus, micros(s.clock.Now()), string(batch))
+}
+
+// lastPerID drops every update that a later one for the same id overrides,
+// keeping the order of the rest.
+func lastPerID(updates []outbox.StatusUpdate) []outbox.StatusUpdate {
+	last := make(map[string]int, len(updates))
+	for i, u := range updates {
+		last[u.ID] = i
+	}
+	if len(last) == len(updates) {
+		return updates
+	}
+	out := make([]outbox.StatusUpdate, 0, len(last))
+	for i, u := range updates {
+		if last[u.ID] == i {
+			out = append(out, u)
+		}
+	}
+	return out
+}
+
+// QueryDead implements [outbox.Store].
+func (s *Store) QueryDead(ctx context.Context, q outbox.DeadQuery) ([]outbox.Event, error) {
+	q, err := q.Normalize()
+	if err != nil {
+		return nil, err
+	}
+	return queryEvents(ctx, s.db, "query dead events", s.t.sql.queryDead, append(deadArgs(q.DeadFilter), q.After, q.Limit)...)
+}
+
+// CountDead implements [outbox.Store].
+func (s *Store) CountDead(ctx context.Context, f outbox.DeadFilter) (int64, error) {
+	var n int64
+	if err := s.db.QueryRowContext(ctx, s.t.sql.countDead, deadArgs(f)...).Scan(&n); err != nil {
+		return 0, fmt.Errorf("sqlite: count dead events: %w", err)
+	}
+	return n, nil
+}
+
+// ReplayDead implements [outbox.Store]. An empty filter replays every DEAD
+// event.
+func (s *Store) ReplayDead(ctx context.Context, f outbox.DeadFilter) (int64, error) {
+	return s.exec(ctx, "replay dead events", s.t.sql.replayDead, append(deadArgs(f), micros(s.clock.Now()))...)
+}
+
+func deadArgs(f outbox.DeadFilter) []any {
+	var ids any // NULL: no id filter
+	if len(f.IDs) > 0 {
+		ids = jsonArray(f.IDs)
+	}
+	var diedBefore any // NULL
+	if !f.DiedBefore.IsZero() {
+		diedBefore = micros(f.DiedBefore)
+	}
+	return []any{ids, string(f.EventType), f.Topic, diedBefore}
+}
+
+// Backlog implements [outbox.Store].
+func (s *Store) Backlog(ctx context.Context, topic string) (int64, time.Time, error) {
+	var (
+		n      int64
+		oldest sql.NullInt64
+	)
+	if err := s.db.QueryRowContext(ctx, s.t.sql.backlog, topic).Scan(&n, &oldest); err != nil {
+		return 0, time.Time{}, fmt.Errorf("sqlite: backlog of %s: %w", topic, err)
+	}
+	return n, fromMicros(oldest), nil
+}
+
+// Purge implements [outbox.Store].
+func (s *Store) Purge(ctx context.Context, req outbox.PurgeRequest) (int64, error) {
+	req, err := req.Normalize()
+	if err != nil {
+		return 0, err
+	}
+	codes := make([]int, len(req.Statuses))
+	for i, st := range req.Statuses {
+		codes[i] = int(st)
+	}
+	statuses, err := json.Marshal(codes)
+	if err != nil {
+		return 0, fmt.Errorf("sqlite: purge: %w", err)
+	}
+	cutoff := micros(s.clock.Now().Add(-req.OlderThan))
+	var total int64
+	for {
+		n, err := s.exec(ctx, fmt.Sprintf("purge after %d rows", total), s.t.sql.purge, string(statuses), cutoff, req.BatchSize)
+		if err != nil {
+			return total, err
+		}
+		total += n
+		if n < int64(req.BatchSize) {
+			return total, nil
+		}
+	}
+}
+
+// exec runs one write statement through the gate and returns how many
+// rows it changed; op names it in errors.
+func (s *Store) exec(ctx context.Context, op, query string, args ...any) (int64, error) {
+	if err := s.gate.enter(ctx, op); err != nil {
+		return 0, err
+	}
+	defer s.gate.leave()
+	res, err := s.db.ExecContext(ctx, query, args...)
+	if err != nil {
+		return 0, fmt.Errorf("sqlite: %s: %w", op, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, fmt.Errorf("sqlite: %s: %w", op, err)
+	}
+	return n, nil
+}
+
+// querier is what queryEvents runs on: *sql.DB or *sql.Tx.
+type querier interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
+// queryEvents runs a statement returning eventColumns; op names it in
+// errors.
+func queryEvents(ctx context.Context, q querier, op, query string, args ...any) ([]outbox.Event, error) {
+	rows, err := q.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: %s: %w", op, err)
+	}
+	events, err := scanEvents(rows)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: %s: %w", op, err)
+	}
+	return events, nil
+}
+
+// scanEvents scans rows of eventColumns. A row whose headers cannot be
+// decoded comes back with Malformed set instead of failing the batch.
+func scanEvents(rows *sql.Rows) ([]outbox.Event, error) {
+	defer rows.Close()
+	var events []outbox.Event
+	for rows.Next() {
+		var (
+			e                                     outbox.Event
+			payload, headers                      []byte
+			isJSON                                bool
+			status                                int16
+			occurred, available, created, updated int64
+			doneAt, lockedAt                      sql.NullInt64
+			eventType, aggType                    string
+		)
+		err := rows.Scan(&e.ID, &eventType, &e.Topic, &aggType, &e.AggregateID, &e.TenantID,
+			&payload, &isJSON, &headers, &status, &e.Attempts, &occurred, &available,
+			&created, &updated, &doneAt, &e.LastError, &e.LockedBy, &lockedAt)
+		if err != nil {
+			return nil, err
+		}
+		e.Type, e.AggregateType, e.Status = outbox.EventType(eventType), outbox.AggregateType(aggType), outbox.Status(status)
+		if payload == nil {
+			payload = []byte{}
+		}
+		if isJSON {
+			e.PayloadJSON = payload
+		} else {
+			e.PayloadBytes = payload
+		}
+		e.OccurredAt, e.AvailableAt = time.UnixMicro(occurred).UTC(), time.UnixMicro(available).UTC()
+		e.CreatedAt, e.UpdatedAt = time.UnixMicro(created).UTC(), time.UnixMicro(updated).UTC()
+		e.DoneAt, e.LockedAt = fromMicros(doneAt), fromMicros(lockedAt)
+		e.Headers, e.Malformed = outbox.DecodeHeaders(headers)
+		events = append(events, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return events, nil
+}
+
+// micros is the stored form of a time: unix microseconds.
+func micros(t time.Time) int64 { return t.UnixMicro() }
+
+// fromMicros reads a nullable stored time; NULL is the zero time.
+func fromMicros(v sql.NullInt64) time.Time {
+	if !v.Valid {
+		return time.Time{}
+	}
+	return time.UnixMicro(v.Int64).UTC()
+}
+
+// jsonArray encodes strings as the JSON array json_each reads.
+func jsonArray(values []string) string {
+	b, err := json.Marshal(values)
+	if err != nil {
+		panic(err) // a []string always encodes
+	}
+	return string(b)
+}
+
+// isUniqueViolation reports a duplicate event id.
+func isUniqueViolation(err error) bool {
+	var e *modernc.Error
+	if !errors.As(err, &e) {
+		return false
+	}
+	return e.Code() == sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY || e.Code() == sqlite3.SQLITE_CONSTRAINT_UNIQUE
+}

@@ -1,0 +1,461 @@
+package sqlite_test
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/wmoutbox/wmoutbox/internal/clocktest"
+	"github.com/wmoutbox/wmoutbox/internal/storetest"
+	"github.com/wmoutbox/wmoutbox/outbox"
+	"github.com/wmoutbox/wmoutbox/outbox/sqlite"
+)
+
+// openDB opens a migrated database in a file of the test's own, closed at
+// cleanup.
+func openDB(t *testing.T) *sql.DB {
+	t.Helper()
+	db, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "outbox.db"))
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, db.Close()) })
+	require.NoError(t, sqlite.Migrate(t.Context(), db, sqlite.Config{}))
+	return db
+}
+
+func count(t *testing.T, db *sql.DB, table string) int {
+	t.Helper()
+	var n int
+	require.NoError(t, db.QueryRowContext(t.Context(), `SELECT count(*) FROM `+table).Scan(&n))
+	return n
+}
+
+// TestStore runs the conformance suite of the stores, each test on a
+// database file of its own.
+func TestStore(t *testing.T) {
+	t.Parallel()
+	storetest.Run(t, func(t *testing.T) storetest.Harness[*sql.Tx] {
+		db := openDB(t)
+		clock := clocktest.New(storetest.Start)
+		store, err := sqlite.NewStore(db, sqlite.Config{Clock: clock})
+		require.NoError(t, err)
+		return storetest.Harness[*sql.Tx]{
+			Store: store,
+			Clock: clock,
+			Tx: outbox.TxFuncs[*sql.Tx]{
+				Begin:    func(ctx context.Context) (*sql.Tx, error) { return db.BeginTx(ctx, nil) },
+				Commit:   func(_ context.Context, tx *sql.Tx) error { return tx.Commit() },
+				Rollback: func(_ context.Context, tx *sql.Tx) error { return tx.Rollback() },
+			},
+			Count: func(t *testing.T) int { return count(t, db, "outbox_event") },
+			CorruptHeaders: func(t *testing.T, id string) {
+				res, err := db.ExecContext(t.Context(), `UPDATE outbox_event SET headers = '{"a": 1}' WHERE event_id = ?`, id)
+				require.NoError(t, err)
+				n, err := res.RowsAffected()
+				require.NoError(t, err)
+				require.EqualValues(t, 1, n)
+			},
+		}
+	})
+}
+
+// TestConcurrentClaimersGetDisjointSets runs 8 claimers on one *sql.DB
+// (so on several connections) against 2,000 due rows at the same time.
+func TestConcurrentClaimersGetDisjointSets(t *testing.T) {
+	t.Parallel()
+	const rows, claimers = 2000, 8
+	db := openDB(t)
+	ctx := t.Context()
+	store, err := sqlite.NewStore(db, sqlite.Config{})
+	require.NoError(t, err)
+	writer, err := outbox.NewWriter(store, outbox.WriterConfig{})
+	require.NoError(t, err)
+	events := make([]outbox.Envelope, rows)
+	for i := range events {
+		events[i] = storetest.JSONEvent(i)
+		events[i].Topic = "orders"
+	}
+	var written []string
+	require.NoError(t, store.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		written, err = writer.Write(ctx, tx, events...)
+		return err
+	}))
+
+	got := make([][]string, claimers)
+	ready := make(chan struct{})
+	var wg sync.WaitGroup
+	errs := make(chan error, claimers)
+	for i := range claimers {
+		wg.Go(func() {
+			<-ready
+			req := outbox.ClaimRequest{Owner: fmt.Sprint("claimer-", i), Limit: 25}
+			if i%2 == 0 {
+				req.Topics = []string{"orders"} // the due index, or a scan of all topics
+			}
+			for {
+				batch, err := store.Claim(ctx, req)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if len(batch) == 0 {
+					return
+				}
+				got[i] = append(got[i], storetest.IDs(batch)...)
+			}
+		})
+	}
+	close(ready)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+
+	seen := make(map[string]int, rows)
+	busy := 0
+	for i, claimed := range got {
+		if len(claimed) > 0 {
+			busy++
+		}
+		for _, id := range claimed {
+			if prev, dup := seen[id]; dup {
+				t.Fatalf("event %s claimed by %d and %d", id, prev, i)
+			}
+			seen[id] = i
+		}
+	}
+	require.Len(t, seen, rows, "the union is every row")
+	for _, id := range written {
+		if _, ok := seen[id]; !ok {
+			t.Fatalf("event %s claimed by nobody", id)
+		}
+	}
+	t.Logf("%d of %d claimers got rows", busy, claimers)
+}
+
+// TestClaimersInSeveralProcessesGetDisjointSets runs claimers on four
+// *sql.DB of one file, as four processes would: each its own queue of
+// writers, so they meet on SQLite's lock alone. The databases are opened by
+// hand, with deferred transactions (no _txlock): the claim does not rely on
+// the DSN.
+func TestClaimersInSeveralProcessesGetDisjointSets(t *testing.T) {
+	t.Parallel()
+	const rows, processes, perProcess = 2000, 4, 2
+	ctx := t.Context()
+	path := filepath.Join(t.TempDir(), "outbox.db")
+	stores := make([]*sqlite.Store, processes)
+	for i := range stores {
+		// A long busy timeout: SQLite's busy handler polls, and a claimer
+		// may miss the free lock a few times in a row.
+		db, err := sql.Open(sqlite.DriverName, "file:"+path+"?_busy_timeout=60000&_journal_mode=WAL")
+		require.NoError(t, err)
+		t.Cleanup(func() { require.NoError(t, db.Close()) })
+		if i == 0 {
+			require.NoError(t, sqlite.Migrate(ctx, db, sqlite.Config{}))
+		}
+		stores[i], err = sqlite.NewStore(db, sqlite.Config{})
+		require.NoError(t, err)
+	}
+	writer, err := outbox.NewWriter(stores[0], outbox.WriterConfig{})
+	require.NoError(t, err)
+	events := make([]outbox.Envelope, rows)
+	for i := range events {
+		events[i] = storetest.JSONEvent(i)
+	}
+	require.NoError(t, stores[0].InTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		_, err := writer.Write(ctx, tx, events...)
+		return err
+	}))
+
+	got := make([][]string, processes*perProcess)
+	ready := make(chan struct{})
+	var wg sync.WaitGroup
+	errs := make(chan error, len(got))
+	for i := range got {
+		store := stores[i%processes]
+		wg.Go(func() {
+			<-ready
+			for {
+				batch, err := store.Claim(ctx, outbox.ClaimRequest{Owner: fmt.Sprint("claimer-", i), Limit: 50})
+				if err != nil {
+					errs <- err
+					return
+				}
+				if len(batch) == 0 {
+					return
+				}
+				got[i] = append(got[i], storetest.IDs(batch)...)
+			}
+		})
+	}
+	close(ready)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	seen := make(map[string]int, rows)
+	for i, claimed := range got {
+		for _, id := range claimed {
+			if prev, dup := seen[id]; dup {
+				t.Fatalf("event %s claimed by %d and %d", id, prev, i)
+			}
+			seen[id] = i
+		}
+	}
+	require.Len(t, seen, rows, "the union is every row")
+}
+
+// TestWritersAndClaimersTakeTurns runs business transactions that read
+// before they write alongside claimers and status updates, on one *sql.DB:
+// none fails with SQLITE_BUSY, and every event is delivered once.
+func TestWritersAndClaimersTakeTurns(t *testing.T) {
+	t.Parallel()
+	const writers, perWriter = 4, 50
+	db := openDB(t)
+	ctx := t.Context()
+	_, err := db.ExecContext(ctx, `CREATE TABLE orders (id TEXT PRIMARY KEY)`)
+	require.NoError(t, err)
+	store, err := sqlite.NewStore(db, sqlite.Config{})
+	require.NoError(t, err)
+	writer, err := outbox.NewWriter(store, outbox.WriterConfig{})
+	require.NoError(t, err)
+
+	var (
+		wg        sync.WaitGroup
+		mu        sync.Mutex
+		delivered = map[string]int{}
+		writing   sync.WaitGroup
+	)
+	errs := make(chan error, writers+1)
+	for w := range writers {
+		writing.Add(1)
+		wg.Go(func() {
+			defer writing.Done()
+			for i := range perWriter {
+				err := store.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+					var n int
+					if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM orders`).Scan(&n); err != nil {
+						return err
+					}
+					id := fmt.Sprint(w, "-", i)
+					if _, err := tx.ExecContext(ctx, `INSERT INTO orders (id) VALUES (?)`, id); err != nil {
+						return err
+					}
+					_, err := writer.Write(ctx, tx, storetest.JSONEvent(n))
+					return err
+				})
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Go(func() {
+		done := make(chan struct{})
+		go func() { writing.Wait(); close(done) }()
+		for {
+			batch, err := store.Claim(ctx, outbox.ClaimRequest{Owner: "relay", Limit: 10})
+			if err != nil {
+				errs <- err
+				return
+			}
+			updates := make([]outbox.StatusUpdate, len(batch))
+			for i, e := range batch {
+				updates[i] = outbox.Done(e.ID)
+			}
+			if _, err := store.UpdateStatus(ctx, updates...); err != nil {
+				errs <- err
+				return
+			}
+			mu.Lock()
+			for _, e := range batch {
+				delivered[e.ID]++
+			}
+			mu.Unlock()
+			if len(batch) > 0 {
+				continue
+			}
+			// Nothing due: a relay waits for its poll interval.
+			select {
+			case <-done:
+				n, _, err := store.Backlog(ctx, "OrderCreated")
+				if err != nil {
+					errs <- err
+					return
+				}
+				if n == 0 {
+					return
+				}
+			case <-time.After(time.Millisecond):
+			}
+		}
+	})
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	require.Len(t, delivered, writers*perWriter)
+	for id, n := range delivered {
+		require.Equal(t, 1, n, "event %s delivered once", id)
+	}
+	require.Equal(t, writers*perWriter, count(t, db, "orders"))
+}
+
+func TestConfigRejectsBadIdentifiers(t *testing.T) {
+	t.Parallel()
+	db := openDB(t)
+	for _, cfg := range []sqlite.Config{
+		{Table: `outbox"; DROP TABLE outbox_event; --`},
+		{Table: "Outbox"},
+		{Table: "main.outbox"},
+		{Table: "[outbox]"},
+		{Table: "1outbox"},
+		{Table: strings.Repeat("a", 49)},
+	} {
+		_, err := sqlite.NewStore(db, cfg)
+		require.ErrorIs(t, err, sqlite.ErrInvalidIdentifier, "%+v", cfg)
+		require.ErrorIs(t, sqlite.Migrate(t.Context(), db, cfg), sqlite.ErrInvalidIdentifier)
+		_, err = sqlite.Migrations(cfg)
+		require.ErrorIs(t, err, sqlite.ErrInvalidIdentifier)
+	}
+	require.Zero(t, count(t, db, "outbox_event"))
+	_, err := sqlite.NewStore(nil, sqlite.Config{})
+	require.ErrorIs(t, err, outbox.ErrInvalidRequest)
+	_, err = sqlite.NewStore(db, sqlite.Config{Table: strings.Repeat("a", 48)})
+	require.NoError(t, err)
+}
+
+func TestMigrateIsIdempotentAndConcurrent(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	path := filepath.Join(t.TempDir(), "outbox.db")
+	cfg := sqlite.Config{Table: "events"}
+
+	// Four processes starting together, each with its own *sql.DB.
+	dbs := make([]*sql.DB, 4)
+	for i := range dbs {
+		db, err := sqlite.Open(ctx, path)
+		require.NoError(t, err)
+		t.Cleanup(func() { require.NoError(t, db.Close()) })
+		dbs[i] = db
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, len(dbs))
+	for i, db := range dbs {
+		wg.Go(func() { errs[i] = sqlite.Migrate(ctx, db, cfg) })
+	}
+	wg.Wait()
+	for _, err := range errs {
+		require.NoError(t, err)
+	}
+	db := dbs[0]
+	require.NoError(t, sqlite.Migrate(ctx, db, cfg), "a second run is a no-op")
+
+	migrations, err := sqlite.Migrations(cfg)
+	require.NoError(t, err)
+	var versions int
+	require.NoError(t, db.QueryRowContext(ctx,
+		`SELECT count(*) FROM wmoutbox_migration WHERE table_name = 'events'`).Scan(&versions))
+	require.Equal(t, len(migrations), versions, "each migration recorded once")
+
+	// The default table is another table with its own version.
+	require.NoError(t, sqlite.Migrate(ctx, db, sqlite.Config{}))
+	require.NoError(t, sqlite.Migrate(ctx, db, sqlite.Config{}))
+	require.Equal(t, 2*len(migrations), count(t, db, "wmoutbox_migration"))
+
+	clock := clocktest.New(storetest.Start)
+	store, err := sqlite.NewStore(db, sqlite.Config{Table: "events", Clock: clock})
+	require.NoError(t, err)
+	writer, err := outbox.NewWriter(store, outbox.WriterConfig{Clock: clock})
+	require.NoError(t, err)
+	require.NoError(t, store.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		_, err := writer.Write(ctx, tx, storetest.JSONEvent(1))
+		return err
+	}))
+	claimed, err := store.Claim(ctx, outbox.ClaimRequest{Owner: "me"})
+	require.NoError(t, err)
+	require.Len(t, claimed, 1)
+	require.Zero(t, count(t, db, "outbox_event"), "the configured table is used, not the default one")
+	require.Equal(t, 1, count(t, db, "events"))
+}
+
+func TestMigrateTxInCallerTransaction(t *testing.T) {
+	t.Parallel()
+	db, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "outbox.db"))
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, db.Close()) })
+	ctx := t.Context()
+	cfg := sqlite.Config{Table: "rolled_back"}
+
+	tx, err := db.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	require.NoError(t, sqlite.MigrateTx(ctx, tx, cfg))
+	require.NoError(t, tx.Rollback())
+	var tables int
+	require.NoError(t, db.QueryRowContext(ctx,
+		`SELECT count(*) FROM sqlite_schema WHERE name IN ('rolled_back', 'wmoutbox_migration')`).Scan(&tables))
+	require.Zero(t, tables, "MigrateTx leaves the commit to the caller")
+
+	tx, err = db.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	require.NoError(t, sqlite.MigrateTx(ctx, tx, cfg))
+	require.NoError(t, tx.Commit())
+	require.Zero(t, count(t, db, "rolled_back"))
+}
+
+func TestMigrateFailureRollsBackAndKeepsThePoolUsable(t *testing.T) {
+	t.Parallel()
+	db, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "outbox.db"))
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, db.Close()) })
+	db.SetMaxOpenConns(1) // the connection Migrate used is the one reused below
+	ctx := t.Context()
+
+	// An index name the migration needs is taken: migration 1 fails.
+	_, err = db.ExecContext(ctx, `CREATE TABLE other (x INTEGER); CREATE INDEX clash_due_idx ON other (x)`)
+	require.NoError(t, err)
+	require.Error(t, sqlite.Migrate(ctx, db, sqlite.Config{Table: "clash"}))
+	var tables int
+	require.NoError(t, db.QueryRowContext(ctx,
+		`SELECT count(*) FROM sqlite_schema WHERE name IN ('clash', 'wmoutbox_migration')`).Scan(&tables))
+	require.Zero(t, tables, "nothing of the failed migration is left")
+
+	require.NoError(t, sqlite.Migrate(ctx, db, sqlite.Config{}), "the connection is not left inside a transaction")
+	require.Zero(t, count(t, db, "outbox_event"))
+}
+
+// TestStoreWriteInsideInTxWaitsForIt: the transaction of InTx is the
+// database's writer until it ends, so a store write made inside it waits
+// (here until its context ends) and succeeds after the commit.
+func TestStoreWriteInsideInTxWaitsForIt(t *testing.T) {
+	t.Parallel()
+	db := openDB(t)
+	store, err := sqlite.NewStore(db, sqlite.Config{})
+	require.NoError(t, err)
+	writer, err := outbox.NewWriter(store, outbox.WriterConfig{})
+	require.NoError(t, err)
+	var ids []string
+	err = store.InTx(t.Context(), func(ctx context.Context, tx *sql.Tx) error {
+		ids, err = writer.Write(ctx, tx, storetest.JSONEvent(1))
+		require.NoError(t, err)
+		short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+		defer cancel()
+		_, err := store.Claim(short, outbox.ClaimRequest{Owner: "me"})
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		return nil
+	})
+	require.NoError(t, err)
+	claimed, err := store.Claim(t.Context(), outbox.ClaimRequest{Owner: "me"})
+	require.NoError(t, err)
+	require.Equal(t, ids, storetest.IDs(claimed))
+}
