@@ -1,0 +1,135 @@
+package amqpforward
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	neturl "net/url"
+	"strconv"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill-amqp/v3/pkg/amqp"
+	amqp091 "github.com/rabbitmq/amqp091-go"
+
+	"github.com/wmoutbox/wmoutbox/outbox"
+	"github.com/wmoutbox/wmoutbox/watermilladapter"
+)
+
+// Config configures [NewPublisher] and [WatermillConfig]. The zero value
+// declares no queue and dials with amqp091-go's defaults.
+type Config struct {
+	// Queues are the downstream topics, declared as durable queues when
+	// the publisher connects (an existing queue is left as it is if its
+	// arguments match). See the package documentation for why they must
+	// exist. Default: none.
+	Queues []string
+
+	// QueueArguments are the arguments of the declared queues, and of the
+	// queues a Subscriber built from [WatermillConfig] declares: for
+	// example {"x-queue-type": "quorum"}. They must match those of queues
+	// that already exist, or RabbitMQ refuses the declaration
+	// (PRECONDITION_FAILED). Default: none (a classic queue).
+	QueueArguments amqp091.Table
+
+	// Dial configures the connection: heartbeat, TLS, virtual host,
+	// connection name. Default: amqp091-go's defaults and the URL's.
+	Dial *amqp091.Config
+
+	// Logger receives watermill-amqp's logs. Default: none.
+	Logger watermill.LoggerAdapter
+}
+
+// WatermillConfig returns the watermill-amqp configuration NewPublisher
+// uses: amqp.NewDurableQueueConfig with publisher confirms on, persistent
+// messages with the properties described in the package documentation,
+// and cfg's dial settings and queue arguments. Build a watermill-amqp
+// Subscriber from it to consume what the forwarder sends.
+func WatermillConfig(url string, cfg Config) amqp.Config {
+	c := amqp.NewDurableQueueConfig(url)
+	c.Connection.AmqpConfig = cfg.Dial
+	c.Queue.Arguments = cfg.QueueArguments
+	// Publish returns only once the broker confirmed the message: nil
+	// then means RabbitMQ has it, and the outbox may record DONE.
+	c.Publish.ConfirmDelivery = true
+	// Persistent delivery mode is DefaultMarshaler's default; said here
+	// so that nobody turns it off by accident.
+	c.Marshaler = amqp.DefaultMarshaler{
+		NotPersistentDeliveryMode: false,
+		PostprocessPublishing:     setProperties,
+	}
+	return c
+}
+
+// setProperties copies the outbox envelope into the AMQP properties that
+// AMQP consumers and tools read without looking at headers.
+func setProperties(p amqp091.Publishing) amqp091.Publishing {
+	header := func(k string) string { s, _ := p.Headers[k].(string); return s }
+	p.MessageId = header(watermilladapter.MetadataEventID)
+	if p.MessageId == "" {
+		p.MessageId = header(amqp.DefaultMessageUUIDHeaderKey)
+	}
+	p.Type = header(watermilladapter.MetadataEventType)
+	if t, err := time.Parse(time.RFC3339Nano, header(watermilladapter.MetadataOccurredAt)); err == nil {
+		p.Timestamp = t
+	}
+	return p
+}
+
+// NewPublisher connects to the broker at url and returns a watermill-amqp
+// publisher built from [WatermillConfig], after declaring cfg.Queues. It
+// fails with the dial error wrapped when the broker cannot be reached
+// (errors.Is(err, syscall.ECONNREFUSED) when nothing listens), and with
+// the broker's error when a queue cannot be declared. Errors name the
+// broker by host, port and virtual host, never with the URL's
+// credentials. Close the publisher when done; Publish is safe for
+// concurrent use.
+func NewPublisher(url string, cfg Config) (*amqp.Publisher, error) {
+	uri, err := amqp091.ParseURI(url)
+	if err != nil {
+		var ue *neturl.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // a url.Error quotes the whole URL, password included
+		}
+		return nil, fmt.Errorf("%w: amqpforward: broker URL (not shown, it may hold a password): %w; "+
+			"percent-encode reserved characters of the user name and password", outbox.ErrInvalidRequest, err)
+	}
+	where := net.JoinHostPort(uri.Host, strconv.Itoa(uri.Port))
+	if uri.Vhost != "/" {
+		where += " vhost " + strconv.Quote(uri.Vhost)
+	}
+	logger := cfg.Logger
+	if logger == nil {
+		// Not nil: watermill-amqp's Publisher.Close calls the logger it was
+		// given without a nil check.
+		logger = watermill.NopLogger{}
+	}
+	pub, err := amqp.NewPublisher(WatermillConfig(url, cfg), logger)
+	if err != nil {
+		return nil, fmt.Errorf("amqpforward: connect to %s: %w", where, err)
+	}
+	if err := declareQueues(pub.Connection(), cfg); err != nil {
+		_ = pub.Close()
+		return nil, fmt.Errorf("amqpforward: %s: %w", where, err)
+	}
+	return pub, nil
+}
+
+func declareQueues(conn *amqp091.Connection, cfg Config) error {
+	if len(cfg.Queues) == 0 {
+		return nil
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		return fmt.Errorf("open channel: %w", err)
+	}
+	defer func() { _ = ch.Close() }()
+	for _, q := range cfg.Queues {
+		// The same declaration as watermill-amqp's durable queue
+		// subscriber: durable, not auto-deleted, not exclusive.
+		if _, err := ch.QueueDeclare(q, true, false, false, false, cfg.QueueArguments); err != nil {
+			return fmt.Errorf("declare queue %q: %w", q, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,321 @@
+package amqpforward_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill-amqp/v3/pkg/amqp"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	amqp091 "github.com/rabbitmq/amqp091-go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/wmoutbox/wmoutbox/forward"
+	"github.com/wmoutbox/wmoutbox/forward/amqpforward"
+	"github.com/wmoutbox/wmoutbox/internal/testdb"
+	outboxmw "github.com/wmoutbox/wmoutbox/middleware"
+	"github.com/wmoutbox/wmoutbox/outbox"
+	"github.com/wmoutbox/wmoutbox/outbox/postgres"
+	"github.com/wmoutbox/wmoutbox/watermilladapter"
+)
+
+const waitLimit = 20 * time.Second
+
+// brokerURL is the RabbitMQ of the tests: TEST_AMQP_URL, by default the
+// local server. With none answering the test skips, or fails under
+// CI=true. It returns an open connection for the test's own checks.
+func brokerURL(t *testing.T) (string, *amqp091.Connection) {
+	t.Helper()
+	url := os.Getenv("TEST_AMQP_URL")
+	if url == "" {
+		url = "amqp://guest:guest@127.0.0.1:5672/"
+	}
+	conn, err := amqp091.Dial(url)
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("RabbitMQ at TEST_AMQP_URL unreachable: %v", err)
+		}
+		t.Skipf("RabbitMQ unreachable (set TEST_AMQP_URL): %v", err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return url, conn
+}
+
+// queueName is a queue name of this test alone, deleted at cleanup.
+func queueName(t *testing.T, conn *amqp091.Connection) string {
+	t.Helper()
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	name := "wmoutbox-test-" + hex.EncodeToString(b)
+	t.Cleanup(func() {
+		ch, err := conn.Channel()
+		require.NoError(t, err)
+		defer ch.Close()
+		_, err = ch.QueueDelete(name, false, false, false)
+		require.NoError(t, err)
+	})
+	return name
+}
+
+// relay is an outbox relay forwarding topic with fwd: store, subscriber,
+// outbox publisher, and a router running fwd behind RecordErrors.
+type relay struct {
+	store *postgres.Store
+	pub   *watermilladapter.Publisher[pgx.Tx]
+}
+
+func startRelay(t *testing.T, pool *pgxpool.Pool, cfg watermilladapter.SubscriberConfig, topic string, fwd message.NoPublishHandlerFunc) *relay {
+	t.Helper()
+	store, err := postgres.NewStore(pool, postgres.Config{})
+	require.NoError(t, err)
+	cfg.PollInterval = 100 * time.Millisecond
+	sub, err := watermilladapter.NewSubscriber(store, cfg)
+	require.NoError(t, err)
+	pub, err := watermilladapter.NewPublisher(store, watermilladapter.PublisherConfig{HotPath: sub})
+	require.NoError(t, err)
+	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: 10 * time.Second}, watermill.NopLogger{})
+	require.NoError(t, err)
+	router.AddMiddleware(outboxmw.RecordErrors)
+	router.AddConsumerHandler("forward-"+topic, topic, sub, fwd)
+	done := make(chan error, 1)
+	go func() { done <- router.Run(context.Background()) }()
+	t.Cleanup(func() {
+		require.NoError(t, router.Close())
+		require.NoError(t, <-done)
+		require.NoError(t, sub.Close())
+	})
+	select {
+	case <-router.Running():
+	case err := <-done:
+		t.Fatalf("router stopped: %v", err)
+	}
+	return &relay{store: store, pub: pub}
+}
+
+// publish writes msgs on topic in one business transaction.
+func (r *relay) publish(t *testing.T, topic string, msgs ...*message.Message) {
+	t.Helper()
+	require.NoError(t, r.store.InTx(t.Context(), func(ctx context.Context, tx pgx.Tx) error {
+		for _, m := range msgs {
+			m.SetContext(ctx)
+		}
+		return r.pub.Publish(topic, msgs...)
+	}))
+}
+
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(waitLimit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func onlyEvent(t *testing.T, store *postgres.Store, pool *pgxpool.Pool) outbox.Event {
+	t.Helper()
+	var id string
+	require.NoError(t, pool.QueryRow(t.Context(), `SELECT event_id FROM outbox_event`).Scan(&id))
+	e, err := store.Get(t.Context(), id)
+	require.NoError(t, err)
+	return e
+}
+
+// consume reads n messages of queue with amqp091-go alone, acking them.
+// It declares the queue as durable first, which RabbitMQ refuses
+// (PRECONDITION_FAILED) if the forwarder made it otherwise.
+func consume(t *testing.T, conn *amqp091.Connection, queue string, n int) []amqp091.Delivery {
+	t.Helper()
+	ch, err := conn.Channel()
+	require.NoError(t, err)
+	defer ch.Close()
+	_, err = ch.QueueDeclare(queue, true, false, false, false, nil)
+	require.NoError(t, err, "the queue is durable")
+	deliveries, err := ch.Consume(queue, "", false, false, false, false, nil)
+	require.NoError(t, err)
+	var got []amqp091.Delivery
+	timeout := time.After(waitLimit)
+	for len(got) < n {
+		select {
+		case d, ok := <-deliveries:
+			require.True(t, ok, "consumer closed")
+			require.NoError(t, d.Ack(false))
+			got = append(got, d)
+		case <-timeout:
+			t.Fatalf("read %d of %d messages of %s in time", len(got), n, queue)
+		}
+	}
+	return got
+}
+
+func TestRelayForwardsToRabbitMQ(t *testing.T) {
+	t.Parallel()
+	url, conn := brokerURL(t)
+	queue := queueName(t, conn)
+	pool := testdb.New(t)
+	pub, err := amqpforward.NewPublisher(url, amqpforward.Config{Queues: []string{queue}})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, pub.Close()) })
+	fwd, err := forward.Handler(forward.Config{Publisher: pub})
+	require.NoError(t, err)
+	r := startRelay(t, pool, watermilladapter.SubscriberConfig{}, queue, fwd)
+
+	sent := map[string]*message.Message{}
+	for tx := range 3 {
+		var batch []*message.Message
+		for i := range 3 {
+			payload := fmt.Appendf(nil, "{\"n\":  %d,\n\"raw\": \"\x00\xff\"}", tx*3+i)
+			msg := message.NewMessage(watermill.NewUUID(), payload)
+			msg.Metadata.Set(watermilladapter.MetadataEventType, "ParcelShipped")
+			msg.Metadata.Set(watermilladapter.MetadataAggregateType, "Parcel")
+			msg.Metadata.Set(watermilladapter.MetadataAggregateID, fmt.Sprint("parcel-", i))
+			msg.Metadata.Set(watermilladapter.MetadataTenantID, "tenant-9")
+			msg.Metadata.Set("traceparent", fmt.Sprintf("00-%032d-%016d-01", tx, i))
+			batch = append(batch, msg)
+			sent[msg.UUID] = msg
+		}
+		r.publish(t, queue, batch...)
+	}
+	// The queue exists before anyone consumes it: NewPublisher declared
+	// it, and the events are waiting there.
+	eventually(t, "every row DONE", func() bool {
+		var done int
+		require.NoError(t, pool.QueryRow(t.Context(), `SELECT count(*) FROM outbox_event WHERE status = 1`).Scan(&done))
+		return done == len(sent)
+	})
+
+	deliveries := consume(t, conn, queue, len(sent))
+	seen := map[string]bool{}
+	for _, d := range deliveries {
+		uuid, _ := d.Headers[amqp.DefaultMessageUUIDHeaderKey].(string)
+		msg, ok := sent[uuid]
+		require.True(t, ok, "delivery carries a sent message UUID: %v", d.Headers)
+		require.False(t, seen[uuid], "no duplicates when nothing fails")
+		seen[uuid] = true
+
+		require.Equal(t, []byte(msg.Payload), d.Body, "payload byte for byte")
+		require.Equal(t, amqp091.Persistent, d.DeliveryMode)
+		eventID, _ := d.Headers[watermilladapter.MetadataEventID].(string)
+		require.NotEmpty(t, eventID)
+		require.Equal(t, eventID, d.MessageId, "AMQP message-id = outbox event id")
+		require.Equal(t, "ParcelShipped", d.Type)
+		for k, want := range map[string]string{
+			watermilladapter.MetadataEventType:     "ParcelShipped",
+			watermilladapter.MetadataAggregateType: "Parcel",
+			watermilladapter.MetadataAggregateID:   msg.Metadata.Get(watermilladapter.MetadataAggregateID),
+			watermilladapter.MetadataTenantID:      "tenant-9",
+			"traceparent":                          msg.Metadata.Get("traceparent"),
+		} {
+			require.Equal(t, want, d.Headers[k], "header %s", k)
+		}
+		occurredAt, _ := d.Headers[watermilladapter.MetadataOccurredAt].(string)
+		occurred, err := time.Parse(time.RFC3339Nano, occurredAt)
+		require.NoError(t, err)
+		require.WithinDuration(t, time.Now(), occurred, time.Minute)
+		require.Equal(t, occurred.Unix(), d.Timestamp.Unix())
+		require.NotContains(t, d.Headers, watermilladapter.MetadataAttempt)
+		require.NotContains(t, d.Headers, watermilladapter.MetadataSource)
+
+		e, err := r.store.Get(t.Context(), eventID)
+		require.NoError(t, err, "the event id is the outbox row's")
+		require.Equal(t, outbox.StatusDone, e.Status)
+	}
+}
+
+// freeAddr is a local address nothing listens on: a port just released.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := l.Addr().String()
+	require.NoError(t, l.Close())
+	return addr
+}
+
+func TestBrokerNotRunning(t *testing.T) {
+	t.Parallel()
+	url := "amqp://relay:s3cret-pw@" + freeAddr(t) + "/"
+
+	_, err := amqpforward.NewPublisher(url, amqpforward.Config{Queues: []string{"orders"}})
+	require.ErrorIs(t, err, syscall.ECONNREFUSED)
+	require.ErrorContains(t, err, "amqpforward: connect to 127.0.0.1:")
+	require.ErrorContains(t, err, "connection refused")
+	require.NotContains(t, err.Error(), "s3cret-pw", "no credentials in errors")
+
+	for _, bad := range []string{"http://relay:s3cret-pw@host/", "amqp://relay:s3cret-pw@host:port/", "amqp://relay:s3cret%zz-pw@host/"} {
+		_, err = amqpforward.NewPublisher(bad, amqpforward.Config{})
+		require.ErrorIs(t, err, outbox.ErrInvalidRequest)
+		require.NotContains(t, err.Error(), "s3cret", "no credentials in errors")
+	}
+}
+
+// A relay started while RabbitMQ is down keeps the events: each attempt
+// fails with the connection error, recorded in last_error, and the event
+// stays pending.
+func TestBrokerNotRunningEventsStayPending(t *testing.T) {
+	t.Parallel()
+	url := "amqp://relay:s3cret-pw@" + freeAddr(t) + "/"
+	pool := testdb.New(t)
+	lazy := forward.Lazy(func() (message.Publisher, error) {
+		return amqpforward.NewPublisher(url, amqpforward.Config{Queues: []string{"orders"}})
+	})
+	t.Cleanup(func() { require.NoError(t, lazy.Close()) })
+	fwd, err := forward.Handler(forward.Config{Publisher: lazy})
+	require.NoError(t, err)
+	r := startRelay(t, pool, watermilladapter.SubscriberConfig{
+		RetryPolicy: outbox.Backoff{Base: 20 * time.Millisecond, Max: 50 * time.Millisecond, MaxAttempts: 1000},
+	}, "orders", fwd)
+	r.publish(t, "orders", message.NewMessage(watermill.NewUUID(), []byte(`{"order":1}`)))
+
+	eventually(t, "a few failed attempts", func() bool { return onlyEvent(t, r.store, pool).Attempts >= 3 })
+	e := onlyEvent(t, r.store, pool)
+	require.Equal(t, outbox.StatusRetry, e.Status)
+	require.Contains(t, e.LastError, "connection refused")
+	require.Contains(t, e.LastError, "amqpforward: connect to 127.0.0.1:")
+	require.Contains(t, e.LastError, "forward: publish event "+e.ID+" to orders")
+	require.NotContains(t, e.LastError, "s3cret-pw")
+}
+
+func TestQueueDeclarationConflictFails(t *testing.T) {
+	t.Parallel()
+	url, conn := brokerURL(t)
+	queue := queueName(t, conn)
+	ch, err := conn.Channel()
+	require.NoError(t, err)
+	_, err = ch.QueueDeclare(queue, false, false, false, false, nil) // not durable
+	require.NoError(t, err)
+	require.NoError(t, ch.Close())
+
+	_, err = amqpforward.NewPublisher(url, amqpforward.Config{Queues: []string{queue}})
+	var amqpErr *amqp091.Error
+	require.True(t, errors.As(err, &amqpErr), "the broker's error: %v", err)
+	require.Equal(t, amqp091.PreconditionFailed, amqpErr.Code)
+	require.ErrorContains(t, err, fmt.Sprintf("declare queue %q", queue))
+}
+
+func TestWatermillConfig(t *testing.T) {
+	t.Parallel()
+	c := amqpforward.WatermillConfig("amqp://guest:guest@127.0.0.1:5672/", amqpforward.Config{
+		QueueArguments: amqp091.Table{"x-queue-type": "quorum"},
+	})
+	require.NoError(t, c.ValidatePublisher())
+	require.NoError(t, c.ValidateSubscriber())
+	require.True(t, c.Publish.ConfirmDelivery)
+	require.True(t, c.Queue.Durable)
+	require.Equal(t, "orders", c.Queue.GenerateName("orders"))
+	require.Equal(t, "orders", c.Publish.GenerateRoutingKey("orders"))
+	require.Empty(t, c.Exchange.GenerateName("orders"), "the default exchange")
+	require.Equal(t, "quorum", c.Queue.Arguments["x-queue-type"])
+}

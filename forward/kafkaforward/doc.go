@@ -1,0 +1,50 @@
+// Package kafkaforward builds a watermill-kafka publisher set up for
+// forwarding outbox events: durable, idempotent, and keyed by aggregate so
+// that the events of one aggregate stay on one partition.
+//
+//	pub, err := kafkaforward.NewPublisher([]string{"kafka:9092"}, kafkaforward.Config{ClientID: "orders-relay"})
+//	if err != nil { ... }
+//	defer pub.Close()
+//	fwd, err := forward.Handler(forward.Config{Publisher: pub})
+//	router.AddConsumerHandler("forward-orders", "orders", outboxSub, fwd)
+//
+// # Records
+//
+// The record key is the event's aggregate id ([PartitionKey]): every event
+// of one aggregate lands on the same partition, which Kafka keeps in the
+// order the records were produced. That is the order of the writes only
+// when the relay hands one aggregate's events over one at a time: with
+// SubscriberConfig.WorkerCount above 1, or after a retry, two events of an
+// aggregate can be forwarded in either order.
+// Events without an aggregate id are keyed by their outbox event id, which
+// spreads them over the partitions. The value is the payload, byte for
+// byte. The headers are the message metadata (the outbox_* envelope keys
+// and the user headers, see package forward) plus watermill-kafka's
+// _watermill_message_uuid, which holds the message UUID.
+//
+// Partitions are chosen by Sarama's default hash partitioner (FNV-1a of the
+// key). It is stable across restarts and relays, but it is not the Java
+// client's murmur2: a topic also written by Java producers with the same
+// keys may see an aggregate's events on two partitions. Set
+// Config.Sarama with another Producer.Partitioner if that matters.
+//
+// # Durability
+//
+// [SaramaConfig] waits for all in-sync replicas (acks=all), turns on the
+// idempotent producer (so Sarama's own retries write no duplicates), keeps
+// one request in flight per broker (ordering), and retries for a few
+// seconds before Publish gives up. What Sarama does not retry the outbox
+// does: the forward handler returns the error and the event is delivered
+// again later.
+//
+// Sarama refuses a record larger than Producer.MaxMessageBytes (1 MiB by
+// default) and so does the broker above its message.max.bytes; an outbox
+// payload may be 1 MiB plus headers. Such an event fails on every attempt
+// and ends DEAD, with the size error in last_error: raise both limits if
+// you write payloads that large.
+//
+// # Connecting
+//
+// NewPublisher connects at once and fails when no broker answers; wrap it
+// in forward.Lazy for a relay that starts while Kafka is down.
+package kafkaforward
