@@ -7,13 +7,16 @@ SHELL       := bash
 .SHELLFLAGS := -euo pipefail -c
 .DEFAULT_GOAL := help
 
-.PHONY: help test test-short lint bench fuzz tidy
+.PHONY: help test test-short lint bench fuzz tidy examples
 
 help: ## List the targets
 	@awk 'BEGIN { FS = ":.*## " } /^[a-zA-Z_-]+:.*## / { printf "  %-11s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
 
 test: ## Run every test with the race detector
 	$(GO) test -race -count=1 ./...
+
+examples: ## Run the example programs (no server needed)
+	$(GO) run ./examples/quickstart
 
 test-short: ## Run the tests in -short mode, with the race detector
 	$(GO) test -race -short -count=1 ./...

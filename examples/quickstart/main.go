@@ -1,0 +1,242 @@
+// Command quickstart is an order service in miniature: it creates orders
+// and their OrderCreated events in one transaction each, relays the events
+// through the outbox to Kafka, reads them back with an independent Kafka
+// client, and prints "delivered N/N events" when every event written
+// arrived (matched by event id).
+//
+// With no flags it needs no server: the outbox lives in an embedded SQLite
+// database and Kafka is an in-process Kafka-protocol broker (kfake).
+//
+//	go run ./examples/quickstart
+//	go run ./examples/quickstart -database-url postgres://postgres@127.0.0.1:5432/postgres -brokers localhost:9092
+package main
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/wmoutbox/wmoutbox/forward"
+	"github.com/wmoutbox/wmoutbox/forward/kafkaforward"
+	outboxmw "github.com/wmoutbox/wmoutbox/middleware"
+	"github.com/wmoutbox/wmoutbox/outbox"
+	"github.com/wmoutbox/wmoutbox/outbox/postgres"
+	"github.com/wmoutbox/wmoutbox/outbox/sqlite"
+	"github.com/wmoutbox/wmoutbox/watermilladapter"
+)
+
+const (
+	outboxTopic = "orders"     // the outbox (Watermill) topic
+	kafkaTopic  = "shop.Order" // where forward.ByAggregateType("shop.") sends Order events
+	waitLimit   = 30 * time.Second
+)
+
+func main() {
+	databaseURL := flag.String("database-url", "", "PostgreSQL URL (postgres://…); default: an embedded SQLite database in a temporary directory")
+	brokers := flag.String("brokers", "", "Kafka brokers, comma separated; default: an in-process Kafka-protocol broker")
+	orders := flag.Int("orders", 100, "how many orders to create")
+	flag.Parse()
+
+	ctx := context.Background()
+	if err := run(ctx, *databaseURL, *brokers, *orders); err != nil {
+		fmt.Fprintln(os.Stderr, "quickstart:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, databaseURL, brokerList string, orders int) error {
+	if orders <= 0 {
+		return fmt.Errorf("-orders must be positive, got %d", orders)
+	}
+	brokers, stopBroker, err := kafkaBrokers(brokerList)
+	if err != nil {
+		return err
+	}
+	defer stopBroker()
+
+	if strings.HasPrefix(databaseURL, "postgres://") || strings.HasPrefix(databaseURL, "postgresql://") {
+		return runOnPostgres(ctx, databaseURL, brokers, orders)
+	}
+	if databaseURL != "" {
+		return fmt.Errorf("-database-url must be a postgres:// URL (or empty for SQLite), got %q", databaseURL)
+	}
+	return runOnSQLite(ctx, brokers, orders)
+}
+
+// kafkaBrokers returns the brokers to use, starting an in-process one when
+// none is given.
+func kafkaBrokers(list string) ([]string, func(), error) {
+	if list != "" {
+		return strings.Split(list, ","), func() {}, nil
+	}
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.AllowAutoTopicCreation())
+	if err != nil {
+		return nil, nil, fmt.Errorf("start the in-process Kafka broker: %w", err)
+	}
+	return cluster.ListenAddrs(), cluster.Close, nil
+}
+
+func runOnSQLite(ctx context.Context, brokers []string, orders int) error {
+	dir, err := os.MkdirTemp("", "wmoutbox-quickstart-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	db, err := sqlite.Open(ctx, filepath.Join(dir, "shop.db"))
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	if err := sqlite.Migrate(ctx, db, sqlite.Config{}); err != nil {
+		return err
+	}
+	if _, err := db.ExecContext(ctx, `CREATE TABLE orders (id TEXT PRIMARY KEY, total_cents INTEGER NOT NULL)`); err != nil {
+		return err
+	}
+	store, err := sqlite.NewStore(db, sqlite.Config{})
+	if err != nil {
+		return err
+	}
+	fmt.Println("outbox: embedded SQLite in", dir)
+	return relay(ctx, store, func(ctx context.Context, tx *sql.Tx, o order) error {
+		_, err := tx.ExecContext(ctx, `INSERT INTO orders (id, total_cents) VALUES (?, ?)`, o.ID, o.TotalCents)
+		return err
+	}, brokers, orders)
+}
+
+func runOnPostgres(ctx context.Context, url string, brokers []string, orders int) error {
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if err := postgres.Migrate(ctx, pool, postgres.Config{}); err != nil {
+		return err
+	}
+	if _, err := pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS quickstart_orders (id text PRIMARY KEY, total_cents bigint NOT NULL)`); err != nil {
+		return err
+	}
+	store, err := postgres.NewStore(pool, postgres.Config{})
+	if err != nil {
+		return err
+	}
+	fmt.Println("outbox: PostgreSQL")
+	return relay(ctx, store, func(ctx context.Context, tx pgx.Tx, o order) error {
+		_, err := tx.Exec(ctx, `INSERT INTO quickstart_orders (id, total_cents) VALUES ($1, $2)`, o.ID, o.TotalCents)
+		return err
+	}, brokers, orders)
+}
+
+type order struct {
+	ID         string
+	TotalCents int64
+}
+
+// relay is the same on every store: the business writes, the outbox relay
+// forwarding to Kafka, and an independent consumer checking what arrived.
+func relay[Tx any](ctx context.Context, store outbox.TxStore[Tx], createOrder func(context.Context, Tx, order) error, brokers []string, orders int) error {
+	sub, err := watermilladapter.NewSubscriber(store, watermilladapter.SubscriberConfig{})
+	if err != nil {
+		return err
+	}
+	pub, err := watermilladapter.NewPublisher(store, watermilladapter.PublisherConfig{HotPath: sub})
+	if err != nil {
+		return err
+	}
+	kafkaPub, err := kafkaforward.NewPublisher(brokers, kafkaforward.Config{})
+	if err != nil {
+		return err
+	}
+	defer kafkaPub.Close()
+	toKafka, err := forward.Handler(forward.Config{Publisher: kafkaPub, Topic: forward.ByAggregateType("shop.")})
+	if err != nil {
+		return err
+	}
+	router, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
+	if err != nil {
+		return err
+	}
+	router.AddMiddleware(outboxmw.RecordErrors)
+	router.AddConsumerHandler("orders-to-kafka", outboxTopic, sub, toKafka)
+	routerDone := make(chan error, 1)
+	go func() { routerDone <- router.Run(ctx) }()
+	defer func() {
+		_ = router.Close() // closes the subscriber
+		<-routerDone
+	}()
+	<-router.Running()
+
+	// The service: each order and its event commit together.
+	written := make(map[string]bool, orders)
+	for i := range orders {
+		o := order{ID: fmt.Sprintf("order-%04d", i+1), TotalCents: int64(1000 + i)}
+		eventID := outbox.NewID()
+		err := store.InTx(ctx, func(ctx context.Context, tx Tx) error {
+			if err := createOrder(ctx, tx, o); err != nil {
+				return err
+			}
+			msg := message.NewMessage(watermill.NewUUID(), fmt.Appendf(nil, `{"orderId":%q,"totalCents":%d}`, o.ID, o.TotalCents))
+			msg.Metadata.Set(watermilladapter.MetadataEventID, eventID)
+			msg.Metadata.Set(watermilladapter.MetadataEventType, "OrderCreated")
+			msg.Metadata.Set(watermilladapter.MetadataAggregateType, "Order")
+			msg.Metadata.Set(watermilladapter.MetadataAggregateID, o.ID)
+			msg.SetContext(ctx) // carries tx to the publisher
+			return pub.Publish(outboxTopic, msg)
+		})
+		if err != nil {
+			return fmt.Errorf("create %s: %w", o.ID, err)
+		}
+		written[eventID] = true
+	}
+
+	received, err := consume(ctx, brokers, written)
+	fmt.Printf("delivered %d/%d events\n", received, len(written))
+	if err != nil {
+		return err
+	}
+	if received != len(written) {
+		return errors.New("not every event arrived")
+	}
+	return nil
+}
+
+// consume reads the Kafka topic with franz-go, a client independent of the
+// relay's, until every written event id has arrived or the time is up.
+func consume(ctx context.Context, brokers []string, want map[string]bool) (int, error) {
+	client, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(kafkaTopic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		return 0, err
+	}
+	defer client.Close()
+	ctx, cancel := context.WithTimeout(ctx, waitLimit)
+	defer cancel()
+	got := map[string]bool{}
+	for len(got) < len(want) {
+		fetches := client.PollFetches(ctx)
+		if ctx.Err() != nil {
+			return len(got), fmt.Errorf("waited %s for the events", waitLimit)
+		}
+		fetches.EachRecord(func(r *kgo.Record) {
+			for _, h := range r.Headers {
+				if h.Key == watermilladapter.MetadataEventID && want[string(h.Value)] {
+					got[string(h.Value)] = true
+				}
+			}
+		})
+	}
+	return len(got), nil
+}
