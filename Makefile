@@ -15,8 +15,12 @@ help: ## List the targets
 test: ## Run every test with the race detector
 	$(GO) test -race -count=1 ./...
 
-examples: ## Run the example programs (no server needed)
+examples: ## Run every example program (quickstart needs no server; the others use PostgreSQL, amqp RabbitMQ)
 	$(GO) run ./examples/quickstart
+	$(GO) run ./examples/cqrs
+	$(GO) run ./examples/kafka
+	$(GO) run ./examples/amqp
+	$(GO) run ./examples/multinode
 
 test-short: ## Run the tests in -short mode, with the race detector
 	$(GO) test -race -short -count=1 ./...
