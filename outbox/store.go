@@ -294,3 +294,25 @@ func (q DeadQuery) Normalize() (DeadQuery, error) {
 	q.Limit = limit
 	return q, err
 }
+
+// PrepareUpdates validates updates and keeps only the last update of each
+// event id, in order: the batch a dialect's UpdateStatus writes.
+func PrepareUpdates(updates []StatusUpdate) ([]StatusUpdate, error) {
+	last := make(map[string]int, len(updates))
+	for i, u := range updates {
+		if err := u.Validate(); err != nil {
+			return nil, err
+		}
+		last[u.ID] = i
+	}
+	if len(last) == len(updates) {
+		return updates, nil
+	}
+	out := make([]StatusUpdate, 0, len(last))
+	for i, u := range updates {
+		if last[u.ID] == i {
+			out = append(out, u)
+		}
+	}
+	return out, nil
+}

@@ -4,33 +4,16 @@ import (
 	"context"
 	"embed"
 	"fmt"
-	"io/fs"
-	"path"
-	"regexp"
-	"strconv"
-	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/wmoutbox/wmoutbox/internal/migrationfiles"
 )
 
 //go:embed migrations/*.sql
 var migrationFiles embed.FS
 
 // Migration is one schema change, rendered for a configured table.
-type Migration struct {
-	// Version numbers migrations from 1, in the order they apply.
-	Version int
-	// Name is the file name, such as "0001_create_outbox_event.sql".
-	Name string
-	// SQL is the file's text with the configured schema and table names.
-	SQL string
-}
-
-// defaultTableToken is the table name the migration files are written with.
-const defaultTableToken = "outbox_event"
-
-// tableToken matches the table name and the index names derived from it.
-var tableToken = regexp.MustCompile(`\boutbox_event(_[a-z0-9_]+)?\b`)
+type Migration = migrationfiles.Migration
 
 // migrationLockKey serializes every wmoutbox migration on a server, so that
 // processes starting together apply each migration once.
@@ -91,34 +74,18 @@ func MigrateTx(ctx context.Context, tx pgx.Tx, cfg Config) error {
 }
 
 func (t *table) migrations() ([]Migration, error) {
-	names, err := fs.Glob(migrationFiles, "migrations/*.sql")
+	migrations, err := migrationfiles.Load(migrationFiles, "migrations", t.rename)
 	if err != nil {
-		return nil, fmt.Errorf("postgres: list migrations: %w", err)
+		return nil, fmt.Errorf("postgres: %w", err)
 	}
-	out := make([]Migration, 0, len(names))
-	for i, name := range names {
-		base := path.Base(name)
-		version, err := strconv.Atoi(strings.SplitN(base, "_", 2)[0])
-		if err != nil || version != i+1 {
-			return nil, fmt.Errorf("postgres: migration %s is out of sequence", base)
-		}
-		text, err := migrationFiles.ReadFile(name)
-		if err != nil {
-			return nil, fmt.Errorf("postgres: read migration %s: %w", base, err)
-		}
-		out = append(out, Migration{Version: version, Name: base, SQL: t.render(string(text))})
-	}
-	return out, nil
+	return migrations, nil
 }
 
-// render puts the configured names in place of the default ones: the
-// qualified table name for the table, and table-prefixed names for indexes
-// (which live in the table's schema and are never qualified).
-func (t *table) render(sql string) string {
-	return tableToken.ReplaceAllStringFunc(sql, func(tok string) string {
-		if suffix, ok := strings.CutPrefix(tok, defaultTableToken); ok && suffix != "" {
-			return pgx.Identifier{t.name + suffix}.Sanitize()
-		}
+// rename gives the configured name for the default table (suffix "") and
+// for the index names derived from it, which are never schema-qualified.
+func (t *table) rename(suffix string) string {
+	if suffix == "" {
 		return t.qualified
-	})
+	}
+	return pgx.Identifier{t.name + suffix}.Sanitize()
 }

@@ -321,12 +321,10 @@ type statusRow struct {
 // UpdateStatus implements [outbox.Store]: one statement for the whole
 // batch. When an id appears more than once, its last update wins.
 func (s *Store) UpdateStatus(ctx context.Context, updates ...outbox.StatusUpdate) (int64, error) {
-	for _, u := range updates {
-		if err := u.Validate(); err != nil {
-			return 0, err
-		}
+	updates, err := outbox.PrepareUpdates(updates)
+	if err != nil {
+		return 0, err
 	}
-	updates = lastPerID(updates)
 	if len(updates) == 0 {
 		return 0, nil
 	}
@@ -346,25 +344,6 @@ func (s *Store) UpdateStatus(ctx context.Context, updates ...outbox.StatusUpdate
 		return 0, fmt.Errorf("sqlite: update status of %d events: %w", len(rows), err)
 	}
 	return s.exec(ctx, fmt.Sprintf("update status of %d events", len(rows)), s.t.sql.updateStatus, micros(s.clock.Now()), string(batch))
-}
-
-// lastPerID drops every update that a later one for the same id overrides,
-// keeping the order of the rest.
-func lastPerID(updates []outbox.StatusUpdate) []outbox.StatusUpdate {
-	last := make(map[string]int, len(updates))
-	for i, u := range updates {
-		last[u.ID] = i
-	}
-	if len(last) == len(updates) {
-		return updates
-	}
-	out := make([]outbox.StatusUpdate, 0, len(last))
-	for i, u := range updates {
-		if last[u.ID] == i {
-			out = append(out, u)
-		}
-	}
-	return out
 }
 
 // QueryDead implements [outbox.Store].
