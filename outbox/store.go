@@ -316,3 +316,21 @@ func PrepareUpdates(updates []StatusUpdate) ([]StatusUpdate, error) {
 	}
 	return out, nil
 }
+
+// PurgeInBatches runs deleteBatch, which deletes at most batchSize rows in
+// a transaction of its own, until a batch comes back short, and returns the
+// total: how a dialect's Purge keeps each transaction bounded. On an error
+// it returns the rows deleted before it.
+func PurgeInBatches(batchSize int, deleteBatch func(deletedSoFar int64) (int64, error)) (int64, error) {
+	var total int64
+	for {
+		n, err := deleteBatch(total)
+		if err != nil {
+			return total, err
+		}
+		total += n
+		if n < int64(batchSize) {
+			return total, nil
+		}
+	}
+}

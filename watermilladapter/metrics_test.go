@@ -9,6 +9,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/stretchr/testify/require"
 
+	"github.com/wmoutbox/wmoutbox/internal/relaytest"
 	"github.com/wmoutbox/wmoutbox/internal/testdb"
 	"github.com/wmoutbox/wmoutbox/outbox"
 	"github.com/wmoutbox/wmoutbox/watermilladapter"
@@ -61,27 +62,27 @@ func TestMetricsFollowDeliveries(t *testing.T) {
 	pool := testdb.New(t)
 	m := &recordingMetrics{}
 	var calls sync.Map
-	r := startRelay(t, pool, watermilladapter.SubscriberConfig{
+	r := relaytest.Start(t, pool, watermilladapter.SubscriberConfig{
 		Metrics:         m,
 		BacklogInterval: 20 * time.Millisecond,
 		RetryPolicy:     outbox.Backoff{Base: time.Millisecond, MaxAttempts: 2, NoJitter: true},
-	}, handlers{"orders": func(msg *message.Message) error {
+	}, relaytest.Handlers{"orders": func(msg *message.Message) error {
 		if string(msg.Payload) == "poison" {
 			return errors.New("cannot parse")
 		}
 		calls.Store(msg.UUID, true)
 		return nil
 	}})
-	r.publish(t, "orders", false, newMsg("ok"))
-	r.publish(t, "orders", false, newMsg("poison"))
-	eventually(t, "one delivered, one dead", func() bool { return m.get("delivered") == 1 && m.get("dead") == 1 })
+	r.Publish(t, "orders", newMsg("ok"))
+	r.Publish(t, "orders", newMsg("poison"))
+	relaytest.Eventually(t, "one delivered, one dead", func() bool { return m.get("delivered") == 1 && m.get("dead") == 1 })
 	require.Equal(t, 2, m.get("hot"), "both went to the hot path")
 	require.Equal(t, 1, m.get("failed"), "the poison event failed once before dying")
 	require.Equal(t, 1, m.get("cold"), "its retry came through the cold path")
 	m.mu.Lock()
 	require.Positive(t, m.latencies[0])
 	m.mu.Unlock()
-	eventually(t, "backlog reported empty", func() bool {
+	relaytest.Eventually(t, "backlog reported empty", func() bool {
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		return m.counts["backlog"] > 1 && m.pending == 0

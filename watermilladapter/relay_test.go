@@ -16,85 +16,13 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/wmoutbox/wmoutbox/internal/relaytest"
 	"github.com/wmoutbox/wmoutbox/internal/testdb"
 	outboxmw "github.com/wmoutbox/wmoutbox/middleware"
 	"github.com/wmoutbox/wmoutbox/outbox"
 	"github.com/wmoutbox/wmoutbox/outbox/postgres"
 	"github.com/wmoutbox/wmoutbox/watermilladapter"
 )
-
-const waitLimit = 20 * time.Second
-
-// relay is one process's outbox: store, subscriber, publisher with the
-// subscriber as hot path, and a router running handlers.
-type relay struct {
-	store  *postgres.Store
-	sub    *watermilladapter.Subscriber
-	pub    *watermilladapter.Publisher[pgx.Tx]
-	router *message.Router
-}
-
-type handlers map[string]message.NoPublishHandlerFunc
-
-func startRelay(t *testing.T, pool *pgxpool.Pool, cfg watermilladapter.SubscriberConfig, hs handlers, mw ...message.HandlerMiddleware) *relay {
-	t.Helper()
-	store, err := postgres.NewStore(pool, postgres.Config{})
-	require.NoError(t, err)
-	if cfg.PollInterval == 0 {
-		cfg.PollInterval = 100 * time.Millisecond
-	}
-	sub, err := watermilladapter.NewSubscriber(store, cfg)
-	require.NoError(t, err)
-	pub, err := watermilladapter.NewPublisher(store, watermilladapter.PublisherConfig{HotPath: sub})
-	require.NoError(t, err)
-	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: 10 * time.Second}, watermill.NopLogger{})
-	require.NoError(t, err)
-	router.AddMiddleware(append([]message.HandlerMiddleware{outboxmw.RecordErrors}, mw...)...)
-	for topic, h := range hs {
-		router.AddConsumerHandler("handle-"+topic, topic, sub, h)
-	}
-	r := &relay{store: store, sub: sub, pub: pub, router: router}
-	if len(hs) > 0 {
-		done := make(chan error, 1)
-		go func() { done <- router.Run(context.Background()) }()
-		t.Cleanup(func() {
-			require.NoError(t, router.Close())
-			require.NoError(t, <-done)
-		})
-		select {
-		case <-router.Running():
-		case err := <-done:
-			t.Fatalf("router stopped: %v", err)
-		}
-	}
-	t.Cleanup(func() { require.NoError(t, sub.Close()) })
-	return r
-}
-
-// publish writes messages on topic in one transaction, which fails (and
-// rolls back) when fail is set.
-func (r *relay) publish(t *testing.T, topic string, fail bool, msgs ...*message.Message) {
-	t.Helper()
-	err := r.store.InTx(t.Context(), func(ctx context.Context, tx pgx.Tx) error {
-		for _, m := range msgs {
-			m.SetContext(ctx)
-		}
-		if err := r.pub.Publish(topic, msgs...); err != nil {
-			return err
-		}
-		if fail {
-			return errRollback
-		}
-		return nil
-	})
-	if fail {
-		require.ErrorIs(t, err, errRollback)
-		return
-	}
-	require.NoError(t, err)
-}
-
-var errRollback = errors.New("business rule failed: roll back")
 
 // received collects delivered messages.
 type received struct {
@@ -118,7 +46,7 @@ func (rc *received) next(t *testing.T) *message.Message {
 	select {
 	case m := <-rc.ch:
 		return m
-	case <-time.After(waitLimit):
+	case <-time.After(relaytest.WaitLimit):
 		t.Fatal("no message delivered in time")
 		return nil
 	}
@@ -129,18 +57,6 @@ func eventStatus(t *testing.T, store *postgres.Store, msg *message.Message) outb
 	e, err := store.Get(t.Context(), msg.Metadata.Get(watermilladapter.MetadataEventID))
 	require.NoError(t, err)
 	return e
-}
-
-// eventually waits for cond with a deadline.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(waitLimit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 func statusOf(t *testing.T, store *postgres.Store, id string) outbox.Event {
@@ -165,14 +81,14 @@ func TestCommitDeliversOnHotPathRollbackDeliversNothing(t *testing.T) {
 	t.Parallel()
 	pool := testdb.New(t)
 	got := newReceived()
-	r := startRelay(t, pool, watermilladapter.SubscriberConfig{PollInterval: time.Hour}, handlers{"orders": got.handler})
+	r := relaytest.Start(t, pool, watermilladapter.SubscriberConfig{PollInterval: time.Hour}, relaytest.Handlers{"orders": got.handler})
 
 	rolledBack := newMsg(`{"order": 0}`)
-	r.publish(t, "orders", true, rolledBack)
+	r.PublishRollback(t, "orders", rolledBack)
 	committed := newMsg(`{"order":  1}`)
 	committed.Metadata.Set("traceparent", "00-abc-01")
 	committed.Metadata.Set(watermilladapter.MetadataAggregateID, "order-1")
-	r.publish(t, "orders", false, committed)
+	r.Publish(t, "orders", committed)
 
 	// The hot path is FIFO: had the rolled-back message gone anywhere, it
 	// would arrive first.
@@ -186,7 +102,7 @@ func TestCommitDeliversOnHotPathRollbackDeliversNothing(t *testing.T) {
 	require.Equal(t, "1", msg.Metadata.Get(watermilladapter.MetadataAttempt))
 	require.NotEmpty(t, msg.Metadata.Get(watermilladapter.MetadataEventID))
 
-	eventually(t, "DONE", func() bool { return eventStatus(t, r.store, msg).Status == outbox.StatusDone })
+	relaytest.Eventually(t, "DONE", func() bool { return eventStatus(t, r.Store, msg).Status == outbox.StatusDone })
 	var rows int
 	require.NoError(t, pool.QueryRow(t.Context(), `SELECT count(*) FROM outbox_event`).Scan(&rows))
 	require.Equal(t, 1, rows, "the rolled-back message left no row")
@@ -195,21 +111,21 @@ func TestCommitDeliversOnHotPathRollbackDeliversNothing(t *testing.T) {
 func TestPublishWithoutTransactionFailsFast(t *testing.T) {
 	t.Parallel()
 	pool := testdb.New(t)
-	r := startRelay(t, pool, watermilladapter.SubscriberConfig{}, nil)
-	err := r.pub.Publish("orders", newMsg("x"))
+	r := relaytest.Start(t, pool, watermilladapter.SubscriberConfig{}, nil)
+	err := r.Pub.Publish("orders", newMsg("x"))
 	require.ErrorIs(t, err, outbox.ErrNoTransaction)
 
 	tx, err := pool.Begin(t.Context())
 	require.NoError(t, err)
-	require.NoError(t, r.pub.WithTx(tx).Publish("orders", newMsg("y")))
+	require.NoError(t, r.Pub.WithTx(tx).Publish("orders", newMsg("y")))
 	require.NoError(t, tx.Commit(t.Context()))
-	e := statusOf(t, r.store, onlyEventID(t, pool))
+	e := statusOf(t, r.Store, onlyEventID(t, pool))
 	require.Equal(t, outbox.StatusNew, e.Status)
 	require.Empty(t, e.LockedBy, "a caller-owned transaction has no hot path: nothing is pre-claimed")
 
-	require.NoError(t, r.pub.Close())
-	require.NoError(t, r.pub.Close())
-	require.ErrorIs(t, r.pub.Publish("orders", newMsg("z")), watermilladapter.ErrPublisherClosed)
+	require.NoError(t, r.Pub.Close())
+	require.NoError(t, r.Pub.Close())
+	require.ErrorIs(t, r.Pub.Publish("orders", newMsg("z")), watermilladapter.ErrPublisherClosed)
 	require.NoError(t, pool.Ping(t.Context()), "closing the publisher leaves the pool open")
 }
 
@@ -219,14 +135,14 @@ func TestFullHotQueueFallsBackToColdPath(t *testing.T) {
 	release := make(chan struct{})
 	got := newReceived()
 	blockFirst := sync.Once{}
-	r := startRelay(t, pool, watermilladapter.SubscriberConfig{WorkerCount: 1, HotQueueCapacity: 1, PollInterval: time.Hour},
-		handlers{"orders": func(msg *message.Message) error {
+	r := relaytest.Start(t, pool, watermilladapter.SubscriberConfig{WorkerCount: 1, HotQueueCapacity: 1, PollInterval: time.Hour},
+		relaytest.Handlers{"orders": func(msg *message.Message) error {
 			blockFirst.Do(func() { <-release })
 			return got.handler(msg)
 		}})
 
 	for i := range 5 {
-		r.publish(t, "orders", false, newMsg(fmt.Sprint(i)))
+		r.Publish(t, "orders", newMsg(fmt.Sprint(i)))
 	}
 	// One in the handler, one in the hot queue; the rest were released to
 	// the cold path at commit, and the writes all succeeded.
@@ -236,7 +152,7 @@ func TestFullHotQueueFallsBackToColdPath(t *testing.T) {
 		sources[got.next(t).Metadata.Get(watermilladapter.MetadataSource)]++
 	}
 	require.Positive(t, sources[watermilladapter.SourceCold], "overflow delivered by the cold path: %v", sources)
-	eventually(t, "all DONE", func() bool {
+	relaytest.Eventually(t, "all DONE", func() bool {
 		var done int
 		require.NoError(t, pool.QueryRow(t.Context(), `SELECT count(*) FROM outbox_event WHERE status = 1`).Scan(&done))
 		return done == 5
@@ -247,16 +163,16 @@ func TestAlwaysFailingHandlerRetriesThenDead(t *testing.T) {
 	t.Parallel()
 	pool := testdb.New(t)
 	var calls sync.Map
-	r := startRelay(t, pool, watermilladapter.SubscriberConfig{
+	r := relaytest.Start(t, pool, watermilladapter.SubscriberConfig{
 		RetryPolicy: outbox.Backoff{Base: 5 * time.Millisecond, MaxAttempts: 3, NoJitter: true},
-	}, handlers{"orders": func(msg *message.Message) error {
+	}, relaytest.Handlers{"orders": func(msg *message.Message) error {
 		calls.Store(msg.Metadata.Get(watermilladapter.MetadataAttempt), true)
 		return errors.New("downstream refused: 503")
 	}})
-	r.publish(t, "orders", false, newMsg("x"))
+	r.Publish(t, "orders", newMsg("x"))
 	id := onlyEventID(t, pool)
-	eventually(t, "DEAD", func() bool { return statusOf(t, r.store, id).Status == outbox.StatusDead })
-	e := statusOf(t, r.store, id)
+	relaytest.Eventually(t, "DEAD", func() bool { return statusOf(t, r.Store, id).Status == outbox.StatusDead })
+	e := statusOf(t, r.Store, id)
 	require.Equal(t, 3, e.Attempts)
 	require.Equal(t, "downstream refused: 503", e.LastError)
 	for _, attempt := range []string{"1", "2", "3"} {
@@ -268,13 +184,13 @@ func TestAlwaysFailingHandlerRetriesThenDead(t *testing.T) {
 func TestPermanentErrorIsDeadAtOnce(t *testing.T) {
 	t.Parallel()
 	pool := testdb.New(t)
-	r := startRelay(t, pool, watermilladapter.SubscriberConfig{}, handlers{"orders": func(*message.Message) error {
+	r := relaytest.Start(t, pool, watermilladapter.SubscriberConfig{}, relaytest.Handlers{"orders": func(*message.Message) error {
 		return outbox.Permanent(errors.New("schema violation"))
 	}})
-	r.publish(t, "orders", false, newMsg("x"))
+	r.Publish(t, "orders", newMsg("x"))
 	id := onlyEventID(t, pool)
-	eventually(t, "DEAD", func() bool { return statusOf(t, r.store, id).Status == outbox.StatusDead })
-	e := statusOf(t, r.store, id)
+	relaytest.Eventually(t, "DEAD", func() bool { return statusOf(t, r.Store, id).Status == outbox.StatusDead })
+	e := statusOf(t, r.Store, id)
 	require.Equal(t, 1, e.Attempts)
 	require.Contains(t, e.LastError, "schema violation")
 }
@@ -284,7 +200,7 @@ func TestRetryAfterKeepsAttempts(t *testing.T) {
 	pool := testdb.New(t)
 	got := newReceived()
 	var once sync.Once
-	r := startRelay(t, pool, watermilladapter.SubscriberConfig{PollInterval: time.Hour}, handlers{"orders": func(msg *message.Message) error {
+	r := relaytest.Start(t, pool, watermilladapter.SubscriberConfig{PollInterval: time.Hour}, relaytest.Handlers{"orders": func(msg *message.Message) error {
 		var err error
 		once.Do(func() { err = outbox.RetryAfter(100*time.Millisecond, errors.New("rate limited")) })
 		if err != nil {
@@ -293,13 +209,13 @@ func TestRetryAfterKeepsAttempts(t *testing.T) {
 		return got.handler(msg)
 	}})
 	start := time.Now()
-	r.publish(t, "orders", false, newMsg("x"))
+	r.Publish(t, "orders", newMsg("x"))
 	msg := got.next(t)
 	require.GreaterOrEqual(t, time.Since(start), 100*time.Millisecond, "delivered again after the delay")
 	require.Equal(t, "1", msg.Metadata.Get(watermilladapter.MetadataAttempt), "no attempt spent")
 	require.Equal(t, watermilladapter.SourceCold, msg.Metadata.Get(watermilladapter.MetadataSource))
-	eventually(t, "DONE", func() bool { return eventStatus(t, r.store, msg).Status == outbox.StatusDone })
-	e := eventStatus(t, r.store, msg)
+	relaytest.Eventually(t, "DONE", func() bool { return eventStatus(t, r.Store, msg).Status == outbox.StatusDone })
+	e := eventStatus(t, r.Store, msg)
 	require.Zero(t, e.Attempts)
 	require.Contains(t, e.LastError, "rate limited")
 }
@@ -334,45 +250,45 @@ func TestInterceptorOrder(t *testing.T) {
 		},
 	)
 	done := make(chan struct{}, 2)
-	r := startRelay(t, pool, watermilladapter.SubscriberConfig{
+	r := relaytest.Start(t, pool, watermilladapter.SubscriberConfig{
 		WorkerCount: 1,
 		RetryPolicy: outbox.Backoff{Base: time.Millisecond, NoJitter: true},
-	}, handlers{"orders": func(*message.Message) error { note("handler"); done <- struct{}{}; return nil }}, interceptors)
-	r.publish(t, "orders", false, newMsg("x"))
+	}, relaytest.Handlers{"orders": func(*message.Message) error { note("handler"); done <- struct{}{}; return nil }}, interceptors)
+	r.Publish(t, "orders", newMsg("x"))
 	select {
 	case <-done:
-	case <-time.After(waitLimit):
+	case <-time.After(relaytest.WaitLimit):
 		t.Fatal("not delivered")
 	}
 	id := onlyEventID(t, pool)
-	eventually(t, "DONE", func() bool { return statusOf(t, r.store, id).Status == outbox.StatusDone })
+	relaytest.Eventually(t, "DONE", func() bool { return statusOf(t, r.Store, id).Status == outbox.StatusDone })
 	mu.Lock()
 	defer mu.Unlock()
 	require.Equal(t, []string{
 		"before 1", "before 2", "after 2", "after 1: interceptor before dispatch: tenant suspended",
 		"before 1", "before 2", "handler", "after 2", "after 1: <nil>",
 	}, trace)
-	require.Equal(t, 1, statusOf(t, r.store, id).Attempts, "a failing before hook fails the delivery")
+	require.Equal(t, 1, statusOf(t, r.Store, id).Attempts, "a failing before hook fails the delivery")
 }
 
 func TestDelayedDeliverySkipsHotPath(t *testing.T) {
 	t.Parallel()
 	pool := testdb.New(t)
 	got := newReceived()
-	r := startRelay(t, pool, watermilladapter.SubscriberConfig{}, handlers{"orders": got.handler})
+	r := relaytest.Start(t, pool, watermilladapter.SubscriberConfig{}, relaytest.Handlers{"orders": got.handler})
 	due := time.Now().Add(300 * time.Millisecond)
 	msg := newMsg("later")
 	msg.Metadata.Set(watermilladapter.MetadataDeliverAfter, due.Format(time.RFC3339Nano))
-	r.publish(t, "orders", false, msg)
+	r.Publish(t, "orders", msg)
 	delivered := got.next(t)
 	require.False(t, time.Now().Before(due), "not before its time")
 	require.Equal(t, watermilladapter.SourceCold, delivered.Metadata.Get(watermilladapter.MetadataSource))
 
 	bad := newMsg("x")
 	bad.Metadata.Set(watermilladapter.MetadataDeliverAfter, "tomorrow")
-	err := r.store.InTx(t.Context(), func(ctx context.Context, tx pgx.Tx) error {
+	err := r.Store.InTx(t.Context(), func(ctx context.Context, tx pgx.Tx) error {
 		bad.SetContext(ctx)
-		return r.pub.Publish("orders", bad)
+		return r.Pub.Publish("orders", bad)
 	})
 	require.ErrorIs(t, err, outbox.ErrInvalidEnvelope)
 }
@@ -383,22 +299,22 @@ func TestDeadReplayRedelivers(t *testing.T) {
 	got := newReceived()
 	var broken atomic.Bool
 	broken.Store(true)
-	r := startRelay(t, pool, watermilladapter.SubscriberConfig{}, handlers{"orders": func(msg *message.Message) error {
+	r := relaytest.Start(t, pool, watermilladapter.SubscriberConfig{}, relaytest.Handlers{"orders": func(msg *message.Message) error {
 		if broken.Load() {
 			return outbox.Permanent(errors.New("bug in consumer"))
 		}
 		return got.handler(msg)
 	}})
-	r.publish(t, "orders", false, newMsg("x"))
+	r.Publish(t, "orders", newMsg("x"))
 	id := onlyEventID(t, pool)
-	eventually(t, "DEAD", func() bool { return statusOf(t, r.store, id).Status == outbox.StatusDead })
+	relaytest.Eventually(t, "DEAD", func() bool { return statusOf(t, r.Store, id).Status == outbox.StatusDead })
 	broken.Store(false)
-	n, err := r.store.ReplayDead(t.Context(), outbox.DeadFilter{IDs: []string{id}})
+	n, err := r.Store.ReplayDead(t.Context(), outbox.DeadFilter{IDs: []string{id}})
 	require.NoError(t, err)
 	require.EqualValues(t, 1, n)
 	msg := got.next(t)
 	require.Equal(t, id, msg.Metadata.Get(watermilladapter.MetadataEventID))
-	eventually(t, "DONE", func() bool { return statusOf(t, r.store, id).Status == outbox.StatusDone })
+	relaytest.Eventually(t, "DONE", func() bool { return statusOf(t, r.Store, id).Status == outbox.StatusDone })
 }
 
 // An event whose topic no subscription of this process serves is neither
@@ -406,16 +322,16 @@ func TestDeadReplayRedelivers(t *testing.T) {
 func TestUnservedTopicWaitsForARelayThatServesIt(t *testing.T) {
 	t.Parallel()
 	pool := testdb.New(t)
-	a := startRelay(t, pool, watermilladapter.SubscriberConfig{}, handlers{"payments": newReceived().handler})
-	a.publish(t, "shipments", false, newMsg("x"))
+	a := relaytest.Start(t, pool, watermilladapter.SubscriberConfig{}, relaytest.Handlers{"payments": newReceived().handler})
+	a.Publish(t, "shipments", newMsg("x"))
 	id := onlyEventID(t, pool)
-	eventually(t, "the hot-path claim released", func() bool { return statusOf(t, a.store, id).LockedBy == "" })
-	require.Equal(t, outbox.StatusNew, statusOf(t, a.store, id).Status)
+	relaytest.Eventually(t, "the hot-path claim released", func() bool { return statusOf(t, a.Store, id).LockedBy == "" })
+	require.Equal(t, outbox.StatusNew, statusOf(t, a.Store, id).Status)
 
 	got := newReceived()
-	startRelay(t, pool, watermilladapter.SubscriberConfig{}, handlers{"shipments": got.handler})
+	relaytest.Start(t, pool, watermilladapter.SubscriberConfig{}, relaytest.Handlers{"shipments": got.handler})
 	require.Equal(t, id, got.next(t).Metadata.Get(watermilladapter.MetadataEventID))
-	eventually(t, "DONE", func() bool { return statusOf(t, a.store, id).Status == outbox.StatusDone })
+	relaytest.Eventually(t, "DONE", func() bool { return statusOf(t, a.Store, id).Status == outbox.StatusDone })
 }
 
 // A relay that dies holding claims cannot release them; after the lease
@@ -423,21 +339,21 @@ func TestUnservedTopicWaitsForARelayThatServesIt(t *testing.T) {
 func TestCrashedRelaysClaimsAreRecoveredAfterLease(t *testing.T) {
 	t.Parallel()
 	pool := testdb.New(t)
-	writer := startRelay(t, pool, watermilladapter.SubscriberConfig{}, nil)
+	writer := relaytest.Start(t, pool, watermilladapter.SubscriberConfig{}, nil)
 	tx, err := pool.Begin(t.Context())
 	require.NoError(t, err)
 	for i := range 20 {
-		require.NoError(t, writer.pub.WithTx(tx).Publish("orders", newMsg(fmt.Sprint(i))))
+		require.NoError(t, writer.Pub.WithTx(tx).Publish("orders", newMsg(fmt.Sprint(i))))
 	}
 	require.NoError(t, tx.Commit(t.Context()))
 	const lease = 500 * time.Millisecond
 	crashedAt := time.Now()
-	claimed, err := writer.store.Claim(t.Context(), outbox.ClaimRequest{Owner: "crashed-relay", LockTimeout: lease, Topics: []string{"orders"}})
+	claimed, err := writer.Store.Claim(t.Context(), outbox.ClaimRequest{Owner: "crashed-relay", LockTimeout: lease, Topics: []string{"orders"}})
 	require.NoError(t, err)
 	require.Len(t, claimed, 20)
 
 	got := newReceived()
-	startRelay(t, pool, watermilladapter.SubscriberConfig{}, handlers{"orders": got.handler})
+	relaytest.Start(t, pool, watermilladapter.SubscriberConfig{}, relaytest.Handlers{"orders": got.handler})
 	seen := map[string]bool{}
 	for range 20 {
 		msg := got.next(t)
@@ -464,15 +380,15 @@ func TestThreeRelaysDeliverEveryEventOnce(t *testing.T) {
 		mu.Unlock()
 		return nil
 	}
-	relays := make([]*relay, 3)
+	relays := make([]*relaytest.Relay, 3)
 	var pools []*pgxpool.Pool
 	for i := range relays {
 		pool, err := pgxpool.New(t.Context(), url)
 		require.NoError(t, err)
 		t.Cleanup(pool.Close)
 		pools = append(pools, pool)
-		relays[i] = startRelay(t, pool, watermilladapter.SubscriberConfig{Owner: fmt.Sprint("relay-", i), PollInterval: 50 * time.Millisecond},
-			handlers{"orders": count})
+		relays[i] = relaytest.Start(t, pool, watermilladapter.SubscriberConfig{Owner: fmt.Sprint("relay-", i), PollInterval: 50 * time.Millisecond},
+			relaytest.Handlers{"orders": count})
 	}
 	var wg sync.WaitGroup
 	for w := range writers {
@@ -483,12 +399,12 @@ func TestThreeRelaysDeliverEveryEventOnce(t *testing.T) {
 				for i := range msgs {
 					msgs[i] = newMsg(`{"n":1}`)
 				}
-				r.publish(t, "orders", false, msgs...)
+				r.Publish(t, "orders", msgs...)
 			}
 		})
 	}
 	wg.Wait()
-	eventually(t, "every event DONE", func() bool {
+	relaytest.Eventually(t, "every event DONE", func() bool {
 		var done int
 		require.NoError(t, pools[0].QueryRow(t.Context(), `SELECT count(*) FROM outbox_event WHERE status = 1`).Scan(&done))
 		return done == events
@@ -510,14 +426,14 @@ func TestCloseUnderLoadReleasesEverything(t *testing.T) {
 	pool := testdb.New(t)
 	store, err := postgres.NewStore(pool, postgres.Config{})
 	require.NoError(t, err)
-	writer := startRelay(t, pool, watermilladapter.SubscriberConfig{}, nil)
+	writer := relaytest.Start(t, pool, watermilladapter.SubscriberConfig{}, nil)
 	tx, err := pool.Begin(t.Context())
 	require.NoError(t, err)
 	msgs := make([]*message.Message, 2000)
 	for i := range msgs {
 		msgs[i] = newMsg(fmt.Sprint(i))
 	}
-	require.NoError(t, writer.pub.WithTx(tx).Publish("orders", msgs...))
+	require.NoError(t, writer.Pub.WithTx(tx).Publish("orders", msgs...))
 	require.NoError(t, tx.Commit(t.Context()))
 
 	sub, err := watermilladapter.NewSubscriber(store, watermilladapter.SubscriberConfig{Owner: "closing", BatchSize: 200})
@@ -550,7 +466,7 @@ func TestCloseUnderLoadReleasesEverything(t *testing.T) {
 	require.Equal(t, len(msgs)-acked, pending, "the rest is due at once for any relay")
 
 	got := newReceived()
-	startRelay(t, pool, watermilladapter.SubscriberConfig{}, handlers{"orders": got.handler})
+	relaytest.Start(t, pool, watermilladapter.SubscriberConfig{}, relaytest.Handlers{"orders": got.handler})
 	for range pending {
 		got.next(t)
 	}
@@ -566,8 +482,8 @@ func TestCQRSEventBusPublishesInTheTransaction(t *testing.T) {
 	t.Parallel()
 	pool := testdb.New(t)
 	got := newReceived()
-	r := startRelay(t, pool, watermilladapter.SubscriberConfig{}, handlers{"events.OrderPlaced": got.handler})
-	bus, err := cqrs.NewEventBusWithConfig(r.pub, cqrs.EventBusConfig{
+	r := relaytest.Start(t, pool, watermilladapter.SubscriberConfig{}, relaytest.Handlers{"events.OrderPlaced": got.handler})
+	bus, err := cqrs.NewEventBusWithConfig(r.Pub, cqrs.EventBusConfig{
 		GeneratePublishTopic: func(p cqrs.GenerateEventPublishTopicParams) (string, error) {
 			return "events." + p.EventName, nil
 		},
@@ -575,17 +491,17 @@ func TestCQRSEventBusPublishesInTheTransaction(t *testing.T) {
 	})
 	require.NoError(t, err)
 
-	err = r.store.InTx(t.Context(), func(ctx context.Context, tx pgx.Tx) error {
+	err = r.Store.InTx(t.Context(), func(ctx context.Context, tx pgx.Tx) error {
 		return bus.Publish(ctx, &OrderPlaced{OrderID: "o-1"})
 	})
 	require.NoError(t, err)
-	err = r.store.InTx(t.Context(), func(ctx context.Context, tx pgx.Tx) error {
+	err = r.Store.InTx(t.Context(), func(ctx context.Context, tx pgx.Tx) error {
 		if err := bus.Publish(ctx, &OrderPlaced{OrderID: "o-2"}); err != nil {
 			return err
 		}
-		return errRollback
+		return relaytest.ErrRollback
 	})
-	require.ErrorIs(t, err, errRollback)
+	require.ErrorIs(t, err, relaytest.ErrRollback)
 	require.ErrorIs(t, bus.Publish(t.Context(), &OrderPlaced{OrderID: "o-3"}), outbox.ErrNoTransaction)
 
 	msg := got.next(t)

@@ -1,7 +1,6 @@
 package amqpforward_test
 
 import (
-	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -15,21 +14,18 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill-amqp/v3/pkg/amqp"
 	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/wmoutbox/wmoutbox/forward"
 	"github.com/wmoutbox/wmoutbox/forward/amqpforward"
+	"github.com/wmoutbox/wmoutbox/internal/relaytest"
 	"github.com/wmoutbox/wmoutbox/internal/testdb"
-	outboxmw "github.com/wmoutbox/wmoutbox/middleware"
 	"github.com/wmoutbox/wmoutbox/outbox"
 	"github.com/wmoutbox/wmoutbox/outbox/postgres"
 	"github.com/wmoutbox/wmoutbox/watermilladapter"
 )
-
-const waitLimit = 20 * time.Second
 
 // brokerURL is the RabbitMQ of the tests: TEST_AMQP_URL, by default the
 // local server. With none answering the test skips, or fails under
@@ -67,63 +63,6 @@ func queueName(t *testing.T, conn *amqp091.Connection) string {
 	return name
 }
 
-// relay is an outbox relay forwarding topic with fwd: store, subscriber,
-// outbox publisher, and a router running fwd behind RecordErrors.
-type relay struct {
-	store *postgres.Store
-	pub   *watermilladapter.Publisher[pgx.Tx]
-}
-
-func startRelay(t *testing.T, pool *pgxpool.Pool, cfg watermilladapter.SubscriberConfig, topic string, fwd message.NoPublishHandlerFunc) *relay {
-	t.Helper()
-	store, err := postgres.NewStore(pool, postgres.Config{})
-	require.NoError(t, err)
-	cfg.PollInterval = 100 * time.Millisecond
-	sub, err := watermilladapter.NewSubscriber(store, cfg)
-	require.NoError(t, err)
-	pub, err := watermilladapter.NewPublisher(store, watermilladapter.PublisherConfig{HotPath: sub})
-	require.NoError(t, err)
-	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: 10 * time.Second}, watermill.NopLogger{})
-	require.NoError(t, err)
-	router.AddMiddleware(outboxmw.RecordErrors)
-	router.AddConsumerHandler("forward-"+topic, topic, sub, fwd)
-	done := make(chan error, 1)
-	go func() { done <- router.Run(context.Background()) }()
-	t.Cleanup(func() {
-		require.NoError(t, router.Close())
-		require.NoError(t, <-done)
-		require.NoError(t, sub.Close())
-	})
-	select {
-	case <-router.Running():
-	case err := <-done:
-		t.Fatalf("router stopped: %v", err)
-	}
-	return &relay{store: store, pub: pub}
-}
-
-// publish writes msgs on topic in one business transaction.
-func (r *relay) publish(t *testing.T, topic string, msgs ...*message.Message) {
-	t.Helper()
-	require.NoError(t, r.store.InTx(t.Context(), func(ctx context.Context, tx pgx.Tx) error {
-		for _, m := range msgs {
-			m.SetContext(ctx)
-		}
-		return r.pub.Publish(topic, msgs...)
-	}))
-}
-
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(waitLimit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 func onlyEvent(t *testing.T, store *postgres.Store, pool *pgxpool.Pool) outbox.Event {
 	t.Helper()
 	var id string
@@ -146,7 +85,7 @@ func consume(t *testing.T, conn *amqp091.Connection, queue string, n int) []amqp
 	deliveries, err := ch.Consume(queue, "", false, false, false, false, nil)
 	require.NoError(t, err)
 	var got []amqp091.Delivery
-	timeout := time.After(waitLimit)
+	timeout := time.After(relaytest.WaitLimit)
 	for len(got) < n {
 		select {
 		case d, ok := <-deliveries:
@@ -170,7 +109,7 @@ func TestRelayForwardsToRabbitMQ(t *testing.T) {
 	t.Cleanup(func() { require.NoError(t, pub.Close()) })
 	fwd, err := forward.Handler(forward.Config{Publisher: pub})
 	require.NoError(t, err)
-	r := startRelay(t, pool, watermilladapter.SubscriberConfig{}, queue, fwd)
+	r := relaytest.Start(t, pool, watermilladapter.SubscriberConfig{}, relaytest.Handlers{queue: fwd})
 
 	sent := map[string]*message.Message{}
 	for tx := range 3 {
@@ -186,11 +125,11 @@ func TestRelayForwardsToRabbitMQ(t *testing.T) {
 			batch = append(batch, msg)
 			sent[msg.UUID] = msg
 		}
-		r.publish(t, queue, batch...)
+		r.Publish(t, queue, batch...)
 	}
 	// The queue exists before anyone consumes it: NewPublisher declared
 	// it, and the events are waiting there.
-	eventually(t, "every row DONE", func() bool {
+	relaytest.Eventually(t, "every row DONE", func() bool {
 		var done int
 		require.NoError(t, pool.QueryRow(t.Context(), `SELECT count(*) FROM outbox_event WHERE status = 1`).Scan(&done))
 		return done == len(sent)
@@ -228,7 +167,7 @@ func TestRelayForwardsToRabbitMQ(t *testing.T) {
 		require.NotContains(t, d.Headers, watermilladapter.MetadataAttempt)
 		require.NotContains(t, d.Headers, watermilladapter.MetadataSource)
 
-		e, err := r.store.Get(t.Context(), eventID)
+		e, err := r.Store.Get(t.Context(), eventID)
 		require.NoError(t, err, "the event id is the outbox row's")
 		require.Equal(t, outbox.StatusDone, e.Status)
 	}
@@ -274,13 +213,13 @@ func TestBrokerNotRunningEventsStayPending(t *testing.T) {
 	t.Cleanup(func() { require.NoError(t, lazy.Close()) })
 	fwd, err := forward.Handler(forward.Config{Publisher: lazy})
 	require.NoError(t, err)
-	r := startRelay(t, pool, watermilladapter.SubscriberConfig{
+	r := relaytest.Start(t, pool, watermilladapter.SubscriberConfig{
 		RetryPolicy: outbox.Backoff{Base: 20 * time.Millisecond, Max: 50 * time.Millisecond, MaxAttempts: 1000},
-	}, "orders", fwd)
-	r.publish(t, "orders", message.NewMessage(watermill.NewUUID(), []byte(`{"order":1}`)))
+	}, relaytest.Handlers{"orders": fwd})
+	r.Publish(t, "orders", message.NewMessage(watermill.NewUUID(), []byte(`{"order":1}`)))
 
-	eventually(t, "a few failed attempts", func() bool { return onlyEvent(t, r.store, pool).Attempts >= 3 })
-	e := onlyEvent(t, r.store, pool)
+	relaytest.Eventually(t, "a few failed attempts", func() bool { return onlyEvent(t, r.Store, pool).Attempts >= 3 })
+	e := onlyEvent(t, r.Store, pool)
 	require.Equal(t, outbox.StatusRetry, e.Status)
 	require.Contains(t, e.LastError, "connection refused")
 	require.Contains(t, e.LastError, "amqpforward: connect to 127.0.0.1:")

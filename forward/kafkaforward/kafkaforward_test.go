@@ -12,21 +12,17 @@ import (
 	"github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/wmoutbox/wmoutbox/forward"
 	"github.com/wmoutbox/wmoutbox/forward/kafkaforward"
+	"github.com/wmoutbox/wmoutbox/internal/relaytest"
 	"github.com/wmoutbox/wmoutbox/internal/testdb"
-	outboxmw "github.com/wmoutbox/wmoutbox/middleware"
 	"github.com/wmoutbox/wmoutbox/outbox"
-	"github.com/wmoutbox/wmoutbox/outbox/postgres"
 	"github.com/wmoutbox/wmoutbox/watermilladapter"
 )
-
-const waitLimit = 20 * time.Second
 
 // newCluster starts an in-process Kafka broker (kfake) and returns its
 // addresses.
@@ -36,66 +32,6 @@ func newCluster(t *testing.T) []string {
 	require.NoError(t, err)
 	t.Cleanup(cluster.Close)
 	return cluster.ListenAddrs()
-}
-
-// relay is an outbox relay forwarding topic to pub: store, subscriber,
-// outbox publisher, and a router running the forward handler behind
-// RecordErrors.
-type relay struct {
-	store *postgres.Store
-	pub   *watermilladapter.Publisher[pgx.Tx]
-}
-
-func startRelay(t *testing.T, pool *pgxpool.Pool, topic string, fwd message.NoPublishHandlerFunc) *relay {
-	t.Helper()
-	store, err := postgres.NewStore(pool, postgres.Config{})
-	require.NoError(t, err)
-	sub, err := watermilladapter.NewSubscriber(store, watermilladapter.SubscriberConfig{
-		PollInterval: 100 * time.Millisecond,
-		RetryPolicy:  outbox.Backoff{Base: 50 * time.Millisecond, Max: 200 * time.Millisecond},
-	})
-	require.NoError(t, err)
-	pub, err := watermilladapter.NewPublisher(store, watermilladapter.PublisherConfig{HotPath: sub})
-	require.NoError(t, err)
-	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: 10 * time.Second}, watermill.NopLogger{})
-	require.NoError(t, err)
-	router.AddMiddleware(outboxmw.RecordErrors)
-	router.AddConsumerHandler("forward-"+topic, topic, sub, fwd)
-	done := make(chan error, 1)
-	go func() { done <- router.Run(context.Background()) }()
-	t.Cleanup(func() {
-		require.NoError(t, router.Close())
-		require.NoError(t, <-done)
-		require.NoError(t, sub.Close())
-	})
-	select {
-	case <-router.Running():
-	case err := <-done:
-		t.Fatalf("router stopped: %v", err)
-	}
-	return &relay{store: store, pub: pub}
-}
-
-// publish writes msgs on topic in one business transaction.
-func (r *relay) publish(t *testing.T, topic string, msgs ...*message.Message) {
-	t.Helper()
-	require.NoError(t, r.store.InTx(t.Context(), func(ctx context.Context, tx pgx.Tx) error {
-		for _, m := range msgs {
-			m.SetContext(ctx)
-		}
-		return r.pub.Publish(topic, msgs...)
-	}))
-}
-
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(waitLimit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 // consume reads n records of topic from the beginning with franz-go, a
@@ -110,7 +46,7 @@ func consume(t *testing.T, brokers []string, topic string, n int) []*kgo.Record 
 	)
 	require.NoError(t, err)
 	defer cl.Close()
-	ctx, cancel := context.WithTimeout(t.Context(), waitLimit)
+	ctx, cancel := context.WithTimeout(t.Context(), relaytest.WaitLimit)
 	defer cancel()
 	var recs []*kgo.Record
 	for len(recs) < n {
@@ -142,7 +78,9 @@ func TestRelayForwardsToKafkaKeyedByAggregate(t *testing.T) {
 	fwd, err := forward.Handler(forward.Config{Publisher: pub})
 	require.NoError(t, err)
 	const topic = "orders"
-	r := startRelay(t, pool, topic, fwd)
+	r := relaytest.Start(t, pool, watermilladapter.SubscriberConfig{
+		RetryPolicy: outbox.Backoff{Base: 50 * time.Millisecond, Max: 200 * time.Millisecond},
+	}, relaytest.Handlers{topic: fwd})
 
 	// Four aggregates, five events each, written in five transactions
 	// that each touch every aggregate; and two events with no aggregate.
@@ -167,15 +105,15 @@ func TestRelayForwardsToKafkaKeyedByAggregate(t *testing.T) {
 			batch = append(batch, msg)
 			sent = append(sent, sentEvent{msg, agg, seq})
 		}
-		r.publish(t, topic, batch...)
+		r.Publish(t, topic, batch...)
 	}
 	for i := range 2 {
 		msg := message.NewMessage(watermill.NewUUID(), fmt.Appendf(nil, "global %d", i))
-		r.publish(t, topic, msg)
+		r.Publish(t, topic, msg)
 		sent = append(sent, sentEvent{msg, "", i})
 	}
 
-	eventually(t, "every row DONE", func() bool {
+	relaytest.Eventually(t, "every row DONE", func() bool {
 		var done, total int
 		require.NoError(t, pool.QueryRow(t.Context(),
 			`SELECT count(*) FILTER (WHERE status = 1), count(*) FROM outbox_event`).Scan(&done, &total))

@@ -339,17 +339,13 @@ func (s *Store) Purge(ctx context.Context, req outbox.PurgeRequest) (int64, erro
 		statuses[i] = int16(st)
 	}
 	cutoff := s.clock.Now().Add(-req.OlderThan)
-	var total int64
-	for {
+	return outbox.PurgeInBatches(req.BatchSize, func(deleted int64) (int64, error) {
 		tag, err := s.db.Exec(ctx, s.t.sql.purge, statuses, cutoff, req.BatchSize)
 		if err != nil {
-			return total, fmt.Errorf("postgres: purge after %d rows: %w", total, err)
+			return 0, fmt.Errorf("postgres: purge after %d rows: %w", deleted, err)
 		}
-		total += tag.RowsAffected()
-		if tag.RowsAffected() < int64(req.BatchSize) {
-			return total, nil
-		}
-	}
+		return tag.RowsAffected(), nil
+	})
 }
 
 // queryEvents runs a statement returning eventColumns; op names it in

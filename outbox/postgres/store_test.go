@@ -77,57 +77,15 @@ func TestConcurrentClaimersGetDisjointSets(t *testing.T) {
 		return err
 	}))
 
-	got := make([][]string, claimers)
-	ready := make(chan struct{})
-	var wg sync.WaitGroup
-	errs := make(chan error, claimers)
-	for i := range claimers {
+	claims := make([]storetest.Claimer, claimers)
+	for i := range claims {
 		store, err := postgres.NewStore(conns[i], postgres.Config{})
 		require.NoError(t, err)
-		wg.Go(func() {
-			<-ready
-			for {
-				batch, err := store.Claim(ctx, outbox.ClaimRequest{
-					Owner: fmt.Sprint("claimer-", i), Limit: 100, Topics: []string{"orders"},
-				})
-				if err != nil {
-					errs <- err
-					return
-				}
-				if len(batch) == 0 {
-					return
-				}
-				got[i] = append(got[i], storetest.IDs(batch)...)
-			}
-		})
+		claims[i] = storetest.Claimer{Store: store, Request: outbox.ClaimRequest{
+			Owner: fmt.Sprint("claimer-", i), Limit: 100, Topics: []string{"orders"},
+		}}
 	}
-	close(ready)
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		require.NoError(t, err)
-	}
-
-	seen := make(map[string]int, rows)
-	busy := 0
-	for i, claimed := range got {
-		if len(claimed) > 0 {
-			busy++
-		}
-		for _, id := range claimed {
-			if prev, dup := seen[id]; dup {
-				t.Fatalf("event %s claimed by %d and %d", id, prev, i)
-			}
-			seen[id] = i
-		}
-	}
-	require.Len(t, seen, rows, "the union is every row")
-	for _, id := range written {
-		if _, ok := seen[id]; !ok {
-			t.Fatalf("event %s claimed by nobody", id)
-		}
-	}
-	t.Logf("%d of %d claimers got rows", busy, claimers)
+	storetest.ClaimConcurrently(t, claims, written, nil)
 }
 
 func TestConfigRejectsBadIdentifiers(t *testing.T) {

@@ -409,17 +409,9 @@ func (s *Store) Purge(ctx context.Context, req outbox.PurgeRequest) (int64, erro
 		return 0, fmt.Errorf("sqlite: purge: %w", err)
 	}
 	cutoff := micros(s.clock.Now().Add(-req.OlderThan))
-	var total int64
-	for {
-		n, err := s.exec(ctx, fmt.Sprintf("purge after %d rows", total), s.t.sql.purge, string(statuses), cutoff, req.BatchSize)
-		if err != nil {
-			return total, err
-		}
-		total += n
-		if n < int64(req.BatchSize) {
-			return total, nil
-		}
-	}
+	return outbox.PurgeInBatches(req.BatchSize, func(deleted int64) (int64, error) {
+		return s.exec(ctx, fmt.Sprintf("purge after %d rows", deleted), s.t.sql.purge, string(statuses), cutoff, req.BatchSize)
+	})
 }
 
 // exec runs one write statement through the gate and returns how many

@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -89,57 +88,14 @@ func TestConcurrentClaimersGetDisjointSets(t *testing.T) {
 		return err
 	}))
 
-	got := make([][]string, claimers)
-	ready := make(chan struct{})
-	var wg sync.WaitGroup
-	errs := make(chan error, claimers)
-	for i := range claimers {
-		wg.Go(func() {
-			<-ready
-			req := outbox.ClaimRequest{Owner: fmt.Sprint("claimer-", i), Limit: 25}
-			if i%2 == 0 {
-				req.Topics = []string{"orders"} // the due index, or a scan of all topics
-			}
-			for {
-				batch, err := store.Claim(ctx, req)
-				if err != nil {
-					errs <- err
-					return
-				}
-				if len(batch) == 0 {
-					return
-				}
-				got[i] = append(got[i], storetest.IDs(batch)...)
-			}
-		})
-	}
-	close(ready)
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		require.NoError(t, err)
-	}
-
-	seen := make(map[string]int, rows)
-	busy := 0
-	for i, claimed := range got {
-		if len(claimed) > 0 {
-			busy++
-		}
-		for _, id := range claimed {
-			if prev, dup := seen[id]; dup {
-				t.Fatalf("event %s claimed by %d and %d", id, prev, i)
-			}
-			seen[id] = i
+	claims := make([]storetest.Claimer, claimers)
+	for i := range claims {
+		claims[i] = storetest.Claimer{Store: store, Request: outbox.ClaimRequest{Owner: fmt.Sprint("claimer-", i), Limit: 25}}
+		if i%2 == 0 {
+			claims[i].Request.Topics = []string{"orders"} // the due index, or a scan of all topics
 		}
 	}
-	require.Len(t, seen, rows, "the union is every row")
-	for _, id := range written {
-		if _, ok := seen[id]; !ok {
-			t.Fatalf("event %s claimed by nobody", id)
-		}
-	}
-	t.Logf("%d of %d claimers got rows", busy, claimers)
+	storetest.ClaimConcurrently(t, claims, written, nil)
 }
 
 // TestClaimersInSeveralProcessesGetDisjointSets runs claimers on four
@@ -171,57 +127,19 @@ func TestClaimersInSeveralProcessesGetDisjointSets(t *testing.T) {
 	for i := range events {
 		events[i] = storetest.JSONEvent(i)
 	}
+	var written []string
 	require.NoError(t, stores[0].InTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		_, err := writer.Write(ctx, tx, events...)
+		written, err = writer.Write(ctx, tx, events...)
 		return err
 	}))
 
-	got := make([][]string, processes*perProcess)
-	var busy atomic.Int64
-	ready := make(chan struct{})
-	var wg sync.WaitGroup
-	errs := make(chan error, len(got))
-	for i := range got {
-		store := stores[i%processes]
-		wg.Go(func() {
-			<-ready
-			for {
-				batch, err := store.Claim(ctx, outbox.ClaimRequest{Owner: fmt.Sprint("claimer-", i), Limit: 50})
-				if errors.Is(err, sqlite.ErrBusy) {
-					// Across processes SQLite's lock is not fair: a claimer
-					// may wait out the busy timeout, and tries again as the
-					// relay does. What must hold is below.
-					busy.Add(1)
-					continue
-				}
-				if err != nil {
-					errs <- err
-					return
-				}
-				if len(batch) == 0 {
-					return
-				}
-				got[i] = append(got[i], storetest.IDs(batch)...)
-			}
-		})
+	claims := make([]storetest.Claimer, processes*perProcess)
+	for i := range claims {
+		claims[i] = storetest.Claimer{Store: stores[i%processes], Request: outbox.ClaimRequest{Owner: fmt.Sprint("claimer-", i), Limit: 50}}
 	}
-	close(ready)
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		require.NoError(t, err)
-	}
-	seen := make(map[string]int, rows)
-	for i, claimed := range got {
-		for _, id := range claimed {
-			if prev, dup := seen[id]; dup {
-				t.Fatalf("event %s claimed by %d and %d", id, prev, i)
-			}
-			seen[id] = i
-		}
-	}
-	require.Len(t, seen, rows, "the union is every row")
-	t.Logf("claims that waited out the busy timeout and retried: %d", busy.Load())
+	// Across processes SQLite's lock is not fair: a claimer may wait out the
+	// busy timeout, and tries again as the relay does.
+	storetest.ClaimConcurrently(t, claims, written, func(err error) bool { return errors.Is(err, sqlite.ErrBusy) })
 }
 
 // TestWritersAndClaimersTakeTurns runs business transactions that read
