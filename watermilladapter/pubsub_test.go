@@ -1,6 +1,7 @@
 package watermilladapter_test
 
 import (
+	"sync"
 	"testing"
 	"time"
 
@@ -31,9 +32,13 @@ func TestPubSub(t *testing.T) {
 		Persistent:                          true,
 		NewSubscriberReceivesOldMessages:    false,
 	}
-	pools := map[*testing.T]*pgxpool.Pool{}
+	var (
+		mu    sync.Mutex // the suite's tests run in parallel
+		pools = map[*testing.T]*pgxpool.Pool{}
+	)
 	poolFor := func(t *testing.T) *pgxpool.Pool {
-		// Subtests of one suite test run in one goroutine at a time.
+		mu.Lock()
+		defer mu.Unlock()
 		if p, ok := pools[t]; ok {
 			return p
 		}
