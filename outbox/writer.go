@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"reflect"
+	"slices"
 	"time"
 )
 
@@ -22,6 +23,14 @@ type WriterConfig struct {
 	// now; the others are written unclaimed and left to the pollers. Default:
 	// every topic.
 	HotTopic func(topic string) bool
+
+	// Committed is told, once a write's transaction commits, the topics of
+	// its events that are due now and that the hot path does not deliver,
+	// so that relays in other processes claim them at once instead of at
+	// their next poll (postgres.Notifier.Notify does that). Like
+	// AfterCommit it only runs for transactions begun by an InTx helper. It
+	// must not block. Default: none.
+	Committed func(topics []string)
 
 	// ClaimOwner, when set together with AfterCommit, writes hot-path rows
 	// already claimed by this owner, so that other relays' pollers leave
@@ -87,12 +96,9 @@ func (w *Writer[Tx]) Write(ctx context.Context, tx Tx, events ...Envelope) ([]st
 	if err := w.insert(ctx, tx, prepared, hot, cold); err != nil {
 		return nil, fmt.Errorf("outbox: write %d events: %w", len(prepared), err)
 	}
-	if len(hot) > 0 {
-		err := AfterCommit(ctx, func(ctx context.Context) error { return w.cfg.AfterCommit(ctx, hot) })
-		if err != nil {
-			// The transaction already ended: these rows are the poller's.
-			return nil, fmt.Errorf("outbox: write: %w", err)
-		}
+	if err := w.afterCommit(ctx, tx, hot, cold); err != nil {
+		// The transaction already ended: these rows are the pollers'.
+		return nil, fmt.Errorf("outbox: write: %w", err)
 	}
 	ids := make([]string, len(prepared))
 	for i := range prepared {
@@ -116,19 +122,52 @@ func (w *Writer[Tx]) insert(ctx context.Context, tx Tx, all, hot, cold []Envelop
 	return w.store.Insert(ctx, tx, cold, Lease{})
 }
 
-// hotEvents splits events into those the hot path will deliver after
-// commit and the rest. None is hot without a hook, none unless tx is the
-// very transaction whose commit the InTx helper in ctx reports (a savepoint
-// or another connection may roll back on its own); delayed events and
-// topics the hot path does not take are never hot.
-func (w *Writer[Tx]) hotEvents(ctx context.Context, tx Tx, events []Envelope) (hot, cold []Envelope) {
-	if w.cfg.AfterCommit == nil {
-		return nil, events
+// afterCommit registers the hooks that hand hot events to the hot path
+// and announce the due cold ones.
+func (w *Writer[Tx]) afterCommit(ctx context.Context, tx Tx, hot, cold []Envelope) error {
+	if len(hot) > 0 {
+		if err := AfterCommit(ctx, func(ctx context.Context) error { return w.cfg.AfterCommit(ctx, hot) }); err != nil {
+			return err
+		}
 	}
+	if w.cfg.Committed == nil || !w.commitReported(ctx, tx) {
+		return nil
+	}
+	topics := dueTopics(cold)
+	if len(topics) == 0 {
+		return nil
+	}
+	return AfterCommit(ctx, func(context.Context) error { w.cfg.Committed(topics); return nil })
+}
+
+// dueTopics returns the distinct topics of the events that are due now.
+func dueTopics(events []Envelope) []string {
+	var topics []string
+	for _, e := range events {
+		if e.DeliverAfter.IsZero() && !slices.Contains(topics, e.Topic) {
+			topics = append(topics, e.Topic)
+		}
+	}
+	return topics
+}
+
+// commitReported reports whether tx is the very transaction whose commit
+// the InTx helper in ctx reports: a savepoint or another connection may
+// roll back on its own.
+func (w *Writer[Tx]) commitReported(ctx context.Context, tx Tx) bool {
 	if _, ok := ctx.Value(commitHooksKey{}).(*commitHooks); !ok {
-		return nil, events
+		return false
 	}
-	if ctxTx, ok := TxFromContext[Tx](ctx); !ok || !sameTx(ctxTx, tx) {
+	ctxTx, ok := TxFromContext[Tx](ctx)
+	return ok && sameTx(ctxTx, tx)
+}
+
+// hotEvents splits events into those the hot path will deliver after
+// commit and the rest. None is hot without a hook or when the commit of
+// tx is not reported; delayed events and topics the hot path does not take
+// are never hot.
+func (w *Writer[Tx]) hotEvents(ctx context.Context, tx Tx, events []Envelope) (hot, cold []Envelope) {
+	if w.cfg.AfterCommit == nil || !w.commitReported(ctx, tx) {
 		return nil, events
 	}
 	for _, e := range events {

@@ -503,3 +503,60 @@ func TestWriterHookOnlyForTheCommittedTx(t *testing.T) {
 	require.Empty(t, b.hook.Calls(), "events of another transaction are not the InTx commit's to deliver")
 	require.Zero(t, b.inserter.Calls()[0].lease)
 }
+
+// committedRecorder is a writer's Committed hook that records what it gets.
+type committedRecorder struct {
+	mu    sync.Mutex
+	calls [][]string
+}
+
+func (c *committedRecorder) hook(topics []string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.calls = append(c.calls, topics)
+}
+
+func (c *committedRecorder) Calls() [][]string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([][]string(nil), c.calls...)
+}
+
+func TestWriterCommittedAnnouncesDueColdTopicsAfterCommitOnly(t *testing.T) {
+	t.Parallel()
+
+	committed := &committedRecorder{}
+	b := setupWriter(t, func(cfg *outbox.WriterConfig) {
+		cfg.HotTopic = func(topic string) bool { return topic == "served-here" }
+		cfg.Committed = committed.hook
+	})
+	withTopic := func(topic string) outbox.Envelope {
+		e := validEnvelope()
+		e.Topic = topic
+		return e
+	}
+	delayed := withTopic("later")
+	delayed.DeliverAfter = writerStart.Add(time.Hour)
+	write := func(ctx context.Context, tx *fakeTx) error {
+		_, err := b.writer.Write(ctx, tx, withTopic("served-here"), withTopic("billing"), withTopic("billing"),
+			withTopic("shipping"), delayed)
+		return err
+	}
+
+	require.NoError(t, b.inTx(t, func(ctx context.Context, tx *fakeTx) error {
+		require.NoError(t, write(ctx, tx))
+		require.Empty(t, committed.Calls(), "nothing before the commit")
+		return nil
+	}))
+	require.Equal(t, [][]string{{"billing", "shipping"}}, committed.Calls(),
+		"each due topic once; hot-path and delayed events are not announced")
+
+	rollback := errors.New("rollback please")
+	require.ErrorIs(t, b.inTx(t, func(ctx context.Context, tx *fakeTx) error {
+		require.NoError(t, write(ctx, tx))
+		return rollback
+	}), rollback)
+	tx := &fakeTx{}
+	require.NoError(t, write(outbox.ContextWithTx(t.Context(), tx), tx))
+	require.Len(t, committed.Calls(), 1, "not after a rollback, nor for a transaction whose commit nobody reports")
+}

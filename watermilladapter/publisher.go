@@ -22,6 +22,14 @@ type PublisherConfig struct {
 	// process. Default: none; the subscribers' pollers deliver.
 	HotPath *Subscriber
 
+	// Notify, when set, is told after each commit of a transaction begun
+	// by an InTx helper the topics of the events that HotPath does not
+	// deliver, so that relays in other processes claim them at once
+	// rather than at their next poll: usually a postgres.Notifier's
+	// Notify, with a postgres.Listener waking the other relays. It must
+	// not block. Default: none.
+	Notify func(topics []string)
+
 	// OwnTransaction lets Publish write a message whose context carries no
 	// transaction in a short transaction of its own, begun on the store's
 	// database (one per Publish call). Off by default: publishing outside
@@ -61,7 +69,7 @@ func NewPublisher[Tx any](store outbox.TxStore[Tx], cfg PublisherConfig) (*Publi
 	if store == nil {
 		return nil, fmt.Errorf("%w: publisher needs a store", outbox.ErrInvalidRequest)
 	}
-	wcfg := outbox.WriterConfig{Clock: cfg.Clock}
+	wcfg := outbox.WriterConfig{Clock: cfg.Clock, Committed: cfg.Notify}
 	if cfg.HotPath != nil {
 		wcfg.AfterCommit = cfg.HotPath.acceptCommitted
 		wcfg.HotTopic = cfg.HotPath.serves

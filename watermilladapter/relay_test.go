@@ -334,6 +334,41 @@ func TestUnservedTopicWaitsForARelayThatServesIt(t *testing.T) {
 	relaytest.Eventually(t, "DONE", func() bool { return statusOf(t, a.Store, id).Status == outbox.StatusDone })
 }
 
+// An event committed by a process with no relay for its topic reaches a
+// relay of another process at once: the writer's Notifier wakes that
+// relay's Listener, whose poll interval alone would take an hour.
+func TestCommitInOneProcessWakesTheRelayOfAnother(t *testing.T) {
+	t.Parallel()
+	url := testdb.URL(t)
+	pools := make([]*pgxpool.Pool, 2)
+	for i := range pools {
+		pool, err := pgxpool.New(t.Context(), url)
+		require.NoError(t, err)
+		t.Cleanup(pool.Close)
+		pools[i] = pool
+	}
+
+	got := newReceived()
+	relay := relaytest.Start(t, pools[0], watermilladapter.SubscriberConfig{PollInterval: time.Hour}, relaytest.Handlers{"orders": got.handler})
+	listener, err := postgres.Listen(pools[0], postgres.Config{}, relay.Sub.Wake)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, listener.Close()) })
+
+	writer := relaytest.Start(t, pools[1], watermilladapter.SubscriberConfig{}, nil)
+	notifier, err := postgres.NewNotifier(pools[1], postgres.Config{})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, notifier.Close()) })
+	writer.Pub, err = watermilladapter.NewPublisher(writer.Store, watermilladapter.PublisherConfig{Notify: notifier.Notify})
+	require.NoError(t, err)
+
+	// The first event may be found by the relay's first claim; the second
+	// comes after it, when only a wake-up can bring it within the hour.
+	for _, payload := range []string{"first", "second"} {
+		writer.Publish(t, "orders", newMsg(payload))
+		require.Equal(t, payload, string(got.next(t).Payload))
+	}
+}
+
 // A relay that dies holding claims cannot release them; after the lease
 // another relay delivers the events.
 func TestCrashedRelaysClaimsAreRecoveredAfterLease(t *testing.T) {

@@ -13,12 +13,16 @@ import (
 // maxSettleBatch caps the outcomes recorded by one statement.
 const maxSettleBatch = 500
 
-// settleRetry paces retries of a failed flush; settleGiveUp is how long a
-// flush keeps trying on Close. Outcomes not recorded are not lost: the
-// leases expire and the events are delivered again.
+// A failed flush is retried after settleRetry, doubling up to
+// settleRetryMax, for as long as the subscriber runs: a database that is
+// down for minutes must not leave claims held until their leases end.
+// After Close a flush keeps trying for settleGiveUp only. Outcomes not
+// recorded are not lost: the leases expire and the events are delivered
+// again.
 const (
-	settleRetry  = 100 * time.Millisecond
-	settleGiveUp = 10 * time.Second
+	settleRetry    = 50 * time.Millisecond
+	settleRetryMax = 2 * time.Second
+	settleGiveUp   = 10 * time.Second
 )
 
 // releaseItem is a claim to hand back, and the topic to wake for it.
@@ -31,7 +35,7 @@ type settler struct {
 	store    outbox.Store
 	owner    string
 	logger   watermill.LoggerAdapter
-	released func(topic string)
+	released func(topics ...string)
 
 	updates  chan outbox.StatusUpdate
 	releases chan []releaseItem
@@ -40,7 +44,7 @@ type settler struct {
 	once     sync.Once
 }
 
-func newSettler(store outbox.Store, owner string, logger watermill.LoggerAdapter, released func(string)) *settler {
+func newSettler(store outbox.Store, owner string, logger watermill.LoggerAdapter, released func(...string)) *settler {
 	st := &settler{
 		store:    store,
 		owner:    owner,
@@ -150,10 +154,11 @@ func (st *settler) flushReleases(items []releaseItem) {
 	}
 }
 
-// retry runs op until it succeeds or settleGiveUp passes, and reports
-// whether it succeeded.
+// retry runs op until it succeeds or, once the settler is closing,
+// settleGiveUp has passed; it reports whether op succeeded.
 func (st *settler) retry(what string, op func(ctx context.Context) error) bool {
-	deadline := time.Now().Add(settleGiveUp)
+	var deadline time.Time
+	pause := settleRetry
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), settleGiveUp)
 		err := op(ctx)
@@ -161,13 +166,26 @@ func (st *settler) retry(what string, op func(ctx context.Context) error) bool {
 		if err == nil {
 			return true
 		}
-		if time.Now().After(deadline) {
+		if deadline.IsZero() && st.closing() {
+			deadline = time.Now().Add(settleGiveUp)
+		}
+		if !deadline.IsZero() && time.Now().After(deadline) {
 			st.logger.Error("outbox: giving up; the claims will expire and the events be delivered again", err,
 				watermill.LogFields{"operation": what})
 			return false
 		}
-		st.logger.Error("outbox: retrying", err, watermill.LogFields{"operation": what})
-		time.Sleep(settleRetry)
+		st.logger.Error("outbox: retrying", err, watermill.LogFields{"operation": what, "pause": pause})
+		time.Sleep(pause)
+		pause = min(2*pause, settleRetryMax)
+	}
+}
+
+func (st *settler) closing() bool {
+	select {
+	case <-st.quit:
+		return true
+	default:
+		return false
 	}
 }
 

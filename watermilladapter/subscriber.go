@@ -187,7 +187,7 @@ func NewSubscriber(store outbox.Store, cfg SubscriberConfig) (*Subscriber, error
 		subs:     make(map[string][]*subscription),
 		next:     make(map[string]int),
 	}
-	s.settler = newSettler(store, cfg.Owner, cfg.Logger, s.wakeTopic)
+	s.settler = newSettler(store, cfg.Owner, cfg.Logger, s.Wake)
 	return s, nil
 }
 
@@ -295,12 +295,25 @@ func (s *Subscriber) serves(topic string) bool {
 	return !s.closed && len(s.subs[topic]) > 0
 }
 
-// wakeTopic makes the cold paths of topic claim now: released events are
-// due at once.
-func (s *Subscriber) wakeTopic(topic string) {
+// Wake makes the cold paths of topics claim now instead of at their next
+// poll; with no topic, every subscription's. Events committed by another
+// process are due: a postgres.Listener calls Wake when that process's
+// Notifier says so. Topics this subscriber does not serve are ignored. It
+// never blocks.
+func (s *Subscriber) Wake(topics ...string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, sub := range s.subs[topic] {
-		sub.wake()
+	if len(topics) == 0 {
+		for _, subs := range s.subs {
+			for _, sub := range subs {
+				sub.wake()
+			}
+		}
+		return
+	}
+	for _, topic := range topics {
+		for _, sub := range s.subs[topic] {
+			sub.wake()
+		}
 	}
 }

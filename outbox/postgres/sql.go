@@ -113,6 +113,10 @@ WHERE o.event_id = u.event_id AND o.status <> 1`
 // sqlBacklog reads a topic's pending rows through the due index.
 const sqlBacklog = `SELECT count(*), min(created_at) FROM {table} WHERE status IN (0, 2) AND topic = $1`
 
+// sqlNotify sends one notification per topic ($2) on channel $1, in the
+// statement's own transaction.
+const sqlNotify = `SELECT pg_notify($1, topic) FROM unnest($2::text[]) AS t(topic)`
+
 // sqlDeadFilter selects DEAD rows; each condition is off when its
 // parameter is NULL or empty.
 const sqlDeadFilter = `status = 3

@@ -91,11 +91,7 @@ func NewStore(db DB, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	logger := cfg.Logger
-	if logger == nil {
-		logger = slog.Default()
-	}
-	return &Store{db: db, clock: outbox.ClockOrSystem(cfg.Clock), logger: logger, t: t}, nil
+	return &Store{db: db, clock: outbox.ClockOrSystem(cfg.Clock), logger: cmpLogger(cfg.Logger), t: t}, nil
 }
 
 // InTx runs fn in a transaction on the store's database, commits, and then

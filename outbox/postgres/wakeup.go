@@ -1,0 +1,244 @@
+package postgres
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Cross-process wake-up. A relay in another process learns of committed
+// events at its next poll; a Notifier in the writing process and a Listener
+// in each relay make that immediate.
+//
+// The Notifier sends NOTIFY after the business transaction has committed,
+// from a short transaction of its own, and never more than one at a time
+// per process: PostgreSQL serialises the commits of all transactions that
+// sent NOTIFY on one database-wide lock, so a NOTIFY inside every business
+// transaction (or a trigger) would queue all writers behind each other.
+// Topics committed while a notification is on its way are merged into the
+// next one.
+
+// notifyTimeout bounds one notification.
+const notifyTimeout = 5 * time.Second
+
+// Listener reconnects after listenRetry, doubling up to listenRetryMax.
+const (
+	listenRetry    = 100 * time.Millisecond
+	listenRetryMax = 5 * time.Second
+)
+
+// Channel returns the NOTIFY channel of the outbox table cfg names: one per
+// table, so that relays of different outboxes on one database do not wake
+// each other.
+func Channel(cfg Config) (string, error) {
+	t, err := newTable(cfg)
+	if err != nil {
+		return "", err
+	}
+	return channelFor(cfg.Schema, t.name), nil
+}
+
+// channelFor fits the channel into PostgreSQL's 63-byte identifiers.
+func channelFor(schema, table string) string {
+	name := "wmoutbox." + table
+	if schema != "" {
+		name = "wmoutbox." + schema + "." + table
+	}
+	if len(name) <= 63 {
+		return name
+	}
+	sum := sha256.Sum256([]byte(name))
+	return "wmoutbox." + hex.EncodeToString(sum[:16])
+}
+
+// Notifier wakes the relays of other processes when events are committed.
+// Hand its Notify to the publisher or writer (watermilladapter's
+// PublisherConfig.Notify, outbox.WriterConfig.Committed); relays receive it
+// through a [Listener]. It is safe for concurrent use.
+type Notifier struct {
+	db      DB
+	channel string
+	logger  *slog.Logger
+
+	mu      sync.Mutex
+	pending map[string]struct{}
+
+	kick      chan struct{}
+	quit      chan struct{}
+	done      chan struct{}
+	closeOnce sync.Once
+}
+
+// NewNotifier returns a notifier sending on db (usually the store's pool)
+// for the table cfg names. Close it to stop its goroutine.
+func NewNotifier(db DB, cfg Config) (*Notifier, error) {
+	if db == nil {
+		return nil, errors.New("postgres: notifier needs a database")
+	}
+	channel, err := Channel(cfg)
+	if err != nil {
+		return nil, err
+	}
+	n := &Notifier{
+		db:      db,
+		channel: channel,
+		logger:  cmpLogger(cfg.Logger),
+		pending: make(map[string]struct{}),
+		kick:    make(chan struct{}, 1),
+		quit:    make(chan struct{}),
+		done:    make(chan struct{}),
+	}
+	go n.run()
+	return n, nil
+}
+
+// Notify asks for the relays of topics to be woken. It never blocks and
+// never fails: a notification that cannot be sent is logged, and the
+// relays find the events at their next poll.
+func (n *Notifier) Notify(topics []string) {
+	if len(topics) == 0 {
+		return
+	}
+	n.mu.Lock()
+	for _, t := range topics {
+		n.pending[t] = struct{}{}
+	}
+	n.mu.Unlock()
+	select {
+	case n.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Close sends what is pending and stops. It is idempotent.
+func (n *Notifier) Close() error {
+	n.closeOnce.Do(func() { close(n.quit) })
+	<-n.done
+	return nil
+}
+
+func (n *Notifier) run() {
+	defer close(n.done)
+	for {
+		select {
+		case <-n.kick:
+			n.send()
+		case <-n.quit:
+			n.send()
+			return
+		}
+	}
+}
+
+// send notifies every pending topic in one statement.
+func (n *Notifier) send() {
+	n.mu.Lock()
+	if len(n.pending) == 0 {
+		n.mu.Unlock()
+		return
+	}
+	topics := make([]string, 0, len(n.pending))
+	for t := range n.pending {
+		topics = append(topics, t)
+	}
+	clear(n.pending)
+	n.mu.Unlock()
+
+	ctx, cancel := context.WithTimeout(context.Background(), notifyTimeout)
+	defer cancel()
+	if _, err := n.db.Exec(ctx, sqlNotify, n.channel, topics); err != nil {
+		n.logger.Warn("outbox: notify failed; relays will find the events at their next poll",
+			"channel", n.channel, "topics", len(topics), "error", err)
+	}
+}
+
+// Listener holds one connection that LISTENs for a [Notifier]'s
+// notifications and passes each topic to wake, usually a Subscriber's Wake.
+// After every (re)connection it calls wake with no topic, meaning all:
+// notifications sent while it was away are lost, the events are not.
+type Listener struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// Listen starts a listener on its own connection, configured like pool's
+// (it does not take one of pool's connections), for the table cfg names.
+// It reconnects by itself until Close.
+func Listen(pool *pgxpool.Pool, cfg Config, wake func(topics ...string)) (*Listener, error) {
+	if pool == nil || wake == nil {
+		return nil, errors.New("postgres: listener needs a pool and a wake function")
+	}
+	channel, err := Channel(cfg)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	l := &Listener{cancel: cancel, done: make(chan struct{})}
+	go l.run(ctx, pool.Config().ConnConfig, channel, wake, cmpLogger(cfg.Logger))
+	return l, nil
+}
+
+// Close stops listening and closes the connection. It is idempotent.
+func (l *Listener) Close() error {
+	l.cancel()
+	<-l.done
+	return nil
+}
+
+func (l *Listener) run(ctx context.Context, connConfig *pgx.ConnConfig, channel string, wake func(...string), logger *slog.Logger) {
+	defer close(l.done)
+	pause := listenRetry
+	for {
+		err := listen(ctx, connConfig, channel, wake, func() { pause = listenRetry })
+		if ctx.Err() != nil {
+			return
+		}
+		logger.Warn("outbox: listener lost its connection; reconnecting", "channel", channel, "pause", pause, "error", err)
+		select {
+		case <-time.After(pause):
+		case <-ctx.Done():
+			return
+		}
+		pause = min(2*pause, listenRetryMax)
+	}
+}
+
+// listen connects, listens and passes notifications on until an error.
+func listen(ctx context.Context, connConfig *pgx.ConnConfig, channel string, wake func(...string), connected func()) error {
+	conn, err := pgx.ConnectConfig(ctx, connConfig)
+	if err != nil {
+		return fmt.Errorf("connect: %w", err)
+	}
+	defer func() {
+		closeCtx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_ = conn.Close(closeCtx)
+	}()
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	connected()
+	wake()
+	for {
+		notification, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			return err
+		}
+		wake(notification.Payload)
+	}
+}
+
+func cmpLogger(l *slog.Logger) *slog.Logger {
+	if l == nil {
+		return slog.Default()
+	}
+	return l
+}

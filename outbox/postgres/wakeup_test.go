@@ -1,0 +1,116 @@
+package postgres_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/wmoutbox/wmoutbox/internal/testdb"
+	"github.com/wmoutbox/wmoutbox/outbox/postgres"
+)
+
+// wakeups records what a Listener passes to its wake function: "*" for a
+// wake-up of every topic.
+type wakeups chan string
+
+func (w wakeups) wake(topics ...string) {
+	if len(topics) == 0 {
+		w <- "*"
+	}
+	for _, t := range topics {
+		w <- t
+	}
+}
+
+func (w wakeups) next(t *testing.T) string {
+	t.Helper()
+	select {
+	case got := <-w:
+		return got
+	case <-time.After(20 * time.Second):
+		t.Fatal("no wake-up within 20s")
+		return ""
+	}
+}
+
+func TestNotifierWakesListenersOfItsTableOnly(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t)
+
+	woken := make(wakeups, 16)
+	listener, err := postgres.Listen(pool, postgres.Config{}, woken.wake)
+	require.NoError(t, err)
+	defer listener.Close()
+	other := make(wakeups, 16)
+	otherListener, err := postgres.Listen(pool, postgres.Config{Table: "other_outbox"}, other.wake)
+	require.NoError(t, err)
+	defer otherListener.Close()
+	require.Equal(t, "*", woken.next(t), "listening: every topic is woken once")
+	require.Equal(t, "*", other.next(t))
+
+	notifier, err := postgres.NewNotifier(pool, postgres.Config{})
+	require.NoError(t, err)
+	notifier.Notify([]string{"orders", "billing"})
+	notifier.Notify(nil)
+	got := []string{woken.next(t), woken.next(t)}
+	require.ElementsMatch(t, []string{"orders", "billing"}, got)
+	require.NoError(t, notifier.Close())
+	require.NoError(t, notifier.Close(), "idempotent")
+
+	// A notification for the other table reaches its listener alone; by
+	// then the first listener would have seen one of its own too.
+	otherNotifier, err := postgres.NewNotifier(pool, postgres.Config{Table: "other_outbox"})
+	require.NoError(t, err)
+	otherNotifier.Notify([]string{"invoices"})
+	require.NoError(t, otherNotifier.Close())
+	require.Equal(t, "invoices", other.next(t))
+	require.Empty(t, woken)
+}
+
+func TestListenerReconnectsAndWakesEverything(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t)
+
+	woken := make(wakeups, 16)
+	listener, err := postgres.Listen(pool, postgres.Config{}, woken.wake)
+	require.NoError(t, err)
+	require.Equal(t, "*", woken.next(t))
+
+	var killed int
+	require.NoError(t, pool.QueryRow(t.Context(), `
+		SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+		WHERE datname = current_database() AND query LIKE 'LISTEN %'`).Scan(&killed))
+	require.Equal(t, 1, killed)
+	require.Equal(t, "*", woken.next(t), "reconnected: whatever was notified meanwhile is claimed")
+
+	notifier, err := postgres.NewNotifier(pool, postgres.Config{})
+	require.NoError(t, err)
+	notifier.Notify([]string{"orders"})
+	require.Equal(t, "orders", woken.next(t))
+	require.NoError(t, notifier.Close())
+	require.NoError(t, listener.Close())
+	require.NoError(t, listener.Close(), "idempotent")
+}
+
+func TestChannel(t *testing.T) {
+	t.Parallel()
+
+	def, err := postgres.Channel(postgres.Config{})
+	require.NoError(t, err)
+	require.Equal(t, "wmoutbox.outbox_event", def)
+	long, err := postgres.Channel(postgres.Config{Schema: strings.Repeat("s", 63), Table: strings.Repeat("t", 48)})
+	require.NoError(t, err)
+	require.LessOrEqual(t, len(long), 63, "a channel is an identifier")
+	other, err := postgres.Channel(postgres.Config{Schema: strings.Repeat("s", 63), Table: strings.Repeat("u", 48)})
+	require.NoError(t, err)
+	require.NotEqual(t, long, other)
+
+	_, err = postgres.Channel(postgres.Config{Table: `x"; DROP TABLE outbox_event; --`})
+	require.Error(t, err)
+	_, err = postgres.NewNotifier(nil, postgres.Config{})
+	require.Error(t, err)
+	_, err = postgres.Listen(nil, postgres.Config{}, func(...string) {})
+	require.Error(t, err)
+}
