@@ -1,10 +1,13 @@
 package postgres
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -199,7 +202,15 @@ func (s *Store) Claim(ctx context.Context, req outbox.ClaimRequest) ([]outbox.Ev
 	if topicArg != nil {
 		args = append(args, topicArg)
 	}
-	return s.queryEvents(ctx, "claim", sql, args...)
+	rows, err := s.db.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: claim: %w", err)
+	}
+	events, err := collectClaimed(rows)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: claim: %w", err)
+	}
+	return events, nil
 }
 
 // PollPending implements [outbox.Store].
@@ -364,42 +375,77 @@ func collectEvents(rows pgx.Rows) ([]outbox.Event, error) {
 	defer rows.Close()
 	var events []outbox.Event
 	for rows.Next() {
-		var (
-			e                 outbox.Event
-			payload, headers  []byte
-			isJSON            bool
-			status            int16
-			doneAt, lockedAt  *time.Time
-			eventType, aggTyp string
-		)
-		err := rows.Scan(&e.ID, &eventType, &e.Topic, &aggTyp, &e.AggregateID, &e.TenantID,
-			&payload, &isJSON, &headers, &status, &e.Attempts, &e.OccurredAt, &e.AvailableAt,
-			&e.CreatedAt, &e.UpdatedAt, &doneAt, &e.LastError, &e.LockedBy, &lockedAt)
+		e, err := scanEvent(rows)
 		if err != nil {
 			return nil, err
 		}
-		e.Type, e.AggregateType, e.Status = outbox.EventType(eventType), outbox.AggregateType(aggTyp), outbox.Status(status)
-		if payload == nil {
-			payload = []byte{}
-		}
-		if isJSON {
-			e.PayloadJSON = payload
-		} else {
-			e.PayloadBytes = payload
-		}
-		if doneAt != nil {
-			e.DoneAt = *doneAt
-		}
-		if lockedAt != nil {
-			e.LockedAt = *lockedAt
-		}
-		e.Headers, e.Malformed = outbox.DecodeHeaders(headers)
 		events = append(events, e)
+	}
+	return events, rows.Err()
+}
+
+// collectClaimed scans the rows of a claim and puts them in due order.
+func collectClaimed(rows pgx.Rows) ([]outbox.Event, error) {
+	defer rows.Close()
+	type claimed struct {
+		event outbox.Event
+		due   time.Time
+	}
+	var batch []claimed
+	for rows.Next() {
+		var c claimed
+		var err error
+		if c.event, err = scanEvent(rows, &c.due); err != nil {
+			return nil, err
+		}
+		batch = append(batch, c)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
 	}
+	slices.SortFunc(batch, func(a, b claimed) int {
+		return cmp.Or(a.due.Compare(b.due), strings.Compare(a.event.ID, b.event.ID))
+	})
+	events := make([]outbox.Event, len(batch))
+	for i, c := range batch {
+		events[i] = c.event
+	}
 	return events, nil
+}
+
+// scanEvent scans one row of eventColumns, then extra columns into extra.
+func scanEvent(rows pgx.Rows, extra ...any) (outbox.Event, error) {
+	var (
+		e                 outbox.Event
+		payload, headers  []byte
+		isJSON            bool
+		status            int16
+		doneAt, lockedAt  *time.Time
+		eventType, aggTyp string
+	)
+	dest := append([]any{&e.ID, &eventType, &e.Topic, &aggTyp, &e.AggregateID, &e.TenantID,
+		&payload, &isJSON, &headers, &status, &e.Attempts, &e.OccurredAt, &e.AvailableAt,
+		&e.CreatedAt, &e.UpdatedAt, &doneAt, &e.LastError, &e.LockedBy, &lockedAt}, extra...)
+	if err := rows.Scan(dest...); err != nil {
+		return outbox.Event{}, err
+	}
+	e.Type, e.AggregateType, e.Status = outbox.EventType(eventType), outbox.AggregateType(aggTyp), outbox.Status(status)
+	if payload == nil {
+		payload = []byte{}
+	}
+	if isJSON {
+		e.PayloadJSON = payload
+	} else {
+		e.PayloadBytes = payload
+	}
+	if doneAt != nil {
+		e.DoneAt = *doneAt
+	}
+	if lockedAt != nil {
+		e.LockedAt = *lockedAt
+	}
+	e.Headers, e.Malformed = outbox.DecodeHeaders(headers)
+	return e, nil
 }
 
 // isUniqueViolation reports a duplicate event id.

@@ -1,0 +1,60 @@
+package main
+
+import (
+	"context"
+	"os"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+)
+
+// testServer returns the PostgreSQL server of TEST_DATABASE_URL (default:
+// the local one), skipping the test when it does not answer, except under
+// CI=true.
+func testServer(t *testing.T) string {
+	t.Helper()
+	server := envOr("TEST_DATABASE_URL", defaultDatabaseURL)
+	conn, err := pgx.Connect(t.Context(), server)
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("PostgreSQL at TEST_DATABASE_URL unreachable: %v", err)
+		}
+		t.Skipf("PostgreSQL unreachable (set TEST_DATABASE_URL): %v", err)
+	}
+	require.NoError(t, conn.Close(t.Context()))
+	return server
+}
+
+// testPool returns a pool on a database of the test's own, dropped at
+// cleanup.
+func testPool(t *testing.T) *pgxpool.Pool {
+	t.Helper()
+	db, err := createDatabase(t.Context(), testServer(t))
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, db.drop()) })
+	pool, err := db.pool(t.Context())
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+// TestRunsEveryScenario runs the whole program at a tiny size: it keeps
+// the benchmark working, and checks that it leaves nothing behind.
+func TestRunsEveryScenario(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs every scenario; skipped with -short")
+	}
+	server := testServer(t)
+	tiny := sizes{reps: 1, writes: 100, claimTable: 500, drain: 500, latencyEvents: 50, kafka: 500}
+	require.NoError(t, run(context.Background(), server, tiny, "", true))
+
+	conn, err := pgx.Connect(t.Context(), server)
+	require.NoError(t, err)
+	defer conn.Close(context.Background())
+	var left int
+	require.NoError(t, conn.QueryRow(t.Context(),
+		`SELECT count(*) FROM pg_database WHERE datname LIKE 'wmoutbox_bench_%'`).Scan(&left))
+	require.Zero(t, left, "the program drops its database")
+}

@@ -1,0 +1,92 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net/url"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/wmoutbox/wmoutbox/outbox/postgres"
+)
+
+// database is the program's own database on the server, dropped at the
+// end.
+type database struct {
+	server string // URL of the server's maintenance database
+	name   string
+	url    string
+}
+
+func createDatabase(ctx context.Context, server string) (*database, error) {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	db := &database{server: server, name: "wmoutbox_bench_" + hex.EncodeToString(b[:])}
+	u, err := url.Parse(server)
+	if err != nil {
+		return nil, fmt.Errorf("database URL: %w", err)
+	}
+	u.Path = "/" + db.name
+	db.url = u.String()
+	conn, err := pgx.Connect(ctx, server)
+	if err != nil {
+		return nil, fmt.Errorf("connect to %s: %w", u.Redacted(), err)
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{db.name}.Sanitize()); err != nil {
+		return nil, fmt.Errorf("create database: %w", err)
+	}
+	return db, nil
+}
+
+func (db *database) drop() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, db.server)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	_, err = conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{db.name}.Sanitize()+" WITH (FORCE)")
+	return err
+}
+
+// pool opens a connection pool on the database, large enough for four
+// writers and a relay.
+func (db *database) pool(ctx context.Context) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(db.url)
+	if err != nil {
+		return nil, err
+	}
+	cfg.MaxConns = 16
+	return pgxpool.NewWithConfig(ctx, cfg)
+}
+
+// freshTable creates an outbox table of its own for one repetition, so
+// that no repetition inherits another's dead rows.
+func freshTable(ctx context.Context, pool *pgxpool.Pool, prefix string) (postgres.Config, func(), error) {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	cfg := postgres.Config{Table: prefix + "_" + hex.EncodeToString(b[:])}
+	if err := postgres.Migrate(ctx, pool, cfg); err != nil {
+		return cfg, nil, fmt.Errorf("migrate %s: %w", cfg.Table, err)
+	}
+	drop := func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_, _ = pool.Exec(ctx, "DROP TABLE IF EXISTS "+pgx.Identifier{cfg.Table}.Sanitize())
+	}
+	return cfg, drop, nil
+}
+
+// analyze gives the planner the statistics autovacuum would gather a
+// minute later, so that a freshly filled backlog is claimed with the plan
+// a long-running system would use.
+func analyze(ctx context.Context, pool *pgxpool.Pool, table string) error {
+	_, err := pool.Exec(ctx, "ANALYZE "+pgx.Identifier{table}.Sanitize())
+	return err
+}

@@ -1,0 +1,57 @@
+package main
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+)
+
+// These tests measure, so they do not run in parallel.
+
+func TestForwarderDrain(t *testing.T) {
+	pool := testPool(t)
+	const n = 2000
+	for _, s := range []forwarderSetting{forwarderDefault, forwarderTuned} {
+		t.Run(s.name, func(t *testing.T) {
+			d, err := forwarderDrain(t.Context(), pool, n, s)
+			require.NoError(t, err)
+			require.Positive(t, d)
+			t.Logf("%s: drained %d events in %s: %.0f events/s", s.name, n, d, float64(n)/d.Seconds())
+			fwdRequireNoTables(t, pool)
+		})
+	}
+}
+
+func TestForwarderLatency(t *testing.T) {
+	pool := testPool(t)
+	const (
+		rate  = 500
+		count = 200
+	)
+	lat, err := forwarderLatency(t.Context(), pool, rate, count, forwarderTuned)
+	require.NoError(t, err)
+	require.Len(t, lat, count)
+	slices.Sort(lat)
+	t.Logf("tuned, %d events at %d/s: p50 %s, p99 %s, max %s", count, rate,
+		fwdPercentile(lat, 50), fwdPercentile(lat, 99), lat[len(lat)-1])
+	fwdRequireNoTables(t, pool)
+}
+
+// fwdPercentile is the nearest-rank percentile p of sorted.
+func fwdPercentile(sorted []time.Duration, p float64) time.Duration {
+	rank := int(p/100*float64(len(sorted))+0.999999) - 1
+	return sorted[min(max(rank, 0), len(sorted)-1)]
+}
+
+// fwdRequireNoTables checks that a run dropped the tables it created.
+func fwdRequireNoTables(t *testing.T, pool *pgxpool.Pool) {
+	t.Helper()
+	var left int
+	err := pool.QueryRow(t.Context(),
+		`SELECT count(*) FROM pg_tables WHERE schemaname = 'public' AND tablename LIKE 'watermill%'`).Scan(&left)
+	require.NoError(t, err)
+	require.Zero(t, left, "watermill tables left behind")
+}

@@ -1,0 +1,96 @@
+// Command bench measures wmoutbox side by side with what users would pick
+// instead: hand-written SQL (the raw limits of the database) and
+// Watermill's own outbox, the forwarder component on watermill-sql. Every
+// scenario runs in one process, on one database server, with one event
+// shape, and prints the median of its repetitions next to the ratios that
+// matter. See README.md.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"runtime/pprof"
+	"syscall"
+)
+
+const defaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
+
+// sizes of one run.
+type sizes struct {
+	reps          int // repetitions of each throughput scenario
+	writes        int // events per write-path repetition
+	claimTable    int // rows of the raw claim table
+	drain         int // backlog drained per repetition
+	latencyEvents int // events per latency run, at latencyRate
+	kafka         int // backlog drained to Kafka per repetition
+	memory        int // backlog of the memory scenario; 0 skips it
+}
+
+var (
+	fullSizes  = sizes{reps: 3, writes: 20_000, claimTable: 200_000, drain: 200_000, latencyEvents: 5_000, kafka: 200_000, memory: 1_000_000}
+	quickSizes = sizes{reps: 3, writes: 1_500, claimTable: 10_000, drain: 10_000, latencyEvents: 600, kafka: 10_000}
+)
+
+// latencyRate is the paced write rate of the latency scenarios, events/s.
+const latencyRate = 500
+
+func main() {
+	quick := flag.Bool("quick", false, "run a reduced version (under a minute) and end with a summary line")
+	url := flag.String("database-url", envOr("BENCH_DATABASE_URL", defaultDatabaseURL),
+		"PostgreSQL server to use; the program creates its own database there and drops it at the end")
+	only := flag.String("only", "", "run only the scenarios whose name contains this (raw, write, drain, latency, kafka, memory)")
+	memoryChild := flag.String("memory-relay", "", "internal: run as the memory scenario's relay process on this database URL")
+	memoryTable := flag.String("memory-table", "", "internal: the memory relay process's outbox table")
+	memoryEvents := flag.Int("memory-events", 0, "internal: events the memory relay process waits for")
+	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the run to this file")
+	flag.Parse()
+
+	if *memoryChild != "" {
+		if err := runMemoryRelay(*memoryChild, *memoryTable, *memoryEvents); err != nil {
+			fmt.Fprintln(os.Stderr, "memory relay:", err)
+			os.Exit(1)
+		}
+		return
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	sz := fullSizes
+	if *quick {
+		sz = quickSizes
+	}
+	if *cpuProfile != "" {
+		stopProfile, err := startCPUProfile(*cpuProfile)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		defer stopProfile()
+	}
+	if err := run(ctx, *url, sz, *only, *quick); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+func startCPUProfile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}

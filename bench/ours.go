@@ -1,0 +1,367 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/wmoutbox/wmoutbox/forward"
+	outboxmw "github.com/wmoutbox/wmoutbox/middleware"
+	"github.com/wmoutbox/wmoutbox/outbox"
+	"github.com/wmoutbox/wmoutbox/outbox/postgres"
+	"github.com/wmoutbox/wmoutbox/watermilladapter"
+)
+
+// outboxTopic is the topic every bench event is written on; the relays
+// forward it to the sink's topic.
+const (
+	outboxTopic = "orders"
+	sinkTopic   = "orders-out"
+)
+
+// benchMessage is event i as the Watermill message a service publishes.
+func benchMessage(ctx context.Context, i int) *message.Message {
+	msg := message.NewMessage(watermill.NewUUID(), payload(i))
+	msg.Metadata.Set(watermilladapter.MetadataEventType, eventType)
+	msg.Metadata.Set(watermilladapter.MetadataAggregateType, aggregateType)
+	msg.Metadata.Set(watermilladapter.MetadataAggregateID, aggregateID(i))
+	msg.Metadata.Set(keySeq, strconv.Itoa(i))
+	msg.SetContext(ctx)
+	return msg
+}
+
+// writer is a service that writes events and relays none: its publisher
+// notifies the relays of other processes after each commit.
+type writer struct {
+	store    *postgres.Store
+	pub      *watermilladapter.Publisher[pgx.Tx]
+	notifier *postgres.Notifier
+}
+
+func newWriter(pool *pgxpool.Pool, table postgres.Config) (*writer, error) {
+	store, err := postgres.NewStore(pool, table)
+	if err != nil {
+		return nil, err
+	}
+	notifier, err := postgres.NewNotifier(pool, table)
+	if err != nil {
+		return nil, err
+	}
+	pub, err := watermilladapter.NewPublisher(store, watermilladapter.PublisherConfig{Notify: notifier.Notify})
+	if err != nil {
+		return nil, errors.Join(err, notifier.Close())
+	}
+	return &writer{store: store, pub: pub, notifier: notifier}, nil
+}
+
+func (w *writer) close() error { return errors.Join(w.pub.Close(), w.notifier.Close()) }
+
+// fill writes events [from, to) in transactions of 1000, untimed.
+func (w *writer) fill(ctx context.Context, from, to int) error {
+	const perTx = 1000
+	for lo := from; lo < to; lo += perTx {
+		hi := min(lo+perTx, to)
+		msgs := make([]*message.Message, 0, hi-lo)
+		for i := lo; i < hi; i++ {
+			msgs = append(msgs, benchMessage(ctx, i))
+		}
+		err := w.store.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+			return w.pub.WithTx(tx).Publish(outboxTopic, msgs...)
+		})
+		if err != nil {
+			return fmt.Errorf("fill: %w", err)
+		}
+	}
+	return nil
+}
+
+// relay is one process's outbox: a subscriber relaying outboxTopic to a
+// downstream publisher through forward.Handler, woken by a listener, and
+// a publisher whose hot path is the subscriber.
+type relay struct {
+	store    *postgres.Store
+	sub      *watermilladapter.Subscriber
+	pub      *watermilladapter.Publisher[pgx.Tx]
+	listener *postgres.Listener
+	router   *message.Router
+	runErr   chan error
+}
+
+func startRelay(ctx context.Context, pool *pgxpool.Pool, table postgres.Config, downstream message.Publisher, cfg watermilladapter.SubscriberConfig) (*relay, error) {
+	store, err := postgres.NewStore(pool, table)
+	if err != nil {
+		return nil, err
+	}
+	sub, err := watermilladapter.NewSubscriber(store, cfg)
+	if err != nil {
+		return nil, err
+	}
+	r := &relay{store: store, sub: sub}
+	if r.pub, err = watermilladapter.NewPublisher(store, watermilladapter.PublisherConfig{HotPath: sub}); err != nil {
+		return nil, errors.Join(err, sub.Close())
+	}
+	if r.listener, err = postgres.Listen(pool, table, sub.Wake); err != nil {
+		return nil, errors.Join(err, sub.Close())
+	}
+	handler, err := forward.Handler(forward.Config{
+		Publisher: downstream,
+		Topic:     func(*message.Message) (string, error) { return sinkTopic, nil },
+	})
+	if err != nil {
+		return nil, errors.Join(err, r.close())
+	}
+	r.router, err = message.NewRouter(message.RouterConfig{CloseTimeout: 10 * time.Second}, watermill.NopLogger{})
+	if err != nil {
+		return nil, errors.Join(err, r.close())
+	}
+	r.router.AddMiddleware(outboxmw.RecordErrors)
+	r.router.AddConsumerHandler("forward", outboxTopic, sub, handler)
+	r.runErr = make(chan error, 1)
+	go func() { r.runErr <- r.router.Run(ctx) }()
+	select {
+	case <-r.router.Running():
+		return r, nil
+	case err := <-r.runErr:
+		r.runErr <- err
+		return nil, errors.Join(err, r.close())
+	}
+}
+
+func (r *relay) close() error {
+	var errs []error
+	if r.router != nil {
+		errs = append(errs, r.router.Close())
+		if r.runErr != nil {
+			errs = append(errs, <-r.runErr)
+		}
+	}
+	if r.listener != nil {
+		errs = append(errs, r.listener.Close())
+	}
+	if r.pub != nil {
+		errs = append(errs, r.pub.Close())
+	}
+	errs = append(errs, r.sub.Close())
+	return errors.Join(errs...)
+}
+
+// closeAll closes relays, concurrently: each Close drains its own
+// handlers.
+func closeAll(relays []*relay) error {
+	errs := make([]error, len(relays))
+	var wg sync.WaitGroup
+	for i, r := range relays {
+		wg.Go(func() { errs[i] = r.close() })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// oursWrite is the write path: writers, each writing one event per
+// business transaction while a relay delivers them. Only the writes are
+// timed.
+func oursWrite(ctx context.Context, pool *pgxpool.Pool, n, writers int) (_ int, _ time.Duration, err error) {
+	table, drop, err := freshTable(ctx, pool, "bench_write")
+	if err != nil {
+		return 0, 0, err
+	}
+	defer drop()
+	t := newTally(n)
+	snk, err := startSink(ctx, sinkTopic, t.recv)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer func() { err = errors.Join(err, snk.close()) }()
+	r, err := startRelay(ctx, pool, table, snk.pub, watermilladapter.SubscriberConfig{})
+	if err != nil {
+		return 0, 0, err
+	}
+	defer func() { err = errors.Join(err, r.close()) }()
+
+	start := time.Now()
+	err = parallel(writers, n, func(i int) error {
+		return r.store.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+			return r.pub.Publish(outboxTopic, benchMessage(ctx, i))
+		})
+	})
+	elapsed := time.Since(start)
+	if err != nil {
+		return 0, 0, err
+	}
+	if err := t.wait(ctx, nil); err != nil {
+		return 0, 0, err
+	}
+	return n, elapsed, t.check("write path")
+}
+
+// parallel runs do(i) for i in [0, n) on workers goroutines, each taking
+// every workers-th i, and returns the first error.
+func parallel(workers, n int, do func(i int) error) error {
+	errs := make([]error, workers)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for i := w; i < n; i += workers {
+				if err := do(i); err != nil {
+					errs[w] = err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// oursDrain fills a backlog of n events, then times instances relays (on
+// pools of their own, as separate processes would be) until the sink has
+// every event.
+func oursDrain(ctx context.Context, db *database, pool *pgxpool.Pool, n, instances int, cfg watermilladapter.SubscriberConfig, downstream func(recv func(*message.Message)) (message.Publisher, func() error, error)) (_ int, _ time.Duration, err error) {
+	table, drop, err := freshTable(ctx, pool, "bench_drain")
+	if err != nil {
+		return 0, 0, err
+	}
+	defer drop()
+	w, err := newWriter(pool, table)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer func() { err = errors.Join(err, w.close()) }()
+	if err := w.fill(ctx, 0, n); err != nil {
+		return 0, 0, err
+	}
+	if err := analyze(ctx, pool, table.Table); err != nil {
+		return 0, 0, err
+	}
+
+	t := newTally(n)
+	pub, closeDownstream, err := downstream(t.recv)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer func() { err = errors.Join(err, closeDownstream()) }()
+	pools := make([]*pgxpool.Pool, instances)
+	for i := range pools {
+		if pools[i], err = db.pool(ctx); err != nil {
+			return 0, 0, err
+		}
+		defer pools[i].Close()
+	}
+
+	start := time.Now()
+	relays := make([]*relay, 0, instances)
+	defer func() { err = errors.Join(err, closeAll(relays)) }()
+	for _, p := range pools {
+		r, err := startRelay(ctx, p, table, pub, cfg)
+		if err != nil {
+			return 0, 0, err
+		}
+		relays = append(relays, r)
+	}
+	if err := t.wait(ctx, nil); err != nil {
+		return 0, 0, err
+	}
+	return n, time.Since(start), t.check("drain")
+}
+
+// toSink is a downstream for oursDrain: the GoChannel sink.
+func toSink(ctx context.Context) func(recv func(*message.Message)) (message.Publisher, func() error, error) {
+	return func(recv func(*message.Message)) (message.Publisher, func() error, error) {
+		s, err := startSink(ctx, sinkTopic, recv)
+		if err != nil {
+			return nil, nil, err
+		}
+		return s.pub, s.close, nil
+	}
+}
+
+// oursLatency writes count events at latencyRate, one per business
+// transaction, and returns each one's time from commit to the sink. With
+// hot, the writing process relays them itself (the hot path); otherwise a
+// writer with no relay commits them and a relay on another pool, woken by
+// the writer's notification, delivers them (the cold path), with the
+// default poll interval.
+func oursLatency(ctx context.Context, db *database, pool *pgxpool.Pool, count int, hot bool) (_ []time.Duration, err error) {
+	table, drop, err := freshTable(ctx, pool, "bench_latency")
+	if err != nil {
+		return nil, err
+	}
+	defer drop()
+	t := newTally(count)
+	snk, err := startSink(ctx, sinkTopic, t.recv)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { err = errors.Join(err, snk.close()) }()
+
+	relayPool := pool
+	if !hot {
+		if relayPool, err = db.pool(ctx); err != nil {
+			return nil, err
+		}
+		defer relayPool.Close()
+	}
+	r, err := startRelay(ctx, relayPool, table, snk.pub, watermilladapter.SubscriberConfig{})
+	if err != nil {
+		return nil, err
+	}
+	defer func() { err = errors.Join(err, r.close()) }()
+	store, pub := r.store, r.pub
+	if !hot {
+		w, err := newWriter(pool, table)
+		if err != nil {
+			return nil, err
+		}
+		defer func() { err = errors.Join(err, w.close()) }()
+		store, pub = w.store, w.pub
+	}
+
+	committed := make([]time.Time, count)
+	err = paced(ctx, count, func(i int) error {
+		return store.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+			// Registered first, so it runs first after the commit.
+			if err := outbox.AfterCommit(ctx, func(context.Context) error { committed[i] = time.Now(); return nil }); err != nil {
+				return err
+			}
+			return pub.Publish(outboxTopic, benchMessage(ctx, i))
+		})
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := t.wait(ctx, nil); err != nil {
+		return nil, err
+	}
+	return t.latencies(committed), t.check("latency")
+}
+
+// paced calls write(i) for i in [0, count) at latencyRate, each at its
+// own scheduled time so that a slow write does not cause a burst.
+func paced(ctx context.Context, count int, write func(i int) error) error {
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	start := time.Now()
+	for i := range count {
+		due := start.Add(time.Duration(i) * time.Second / latencyRate)
+		if wait := time.Until(due); wait > 0 {
+			timer.Reset(wait)
+			select {
+			case <-timer.C:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		if err := write(i); err != nil {
+			return fmt.Errorf("event %d: %w", i, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,225 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/wmoutbox/wmoutbox/watermilladapter"
+)
+
+// kafkaSettings keep enough events in flight for the producer to fill its
+// batches: each worker waits for the broker's acknowledgement.
+var kafkaSettings = watermilladapter.SubscriberConfig{WorkerCount: 256, BatchSize: 200, ColdQueueCapacity: 1000}
+
+// writers is how many goroutines write business transactions at once.
+const writers = 4
+
+// results are the medians the ratios and the summary line are made of.
+type results struct {
+	rawInsert, rawClaim   float64
+	write                 float64
+	drain1, drain4        float64
+	fwdDefault, fwdTuned  float64
+	hot, cold, fwdLatency percentiles
+	kafka                 float64
+	memoryRSS             int64
+	memoryElapsed         time.Duration
+}
+
+func run(ctx context.Context, server string, sz sizes, only string, quick bool) (err error) {
+	db, err := createDatabase(ctx, server)
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, db.drop()) }()
+	pool, err := db.pool(ctx)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	var version string
+	if err := pool.QueryRow(ctx, "SHOW server_version").Scan(&version); err != nil {
+		return err
+	}
+	mode := "full"
+	if quick {
+		mode = "quick"
+	}
+	fmt.Printf("wmoutbox bench (%s): %d CPUs, PostgreSQL %s, %d writers, medians of %d; ≈%d-byte JSON events\n\n",
+		mode, runtime.NumCPU(), version, writers, sz.reps, len(payload(0)))
+
+	want := func(name string) bool { return only == "" || strings.Contains(name, only) }
+	rep := &report{}
+	var res results
+	steps := []struct {
+		name string
+		run  func() error
+	}{
+		{"raw", func() error { return res.measureRaw(ctx, pool, sz, rep) }},
+		{"write", func() error { return res.measureWrite(ctx, pool, sz, rep) }},
+		{"drain", func() error { return res.measureDrain(ctx, db, pool, sz, rep) }},
+		{"latency", func() error { return res.measureLatency(ctx, db, pool, sz, rep) }},
+		{"kafka", func() error { return res.measureKafka(ctx, db, pool, sz, rep) }},
+		{"memory", func() error { return res.measureMemory(ctx, db, sz, rep) }},
+	}
+	for _, step := range steps {
+		if !want(step.name) {
+			continue
+		}
+		if err := step.run(); err != nil {
+			return fmt.Errorf("%s: %w", step.name, err)
+		}
+	}
+	fmt.Println()
+	rep.print(os.Stdout)
+	if quick {
+		fmt.Printf("summary: write_ratio=%.2f drain_per_s=%.0f drain_ratio_vs_forwarder=%.2f hot_p50_ms=%.2f hot_p99_ms=%.2f cold_p99_ms=%.2f kafka_drain_per_s=%.0f\n",
+			safeRatio(res.write, res.rawInsert), res.drain1, safeRatio(res.drain1, res.fwdTuned),
+			msf(res.hot.p50), msf(res.hot.p99), msf(res.cold.p99), res.kafka)
+	}
+	return nil
+}
+
+func safeRatio(a, b float64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return a / b
+}
+
+func msf(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+func (res *results) measureRaw(ctx context.Context, pool *pgxpool.Pool, sz sizes, rep *report) (err error) {
+	if res.rawInsert, err = repeat(sz.reps, func() (int, time.Duration, error) { return rawInsert(ctx, pool, sz.writes, writers) }); err != nil {
+		return err
+	}
+	rep.add(fmt.Sprintf("1 raw: insert, 1 row per transaction, %d writers", writers), rate(res.rawInsert), "ceiling of the write path")
+	if res.rawClaim, err = repeat(sz.reps, func() (int, time.Duration, error) { return rawClaim(ctx, pool, sz.claimTable) }); err != nil {
+		return err
+	}
+	rep.add(fmt.Sprintf("1 raw: claim 100 (SKIP LOCKED) + mark done, %s rows", thousands(int64(sz.claimTable))), rate(res.rawClaim), "ceiling of one drain loop")
+	return nil
+}
+
+func (res *results) measureWrite(ctx context.Context, pool *pgxpool.Pool, sz sizes, rep *report) (err error) {
+	if res.write, err = repeat(sz.reps, func() (int, time.Duration, error) { return oursWrite(ctx, pool, sz.writes, writers) }); err != nil {
+		return err
+	}
+	rep.add(fmt.Sprintf("2 write: ours, 1 event per transaction, %d writers, relay running", writers), rate(res.write),
+		ratio(res.write, res.rawInsert)+" raw insert")
+	return nil
+}
+
+// drainSettings are the relay configurations the drain compares: the
+// defaults (the specification's: 4 events in flight, claims of 50) and a
+// setting for throughput, as the forwarder is shown default and tuned.
+var drainSettings = []struct {
+	name string
+	cfg  watermilladapter.SubscriberConfig
+}{
+	{"default (4 workers, batch 50)", watermilladapter.SubscriberConfig{}},
+	{"tuned (16 workers, batch 200)", watermilladapter.SubscriberConfig{WorkerCount: 16, BatchSize: 200}},
+}
+
+func (res *results) measureDrain(ctx context.Context, db *database, pool *pgxpool.Pool, sz sizes, rep *report) error {
+	backlog := thousands(int64(sz.drain))
+	for _, s := range []forwarderSetting{forwarderDefault, forwarderTuned} {
+		v, err := repeat(sz.reps, func() (int, time.Duration, error) {
+			elapsed, err := forwarderDrain(ctx, pool, sz.drain, s)
+			return sz.drain, elapsed, err
+		})
+		if err != nil {
+			return err
+		}
+		if s == forwarderDefault {
+			res.fwdDefault = v
+		} else {
+			res.fwdTuned = v
+		}
+		rep.add(fmt.Sprintf("3 drain %s: Watermill forwarder, %s", backlog, s.describe()), rate(v), "")
+	}
+	type run struct {
+		instances int
+		setting   int
+		into      *float64
+	}
+	var oursDefault float64
+	for _, r := range []run{{1, 0, &oursDefault}, {1, 1, &res.drain1}, {4, 1, &res.drain4}} {
+		setting := drainSettings[r.setting]
+		v, err := repeat(sz.reps, func() (int, time.Duration, error) {
+			return oursDrain(ctx, db, pool, sz.drain, r.instances, setting.cfg, toSink(ctx))
+		})
+		if err != nil {
+			return err
+		}
+		*r.into = v
+		rep.add(fmt.Sprintf("3 drain %s: ours, %d instance(s), %s", backlog, r.instances, setting.name), rate(v),
+			fmt.Sprintf("%s raw claim, %s forwarder tuned, %s forwarder default",
+				ratio(v, res.rawClaim), ratio(v, res.fwdTuned), ratio(v, res.fwdDefault)))
+	}
+	return nil
+}
+
+func (s forwarderSetting) describe() string {
+	return fmt.Sprintf("%s (poll %s, batch %d)", s.name, s.pollInterval, s.batchSize)
+}
+
+func (res *results) measureLatency(ctx context.Context, db *database, pool *pgxpool.Pool, sz sizes, rep *report) error {
+	at := fmt.Sprintf("%d events at %d/s", sz.latencyEvents, latencyRate)
+	hot, err := oursLatency(ctx, db, pool, sz.latencyEvents, true)
+	if err != nil {
+		return err
+	}
+	res.hot = latencyOf(hot)
+	rep.add("4 latency commit→sink: ours, hot path, "+at, res.hot.String(), "")
+	cold, err := oursLatency(ctx, db, pool, sz.latencyEvents, false)
+	if err != nil {
+		return err
+	}
+	res.cold = latencyOf(cold)
+	rep.add("4 latency commit→sink: ours, cold path (other process, poll 5s), "+at, res.cold.String(), "woken by the writer's notification")
+	for _, s := range []forwarderSetting{forwarderTuned, forwarderDefault} {
+		lat, err := forwarderLatency(ctx, pool, latencyRate, sz.latencyEvents, s)
+		if err != nil {
+			return err
+		}
+		p := latencyOf(lat)
+		if s == forwarderTuned {
+			res.fwdLatency = p
+		}
+		rep.add("4 latency commit→sink: forwarder "+s.describe()+", "+at, p.String(), "")
+	}
+	return nil
+}
+
+func (res *results) measureKafka(ctx context.Context, db *database, pool *pgxpool.Pool, sz sizes, rep *report) (err error) {
+	res.kafka, err = repeat(sz.reps, func() (int, time.Duration, error) {
+		return oursDrain(ctx, db, pool, sz.kafka, 1, kafkaSettings, toKafka(ctx))
+	})
+	if err != nil {
+		return err
+	}
+	rep.add(fmt.Sprintf("5 drain %s to Kafka (kafkaforward → kfake): ours, 1 instance", thousands(int64(sz.kafka))), rate(res.kafka), "acks=all, idempotent")
+	return nil
+}
+
+func (res *results) measureMemory(ctx context.Context, db *database, sz sizes, rep *report) (err error) {
+	if sz.memory == 0 {
+		return nil
+	}
+	res.memoryRSS, res.memoryElapsed, err = memoryDrain(ctx, db, sz.memory)
+	if err != nil {
+		return err
+	}
+	rep.add(fmt.Sprintf("6 memory: drain %s backlog, relay process", thousands(int64(sz.memory))),
+		fmt.Sprintf("peak RSS %.0f MB", float64(res.memoryRSS)/1e6),
+		fmt.Sprintf("in %.1f s (%s)", res.memoryElapsed.Seconds(), rate(float64(sz.memory)/res.memoryElapsed.Seconds())))
+	return nil
+}

@@ -1,0 +1,21 @@
+package main
+
+import "fmt"
+
+// The one event shape every scenario writes, ours and the baselines': an
+// OrderCreated event of an Order aggregate with a ≈300-byte JSON payload.
+const (
+	eventType     = "OrderCreated"
+	aggregateType = "Order"
+)
+
+func aggregateID(i int) string { return fmt.Sprintf("order-%010d", i) }
+
+// payload is the JSON body of event i; every event's differs, as in real
+// traffic, and all are the same length.
+func payload(i int) []byte {
+	return fmt.Appendf(nil, `{"orderId":%q,"customerId":"c-%010d",`+
+		`"items":[{"sku":"SKU-000123","qty":2,"price":"19.99"},{"sku":"SKU-004567","qty":1,"price":"149.00"}],`+
+		`"currency":"EUR","total":"188.98","shipping":{"method":"express","country":"DE"},"channel":"web","createdAt":"2026-11-22T05:00:00Z"}`,
+		aggregateID(i), i%1_000_000)
+}

@@ -1,0 +1,164 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
+)
+
+// The sink every relay in the program delivers to: a Watermill GoChannel
+// whose Publish blocks until the subscriber acks, as a broker publish
+// waits for the broker's confirmation before the relay marks the event
+// done. A tally on the subscriber side counts deliveries by event number.
+
+const (
+	// keySeq is the metadata key carrying the event number, which matches
+	// a delivery to the event (and commit) it came from.
+	keySeq = "bench_seq"
+
+	deliveryTimeout = 2 * time.Minute
+)
+
+// sink is a GoChannel with one subscriber calling recv, then Ack, for
+// every message published on topic.
+type sink struct {
+	pub  *gochannel.GoChannel
+	done sync.WaitGroup
+}
+
+func startSink(ctx context.Context, topic string, recv func(*message.Message)) (*sink, error) {
+	s := &sink{pub: gochannel.NewGoChannel(gochannel.Config{OutputChannelBuffer: 1024}, nil)}
+	msgs, err := s.pub.Subscribe(ctx, topic)
+	if err != nil {
+		return nil, fmt.Errorf("subscribe sink: %w", err)
+	}
+	s.done.Go(func() {
+		for msg := range msgs {
+			recv(msg)
+			msg.Ack()
+		}
+	})
+	return s, nil
+}
+
+func (s *sink) close() error {
+	err := s.pub.Close()
+	s.done.Wait()
+	return err
+}
+
+// tally counts deliveries by event sequence number.
+type tally struct {
+	mu       sync.Mutex
+	at       []time.Time // first delivery of each event
+	distinct int
+	dups     int
+	stray    int // messages that are none of ours
+	done     chan struct{}
+}
+
+func newTally(n int) *tally {
+	t := &tally{at: make([]time.Time, n), done: make(chan struct{})}
+	if n == 0 {
+		close(t.done)
+	}
+	return t
+}
+
+func (t *tally) recv(msg *message.Message) {
+	now := time.Now()
+	i, err := strconv.Atoi(msg.Metadata.Get(keySeq))
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	switch {
+	case err != nil || i < 0 || i >= len(t.at):
+		t.stray++
+	case !t.at[i].IsZero():
+		t.dups++
+	default:
+		t.at[i] = now
+		t.distinct++
+		if t.distinct == len(t.at) {
+			close(t.done)
+		}
+	}
+}
+
+// wait returns when every event was delivered, or an error after the
+// delivery timeout.
+func (t *tally) wait(ctx context.Context, log *errLog) error {
+	timer := time.NewTimer(deliveryTimeout)
+	defer timer.Stop()
+	select {
+	case <-t.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-timer.C:
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		return fmt.Errorf("forwarder: %d of %d events delivered after %s (last logged error: %v)",
+			t.distinct, len(t.at), deliveryTimeout, log.last())
+	}
+}
+
+// check reports stray messages as an error, and duplicates on stderr:
+// at-least-once delivery allows them, but the table should not hide them.
+func (t *tally) check(what string) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.dups > 0 {
+		fmt.Fprintf(os.Stderr, "forwarder %s: %d duplicate deliveries\n", what, t.dups)
+	}
+	if t.stray > 0 {
+		return fmt.Errorf("forwarder %s: %d unexpected messages at the sink", what, t.stray)
+	}
+	return nil
+}
+
+// errLog is a watermill.LoggerAdapter that keeps only the last error, so
+// a delivery timeout can say why.
+type errLog struct {
+	mu  sync.Mutex
+	err error
+}
+
+func (l *errLog) Error(msg string, err error, _ watermill.LogFields) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.err = fmt.Errorf("%s: %w", msg, err)
+}
+
+func (l *errLog) last() error {
+	if l == nil {
+		return nil
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.err
+}
+
+func (*errLog) Info(string, watermill.LogFields)                   {}
+func (*errLog) Debug(string, watermill.LogFields)                  {}
+func (*errLog) Trace(string, watermill.LogFields)                  {}
+func (l *errLog) With(watermill.LogFields) watermill.LoggerAdapter { return l }
+
+// latencies returns, for each event, the time from its commit to its
+// first delivery. A relay can see a row before COMMIT's reply reaches the
+// writer; that is zero latency, not negative.
+func (t *tally) latencies(committed []time.Time) []time.Duration {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	lat := make([]time.Duration, len(committed))
+	for i := range lat {
+		lat[i] = max(t.at[i].Sub(committed[i]), 0)
+	}
+	return lat
+}
