@@ -73,7 +73,7 @@ WITH due AS (
     FOR UPDATE SKIP LOCKED
 )
 UPDATE {table} AS o SET locked_by = $5, locked_at = $1, available_at = $3
-FROM due WHERE o.event_id = due.event_id
+FROM due {async} WHERE o.event_id = due.event_id
 RETURNING ` + eventColumns + `, due.due_at`
 
 const sqlPoll = `
@@ -92,6 +92,7 @@ const (
 
 const sqlRelease = `
 UPDATE {table} SET locked_by = NULL, locked_at = NULL, available_at = $3
+FROM (SELECT 1) AS one {async}
 WHERE event_id = ANY($1::text[]) AND locked_by = $2 AND status IN (0, 2)`
 
 // sqlUpdateStatus applies a batch of outcomes: status 0 keeps the current
@@ -107,8 +108,16 @@ UPDATE {table} AS o SET
     locked_by    = NULL,
     locked_at    = NULL
 FROM unnest($2::text[], $3::smallint[], $4::integer[], $5::timestamptz[], $6::text[])
-    AS u(event_id, status, spent, next_at, error)
+    AS u(event_id, status, spent, next_at, error) {async}
 WHERE o.event_id = u.event_id AND o.status <> 1`
+
+// asyncCommit, joined into the relay's bookkeeping statements (claims,
+// releases, outcomes), lets their transactions commit without waiting for
+// the WAL flush. What a database crash can lose of them is a claim (the
+// event is due again) or an outcome (the event is delivered again): at
+// least once still holds, while every claim and outcome batch stops
+// waiting for the disk. Config.SynchronousBookkeeping turns it off.
+const asyncCommit = `, (SELECT set_config('synchronous_commit', 'off', true)) AS async_commit`
 
 // sqlBacklog reads a topic's pending rows through the due index.
 const sqlBacklog = `SELECT count(*), min(created_at) FROM {table} WHERE status IN (0, 2) AND topic = $1`
@@ -165,12 +174,16 @@ type statements struct {
 	purge                              string
 }
 
-func renderStatements(schema, qualified string) statements {
+func renderStatements(schema, qualified string, synchronous bool) statements {
 	migrations := pgx.Identifier{migrationTable}
 	if schema != "" {
 		migrations = pgx.Identifier{schema, migrationTable}
 	}
-	r := strings.NewReplacer("{table}", qualified, "{migrations}", migrations.Sanitize(), "{o}", "")
+	async := asyncCommit
+	if synchronous {
+		async = ""
+	}
+	r := strings.NewReplacer("{table}", qualified, "{migrations}", migrations.Sanitize(), "{o}", "", "{async}", async)
 	s := statements{
 		createMigrationTable: r.Replace(sqlCreateMigrationTable),
 		migrationVersion:     r.Replace(sqlMigrationVersion),

@@ -40,6 +40,15 @@ type Config struct {
 	// Clock stamps created/updated/done times and decides what is due.
 	// Default [outbox.SystemClock].
 	Clock outbox.Clock
+	// SynchronousBookkeeping makes the relay's claims, releases and status
+	// updates wait for their commit to reach the disk, as PostgreSQL's
+	// synchronous_commit does for every transaction. Default false: they
+	// do not wait, which removes a disk flush from every claim and every
+	// batch of outcomes; a database crash (not a restart) can then forget
+	// the last moments of bookkeeping, and those events are delivered
+	// again. Event inserts are never affected: they commit with your
+	// transaction, as it is configured.
+	SynchronousBookkeeping bool
 	// Logger receives after-commit hook failures of [Store.InTx]. Default
 	// slog.Default().
 	Logger *slog.Logger
@@ -79,7 +88,7 @@ func newTable(cfg Config) (*table, error) {
 		ident = pgx.Identifier{cfg.Schema, name}
 	}
 	qualified := ident.Sanitize()
-	return &table{name: name, qualified: qualified, sql: renderStatements(cfg.Schema, qualified)}, nil
+	return &table{name: name, qualified: qualified, sql: renderStatements(cfg.Schema, qualified, cfg.SynchronousBookkeeping)}, nil
 }
 
 // NewStore returns a store on db, usually a *pgxpool.Pool. Claims, status

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
@@ -160,4 +161,34 @@ func TestMigrateTxInCallerTransaction(t *testing.T) {
 	var exists bool
 	require.NoError(t, pool.QueryRow(ctx, `SELECT to_regclass('rolled_back') IS NOT NULL`).Scan(&exists))
 	require.False(t, exists, "MigrateTx leaves the commit to the caller")
+}
+
+// The relay's bookkeeping does not wait for the WAL flush unless
+// SynchronousBookkeeping says so; the business transaction is never
+// touched. Running the store on a transaction shows the setting each
+// statement leaves in it.
+func TestBookkeepingCommitsAsynchronouslyUnlessAsked(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t)
+	for _, synchronous := range []bool{false, true} {
+		tx, err := pool.Begin(t.Context())
+		require.NoError(t, err)
+		defer func() { _ = tx.Rollback(context.Background()) }()
+		store, err := postgres.NewStore(tx, postgres.Config{SynchronousBookkeeping: synchronous})
+		require.NoError(t, err)
+		event, err := outbox.Prepare([]outbox.Envelope{storetest.JSONEvent(1)}, time.Now())
+		require.NoError(t, err)
+		require.NoError(t, store.Insert(t.Context(), tx, event, outbox.Lease{}))
+		setting := func() string {
+			var s string
+			require.NoError(t, tx.QueryRow(t.Context(), `SHOW synchronous_commit`).Scan(&s))
+			return s
+		}
+		require.Equal(t, "on", setting(), "inserts commit as the caller's transaction does")
+		claimed, err := store.Claim(t.Context(), outbox.ClaimRequest{Owner: "relay", Topics: []string{event[0].Topic}})
+		require.NoError(t, err)
+		require.Len(t, claimed, 1)
+		want := map[bool]string{false: "off", true: "on"}[synchronous]
+		require.Equal(t, want, setting(), "after a claim")
+	}
 }
