@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"unicode/utf8"
 )
 
 // EncodeHeaders encodes headers as a JSON object, the stored form. Empty
@@ -22,7 +23,9 @@ func EncodeHeaders(headers map[string]string) ([]byte, error) {
 
 // DecodeHeaders decodes stored headers. NULL (nil), empty input and the JSON
 // literal null decode to nil. Anything but a JSON object of string values
-// with non-empty keys is an error: such a row is malformed.
+// with non-empty keys is an error: such a row is malformed. So are a null
+// value and bytes that are not UTF-8, which encoding/json would quietly
+// turn into "" and U+FFFD: headers nobody wrote.
 func DecodeHeaders(data []byte) (map[string]string, error) {
 	data = bytes.TrimSpace(data)
 	if len(data) == 0 || bytes.Equal(data, []byte("null")) {
@@ -31,9 +34,19 @@ func DecodeHeaders(data []byte) (map[string]string, error) {
 	if data[0] != '{' {
 		return nil, fmt.Errorf("outbox: decode headers: not a JSON object")
 	}
-	var headers map[string]string
-	if err := json.Unmarshal(data, &headers); err != nil {
+	if !utf8.Valid(data) {
+		return nil, fmt.Errorf("outbox: decode headers: not valid UTF-8")
+	}
+	var stored map[string]*string
+	if err := json.Unmarshal(data, &stored); err != nil {
 		return nil, fmt.Errorf("outbox: decode headers: %w", err)
+	}
+	headers := make(map[string]string, len(stored))
+	for k, v := range stored {
+		if v == nil {
+			return nil, fmt.Errorf("outbox: decode headers: value of %q is null", k)
+		}
+		headers[k] = *v
 	}
 	for k, v := range headers {
 		if k == "" {

@@ -87,6 +87,9 @@ func TestDecodeHeaders(t *testing.T) {
 		{name: "trailing data", data: `{"a":"b"} {}`, wantErr: true},
 		{name: "trailing comma", data: `{"a":"b",}`, wantErr: true},
 		{name: "binary", data: "\x00\xff\xfe", wantErr: true},
+		{name: "null value", data: `{"trace":null}`, wantErr: true},
+		{name: "invalid UTF-8 in value", data: "{\"a\":\"\xff\"}", wantErr: true},
+		{name: "invalid UTF-8 in key", data: "{\"\xc3\":\"b\"}", wantErr: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

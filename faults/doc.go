@@ -1,0 +1,63 @@
+// Package faults holds the fault-injection suite of wmoutbox: tests that
+// break real components while events are being written and relayed, and
+// then check that nothing was lost. It has no API; everything is in test
+// files built only with the faults build tag, because the tests are slow
+// and disruptive (they kill processes, cut database and broker
+// connections, and stop a Kafka broker for 30 seconds).
+//
+//	make faults   # go test -tags faults -race -count=1 -v ./faults, then "N passed, N failed"
+//
+// make faults runs the RabbitMQ scenario in a second go test without -race:
+// watermill-amqp v3.1.0's reconnection races with Publish
+// (ThreeDotsLabs/watermill#693), and that scenario makes it reconnect.
+//
+// The suite needs what the other tests need: PostgreSQL (TEST_DATABASE_URL,
+// default postgres://postgres@127.0.0.1:5432/postgres) where the user may
+// create databases (it then owns them, so it may refuse their connections
+// and terminate their backends), and RabbitMQ on 127.0.0.1:5672
+// (TEST_AMQP_URL) with rabbitmqctl on the PATH. Kafka runs in process
+// (kfake). Without a server the tests skip, except under CI=true, where
+// they fail.
+//
+// # The ledger
+//
+// Every scenario keeps a ledger in its test database, beside the outbox
+// table. The writers insert each event id into it in the very transaction
+// that writes the event, so the ledger holds exactly the ids of committed
+// transactions, whatever the fault did to the commit; transactions rolled
+// back on purpose are noted apart. Handlers record each delivery (in
+// PostgreSQL when the handler runs in another process, in memory
+// otherwise); forwarding scenarios read what reached the broker with an
+// independent client. The check then counts:
+//
+//   - lost: committed ids never delivered; must be 0;
+//   - phantom: delivered ids that no committed transaction wrote (rolled
+//     back on purpose, or never written); must be 0;
+//   - duplicates: deliveries beyond the first of an id; 0 where nothing
+//     crashed, and bounded by the events in flight at each crash otherwise.
+//
+// Each scenario also requires every outbox row to end DONE (or DEAD where
+// the scenario expects it) with no claim left, and logs one line of
+// figures, which the README's reliability section collects:
+//
+//	ledger: scenario=crash runs=1 faults=20 events=N lost=0 duplicates=D phantom=0 ...
+//
+// # Scenarios
+//
+//   - crash: relays in separate OS processes (this test binary run again
+//     in a child role); one is killed with SIGKILL 20 times mid-batch
+//     while writers write, the other takes over the dead one's claims when
+//     their leases end.
+//   - dbrestart: every backend of the test database is terminated
+//     (pg_terminate_backend) again and again under load; writers retry,
+//     the relay reconnects on its own.
+//   - kafka, amqp: the Kafka broker (kfake) is stopped for 30 s and
+//     started again on the same port and data; the relay's RabbitMQ
+//     connection is closed by the broker (rabbitmqctl) several times.
+//   - poison: one event that always fails among 10,000 good ones.
+//   - relays: four relays on one table, nothing failing: no duplicates.
+//   - slow: a handler ten times slower than the writers; the relay's heap
+//     does not grow with the backlog, which drains afterwards.
+//   - bad input: invalid envelopes, bad table names, rows with malformed
+//     headers, messages published without a transaction.
+package faults

@@ -1,0 +1,113 @@
+//go:build faults
+
+package faults
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	outboxmw "github.com/wmoutbox/wmoutbox/middleware"
+	"github.com/wmoutbox/wmoutbox/outbox/postgres"
+	"github.com/wmoutbox/wmoutbox/watermilladapter"
+)
+
+// The crash scenario runs relays as separate OS processes: this test
+// binary started again with these variables set, which TestMain turns into
+// a relay instead of a test run.
+const (
+	envRole     = "WMOUTBOX_FAULTS_ROLE"
+	envDatabase = "WMOUTBOX_FAULTS_DATABASE_URL"
+	envOwner    = "WMOUTBOX_FAULTS_OWNER"
+
+	roleRelay = "relay"
+)
+
+func TestMain(m *testing.M) {
+	if os.Getenv(envRole) == roleRelay {
+		os.Exit(runRelayProcess())
+	}
+	os.Exit(m.Run())
+}
+
+// The crashing relay's configuration, shared by the parent (which derives
+// the duplicate bound from it) and the child processes. The lease is short
+// so that a killed relay's claims come back within the test; the cold
+// queue is small so that a relay never holds more claims than it works
+// through well within one lease.
+const (
+	crashTopic        = "crash"
+	crashWorkers      = 4
+	crashColdQueue    = 40
+	crashBatch        = 20
+	crashLockTimeout  = 3 * time.Second
+	crashPollInterval = 50 * time.Millisecond
+)
+
+// runRelayProcess is the child role: a relay whose handler records each
+// delivery in the ledger table before acking. It runs until its standard
+// input closes (a graceful stop) or it is killed.
+func runRelayProcess() int {
+	owner := os.Getenv(envOwner)
+	fail := func(what string, err error) int {
+		fmt.Fprintf(os.Stderr, "relay %s: %s: %v\n", owner, what, err)
+		return 1
+	}
+	ctx := context.Background()
+	cfg, err := pgxpool.ParseConfig(os.Getenv(envDatabase))
+	if err != nil {
+		return fail("parse database URL", err)
+	}
+	cfg.MaxConns = 6
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return fail("open pool", err)
+	}
+	defer pool.Close()
+	store, err := postgres.NewStore(pool, postgres.Config{})
+	if err != nil {
+		return fail("store", err)
+	}
+	sub, err := watermilladapter.NewSubscriber(store, watermilladapter.SubscriberConfig{
+		Owner:             owner,
+		WorkerCount:       crashWorkers,
+		ColdQueueCapacity: crashColdQueue,
+		BatchSize:         crashBatch,
+		PollInterval:      crashPollInterval,
+		LockTimeout:       crashLockTimeout,
+	})
+	if err != nil {
+		return fail("subscriber", err)
+	}
+	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: 10 * time.Second}, watermill.NopLogger{})
+	if err != nil {
+		return fail("router", err)
+	}
+	router.AddMiddleware(outboxmw.RecordErrors)
+	router.AddConsumerHandler("record", crashTopic, sub, func(msg *message.Message) error {
+		return recordDelivered(msg.Context(), pool, msg.Metadata.Get(watermilladapter.MetadataEventID), owner)
+	})
+	done := make(chan error, 1)
+	go func() { done <- router.Run(ctx) }()
+	<-router.Running()
+	fmt.Println("relay running")
+
+	_, _ = io.Copy(io.Discard, os.Stdin) // the parent closes it to stop us
+	if err := router.Close(); err != nil {
+		return fail("close router", err)
+	}
+	if err := <-done; err != nil {
+		return fail("router", err)
+	}
+	if err := sub.Close(); err != nil {
+		return fail("close subscriber", err)
+	}
+	return 0
+}
