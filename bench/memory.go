@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/wmoutbox/wmoutbox/outbox/postgres"
-	"github.com/wmoutbox/wmoutbox/watermilladapter"
 )
 
 // memoryDrain fills a backlog of n events, then drains it with a relay in
@@ -74,7 +73,8 @@ func runMemoryRelay(url, table string, n int) (err error) {
 		return err
 	}
 	defer func() { err = errors.Join(err, snk.close()) }()
-	r, err := startRelay(ctx, pool, postgres.Config{Table: table}, snk.pub, watermilladapter.SubscriberConfig{})
+	// The tuned setting holds the most events in memory at once.
+	r, err := startRelay(ctx, pool, postgres.Config{Table: table}, snk.pub, drainSettings[1].cfg)
 	if err != nil {
 		return err
 	}
