@@ -38,7 +38,7 @@ type sink struct {
 }
 
 func startSink(ctx context.Context, topic string, recv func(*message.Message)) (*sink, error) {
-	s := &sink{pub: gochannel.NewGoChannel(gochannel.Config{OutputChannelBuffer: 1024}, nil)}
+	s := &sink{pub: gochannel.NewGoChannel(gochannel.Config{BlockPublishUntilSubscriberAck: true}, nil)}
 	msgs, err := s.pub.Subscribe(ctx, topic)
 	if err != nil {
 		return nil, fmt.Errorf("subscribe sink: %w", err)
