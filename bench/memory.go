@@ -7,7 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
-	"syscall"
+	"strings"
 	"time"
 
 	"github.com/wmoutbox/wmoutbox/outbox/postgres"
@@ -15,7 +15,10 @@ import (
 
 // memoryDrain fills a backlog of n events, then drains it with a relay in
 // a process of its own (this program, re-executed) so that the peak
-// resident set size the kernel reports is the relay's alone.
+// resident set size is the relay's alone. The relay reads it from the
+// kernel itself (VmHWM): the rusage of a child started with vfork counts
+// the parent's resident set at the exec, which is this program's, after
+// the other scenarios.
 func memoryDrain(ctx context.Context, db *database, n int) (rss int64, elapsed time.Duration, err error) {
 	pool, err := db.pool(ctx)
 	if err != nil {
@@ -44,17 +47,35 @@ func memoryDrain(ctx context.Context, db *database, n int) (rss int64, elapsed t
 		return 0, 0, err
 	}
 	cmd := exec.CommandContext(ctx, self, "-memory-relay", db.url, "-memory-table", table.Table, "-memory-events", strconv.Itoa(n))
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	cmd.Stderr = os.Stderr
 	start := time.Now()
-	if err := cmd.Run(); err != nil {
+	out, err := cmd.Output()
+	if err != nil {
 		return 0, 0, fmt.Errorf("memory relay process: %w", err)
 	}
 	elapsed = time.Since(start)
-	usage, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage)
-	if !ok {
-		return 0, 0, errors.New("no resource usage for the relay process")
+	var kb int64
+	if _, err := fmt.Sscanf(string(out), peakRSSFormat, &kb); err != nil {
+		return 0, 0, fmt.Errorf("memory relay process: peak RSS from %q: %w", out, err)
 	}
-	return usage.Maxrss * 1024, elapsed, nil // Linux reports kilobytes
+	return kb * 1024, elapsed, nil
+}
+
+// peakRSSFormat is the relay process's report on stdout.
+const peakRSSFormat = "peak_rss_kb=%d\n"
+
+// peakRSSKB returns this process's peak resident set size in kilobytes.
+func peakRSSKB() (int64, error) {
+	status, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0, err
+	}
+	for line := range strings.Lines(string(status)) {
+		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			return strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+		}
+	}
+	return 0, errors.New("no VmHWM in /proc/self/status")
 }
 
 // runMemoryRelay is the relay process of memoryDrain: it relays table's
@@ -82,5 +103,13 @@ func runMemoryRelay(url, table string, n int) (err error) {
 	if err := t.wait(ctx, nil); err != nil {
 		return err
 	}
-	return t.check("memory")
+	if err := t.check("memory"); err != nil {
+		return err
+	}
+	kb, err := peakRSSKB()
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Printf(peakRSSFormat, kb)
+	return err
 }
