@@ -176,8 +176,14 @@ func (s *Store) Insert(ctx context.Context, tx pgx.Tx, events []outbox.Envelope,
 	if lease.Owner != "" {
 		owner = &lease.Owner
 	}
-	_, err := tx.Exec(ctx, s.t.sql.insert, now, owner, ids, types, topics, aggTypes, aggIDs, tenants,
-		payloads, isJSON, headers, occurred, available, claimed)
+	var err error
+	if n == 1 {
+		_, err = tx.Exec(ctx, s.t.sql.insertOne, now, owner, ids[0], types[0], topics[0], aggTypes[0], aggIDs[0], tenants[0],
+			payloads[0], isJSON[0], headers[0], occurred[0], available[0], claimed[0])
+	} else {
+		_, err = tx.Exec(ctx, s.t.sql.insert, now, owner, ids, types, topics, aggTypes, aggIDs, tenants,
+			payloads, isJSON, headers, occurred, available, claimed)
+	}
 	if isUniqueViolation(err) {
 		return fmt.Errorf("postgres: insert into %s: %w: %w", s.t.qualified, outbox.ErrDuplicateEvent, err)
 	}
