@@ -25,22 +25,11 @@ func memoryDrain(ctx context.Context, db *database, n int) (rss int64, elapsed t
 		return 0, 0, err
 	}
 	defer pool.Close()
-	table, drop, err := freshTable(ctx, pool, "bench_memory")
+	table, drop, err := backlogTable(ctx, pool, "bench_memory", n)
 	if err != nil {
 		return 0, 0, err
 	}
 	defer drop()
-	w, err := newWriter(pool, table)
-	if err != nil {
-		return 0, 0, err
-	}
-	defer func() { err = errors.Join(err, w.close()) }()
-	if err := w.fill(ctx, 0, n); err != nil {
-		return 0, 0, err
-	}
-	if err := analyze(ctx, pool, table.Table); err != nil {
-		return 0, 0, err
-	}
 
 	self, err := os.Executable()
 	if err != nil {

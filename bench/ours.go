@@ -221,26 +221,41 @@ func parallel(workers, n int, do func(i int) error) error {
 	return errors.Join(errs...)
 }
 
+// backlogTable returns a fresh outbox table holding n due events, analyzed
+// as autovacuum would leave it, and the function that drops it.
+func backlogTable(ctx context.Context, pool *pgxpool.Pool, prefix string, n int) (_ postgres.Config, drop func(), err error) {
+	table, drop, err := freshTable(ctx, pool, prefix)
+	if err != nil {
+		return table, nil, err
+	}
+	defer func() {
+		if err != nil {
+			drop()
+		}
+	}()
+	w, err := newWriter(pool, table)
+	if err != nil {
+		return table, nil, err
+	}
+	err = w.fill(ctx, 0, n)
+	if err = errors.Join(err, w.close()); err != nil {
+		return table, nil, err
+	}
+	if err := analyze(ctx, pool, table.Table); err != nil {
+		return table, nil, err
+	}
+	return table, drop, nil
+}
+
 // oursDrain fills a backlog of n events, then times instances relays (on
 // pools of their own, as separate processes would be) until the sink has
 // every event.
 func oursDrain(ctx context.Context, db *database, pool *pgxpool.Pool, n, instances int, cfg watermilladapter.SubscriberConfig, downstream func(recv func(*message.Message)) (message.Publisher, func() error, error)) (_ int, _ time.Duration, err error) {
-	table, drop, err := freshTable(ctx, pool, "bench_drain")
+	table, drop, err := backlogTable(ctx, pool, "bench_drain", n)
 	if err != nil {
 		return 0, 0, err
 	}
 	defer drop()
-	w, err := newWriter(pool, table)
-	if err != nil {
-		return 0, 0, err
-	}
-	defer func() { err = errors.Join(err, w.close()) }()
-	if err := w.fill(ctx, 0, n); err != nil {
-		return 0, 0, err
-	}
-	if err := analyze(ctx, pool, table.Table); err != nil {
-		return 0, 0, err
-	}
 
 	t := newTally(n)
 	pub, closeDownstream, err := downstream(t.recv)
