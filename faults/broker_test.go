@@ -23,6 +23,7 @@ import (
 	"github.com/wmoutbox/wmoutbox/forward/amqpforward"
 	"github.com/wmoutbox/wmoutbox/forward/kafkaforward"
 	"github.com/wmoutbox/wmoutbox/internal/relaytest"
+	"github.com/wmoutbox/wmoutbox/internal/testamqp"
 	"github.com/wmoutbox/wmoutbox/internal/testdb"
 	"github.com/wmoutbox/wmoutbox/outbox"
 	"github.com/wmoutbox/wmoutbox/watermilladapter"
@@ -211,7 +212,7 @@ const amqpCuts = 5
 // the race detector reports.
 func TestRabbitMQConnectionCut(t *testing.T) {
 	t.Parallel()
-	url, conn := amqpBroker(t)
+	url, conn := testamqp.Broker(t)
 	rabbitmqctl := lookPathOrSkip(t, "rabbitmqctl")
 	queue := amqpQueue(t, conn)
 	// The connection is found by this name among the broker's.
@@ -284,23 +285,6 @@ func TestRabbitMQConnectionCut(t *testing.T) {
 	require.Zero(t, f.phantom, "in the queue but never committed")
 	require.Equal(t, f.events, st.done, "every committed event DONE: %s", st)
 	require.Equal(t, f.events, st.total, "no row from a rolled-back transaction: %s", st)
-}
-
-// amqpBroker returns the RabbitMQ URL of the tests (TEST_AMQP_URL, by
-// default the local server) and a connection of the test's own. With no
-// broker answering it skips, or fails under CI=true.
-func amqpBroker(t *testing.T) (string, *amqp091.Connection) {
-	t.Helper()
-	url := os.Getenv("TEST_AMQP_URL")
-	if url == "" {
-		url = "amqp://guest:guest@127.0.0.1:5672/"
-	}
-	conn, err := amqp091.Dial(url)
-	if err != nil {
-		skipOrFail(t, "RabbitMQ at TEST_AMQP_URL unreachable: %v", err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
-	return url, conn
 }
 
 // lookPathOrSkip finds a command the scenario needs.

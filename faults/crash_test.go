@@ -3,19 +3,18 @@
 package faults
 
 import (
-	"bytes"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"os"
 	"os/exec"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/wmoutbox/wmoutbox/internal/syncbuf"
 	"github.com/wmoutbox/wmoutbox/internal/testdb"
 	"github.com/wmoutbox/wmoutbox/outbox"
 	"github.com/wmoutbox/wmoutbox/outbox/postgres"
@@ -107,7 +106,7 @@ type relayProcess struct {
 	owner string
 	cmd   *exec.Cmd
 	stdin io.WriteCloser
-	out   *syncBuffer
+	out   *syncbuf.Buffer
 	done  chan struct{}
 	err   error // of Wait, once done is closed
 }
@@ -118,7 +117,7 @@ func startRelayProcess(t *testing.T, url, owner string) *relayProcess {
 	require.NoError(t, err)
 	cmd := exec.Command(exe)
 	cmd.Env = append(os.Environ(), envRole+"="+roleRelay, envDatabase+"="+url, envOwner+"="+owner)
-	out := &syncBuffer{}
+	out := &syncbuf.Buffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	stdin, err := cmd.StdinPipe()
 	require.NoError(t, err)
@@ -168,22 +167,4 @@ func (p *relayProcess) output() string {
 	default:
 		return "relay " + p.owner + " running"
 	}
-}
-
-// syncBuffer collects a child's output from exec's copying goroutines.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

@@ -1,7 +1,6 @@
 package outbox_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/wmoutbox/wmoutbox/internal/syncbuf"
 	"github.com/wmoutbox/wmoutbox/outbox"
 )
 
@@ -78,27 +78,9 @@ func (l *txLog) hook(name string) func(context.Context) error {
 }
 
 // newTestLogger returns a logger writing text to the returned buffer.
-func newTestLogger() (*slog.Logger, *syncBuffer) {
-	buf := &syncBuffer{}
+func newTestLogger() (*slog.Logger, *syncbuf.Buffer) {
+	buf := &syncbuf.Buffer{}
 	return slog.New(slog.NewTextHandler(buf, nil)), buf
-}
-
-// syncBuffer is a bytes.Buffer safe for concurrent use.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 func TestRunInTxCommitRunsHooksInOrderOnce(t *testing.T) {

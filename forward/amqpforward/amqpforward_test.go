@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"syscall"
 	"testing"
 	"time"
@@ -21,31 +20,12 @@ import (
 	"github.com/wmoutbox/wmoutbox/forward"
 	"github.com/wmoutbox/wmoutbox/forward/amqpforward"
 	"github.com/wmoutbox/wmoutbox/internal/relaytest"
+	"github.com/wmoutbox/wmoutbox/internal/testamqp"
 	"github.com/wmoutbox/wmoutbox/internal/testdb"
 	"github.com/wmoutbox/wmoutbox/outbox"
 	"github.com/wmoutbox/wmoutbox/outbox/postgres"
 	"github.com/wmoutbox/wmoutbox/watermilladapter"
 )
-
-// brokerURL is the RabbitMQ of the tests: TEST_AMQP_URL, by default the
-// local server. With none answering the test skips, or fails under
-// CI=true. It returns an open connection for the test's own checks.
-func brokerURL(t *testing.T) (string, *amqp091.Connection) {
-	t.Helper()
-	url := os.Getenv("TEST_AMQP_URL")
-	if url == "" {
-		url = "amqp://guest:guest@127.0.0.1:5672/"
-	}
-	conn, err := amqp091.Dial(url)
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("RabbitMQ at TEST_AMQP_URL unreachable: %v", err)
-		}
-		t.Skipf("RabbitMQ unreachable (set TEST_AMQP_URL): %v", err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
-	return url, conn
-}
 
 // queueName is a queue name of this test alone, deleted at cleanup.
 func queueName(t *testing.T, conn *amqp091.Connection) string {
@@ -101,7 +81,7 @@ func consume(t *testing.T, conn *amqp091.Connection, queue string, n int) []amqp
 
 func TestRelayForwardsToRabbitMQ(t *testing.T) {
 	t.Parallel()
-	url, conn := brokerURL(t)
+	url, conn := testamqp.Broker(t)
 	queue := queueName(t, conn)
 	pool := testdb.New(t)
 	pub, err := amqpforward.NewPublisher(url, amqpforward.Config{Queues: []string{queue}})
@@ -229,7 +209,7 @@ func TestBrokerNotRunningEventsStayPending(t *testing.T) {
 
 func TestQueueDeclarationConflictFails(t *testing.T) {
 	t.Parallel()
-	url, conn := brokerURL(t)
+	url, conn := testamqp.Broker(t)
 	queue := queueName(t, conn)
 	ch, err := conn.Channel()
 	require.NoError(t, err)
