@@ -546,3 +546,59 @@ func TestCQRSEventBusPublishesInTheTransaction(t *testing.T) {
 	require.NoError(t, pool.QueryRow(t.Context(), `SELECT count(*) FROM outbox_event`).Scan(&rows))
 	require.Equal(t, 1, rows)
 }
+
+// A Watermill router closes its subscribers in the background and returns
+// from Close once their channels are closed; applications close the
+// database right after. The channels must therefore close only once every
+// outcome is recorded, or the last acks of every shutdown are lost and
+// their events delivered again.
+func TestRouterCloseReturnsOnceOutcomesAreRecorded(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t)
+	relayPool, err := pgxpool.New(t.Context(), pool.Config().ConnString())
+	require.NoError(t, err)
+	defer relayPool.Close()
+	store, err := postgres.NewStore(relayPool, postgres.Config{})
+	require.NoError(t, err)
+	sub, err := watermilladapter.NewSubscriber(store, watermilladapter.SubscriberConfig{})
+	require.NoError(t, err)
+	pub, err := watermilladapter.NewPublisher(store, watermilladapter.PublisherConfig{HotPath: sub})
+	require.NoError(t, err)
+
+	const events = 50
+	handled := make(chan struct{}, events)
+	router, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
+	require.NoError(t, err)
+	router.AddConsumerHandler("orders", "orders", sub, func(*message.Message) error {
+		handled <- struct{}{}
+		return nil
+	})
+	runErr := make(chan error, 1)
+	go func() { runErr <- router.Run(context.Background()) }()
+	<-router.Running()
+	for i := range events {
+		require.NoError(t, store.InTx(t.Context(), func(ctx context.Context, tx pgx.Tx) error {
+			msg := newMsg(fmt.Sprint(i))
+			msg.SetContext(ctx)
+			return pub.Publish("orders", msg)
+		}))
+	}
+	for range events {
+		select {
+		case <-handled:
+		case <-time.After(relaytest.WaitLimit):
+			t.Fatal("not every event handled in time")
+		}
+	}
+
+	require.NoError(t, router.Close())
+	require.NoError(t, <-runErr)
+	relayPool.Close() // what an application does next
+
+	var done, held int
+	require.NoError(t, pool.QueryRow(t.Context(), `SELECT
+		count(*) FILTER (WHERE status = 1), count(*) FILTER (WHERE locked_by IS NOT NULL)
+		FROM outbox_event`).Scan(&done, &held))
+	require.Equal(t, events, done, "every ack recorded before Router.Close returned")
+	require.Zero(t, held, "no claim left behind")
+}

@@ -37,8 +37,8 @@ const (
 type releaseItem struct{ id, topic string }
 
 // settler records outcomes for every worker of a Subscriber: whatever has
-// queued while the previous statement ran goes into the next one, so an
-// idle relay writes each outcome at once and a busy one writes batches.
+// queued while the previous statement ran, or arrives within settleLinger,
+// goes into the next one.
 type settler struct {
 	store    outbox.Store
 	owner    string
@@ -47,6 +47,7 @@ type settler struct {
 
 	updates  chan outbox.StatusUpdate
 	releases chan []releaseItem
+	flushes  chan chan struct{} // unbuffered: a request sent is a request taken
 	quit     chan struct{}
 	done     chan struct{}
 	once     sync.Once
@@ -60,6 +61,7 @@ func newSettler(store outbox.Store, owner string, logger watermill.LoggerAdapter
 		released: released,
 		updates:  make(chan outbox.StatusUpdate, maxSettleBatch),
 		releases: make(chan []releaseItem, 64),
+		flushes:  make(chan chan struct{}),
 		quit:     make(chan struct{}),
 		done:     make(chan struct{}),
 	}
@@ -86,16 +88,37 @@ func (st *settler) release(items []releaseItem) {
 	}
 }
 
+// flush returns once every outcome and release queued before the call is
+// recorded (or given up on, after close). A subscription calls it before
+// closing its channel: a Watermill router's Close returns when the
+// channels are closed, and the application closes the database next.
+func (st *settler) flush() {
+	done := make(chan struct{})
+	select {
+	case st.flushes <- done:
+		<-done
+	case <-st.done:
+	}
+}
+
 func (st *settler) run() {
 	defer close(st.done)
 	batch := make([]outbox.StatusUpdate, 0, maxSettleBatch)
 	for {
 		select {
 		case u := <-st.updates:
-			batch = st.gather(append(batch[:0], u))
+			var flushed chan struct{}
+			batch, flushed = st.gather(append(batch[:0], u))
 			st.flushUpdates(batch)
+			if flushed != nil {
+				st.drain()
+				close(flushed)
+			}
 		case items := <-st.releases:
 			st.flushReleases(items)
+		case flushed := <-st.flushes:
+			st.drain()
+			close(flushed)
 		case <-st.quit:
 			st.drain()
 			return
@@ -104,25 +127,27 @@ func (st *settler) run() {
 }
 
 // gather adds to batch the outcomes that arrive within settleLinger, up
-// to maxSettleBatch, or until the settler closes.
-func (st *settler) gather(batch []outbox.StatusUpdate) []outbox.StatusUpdate {
+// to maxSettleBatch. It stops early when the settler closes or a flush is
+// requested, which it returns.
+func (st *settler) gather(batch []outbox.StatusUpdate) ([]outbox.StatusUpdate, chan struct{}) {
 	linger := time.NewTimer(settleLinger)
 	defer linger.Stop()
 	for len(batch) < maxSettleBatch {
 		select {
 		case u := <-st.updates:
 			batch = append(batch, u)
+		case flushed := <-st.flushes:
+			return batch, flushed
 		case <-linger.C:
-			return batch
+			return batch, nil
 		case <-st.quit:
-			return batch
+			return batch, nil
 		}
 	}
-	return batch
+	return batch, nil
 }
 
-// drain records what is still queued after the subscriptions stopped, in
-// batches like run does.
+// drain records everything queued, in batches like run does.
 func (st *settler) drain() {
 	var batch []outbox.StatusUpdate
 	for {

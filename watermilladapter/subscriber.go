@@ -195,7 +195,10 @@ func NewSubscriber(store outbox.Store, cfg SubscriberConfig) (*Subscriber, error
 func (s *Subscriber) Owner() string { return s.owner }
 
 // Subscribe starts relaying the events of topic to the returned channel.
-// The channel is closed when ctx ends or the subscriber closes.
+// The channel is closed when ctx ends or the subscriber closes, once the
+// acks and nacks of its messages are recorded: a Watermill router's Close,
+// which returns when its handlers' channels are closed, leaves nothing
+// unrecorded for the database close that usually follows.
 func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

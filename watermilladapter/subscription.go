@@ -88,8 +88,9 @@ func (sub *subscription) offerHot(e outbox.Envelope, committed time.Time) bool {
 }
 
 // run relays until ctx ends or the subscriber closes, then drains: it waits
-// up to DrainTimeout for messages in handlers, releases what is left and
-// closes the output channel.
+// up to DrainTimeout for messages in handlers, releases what is left,
+// waits for the outcomes and releases to be recorded, and closes the
+// output channel.
 func (sub *subscription) run(ctx context.Context) {
 	defer close(sub.out)
 	defer sub.cancel()
@@ -122,6 +123,7 @@ func (sub *subscription) run(ctx context.Context) {
 	// No hot event can be queued once the subscription is unlisted.
 	sub.s.remove(sub)
 	sub.releaseQueued()
+	sub.s.settler.flush()
 }
 
 // releaseQueued hands the events still queued back to the table.
