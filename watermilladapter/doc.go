@@ -34,8 +34,10 @@
 // ([RecordError], or the middleware package's RecordErrors), an
 // outbox.Permanent error is DEAD at once and outbox.RetryAfter defers the
 // event without spending an attempt. Outcomes are written in batches by
-// one goroutine per subscriber: whatever queued while the previous
-// statement ran goes into the next.
+// one goroutine per subscriber: what queued while the previous statement
+// ran, or arrives within 5 ms of the first, goes into the next. A
+// subscription's channel closes only once the outcomes of its messages
+// are written, so closing the database after Router.Close loses none.
 //
 // Delivery is at least once: a crash between a handler's success and the
 // DONE record means a second delivery after the claim's lease
