@@ -10,6 +10,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/wmoutbox/wmoutbox/outbox"
@@ -24,8 +25,15 @@ INSERT INTO {raw} (event_id, event_type, topic, aggregate_type, aggregate_id, pa
     status, attempts, occurred_at, available_at, created_at, updated_at)
 VALUES ($1, $2, $3, $4, $5, $6, true, $7, 0, 0, $8, $8, $8, $8)`
 
-// sqlRawClaim leases a batch of 100 due rows, as a job queue's claim does.
-const sqlRawClaim = `
+// The raw claims commit as the relay's bookkeeping does, without waiting
+// for the WAL flush ({async}), so that the ceilings differ from the relay
+// in their SQL only.
+const rawAsync = `(SELECT set_config('synchronous_commit', 'off', true)) AS async_commit`
+
+// sqlRawLeaseClaim leases a batch of 100 due rows, as the relay and a job
+// queue's claim do: the lease is written into the rows, and the claim
+// commits at once.
+const sqlRawLeaseClaim = `
 WITH due AS (
     SELECT event_id FROM {raw}
     WHERE status IN (0, 2) AND topic = $1 AND available_at <= $2
@@ -34,12 +42,22 @@ WITH due AS (
     FOR UPDATE SKIP LOCKED
 )
 UPDATE {raw} AS o SET locked_by = 'raw', locked_at = $2, available_at = $2 + interval '5 minutes'
-FROM due WHERE o.event_id = due.event_id
+FROM due, {async} WHERE o.event_id = due.event_id
 RETURNING o.event_id, o.event_type, o.aggregate_id, o.payload, o.headers, o.attempts`
+
+// sqlRawLockClaim selects a batch of 100 due rows and keeps them locked
+// until the transaction that marks them done commits: no lease is
+// written, at the price of a transaction open while the batch is handled.
+const sqlRawLockClaim = `
+SELECT event_id, event_type, aggregate_id, payload, headers, attempts FROM {raw}
+WHERE status IN (0, 2) AND topic = $1 AND available_at <= $2
+ORDER BY available_at, event_id
+LIMIT 100
+FOR UPDATE SKIP LOCKED`
 
 const sqlRawMarkDone = `
 UPDATE {raw} SET status = 1, done_at = $2, updated_at = $2, locked_by = NULL, locked_at = NULL
-WHERE event_id = ANY($1::text[])`
+FROM {async} WHERE event_id = ANY($1::text[])`
 
 // sqlRawFill writes n due rows in one statement: the fill is not timed.
 const sqlRawFill = `
@@ -71,7 +89,7 @@ func rawTable(ctx context.Context, pool *pgxpool.Pool) (string, func(), error) {
 }
 
 func rawSQL(query, table string) string {
-	return strings.ReplaceAll(query, "{raw}", pgx.Identifier{table}.Sanitize())
+	return strings.NewReplacer("{raw}", pgx.Identifier{table}.Sanitize(), "{async}", rawAsync).Replace(query)
 }
 
 // rawHeaders is what the outbox stores for a bench message's metadata.
@@ -103,8 +121,11 @@ func rawInsert(ctx context.Context, pool *pgxpool.Pool, n, writers int) (int, ti
 }
 
 // rawClaim: one loop claiming 100 rows and marking them done, until the
-// table of n due rows is drained.
-func rawClaim(ctx context.Context, pool *pgxpool.Pool, n int) (int, time.Duration, error) {
+// table of n due rows is drained; lease chooses the claim: a lease written
+// into the rows (sqlRawLeaseClaim, then the marking in a statement of its
+// own), or row locks held by the transaction that marks them
+// (sqlRawLockClaim).
+func rawClaim(ctx context.Context, pool *pgxpool.Pool, n int, lease bool) (int, time.Duration, error) {
 	table, drop, err := rawTable(ctx, pool)
 	if err != nil {
 		return 0, 0, err
@@ -117,41 +138,69 @@ func rawClaim(ctx context.Context, pool *pgxpool.Pool, n int) (int, time.Duratio
 	if err := analyze(ctx, pool, table); err != nil {
 		return 0, 0, err
 	}
-	claim, markDone := rawSQL(sqlRawClaim, table), rawSQL(sqlRawMarkDone, table)
+	markDone := rawSQL(sqlRawMarkDone, table)
+	var batch func() (int, error)
+	if lease {
+		claim := rawSQL(sqlRawLeaseClaim, table)
+		batch = func() (int, error) { return rawClaimAndMark(ctx, pool, claim, markDone) }
+	} else {
+		claim := rawSQL(sqlRawLockClaim, table)
+		batch = func() (claimed int, err error) {
+			err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+				claimed, err = rawClaimAndMark(ctx, tx, claim, markDone)
+				return err
+			})
+			return claimed, err
+		}
+	}
 	done := 0
 	start := time.Now()
 	for {
-		rows, err := pool.Query(ctx, claim, outboxTopic, time.Now())
+		claimed, err := batch()
 		if err != nil {
 			return 0, 0, err
 		}
-		var ids []string
-		for rows.Next() {
-			var (
-				id, typ, agg  string
-				body, headers []byte
-				attempts      int
-			)
-			if err := rows.Scan(&id, &typ, &agg, &body, &headers, &attempts); err != nil {
-				rows.Close()
-				return 0, 0, err
-			}
-			ids = append(ids, id)
-		}
-		if err := rows.Err(); err != nil {
-			return 0, 0, err
-		}
-		if len(ids) == 0 {
+		if claimed == 0 {
 			break
 		}
-		if _, err := pool.Exec(ctx, markDone, ids, time.Now()); err != nil {
-			return 0, 0, err
-		}
-		done += len(ids)
+		done += claimed
 	}
 	elapsed := time.Since(start)
 	if done != n {
 		return 0, 0, errors.New("raw claim: " + fmt.Sprint(done, " of ", n, " rows claimed"))
 	}
 	return n, elapsed, nil
+}
+
+// querier is a pool or a transaction.
+type querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+// rawClaimAndMark runs claim, reads the claimed rows as a relay would and
+// marks them done; it returns how many it claimed.
+func rawClaimAndMark(ctx context.Context, q querier, claim, markDone string) (int, error) {
+	rows, err := q.Query(ctx, claim, outboxTopic, time.Now())
+	if err != nil {
+		return 0, err
+	}
+	var ids []string
+	for rows.Next() {
+		var (
+			id, typ, agg  string
+			body, headers []byte
+			attempts      int
+		)
+		if err := rows.Scan(&id, &typ, &agg, &body, &headers, &attempts); err != nil {
+			rows.Close()
+			return 0, err
+		}
+		ids = append(ids, id)
+	}
+	if err := rows.Err(); err != nil || len(ids) == 0 {
+		return 0, err
+	}
+	_, err = q.Exec(ctx, markDone, ids, time.Now())
+	return len(ids), err
 }

@@ -23,14 +23,15 @@ const writers = 4
 
 // results are the medians the ratios and the summary line are made of.
 type results struct {
-	rawInsert, rawClaim   float64
-	write                 float64
-	drain1, drain4        float64
-	fwdDefault, fwdTuned  float64
-	hot, cold, fwdLatency percentiles
-	kafka                 float64
-	memoryRSS             int64
-	memoryElapsed         time.Duration
+	rawInsert              float64
+	rawClaim, rawLockClaim float64
+	write                  float64
+	drain1, drain4         float64
+	fwdDefault, fwdTuned   float64
+	hot, cold, fwdLatency  percentiles
+	kafka                  float64
+	memoryRSS              int64
+	memoryElapsed          time.Duration
 }
 
 func run(ctx context.Context, server string, sz sizes, only string, quick bool) (err error) {
@@ -101,10 +102,16 @@ func (res *results) measureRaw(ctx context.Context, pool *pgxpool.Pool, sz sizes
 		return err
 	}
 	rep.add(fmt.Sprintf("1 raw: insert, 1 row per transaction, %d writers", writers), rate(res.rawInsert), "ceiling of the write path")
-	if res.rawClaim, err = repeat(sz.reps, func() (int, time.Duration, error) { return rawClaim(ctx, pool, sz.claimTable) }); err != nil {
+	rows := thousands(int64(sz.claimTable))
+	if res.rawClaim, err = repeat(sz.reps, func() (int, time.Duration, error) { return rawClaim(ctx, pool, sz.claimTable, true) }); err != nil {
 		return err
 	}
-	rep.add(fmt.Sprintf("1 raw: claim 100 (SKIP LOCKED) + mark done, %s rows", thousands(int64(sz.claimTable))), rate(res.rawClaim), "ceiling of one drain loop")
+	rep.add(fmt.Sprintf("1 raw: claim 100 (SKIP LOCKED, lease) + mark done, %s rows", rows), rate(res.rawClaim), "ceiling of one drain loop with leases")
+	if res.rawLockClaim, err = repeat(sz.reps, func() (int, time.Duration, error) { return rawClaim(ctx, pool, sz.claimTable, false) }); err != nil {
+		return err
+	}
+	rep.add(fmt.Sprintf("1 raw: claim 100 (SKIP LOCKED, locks held) + mark done in one transaction, %s rows", rows), rate(res.rawLockClaim),
+		"ceiling of one drain loop without leases")
 	return nil
 }
 
@@ -161,8 +168,8 @@ func (res *results) measureDrain(ctx context.Context, db *database, pool *pgxpoo
 		}
 		*r.into = v
 		rep.add(fmt.Sprintf("3 drain %s: ours, %d instance(s), %s", backlog, r.instances, setting.name), rate(v),
-			fmt.Sprintf("%s raw claim, %s forwarder tuned, %s forwarder default",
-				ratio(v, res.rawClaim), ratio(v, res.fwdTuned), ratio(v, res.fwdDefault)))
+			fmt.Sprintf("%s raw lease claim, %s raw locking claim, %s forwarder tuned, %s forwarder default",
+				ratio(v, res.rawClaim), ratio(v, res.rawLockClaim), ratio(v, res.fwdTuned), ratio(v, res.fwdDefault)))
 	}
 	return nil
 }
