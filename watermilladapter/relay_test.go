@@ -602,3 +602,49 @@ func TestRouterCloseReturnsOnceOutcomesAreRecorded(t *testing.T) {
 	require.Equal(t, events, done, "every ack recorded before Router.Close returned")
 	require.Zero(t, held, "no claim left behind")
 }
+
+// outcomesFail is a store that claims but cannot record outcomes, as when
+// the database goes away between the two.
+type outcomesFail struct{ *postgres.Store }
+
+func (outcomesFail) UpdateStatus(context.Context, ...outbox.StatusUpdate) (int64, error) {
+	return 0, errors.New("database unreachable")
+}
+
+// Close waits for the outcomes to be recorded, but not forever: with the
+// database down it gives up after a bounded time, leaving the events to
+// their leases.
+func TestCloseEndsWhileOutcomesCannotBeRecorded(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t)
+	store, err := postgres.NewStore(pool, postgres.Config{})
+	require.NoError(t, err)
+	pub, err := watermilladapter.NewPublisher(store, watermilladapter.PublisherConfig{OwnTransaction: true})
+	require.NoError(t, err)
+	require.NoError(t, pub.Publish("orders", newMsg("1")))
+
+	sub, err := watermilladapter.NewSubscriber(outcomesFail{store}, watermilladapter.SubscriberConfig{})
+	require.NoError(t, err)
+	out, err := sub.Subscribe(t.Context(), "orders")
+	require.NoError(t, err)
+	var id string
+	select {
+	case msg := <-out:
+		id = msg.Metadata.Get(watermilladapter.MetadataEventID)
+		msg.Ack()
+	case <-time.After(relaytest.WaitLimit):
+		t.Fatal("the event was not delivered")
+	}
+
+	closed := make(chan error, 1)
+	go func() { closed <- sub.Close() }()
+	select {
+	case err := <-closed:
+		require.NoError(t, err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("Close still waits for an outcome the database cannot take")
+	}
+	e, err := store.Get(t.Context(), id)
+	require.NoError(t, err)
+	require.Equal(t, outbox.StatusNew, e.Status, "the outcome was not recorded: the lease brings the event back")
+}

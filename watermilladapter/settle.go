@@ -24,7 +24,7 @@ const settleLinger = 5 * time.Millisecond
 // A failed flush is retried after settleRetry, doubling up to
 // settleRetryMax, for as long as the subscriber runs: a database that is
 // down for minutes must not leave claims held until their leases end.
-// After Close a flush keeps trying for settleGiveUp only. Outcomes not
+// Once Close begins, a flush keeps trying for settleGiveUp only. Outcomes not
 // recorded are not lost: the leases expire and the events are delivered
 // again.
 const (
@@ -48,9 +48,11 @@ type settler struct {
 	updates  chan outbox.StatusUpdate
 	releases chan []releaseItem
 	flushes  chan chan struct{} // unbuffered: a request sent is a request taken
+	stopping chan struct{}      // closed by stop: failing flushes give up
 	quit     chan struct{}
 	done     chan struct{}
-	once     sync.Once
+	stopOnce sync.Once
+	quitOnce sync.Once
 }
 
 func newSettler(store outbox.Store, owner string, logger watermill.LoggerAdapter, released func(...string)) *settler {
@@ -62,6 +64,7 @@ func newSettler(store outbox.Store, owner string, logger watermill.LoggerAdapter
 		updates:  make(chan outbox.StatusUpdate, maxSettleBatch),
 		releases: make(chan []releaseItem, 64),
 		flushes:  make(chan chan struct{}),
+		stopping: make(chan struct{}),
 		quit:     make(chan struct{}),
 		done:     make(chan struct{}),
 	}
@@ -89,7 +92,7 @@ func (st *settler) release(items []releaseItem) {
 }
 
 // flush returns once every outcome and release queued before the call is
-// recorded (or given up on, after close). A subscription calls it before
+// recorded (or given up on, once Close began). A subscription calls it before
 // closing its channel: a Watermill router's Close returns when the
 // channels are closed, and the application closes the database next.
 func (st *settler) flush() {
@@ -196,7 +199,7 @@ func (st *settler) flushReleases(items []releaseItem) {
 	}
 }
 
-// retry runs op until it succeeds or, once the settler is closing,
+// retry runs op until it succeeds or, once the settler is stopping,
 // settleGiveUp has passed; it reports whether op succeeded.
 func (st *settler) retry(what string, op func(ctx context.Context) error) bool {
 	var deadline time.Time
@@ -208,7 +211,7 @@ func (st *settler) retry(what string, op func(ctx context.Context) error) bool {
 		if err == nil {
 			return true
 		}
-		if deadline.IsZero() && st.closing() {
+		if deadline.IsZero() && st.isStopping() {
 			deadline = time.Now().Add(settleGiveUp)
 		}
 		if !deadline.IsZero() && time.Now().After(deadline) {
@@ -222,18 +225,25 @@ func (st *settler) retry(what string, op func(ctx context.Context) error) bool {
 	}
 }
 
-func (st *settler) closing() bool {
+func (st *settler) isStopping() bool {
 	select {
-	case <-st.quit:
+	case <-st.stopping:
 		return true
 	default:
 		return false
 	}
 }
 
+// stop tells the settler that its subscriber is closing: it still records
+// what comes, but a statement that keeps failing is given up after
+// settleGiveUp, so that the subscriptions' final flushes, and Close with
+// them, end while the database is down.
+func (st *settler) stop() { st.stopOnce.Do(func() { close(st.stopping) }) }
+
 // close records everything queued and stops.
 func (st *settler) close() error {
-	st.once.Do(func() { close(st.quit) })
+	st.stop()
+	st.quitOnce.Do(func() { close(st.quit) })
 	<-st.done
 	return nil
 }

@@ -242,6 +242,7 @@ func (s *Subscriber) Close() error {
 func (s *Subscriber) close() error {
 	s.mu.Lock()
 	s.closed = true
+	s.settler.stop()
 	for _, subs := range s.subs {
 		for _, sub := range subs {
 			sub.stop()
