@@ -6,9 +6,7 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"os"
 	"os/exec"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -25,6 +23,7 @@ import (
 	"github.com/wmoutbox/wmoutbox/internal/relaytest"
 	"github.com/wmoutbox/wmoutbox/internal/testamqp"
 	"github.com/wmoutbox/wmoutbox/internal/testdb"
+	"github.com/wmoutbox/wmoutbox/internal/testenv"
 	"github.com/wmoutbox/wmoutbox/outbox"
 	"github.com/wmoutbox/wmoutbox/watermilladapter"
 )
@@ -292,19 +291,9 @@ func lookPathOrSkip(t *testing.T, name string) string {
 	t.Helper()
 	path, err := exec.LookPath(name)
 	if err != nil {
-		skipOrFail(t, "%s not found: %v", name, err)
+		testenv.SkipOrFail(t, "%s not found: %v", name, err)
 	}
 	return path
-}
-
-// skipOrFail skips the test, or fails it under CI=true, where a missing
-// server must not pass for green.
-func skipOrFail(t *testing.T, format string, args ...any) {
-	t.Helper()
-	if ci, _ := strconv.ParseBool(os.Getenv("CI")); ci {
-		t.Fatalf("CI=true, so failing rather than skipping: "+format, args...)
-	}
-	t.Skipf(format, args...)
 }
 
 // amqpQueue is a durable queue of this test alone, deleted at cleanup.

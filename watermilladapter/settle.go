@@ -110,13 +110,7 @@ func (st *settler) run() {
 	for {
 		select {
 		case u := <-st.updates:
-			var flushed chan struct{}
-			batch, flushed = st.gather(append(batch[:0], u))
-			st.flushUpdates(batch)
-			if flushed != nil {
-				st.drain()
-				close(flushed)
-			}
+			st.flushUpdates(st.gather(append(batch[:0], u)))
 		case items := <-st.releases:
 			st.flushReleases(items)
 		case flushed := <-st.flushes:
@@ -130,24 +124,22 @@ func (st *settler) run() {
 }
 
 // gather adds to batch the outcomes that arrive within settleLinger, up
-// to maxSettleBatch. It stops early when the settler closes or a flush is
-// requested, which it returns.
-func (st *settler) gather(batch []outbox.StatusUpdate) ([]outbox.StatusUpdate, chan struct{}) {
+// to maxSettleBatch, or until the settler closes. A flush requested
+// meanwhile waits for the linger: 5 ms more on a subscription's close.
+func (st *settler) gather(batch []outbox.StatusUpdate) []outbox.StatusUpdate {
 	linger := time.NewTimer(settleLinger)
 	defer linger.Stop()
 	for len(batch) < maxSettleBatch {
 		select {
 		case u := <-st.updates:
 			batch = append(batch, u)
-		case flushed := <-st.flushes:
-			return batch, flushed
 		case <-linger.C:
-			return batch, nil
+			return batch
 		case <-st.quit:
-			return batch, nil
+			return batch
 		}
 	}
-	return batch, nil
+	return batch
 }
 
 // drain records everything queued, in batches like run does.

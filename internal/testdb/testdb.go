@@ -21,13 +21,13 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/wmoutbox/wmoutbox/internal/testenv"
 	"github.com/wmoutbox/wmoutbox/outbox/postgres"
 )
 
 const (
-	// envURL names the server; envCI, when true, turns a skip into a failure.
+	// envURL names the server.
 	envURL = "TEST_DATABASE_URL"
-	envCI  = "CI"
 
 	defaultURL = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
 
@@ -90,10 +90,7 @@ func URL(t testing.TB) string {
 	if err != nil {
 		var unreachable *unreachableError
 		if errors.As(err, &unreachable) {
-			if ci, _ := strconv.ParseBool(os.Getenv(envCI)); ci {
-				t.Fatalf("testdb: %s=true, so failing rather than skipping: %v", envCI, err)
-			}
-			t.Skipf("testdb: skipping: %v", err)
+			testenv.SkipOrFail(t, "testdb: %v", err)
 		}
 		t.Fatalf("testdb: %v", err)
 	}
