@@ -37,16 +37,12 @@ func DecodeHeaders(data []byte) (map[string]string, error) {
 	if !utf8.Valid(data) {
 		return nil, fmt.Errorf("outbox: decode headers: not valid UTF-8")
 	}
-	var stored map[string]*string
-	if err := json.Unmarshal(data, &stored); err != nil {
-		return nil, fmt.Errorf("outbox: decode headers: %w", err)
-	}
-	headers := make(map[string]string, len(stored))
-	for k, v := range stored {
-		if v == nil {
-			return nil, fmt.Errorf("outbox: decode headers: value of %q is null", k)
+	headers, ok := decodePlainObject(string(data))
+	if !ok {
+		var err error
+		if headers, err = decodeObject(data); err != nil {
+			return nil, err
 		}
-		headers[k] = *v
 	}
 	for k, v := range headers {
 		if k == "" {
@@ -63,4 +59,94 @@ func DecodeHeaders(data []byte) (map[string]string, error) {
 		return nil, nil
 	}
 	return headers, nil
+}
+
+// decodeObject decodes a JSON object of string values with encoding/json.
+func decodeObject(data []byte) (map[string]string, error) {
+	var stored map[string]*string
+	if err := json.Unmarshal(data, &stored); err != nil {
+		return nil, fmt.Errorf("outbox: decode headers: %w", err)
+	}
+	headers := make(map[string]string, len(stored))
+	for k, v := range stored {
+		if v == nil {
+			return nil, fmt.Errorf("outbox: decode headers: value of %q is null", k)
+		}
+		headers[k] = *v
+	}
+	return headers, nil
+}
+
+// decodePlainObject decodes the common case of stored headers, a JSON
+// object whose keys and values are strings with no escape, as PostgreSQL
+// prints most jsonb: its keys and values share the memory of data, so a
+// row's headers cost one string and one map. It reports false for
+// anything else (an escape, a control character, a value that is not a
+// string, malformed JSON), which decodeObject then decodes or rejects, so
+// that both give the same answer for every input. data must be valid
+// UTF-8.
+func decodePlainObject(data string) (map[string]string, bool) {
+	headers := make(map[string]string)
+	i := skipSpace(data, 1)
+	if i < len(data) && data[i] == '}' {
+		return headers, skipSpace(data, i+1) == len(data)
+	}
+	for {
+		key, next, ok := plainString(data, i)
+		if !ok {
+			return nil, false
+		}
+		i = skipSpace(data, next)
+		if i == len(data) || data[i] != ':' {
+			return nil, false
+		}
+		value, next, ok := plainString(data, skipSpace(data, i+1))
+		if !ok {
+			return nil, false
+		}
+		headers[key] = value
+		i = skipSpace(data, next)
+		if i == len(data) {
+			return nil, false
+		}
+		switch data[i] {
+		case ',':
+			i = skipSpace(data, i+1)
+		case '}':
+			return headers, skipSpace(data, i+1) == len(data)
+		default:
+			return nil, false
+		}
+	}
+}
+
+// plainString reads the JSON string starting at data[i] if it has no
+// escape and no control character, and returns it and the index after it.
+func plainString(data string, i int) (s string, next int, ok bool) {
+	if i >= len(data) || data[i] != '"' {
+		return "", 0, false
+	}
+	for j := i + 1; j < len(data); j++ {
+		switch c := data[j]; {
+		case c == '"':
+			return data[i+1 : j], j + 1, true
+		case c == '\\' || c < 0x20:
+			return "", 0, false
+		}
+	}
+	return "", 0, false
+}
+
+// skipSpace returns the index of the first byte at or after i that is not
+// JSON whitespace.
+func skipSpace(data string, i int) int {
+	for i < len(data) {
+		switch data[i] {
+		case ' ', '\t', '\n', '\r':
+			i++
+		default:
+			return i
+		}
+	}
+	return i
 }
