@@ -47,7 +47,7 @@ func TestRunsEveryScenario(t *testing.T) {
 		t.Skip("runs every scenario; skipped with -short")
 	}
 	server := testServer(t)
-	tiny := sizes{reps: 1, writes: 100, claimTable: 500, drain: 500, latencyEvents: 50, kafka: 500}
+	tiny := sizes{reps: 1, writes: 100, drain: 500, latencyEvents: 50, kafka: 500}
 	require.NoError(t, run(context.Background(), server, tiny, "", true))
 
 	conn, err := pgx.Connect(t.Context(), server)

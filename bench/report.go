@@ -64,13 +64,6 @@ func thousands(n int64) string {
 	return b.String()
 }
 
-func ratio(a, b float64) string {
-	if b == 0 {
-		return "n/a"
-	}
-	return fmt.Sprintf("%.2f×", a/b)
-}
-
 // percentiles of a latency sample: p50, p99 and max.
 type percentiles struct{ p50, p99, max time.Duration }
 
@@ -89,16 +82,41 @@ func (p percentiles) String() string {
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d)/float64(time.Millisecond)) }
 
-// repeat runs measure reps times and returns the median events/s, where
-// measure reports how many events it moved in how long.
-func repeat(reps int, measure func() (int, time.Duration, error)) (float64, error) {
-	var rates []float64
-	for range reps {
-		n, elapsed, err := measure()
-		if err != nil {
-			return 0, err
+// series is one configuration of a throughput scenario: measure reports
+// how many events it moved in how long; rates collects each repetition.
+type series struct {
+	name    string
+	measure func() (int, time.Duration, error)
+	rates   []float64
+}
+
+// interleave runs every series once per repetition, rotating the order
+// from one repetition to the next, so that the drift of a shared machine's
+// speed falls on all of them alike.
+func interleave(reps int, all ...*series) error {
+	for rep := range reps {
+		for i := range all {
+			s := all[(rep+i)%len(all)]
+			n, elapsed, err := s.measure()
+			if err != nil {
+				return fmt.Errorf("%s: %w", s.name, err)
+			}
+			s.rates = append(s.rates, float64(n)/elapsed.Seconds())
 		}
-		rates = append(rates, float64(n)/elapsed.Seconds())
 	}
-	return median(rates), nil
+	return nil
+}
+
+func (s *series) median() float64 { return median(s.rates) }
+
+// ratioTo is the median, over the repetitions, of s's rate divided by
+// base's rate in the same repetition.
+func (s *series) ratioTo(base *series) float64 {
+	ratios := make([]float64, 0, len(s.rates))
+	for i, r := range s.rates {
+		if i < len(base.rates) && base.rates[i] > 0 {
+			ratios = append(ratios, r/base.rates[i])
+		}
+	}
+	return median(ratios)
 }

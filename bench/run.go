@@ -23,15 +23,14 @@ const writers = 4
 
 // results are the medians the ratios and the summary line are made of.
 type results struct {
-	rawInsert              float64
-	rawClaim, rawLockClaim float64
-	write                  float64
-	drain1, drain4         float64
-	fwdDefault, fwdTuned   float64
-	hot, cold, fwdLatency  percentiles
-	kafka                  float64
-	memoryRSS              int64
-	memoryElapsed          time.Duration
+	rawInsert, write, writeRatio float64
+	rawClaim, rawLockClaim       float64
+	drain1, drain1Ratio, drain4  float64
+	fwdDefault, fwdTuned         float64
+	hot, cold, fwdLatency        percentiles
+	kafka                        float64
+	memoryRSS                    int64
+	memoryElapsed                time.Duration
 }
 
 func run(ctx context.Context, server string, sz sizes, only string, quick bool) (err error) {
@@ -63,7 +62,6 @@ func run(ctx context.Context, server string, sz sizes, only string, quick bool) 
 		name string
 		run  func() error
 	}{
-		{"raw", func() error { return res.measureRaw(ctx, pool, sz, rep) }},
 		{"write", func() error { return res.measureWrite(ctx, pool, sz, rep) }},
 		{"drain", func() error { return res.measureDrain(ctx, db, pool, sz, rep) }},
 		{"latency", func() error { return res.measureLatency(ctx, db, pool, sz, rep) }},
@@ -82,45 +80,27 @@ func run(ctx context.Context, server string, sz sizes, only string, quick bool) 
 	rep.print(os.Stdout)
 	if quick {
 		fmt.Printf("summary: write_ratio=%.2f drain_per_s=%.0f drain_ratio_vs_forwarder=%.2f hot_p50_ms=%.2f hot_p99_ms=%.2f cold_p99_ms=%.2f kafka_drain_per_s=%.0f\n",
-			safeRatio(res.write, res.rawInsert), res.drain1, safeRatio(res.drain1, res.fwdTuned),
+			res.writeRatio, res.drain1, res.drain1Ratio,
 			msf(res.hot.p50), msf(res.hot.p99), msf(res.cold.p99), res.kafka)
 	}
 	return nil
 }
 
-func safeRatio(a, b float64) float64 {
-	if b == 0 {
-		return 0
-	}
-	return a / b
-}
-
 func msf(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
-func (res *results) measureRaw(ctx context.Context, pool *pgxpool.Pool, sz sizes, rep *report) (err error) {
-	if res.rawInsert, err = repeat(sz.reps, func() (int, time.Duration, error) { return rawInsert(ctx, pool, sz.writes, writers) }); err != nil {
+// measureWrite times the raw single-row inserts and our write path, in
+// alternation, so that a shared machine's drift falls on both alike.
+func (res *results) measureWrite(ctx context.Context, pool *pgxpool.Pool, sz sizes, rep *report) error {
+	raw := &series{name: fmt.Sprintf("1 raw: insert, 1 row per transaction, %d writers", writers),
+		measure: func() (int, time.Duration, error) { return rawInsert(ctx, pool, sz.writes, writers) }}
+	ours := &series{name: fmt.Sprintf("2 write: ours, 1 event per transaction, %d writers, relay running", writers),
+		measure: func() (int, time.Duration, error) { return oursWrite(ctx, pool, sz.writes, writers) }}
+	if err := interleave(sz.reps, raw, ours); err != nil {
 		return err
 	}
-	rep.add(fmt.Sprintf("1 raw: insert, 1 row per transaction, %d writers", writers), rate(res.rawInsert), "ceiling of the write path")
-	rows := thousands(int64(sz.claimTable))
-	if res.rawClaim, err = repeat(sz.reps, func() (int, time.Duration, error) { return rawClaim(ctx, pool, sz.claimTable, true) }); err != nil {
-		return err
-	}
-	rep.add(fmt.Sprintf("1 raw: claim 100 (SKIP LOCKED, lease) + mark done, %s rows", rows), rate(res.rawClaim), "ceiling of one drain loop with leases")
-	if res.rawLockClaim, err = repeat(sz.reps, func() (int, time.Duration, error) { return rawClaim(ctx, pool, sz.claimTable, false) }); err != nil {
-		return err
-	}
-	rep.add(fmt.Sprintf("1 raw: claim 100 (SKIP LOCKED, locks held) + mark done in one transaction, %s rows", rows), rate(res.rawLockClaim),
-		"ceiling of one drain loop without leases")
-	return nil
-}
-
-func (res *results) measureWrite(ctx context.Context, pool *pgxpool.Pool, sz sizes, rep *report) (err error) {
-	if res.write, err = repeat(sz.reps, func() (int, time.Duration, error) { return oursWrite(ctx, pool, sz.writes, writers) }); err != nil {
-		return err
-	}
-	rep.add(fmt.Sprintf("2 write: ours, 1 event per transaction, %d writers, relay running", writers), rate(res.write),
-		ratio(res.write, res.rawInsert)+" raw insert")
+	res.rawInsert, res.write, res.writeRatio = raw.median(), ours.median(), ours.ratioTo(raw)
+	rep.add(raw.name, rate(res.rawInsert), "ceiling of the write path")
+	rep.add(ours.name, rate(res.write), fmt.Sprintf("%.2f× raw insert", res.writeRatio))
 	return nil
 }
 
@@ -135,41 +115,48 @@ var drainSettings = []struct {
 	{"tuned (16 workers, batch 200)", watermilladapter.SubscriberConfig{WorkerCount: 16, BatchSize: 200}},
 }
 
+// measureDrain times the raw claim loops, the forwarder and ours on
+// backlogs of the same size, one repetition of each in turn.
 func (res *results) measureDrain(ctx context.Context, db *database, pool *pgxpool.Pool, sz sizes, rep *report) error {
 	backlog := thousands(int64(sz.drain))
+	rawLease := &series{name: fmt.Sprintf("1 raw: claim 100 (SKIP LOCKED, lease) + mark done, %s rows", backlog),
+		measure: func() (int, time.Duration, error) { return rawClaim(ctx, pool, sz.drain, true) }}
+	rawLock := &series{name: fmt.Sprintf("1 raw: claim 100 (SKIP LOCKED, locks held) + mark done in one transaction, %s rows", backlog),
+		measure: func() (int, time.Duration, error) { return rawClaim(ctx, pool, sz.drain, false) }}
+	all := []*series{rawLease, rawLock}
+	var fwd []*series
 	for _, s := range []forwarderSetting{forwarderDefault, forwarderTuned} {
-		v, err := repeat(sz.reps, func() (int, time.Duration, error) {
-			elapsed, err := forwarderDrain(ctx, pool, sz.drain, s)
-			return sz.drain, elapsed, err
-		})
-		if err != nil {
-			return err
-		}
-		if s == forwarderDefault {
-			res.fwdDefault = v
-		} else {
-			res.fwdTuned = v
-		}
-		rep.add(fmt.Sprintf("3 drain %s: Watermill forwarder, %s", backlog, s.describe()), rate(v), "")
+		fwd = append(fwd, &series{name: fmt.Sprintf("3 drain %s: Watermill forwarder, %s", backlog, s.describe()),
+			measure: func() (int, time.Duration, error) {
+				elapsed, err := forwarderDrain(ctx, pool, sz.drain, s)
+				return sz.drain, elapsed, err
+			}})
 	}
-	type run struct {
-		instances int
-		setting   int
-		into      *float64
-	}
-	var oursDefault float64
-	for _, r := range []run{{1, 0, &oursDefault}, {1, 1, &res.drain1}, {4, 1, &res.drain4}} {
+	all = append(all, fwd...)
+	var ours []*series
+	for _, r := range []struct{ instances, setting int }{{1, 0}, {1, 1}, {4, 1}} {
 		setting := drainSettings[r.setting]
-		v, err := repeat(sz.reps, func() (int, time.Duration, error) {
-			return oursDrain(ctx, db, pool, sz.drain, r.instances, setting.cfg, toSink(ctx))
-		})
-		if err != nil {
-			return err
-		}
-		*r.into = v
-		rep.add(fmt.Sprintf("3 drain %s: ours, %d instance(s), %s", backlog, r.instances, setting.name), rate(v),
-			fmt.Sprintf("%s raw lease claim, %s raw locking claim, %s forwarder tuned, %s forwarder default",
-				ratio(v, res.rawClaim), ratio(v, res.rawLockClaim), ratio(v, res.fwdTuned), ratio(v, res.fwdDefault)))
+		ours = append(ours, &series{name: fmt.Sprintf("3 drain %s: ours, %d instance(s), %s", backlog, r.instances, setting.name),
+			measure: func() (int, time.Duration, error) {
+				return oursDrain(ctx, db, pool, sz.drain, r.instances, setting.cfg, toSink(ctx))
+			}})
+	}
+	all = append(all, ours...)
+	if err := interleave(sz.reps, all...); err != nil {
+		return err
+	}
+
+	res.rawClaim, res.rawLockClaim = rawLease.median(), rawLock.median()
+	res.fwdDefault, res.fwdTuned = fwd[0].median(), fwd[1].median()
+	res.drain1, res.drain1Ratio, res.drain4 = ours[1].median(), ours[1].ratioTo(fwd[1]), ours[2].median()
+	rep.add(rawLease.name, rate(res.rawClaim), "ceiling of one drain loop with leases")
+	rep.add(rawLock.name, rate(res.rawLockClaim), "ceiling of one drain loop without leases")
+	for _, f := range fwd {
+		rep.add(f.name, rate(f.median()), "")
+	}
+	for _, o := range ours {
+		rep.add(o.name, rate(o.median()), fmt.Sprintf("%.2f× raw lease claim, %.2f× raw locking claim, %.2f× forwarder tuned, %.2f× forwarder default",
+			o.ratioTo(rawLease), o.ratioTo(rawLock), o.ratioTo(fwd[1]), o.ratioTo(fwd[0])))
 	}
 	return nil
 }
@@ -206,14 +193,16 @@ func (res *results) measureLatency(ctx context.Context, db *database, pool *pgxp
 	return nil
 }
 
-func (res *results) measureKafka(ctx context.Context, db *database, pool *pgxpool.Pool, sz sizes, rep *report) (err error) {
-	res.kafka, err = repeat(sz.reps, func() (int, time.Duration, error) {
-		return oursDrain(ctx, db, pool, sz.kafka, 1, kafkaSettings, toKafka(ctx))
-	})
-	if err != nil {
+func (res *results) measureKafka(ctx context.Context, db *database, pool *pgxpool.Pool, sz sizes, rep *report) error {
+	kafka := &series{name: fmt.Sprintf("5 drain %s to Kafka (kafkaforward → kfake): ours, 1 instance", thousands(int64(sz.kafka))),
+		measure: func() (int, time.Duration, error) {
+			return oursDrain(ctx, db, pool, sz.kafka, 1, kafkaSettings, toKafka(ctx))
+		}}
+	if err := interleave(sz.reps, kafka); err != nil {
 		return err
 	}
-	rep.add(fmt.Sprintf("5 drain %s to Kafka (kafkaforward → kfake): ours, 1 instance", thousands(int64(sz.kafka))), rate(res.kafka), "acks=all, idempotent")
+	res.kafka = kafka.median()
+	rep.add(kafka.name, rate(res.kafka), "acks=all, idempotent")
 	return nil
 }
 
