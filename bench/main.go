@@ -45,6 +45,7 @@ func main() {
 	memoryTable := flag.String("memory-table", "", "internal: the memory relay process's outbox table")
 	memoryEvents := flag.Int("memory-events", 0, "internal: events the memory relay process waits for")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the run to this file")
+	reps := flag.Int("reps", 0, "repetitions of each throughput scenario (default 3)")
 	flag.Parse()
 
 	if *memoryChild != "" {
@@ -60,6 +61,9 @@ func main() {
 	sz := fullSizes
 	if *quick {
 		sz = quickSizes
+	}
+	if *reps > 0 {
+		sz.reps = *reps
 	}
 	if *cpuProfile != "" {
 		stopProfile, err := startCPUProfile(*cpuProfile)
