@@ -20,7 +20,9 @@ type Store interface {
 	// moves available_at to the end of the lease, so the event is due again
 	// for any claimer req.LockTimeout later unless its outcome is recorded
 	// first. Concurrent claimers never receive the same event while its
-	// lease runs.
+	// lease runs. With req.Cursor set, the claim may start where the
+	// previous claim with that cursor ended, and moves the cursor to its
+	// last event (see [ClaimCursor]).
 	Claim(ctx context.Context, req ClaimRequest) ([]Event, error)
 
 	// PollPending returns due events without claiming them: the
@@ -116,7 +118,34 @@ type ClaimRequest struct {
 	SkipRecent time.Duration
 	// Topics restricts the claim to these topics; empty means all topics.
 	Topics []string
+	// Cursor, when set, lets the claim start where the previous claim with
+	// the same cursor ended, and the store moves it to where this one ends.
+	// Default nil: every claim starts from the earliest due event.
+	Cursor *ClaimCursor
 }
+
+// ClaimCursor is where a run of claims has got to, in due order. It is a
+// hint for stores whose index keeps the entries of claimed rows until a
+// vacuum (PostgreSQL's B-trees): without it, every claim of a drain walks
+// again over the entries its predecessors left, and the k-th claim costs
+// O(k). A store may leave out events due before the cursor, so events that
+// became due there later (written by a transaction that committed late or
+// by a writer whose clock is behind, left by a claim that rolled back) wait
+// until the caller resets the cursor: a relay resets it whenever a claim
+// comes back short of its limit, and at least every second. Stores that
+// need no cursor ignore it. A cursor is not safe for concurrent use.
+type ClaimCursor struct {
+	// DueAt and ID are the due time and id of the last event claimed;
+	// zero before the first claim and after Reset.
+	DueAt time.Time
+	ID    string
+}
+
+// Reset makes the next claim start from the earliest due event.
+func (c *ClaimCursor) Reset() { *c = ClaimCursor{} }
+
+// IsZero reports whether the cursor is at the start.
+func (c *ClaimCursor) IsZero() bool { return c.ID == "" }
 
 // Normalize validates r and fills in defaults.
 func (r ClaimRequest) Normalize() (ClaimRequest, error) {

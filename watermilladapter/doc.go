@@ -27,7 +27,12 @@
 // other event, and every event a full hot queue could not take, reaches a
 // subscription through its cold path: claims of due rows with FOR UPDATE
 // SKIP LOCKED, in batches, while there is backlog and room, and otherwise
-// every PollInterval or when woken (a release, a scheduled retry).
+// every PollInterval or when woken (a release, a scheduled retry). Through
+// a backlog, each claim starts where the previous one ended (an
+// outbox.ClaimCursor); a claim that comes back short, and the first claim
+// after a second of backlog, start again from the earliest due event, so
+// that an event that became due behind the cursor (its transaction
+// committed late) waits a second at most.
 //
 // Ack records DONE. Nack records RETRY with the retry policy's backoff, or
 // DEAD when the attempts are used up; with the handler error recorded

@@ -159,6 +159,45 @@ func TestFullHotQueueFallsBackToColdPath(t *testing.T) {
 	})
 }
 
+// Claims follow a cursor through a backlog. An event written before the
+// backlog by a transaction that commits after the cursor has passed it
+// lies behind the cursor, and must still be delivered.
+func TestEventCommittedBehindTheClaimCursorIsDelivered(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t)
+	got := newReceived()
+	r := relaytest.Start(t, pool, watermilladapter.SubscriberConfig{BatchSize: 10, PollInterval: 50 * time.Millisecond},
+		relaytest.Handlers{"orders": got.handler})
+	writer, err := outbox.NewWriter(r.Store, outbox.WriterConfig{}) // no hot path: the cold path claims
+	require.NoError(t, err)
+	event := func(i int) outbox.Envelope {
+		e := outbox.NewJSON("OrderCreated", fmt.Appendf(nil, `{"n": %d}`, i))
+		e.Topic = "orders"
+		return e
+	}
+
+	late, err := pool.Begin(t.Context())
+	require.NoError(t, err)
+	defer func() { _ = late.Rollback(context.Background()) }()
+	lateIDs, err := writer.Write(t.Context(), late, event(-1))
+	require.NoError(t, err)
+
+	backlog := make([]outbox.Envelope, 100)
+	for i := range backlog {
+		backlog[i] = event(i)
+	}
+	require.NoError(t, r.Store.InTx(t.Context(), func(ctx context.Context, tx pgx.Tx) error {
+		_, err := writer.Write(ctx, tx, backlog...)
+		return err
+	}))
+	for range backlog {
+		got.next(t)
+	}
+	require.NoError(t, late.Commit(t.Context()))
+	msg := got.next(t)
+	require.Equal(t, lateIDs[0], msg.Metadata.Get(watermilladapter.MetadataEventID))
+}
+
 func TestAlwaysFailingHandlerRetriesThenDead(t *testing.T) {
 	t.Parallel()
 	pool := testdb.New(t)

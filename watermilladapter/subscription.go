@@ -148,6 +148,12 @@ func (sub *subscription) releaseQueued() {
 // claimTimeout bounds one claim statement.
 const claimTimeout = 30 * time.Second
 
+// claimRescan is how long claims follow their cursor through a backlog
+// before one starts again from the earliest due event, picking up events
+// that became due behind the cursor (see outbox.ClaimCursor); a claim that
+// comes back short starts again too.
+const claimRescan = time.Second
+
 // claimLoop is the cold path: claim while there is backlog and room in the
 // cold queue; otherwise wait for the poll interval, a wake-up, room, or the
 // earliest retry this subscription scheduled.
@@ -157,7 +163,10 @@ const claimTimeout = 30 * time.Second
 // ends. Stopping is checked between claims instead.
 func (sub *subscription) claimLoop() {
 	cfg := &sub.s.cfg
-	req := outbox.ClaimRequest{Owner: sub.s.owner, LockTimeout: cfg.LockTimeout, SkipRecent: cfg.SkipRecent, Topics: []string{sub.topic}}
+	var cursor outbox.ClaimCursor
+	rescan := cfg.Clock.Now().Add(claimRescan)
+	req := outbox.ClaimRequest{Owner: sub.s.owner, LockTimeout: cfg.LockTimeout, SkipRecent: cfg.SkipRecent,
+		Topics: []string{sub.topic}, Cursor: &cursor}
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for {
@@ -182,7 +191,12 @@ func (sub *subscription) claimLoop() {
 			if len(events) > 0 {
 				cfg.Metrics.ColdEnqueued(sub.topic, len(events))
 			}
-			if err == nil && len(events) == req.Limit {
+			full := err == nil && len(events) == req.Limit
+			if now := cfg.Clock.Now(); !full || !now.Before(rescan) {
+				cursor.Reset()
+				rescan = now.Add(claimRescan)
+			}
+			if full {
 				continue // backlog: claim again at once
 			}
 		}

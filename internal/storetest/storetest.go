@@ -67,6 +67,7 @@ func Run[Tx any](t *testing.T, newHarness func(t *testing.T) Harness[Tx]) {
 		{"ClaimByTopic", testClaimByTopic[Tx]},
 		{"ClaimRejectsBadRequests", testClaimRejectsBadRequests[Tx]},
 		{"ClaimReturnsDueOrderNotIDOrder", testClaimReturnsDueOrderNotIDOrder[Tx]},
+		{"ClaimCursorCoversTheBacklogOnce", testClaimCursorCoversTheBacklogOnce[Tx]},
 		{"DeadEventsQueryCountReplay", testDeadEventsQueryCountReplay[Tx]},
 		{"PurgeDeletesOnlyOldTerminalRows", testPurgeDeletesOnlyOldTerminalRows[Tx]},
 		{"MalformedHeadersDoNotBreakTheBatch", testMalformedHeadersDoNotBreakTheBatch[Tx]},
@@ -604,6 +605,29 @@ func testClaimReturnsDueOrderNotIDOrder[Tx any](t *testing.T, f *fixture[Tx]) {
 	require.Equal(t, []string{newer, older}, IDs(polled), "poll too")
 	require.Equal(t, []string{newer, older}, f.claim(t, outbox.ClaimRequest{Owner: "me"}),
 		"the retried event is due after the newer one")
+}
+
+// A run of claims that share a cursor takes every event once, in due
+// order; an event that became due behind the cursor is claimed once the
+// cursor is reset (a store may or may not take it before).
+func testClaimCursorCoversTheBacklogOnce[Tx any](t *testing.T, f *fixture[Tx]) {
+	written := f.write(t, JSONEvent(1), JSONEvent(2), JSONEvent(3), JSONEvent(4), JSONEvent(5))
+	var cursor outbox.ClaimCursor
+	req := outbox.ClaimRequest{Owner: "me", Limit: 2, Cursor: &cursor}
+	var claimed []string
+	for range 3 {
+		claimed = append(claimed, f.claim(t, req)...)
+	}
+	require.Equal(t, written, claimed)
+	require.Empty(t, f.claim(t, req))
+
+	// Released at the time it was first due: behind the cursor.
+	n, err := f.Store.Release(t.Context(), "me", written[:1])
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n)
+	cursor.Reset()
+	require.True(t, cursor.IsZero())
+	require.Equal(t, written[:1], f.claim(t, req))
 }
 
 func testDeadEventsQueryCountReplay[Tx any](t *testing.T, f *fixture[Tx]) {

@@ -49,6 +49,15 @@
 // the same row while its claim is fresh, and a claim older than the lock
 // timeout (a relay that died) is taken over. Status updates clear it.
 //
+// A claim moves its rows' available_at to the end of the lease, so the due
+// index keeps an entry for each claimed row where the row used to be due,
+// until a vacuum removes it. A drain that started every claim from the
+// earliest due entry would walk over all the entries its earlier claims
+// left: the k-th claim of a backlog would cost O(k). With an
+// [outbox.ClaimCursor] the index scan starts after the last row the
+// previous claim took (a row comparison on (available_at, event_id), which
+// the index serves), so every claim costs the same.
+//
 // # Names and safety
 //
 // Schema and table names are validated ([ValidateIdentifier]) and quoted;

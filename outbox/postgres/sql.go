@@ -68,7 +68,10 @@ const sqlGet = `SELECT ` + eventColumns + ` FROM {table} WHERE event_id = $1`
 // available_at is the end of its lease.
 const sqlDue = `status IN (0, 2) {topics} AND available_at <= $1 AND created_at <= $2`
 
-// sqlClaim leases due rows to owner $5 until $3. SKIP LOCKED lets
+// sqlClaim leases due rows to owner $5 until $3. {cursor} starts the scan
+// after the last row of the previous claim (see outbox.ClaimCursor): the
+// due index keeps the entries of rows claimed earlier until a vacuum, and
+// without it each claim of a drain would walk over all of them. SKIP LOCKED lets
 // concurrent claimers pass each other's rows while the statement runs;
 // after it commits, available_at = end of lease keeps the rows out of every
 // claim (and out of the due index range) until the lease runs out, and
@@ -79,7 +82,7 @@ const sqlDue = `status IN (0, 2) {topics} AND available_at <= $1 AND created_at 
 const sqlClaim = `
 WITH due AS (
     SELECT event_id, available_at AS due_at FROM {table}
-    WHERE ` + sqlDue + `
+    WHERE ` + sqlDue + ` {cursor}
     ORDER BY available_at, event_id
     LIMIT $4
     FOR UPDATE SKIP LOCKED
@@ -101,6 +104,11 @@ const (
 	topicsOne  = `AND topic = $%d`
 	topicsMany = `AND topic = ANY($%d::text[])`
 )
+
+// claimAfter is sqlClaim's {cursor} when a cursor is set: due time and id
+// in the two parameter slots after the topic filter's. A row comparison,
+// so that the due index starts the scan there.
+const claimAfter = `AND (available_at, event_id) > ($%d::timestamptz, $%d::text)`
 
 const sqlRelease = `
 UPDATE {table} SET locked_by = NULL, locked_at = NULL, available_at = $3
@@ -181,7 +189,8 @@ type statements struct {
 
 	insert, insertOne, get           string
 	release, updateStatus            string
-	claim, poll                      [3]string // by topic filter: any, one, many
+	claim                            [2][3]string // by cursor (without, with), then topic filter: any, one, many
+	poll                             [3]string    // by topic filter
 	queryDead, countDead, replayDead string
 	backlog                          string
 	purge                            string
@@ -213,16 +222,23 @@ func renderStatements(schema, qualified string, synchronous bool) statements {
 		backlog:              r.Replace(sqlBacklog),
 	}
 	for i, filter := range []string{topicsAny, topicsOne, topicsMany} {
-		claim := strings.ReplaceAll(strings.Replace(sqlClaim, "{topics}", withSlot(filter, 6), 1), "{o}", "o.")
-		s.claim[i] = r.Replace(claim)
-		s.poll[i] = r.Replace(strings.Replace(sqlPoll, "{topics}", withSlot(filter, 4), 1))
+		claim := strings.ReplaceAll(strings.Replace(sqlClaim, "{topics}", withSlots(filter, 6), 1), "{o}", "o.")
+		cursorSlot := 6
+		if filter != topicsAny {
+			cursorSlot = 7
+		}
+		s.claim[0][i] = r.Replace(strings.Replace(claim, "{cursor}", "", 1))
+		s.claim[1][i] = r.Replace(strings.Replace(claim, "{cursor}", withSlots(claimAfter, cursorSlot), 1))
+		s.poll[i] = r.Replace(strings.Replace(sqlPoll, "{topics}", withSlots(filter, 4), 1))
 	}
 	return s
 }
 
-func withSlot(filter string, slot int) string {
-	if filter == topicsAny {
-		return ""
+// withSlots numbers the parameters of filter from slot on.
+func withSlots(filter string, slot int) string {
+	for strings.Contains(filter, "%d") {
+		filter = strings.Replace(filter, "%d", strconv.Itoa(slot), 1)
+		slot++
 	}
-	return strings.Replace(filter, "%d", strconv.Itoa(slot), 1)
+	return filter
 }

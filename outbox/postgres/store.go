@@ -212,18 +212,28 @@ func (s *Store) Claim(ctx context.Context, req outbox.ClaimRequest) ([]outbox.Ev
 		return nil, err
 	}
 	now := s.clock.Now()
-	sql, topicArg := topicVariant(s.t.sql.claim, req.Topics)
+	variants := s.t.sql.claim[0]
+	if req.Cursor != nil && !req.Cursor.IsZero() {
+		variants = s.t.sql.claim[1]
+	}
+	sql, topicArg := topicVariant(variants, req.Topics)
 	args := []any{now, now.Add(-req.SkipRecent), now.Add(req.LockTimeout), req.Limit, req.Owner}
 	if topicArg != nil {
 		args = append(args, topicArg)
+	}
+	if req.Cursor != nil && !req.Cursor.IsZero() {
+		args = append(args, req.Cursor.DueAt, req.Cursor.ID)
 	}
 	rows, err := s.db.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: claim: %w", err)
 	}
-	events, err := collectClaimed(rows)
+	events, last, err := collectClaimed(rows)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: claim: %w", err)
+	}
+	if req.Cursor != nil && len(events) > 0 {
+		*req.Cursor = last
 	}
 	return events, nil
 }
@@ -399,8 +409,9 @@ func collectEvents(rows pgx.Rows) ([]outbox.Event, error) {
 	return events, rows.Err()
 }
 
-// collectClaimed scans the rows of a claim and puts them in due order.
-func collectClaimed(rows pgx.Rows) ([]outbox.Event, error) {
+// collectClaimed scans the rows of a claim, puts them in due order and
+// returns the position of the last.
+func collectClaimed(rows pgx.Rows) ([]outbox.Event, outbox.ClaimCursor, error) {
 	defer rows.Close()
 	type claimed struct {
 		event outbox.Event
@@ -411,12 +422,12 @@ func collectClaimed(rows pgx.Rows) ([]outbox.Event, error) {
 		var c claimed
 		var err error
 		if c.event, err = scanEvent(rows, &c.due); err != nil {
-			return nil, err
+			return nil, outbox.ClaimCursor{}, err
 		}
 		batch = append(batch, c)
 	}
-	if err := rows.Err(); err != nil {
-		return nil, err
+	if err := rows.Err(); err != nil || len(batch) == 0 {
+		return nil, outbox.ClaimCursor{}, err
 	}
 	slices.SortFunc(batch, func(a, b claimed) int {
 		return cmp.Or(a.due.Compare(b.due), strings.Compare(a.event.ID, b.event.ID))
@@ -425,7 +436,8 @@ func collectClaimed(rows pgx.Rows) ([]outbox.Event, error) {
 	for i, c := range batch {
 		events[i] = c.event
 	}
-	return events, nil
+	last := batch[len(batch)-1]
+	return events, outbox.ClaimCursor{DueAt: last.due, ID: last.event.ID}, nil
 }
 
 // scanEvent scans one row of eventColumns, then extra columns into extra.

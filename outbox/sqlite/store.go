@@ -224,7 +224,9 @@ func (s *Store) Get(ctx context.Context, id string) (outbox.Event, error) {
 // and needs none: it lets one writer at a time, and the claim's first
 // statement is a write, so it holds the write lock before it reads which
 // rows are due. Claimers take turns (waiting up to the busy timeout), and
-// each sees the leases of the ones before.
+// each sees the leases of the ones before. req.Cursor is left alone: an
+// SQLite index holds no entries for the rows' earlier versions, so a claim
+// has nothing to skip.
 func (s *Store) Claim(ctx context.Context, req outbox.ClaimRequest) (events []outbox.Event, err error) {
 	req, err = req.Normalize()
 	if err != nil {

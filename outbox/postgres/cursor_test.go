@@ -1,0 +1,102 @@
+package postgres_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/wmoutbox/wmoutbox/internal/clocktest"
+	"github.com/wmoutbox/wmoutbox/internal/storetest"
+	"github.com/wmoutbox/wmoutbox/internal/testdb"
+	"github.com/wmoutbox/wmoutbox/outbox"
+	"github.com/wmoutbox/wmoutbox/outbox/postgres"
+)
+
+// With a cursor, a claim skips what lies behind it: an event released at
+// the time it was first due waits until the cursor is reset.
+func TestClaimCursorSkipsWhatLiesBehindIt(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t)
+	store, err := postgres.NewStore(pool, postgres.Config{Clock: clocktest.New(storetest.Start)})
+	require.NoError(t, err)
+	written := writeEvents(t, store, 3)
+
+	var cursor outbox.ClaimCursor
+	req := outbox.ClaimRequest{Owner: "me", Limit: 2, Topics: []string{"orders"}, Cursor: &cursor}
+	require.Equal(t, written[:2], claimIDs(t, store, req))
+	require.Equal(t, written[1], cursor.ID, "the cursor is at the last event claimed")
+	require.Equal(t, storetest.Start, cursor.DueAt.UTC())
+
+	n, err := store.Release(t.Context(), "me", written[:1])
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n)
+	require.Equal(t, written[2:], claimIDs(t, store, req), "the released event lies behind the cursor")
+	require.Empty(t, claimIDs(t, store, req))
+	require.Equal(t, written[2], cursor.ID, "an empty claim leaves the cursor where it was")
+
+	cursor.Reset()
+	require.Equal(t, written[:1], claimIDs(t, store, req))
+}
+
+// The cursor is where the due index scan starts, not a filter applied to
+// the rows it walks: that is what spares a claim the index entries of the
+// rows claimed before it.
+func TestClaimCursorStartsTheIndexScan(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t)
+	store, err := postgres.NewStore(pool, postgres.Config{})
+	require.NoError(t, err)
+	writeEvents(t, store, 5000) // enough for the planner to prefer the index
+	_, err = pool.Exec(t.Context(), `ANALYZE outbox_event`)
+	require.NoError(t, err)
+
+	now := time.Now()
+	rows, err := pool.Query(t.Context(), "EXPLAIN "+postgres.ClaimStatement(store, true),
+		now, now, now.Add(time.Minute), 100, "me", "orders", now.Add(-time.Hour), "")
+	require.NoError(t, err)
+	var plan []string
+	for rows.Next() {
+		var line string
+		require.NoError(t, rows.Scan(&line))
+		plan = append(plan, line)
+	}
+	require.NoError(t, rows.Err())
+	text := strings.Join(plan, "\n")
+	require.Contains(t, text, "outbox_event_due_idx", "the claim scans the due index:\n%s", text)
+	for _, line := range plan {
+		if strings.Contains(line, "Index Cond") && strings.Contains(line, "ROW(available_at") {
+			return
+		}
+	}
+	t.Fatalf("the cursor is not an index condition of the claim:\n%s", text)
+}
+
+// writeEvents commits n events on topic "orders", in due order, and
+// returns their ids.
+func writeEvents(t *testing.T, store *postgres.Store, n int) []string {
+	t.Helper()
+	writer, err := outbox.NewWriter(store, outbox.WriterConfig{})
+	require.NoError(t, err)
+	events := make([]outbox.Envelope, n)
+	for i := range events {
+		events[i] = storetest.JSONEvent(i)
+		events[i].Topic = "orders"
+	}
+	var ids []string
+	require.NoError(t, store.InTx(t.Context(), func(ctx context.Context, tx pgx.Tx) error {
+		ids, err = writer.Write(ctx, tx, events...)
+		return err
+	}))
+	return ids
+}
+
+func claimIDs(t *testing.T, store *postgres.Store, req outbox.ClaimRequest) []string {
+	t.Helper()
+	events, err := store.Claim(t.Context(), req)
+	require.NoError(t, err)
+	return storetest.IDs(events)
+}
