@@ -74,48 +74,60 @@ func BenchmarkClaimAndMarkDone(b *testing.B) {
 func benchClaimAndMarkDone(b *testing.B, perEvent bool) {
 	const batch = 100
 	store, writer := benchStore(b)
-	ctx := b.Context()
 	events := make([]outbox.Envelope, 1000)
 	for i := range events {
 		events[i] = benchEvent()
 	}
 	req := outbox.ClaimRequest{Owner: "bench", Limit: batch, Topics: []string{"OrderCreated"}}
-	done := make([]outbox.StatusUpdate, 0, batch)
 	delivered := 0
 	b.ReportAllocs()
 	for b.Loop() {
-		claimed, err := store.Claim(ctx, req)
+		n := claimAndMarkDone(b, store, req, perEvent)
+		if n == 0 {
+			b.StopTimer()
+			writeBacklog(b, store, writer, events, len(events))
+			b.StartTimer()
+		}
+		delivered += n
+	}
+	b.ReportMetric(float64(delivered)/b.Elapsed().Seconds(), "events/s")
+}
+
+// claimAndMarkDone claims one batch and records it DONE, in one statement
+// or one per event, and returns how many events it claimed.
+func claimAndMarkDone(b *testing.B, store *postgres.Store, req outbox.ClaimRequest, perEvent bool) int {
+	ctx := b.Context()
+	claimed, err := store.Claim(ctx, req)
+	if err != nil {
+		b.Fatal(err)
+	}
+	done := make([]outbox.StatusUpdate, len(claimed))
+	for i, e := range claimed {
+		done[i] = outbox.Done(e.ID)
+	}
+	if perEvent {
+		for _, u := range done {
+			if _, err := store.UpdateStatus(ctx, u); err != nil {
+				b.Fatal(err)
+			}
+		}
+	} else if _, err := store.UpdateStatus(ctx, done...); err != nil {
+		b.Fatal(err)
+	}
+	return len(claimed)
+}
+
+// writeBacklog commits n events, in transactions of len(events).
+func writeBacklog(b *testing.B, store *postgres.Store, writer *outbox.Writer[pgx.Tx], events []outbox.Envelope, n int) {
+	for range n / len(events) {
+		err := store.InTx(b.Context(), func(ctx context.Context, tx pgx.Tx) error {
+			_, err := writer.Write(ctx, tx, events...)
+			return err
+		})
 		if err != nil {
 			b.Fatal(err)
 		}
-		if len(claimed) == 0 {
-			b.StopTimer()
-			err := store.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
-				_, err := writer.Write(ctx, tx, events...)
-				return err
-			})
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.StartTimer()
-			continue
-		}
-		delivered += len(claimed)
-		done = done[:0]
-		for _, e := range claimed {
-			done = append(done, outbox.Done(e.ID))
-		}
-		if perEvent {
-			for _, u := range done {
-				if _, err := store.UpdateStatus(ctx, u); err != nil {
-					b.Fatal(err)
-				}
-			}
-		} else if _, err := store.UpdateStatus(ctx, done...); err != nil {
-			b.Fatal(err)
-		}
 	}
-	b.ReportMetric(float64(delivered)/b.Elapsed().Seconds(), "events/s")
 }
 
 // BenchmarkClaimBacklog drains a backlog of 100,000 events in claims of 100,
@@ -131,24 +143,14 @@ func BenchmarkClaimBacklog(b *testing.B) {
 func benchClaimBacklog(b *testing.B, withCursor bool) {
 	const backlog, batch = 100000, 100
 	store, writer := benchStore(b)
-	ctx := b.Context()
 	events := make([]outbox.Envelope, 1000)
 	for i := range events {
 		events[i] = benchEvent()
 	}
-	done := make([]outbox.StatusUpdate, 0, batch)
 	drained := 0
 	for b.Loop() {
 		b.StopTimer()
-		for range backlog / len(events) {
-			err := store.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
-				_, err := writer.Write(ctx, tx, events...)
-				return err
-			})
-			if err != nil {
-				b.Fatal(err)
-			}
-		}
+		writeBacklog(b, store, writer, events, backlog)
 		b.StartTimer()
 		var cursor outbox.ClaimCursor
 		req := outbox.ClaimRequest{Owner: "bench", Limit: batch, Topics: []string{"OrderCreated"}}
@@ -156,21 +158,11 @@ func benchClaimBacklog(b *testing.B, withCursor bool) {
 			req.Cursor = &cursor
 		}
 		for {
-			claimed, err := store.Claim(ctx, req)
-			if err != nil {
-				b.Fatal(err)
-			}
-			if len(claimed) == 0 {
+			n := claimAndMarkDone(b, store, req, false)
+			if n == 0 {
 				break
 			}
-			drained += len(claimed)
-			done = done[:0]
-			for _, e := range claimed {
-				done = append(done, outbox.Done(e.ID))
-			}
-			if _, err := store.UpdateStatus(ctx, done...); err != nil {
-				b.Fatal(err)
-			}
+			drained += n
 		}
 	}
 	b.ReportMetric(float64(drained)/b.Elapsed().Seconds(), "events/s")

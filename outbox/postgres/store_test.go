@@ -65,18 +65,7 @@ func TestConcurrentClaimersGetDisjointSets(t *testing.T) {
 	}
 	writerStore, err := postgres.NewStore(conns[0], postgres.Config{})
 	require.NoError(t, err)
-	writer, err := outbox.NewWriter(writerStore, outbox.WriterConfig{})
-	require.NoError(t, err)
-	events := make([]outbox.Envelope, rows)
-	for i := range events {
-		events[i] = storetest.JSONEvent(i)
-		events[i].Topic = "orders"
-	}
-	var written []string
-	require.NoError(t, writerStore.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
-		written, err = writer.Write(ctx, tx, events...)
-		return err
-	}))
+	written := writeEvents(t, writerStore, rows)
 
 	claims := make([]storetest.Claimer, claimers)
 	for i := range claims {
