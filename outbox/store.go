@@ -144,8 +144,8 @@ type ClaimCursor struct {
 // Reset makes the next claim start from the earliest due event.
 func (c *ClaimCursor) Reset() { *c = ClaimCursor{} }
 
-// IsZero reports whether the cursor is at the start.
-func (c *ClaimCursor) IsZero() bool { return c.ID == "" }
+// IsZero reports whether the cursor is at the start; a nil cursor is.
+func (c *ClaimCursor) IsZero() bool { return c == nil || c.ID == "" }
 
 // Normalize validates r and fills in defaults.
 func (r ClaimRequest) Normalize() (ClaimRequest, error) {

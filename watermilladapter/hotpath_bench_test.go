@@ -2,7 +2,6 @@ package watermilladapter
 
 import (
 	"context"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -13,36 +12,6 @@ import (
 
 	"github.com/wmoutbox/wmoutbox/outbox"
 )
-
-// instantStore is an outbox.Store with no events to claim that records
-// outcomes at once, counting statements: the relay's own cost, without a
-// database.
-type instantStore struct {
-	outbox.Store
-	mu         sync.Mutex
-	statements int
-	outcomes   int
-}
-
-func (s *instantStore) UpdateStatus(_ context.Context, updates ...outbox.StatusUpdate) (int64, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.statements++
-	s.outcomes += len(updates)
-	return int64(len(updates)), nil
-}
-
-func (*instantStore) Claim(context.Context, outbox.ClaimRequest) ([]outbox.Event, error) {
-	return nil, nil
-}
-
-func (*instantStore) Backlog(context.Context, string) (int64, time.Time, error) {
-	return 0, time.Time{}, nil
-}
-
-func (*instantStore) Release(_ context.Context, _ string, ids []string) (int64, error) {
-	return int64(len(ids)), nil
-}
 
 // processCPU is the CPU time this process has used, user and system.
 func processCPU() time.Duration {
@@ -115,5 +84,6 @@ func BenchmarkHotPath(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.ReportMetric(float64(cpu.Nanoseconds())/float64(sent)/1e3, "cpu-µs/event")
-	b.ReportMetric(1000*float64(store.statements)/float64(store.outcomes), "statements/1000")
+	statements, outcomes := store.recorded()
+	b.ReportMetric(1000*float64(statements)/float64(outcomes), "statements/1000")
 }

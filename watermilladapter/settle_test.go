@@ -12,26 +12,49 @@ import (
 	"github.com/wmoutbox/wmoutbox/outbox"
 )
 
-// statementCounter is an outbox.Store that records each UpdateStatus call
-// and answers at once; the settler uses nothing else of it here.
-type statementCounter struct {
+// instantStore is an outbox.Store with no events to claim that records
+// outcomes at once, keeping the size of each UpdateStatus batch: the
+// relay's own cost and batching, without a database.
+type instantStore struct {
 	outbox.Store
 	mu      sync.Mutex
 	batches []int
 }
 
-func (c *statementCounter) UpdateStatus(_ context.Context, updates ...outbox.StatusUpdate) (int64, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.batches = append(c.batches, len(updates))
+func (s *instantStore) UpdateStatus(_ context.Context, updates ...outbox.StatusUpdate) (int64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.batches = append(s.batches, len(updates))
 	return int64(len(updates)), nil
+}
+
+func (*instantStore) Claim(context.Context, outbox.ClaimRequest) ([]outbox.Event, error) {
+	return nil, nil
+}
+
+func (*instantStore) Backlog(context.Context, string) (int64, time.Time, error) {
+	return 0, time.Time{}, nil
+}
+
+func (*instantStore) Release(_ context.Context, _ string, ids []string) (int64, error) {
+	return int64(len(ids)), nil
+}
+
+// recorded returns the statements issued and the outcomes they recorded.
+func (s *instantStore) recorded() (statements, outcomes int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, n := range s.batches {
+		outcomes += n
+	}
+	return len(s.batches), outcomes
 }
 
 // Outcomes that trickle in, as a steady stream of hot-path deliveries
 // produces them, must share statements: a database that answers instantly
 // would otherwise get one statement, one transaction, per outcome.
 func TestSettlerRecordsOutcomesArrivingWithinTheLingerInOneStatement(t *testing.T) {
-	store := &statementCounter{}
+	store := &instantStore{}
 	st := newSettler(store, "relay", watermill.NopLogger{}, func(...string) {})
 	const outcomes = 20
 	start := time.Now()
@@ -43,10 +66,7 @@ func TestSettlerRecordsOutcomesArrivingWithinTheLingerInOneStatement(t *testing.
 	if err := st.close(); err != nil {
 		t.Fatal(err)
 	}
-	total := 0
-	for _, n := range store.batches {
-		total += n
-	}
+	statements, total := store.recorded()
 	if total != outcomes {
 		t.Fatalf("recorded %d outcomes, want %d (batches %v)", total, outcomes, store.batches)
 	}
@@ -54,8 +74,8 @@ func TestSettlerRecordsOutcomesArrivingWithinTheLingerInOneStatement(t *testing.
 	// window a late arrival opens; without the linger, every outcome would
 	// be a statement of its own.
 	most := int(spread/settleLinger) + 2
-	if len(store.batches) > most {
+	if statements > most {
 		t.Fatalf("%d outcomes arriving over %s took %d statements %v, want at most %d",
-			outcomes, spread, len(store.batches), store.batches, most)
+			outcomes, spread, statements, store.batches, most)
 	}
 }

@@ -4,7 +4,7 @@ package postgres
 // without a cursor, for tests that read its plan.
 func ClaimStatement(s *Store, withCursor bool) string {
 	if withCursor {
-		return s.t.sql.claim[1][1]
+		return s.t.sql.claimAfter[1]
 	}
-	return s.t.sql.claim[0][1]
+	return s.t.sql.claim[1]
 }

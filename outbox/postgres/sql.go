@@ -105,10 +105,10 @@ const (
 	topicsMany = `AND topic = ANY($%d::text[])`
 )
 
-// claimAfter is sqlClaim's {cursor} when a cursor is set: due time and id
+// cursorAfter is sqlClaim's {cursor} when a cursor is set: due time and id
 // in the two parameter slots after the topic filter's. A row comparison,
 // so that the due index starts the scan there.
-const claimAfter = `AND (available_at, event_id) > ($%d::timestamptz, $%d::text)`
+const cursorAfter = `AND (available_at, event_id) > ($%d::timestamptz, $%d::text)`
 
 const sqlRelease = `
 UPDATE {table} SET locked_by = NULL, locked_at = NULL, available_at = $3
@@ -189,8 +189,7 @@ type statements struct {
 
 	insert, insertOne, get           string
 	release, updateStatus            string
-	claim                            [2][3]string // by cursor (without, with), then topic filter: any, one, many
-	poll                             [3]string    // by topic filter
+	claim, claimAfter, poll          [3]string // by topic filter: any, one, many; claimAfter with a cursor
 	queryDead, countDead, replayDead string
 	backlog                          string
 	purge                            string
@@ -222,23 +221,23 @@ func renderStatements(schema, qualified string, synchronous bool) statements {
 		backlog:              r.Replace(sqlBacklog),
 	}
 	for i, filter := range []string{topicsAny, topicsOne, topicsMany} {
-		claim := strings.ReplaceAll(strings.Replace(sqlClaim, "{topics}", withSlots(filter, 6), 1), "{o}", "o.")
-		cursorSlot := 6
-		if filter != topicsAny {
-			cursorSlot = 7
-		}
-		s.claim[0][i] = r.Replace(strings.Replace(claim, "{cursor}", "", 1))
-		s.claim[1][i] = r.Replace(strings.Replace(claim, "{cursor}", withSlots(claimAfter, cursorSlot), 1))
-		s.poll[i] = r.Replace(strings.Replace(sqlPoll, "{topics}", withSlots(filter, 4), 1))
+		topics, next := withSlots(filter, 6)
+		after, _ := withSlots(cursorAfter, next)
+		claim := strings.ReplaceAll(strings.Replace(sqlClaim, "{topics}", topics, 1), "{o}", "o.")
+		s.claim[i] = r.Replace(strings.Replace(claim, "{cursor}", "", 1))
+		s.claimAfter[i] = r.Replace(strings.Replace(claim, "{cursor}", after, 1))
+		topics, _ = withSlots(filter, 4)
+		s.poll[i] = r.Replace(strings.Replace(sqlPoll, "{topics}", topics, 1))
 	}
 	return s
 }
 
-// withSlots numbers the parameters of filter from slot on.
-func withSlots(filter string, slot int) string {
+// withSlots numbers the parameters of filter from slot on, and returns the
+// slot after its last.
+func withSlots(filter string, slot int) (string, int) {
 	for strings.Contains(filter, "%d") {
 		filter = strings.Replace(filter, "%d", strconv.Itoa(slot), 1)
 		slot++
 	}
-	return filter
+	return filter, slot
 }

@@ -212,16 +212,16 @@ func (s *Store) Claim(ctx context.Context, req outbox.ClaimRequest) ([]outbox.Ev
 		return nil, err
 	}
 	now := s.clock.Now()
-	variants := s.t.sql.claim[0]
-	if req.Cursor != nil && !req.Cursor.IsZero() {
-		variants = s.t.sql.claim[1]
+	variants := s.t.sql.claim
+	if !req.Cursor.IsZero() {
+		variants = s.t.sql.claimAfter
 	}
 	sql, topicArg := topicVariant(variants, req.Topics)
 	args := []any{now, now.Add(-req.SkipRecent), now.Add(req.LockTimeout), req.Limit, req.Owner}
 	if topicArg != nil {
 		args = append(args, topicArg)
 	}
-	if req.Cursor != nil && !req.Cursor.IsZero() {
+	if !req.Cursor.IsZero() {
 		args = append(args, req.Cursor.DueAt, req.Cursor.ID)
 	}
 	rows, err := s.db.Query(ctx, sql, args...)
