@@ -25,7 +25,8 @@ func EncodeHeaders(headers map[string]string) ([]byte, error) {
 // literal null decode to nil. Anything but a JSON object of string values
 // with non-empty keys is an error: such a row is malformed. So are a null
 // value and bytes that are not UTF-8, which encoding/json would quietly
-// turn into "" and U+FFFD: headers nobody wrote.
+// turn into "" and U+FFFD: headers nobody wrote. The result keeps nothing
+// of data, which may be a driver's buffer.
 func DecodeHeaders(data []byte) (map[string]string, error) {
 	data = bytes.TrimSpace(data)
 	if len(data) == 0 || bytes.Equal(data, []byte("null")) {

@@ -71,6 +71,7 @@ func Run[Tx any](t *testing.T, newHarness func(t *testing.T) Harness[Tx]) {
 		{"DeadEventsQueryCountReplay", testDeadEventsQueryCountReplay[Tx]},
 		{"PurgeDeletesOnlyOldTerminalRows", testPurgeDeletesOnlyOldTerminalRows[Tx]},
 		{"MalformedHeadersDoNotBreakTheBatch", testMalformedHeadersDoNotBreakTheBatch[Tx]},
+		{"BatchReadsEqualSingleReads", testBatchReadsEqualSingleReads[Tx]},
 		{"GetUnknownEvent", testGetUnknownEvent[Tx]},
 		{"Backlog", testBacklog[Tx]},
 	}
@@ -754,6 +755,42 @@ func testMalformedHeadersDoNotBreakTheBatch[Tx any](t *testing.T, f *fixture[Tx]
 	e, err := f.Store.Get(t.Context(), written[1])
 	require.NoError(t, err, "Get reports a malformed row in the event, not as an error")
 	require.Error(t, e.Malformed)
+}
+
+// testBatchReadsEqualSingleReads reads rows that differ in every optional
+// column in one batch, one after another: a store that decodes a batch with
+// state carried from row to row must not let a row keep its predecessor's
+// values.
+func testBatchReadsEqualSingleReads[Tx any](t *testing.T, f *fixture[Tx]) {
+	ctx := t.Context()
+	full := JSONEvent(1)
+	full.AggregateType, full.AggregateID, full.TenantID = "Order", "order-1", "tenant-1"
+	full.Headers = map[string]string{"traceparent": "00-abc-def-01"}
+	other := outbox.NewBytes("Blob", []byte{0, 1, 2})
+	other.AggregateType, other.AggregateID, other.TenantID = "Invoice", "invoice-2", "tenant-2"
+	other.Headers = map[string]string{"k": "v"}
+	written := f.write(t, full, outbox.NewBytes("Bare", []byte{9}), other, JSONEvent(4))
+	req := outbox.ClaimRequest{Owner: "me", LockTimeout: time.Minute}
+	require.Len(t, f.claim(t, req), 4)
+	_, err := f.Store.UpdateStatus(ctx,
+		outbox.Retry(written[0], f.Clock.Now(), errors.New("first failure")),
+		outbox.Retry(written[2], f.Clock.Now(), nil))
+	require.NoError(t, err)
+	f.Clock.Advance(2 * time.Minute) // the other two come due again, still marked as claimed by me
+
+	requireEachAsRead := func(batch []outbox.Event) {
+		t.Helper()
+		require.ElementsMatch(t, written, IDs(batch))
+		for _, e := range batch {
+			require.Equal(t, f.get(t, e.ID), e)
+		}
+	}
+	polled, err := f.Store.PollPending(ctx, outbox.PollRequest{})
+	require.NoError(t, err)
+	requireEachAsRead(polled)
+	claimed, err := f.Store.Claim(ctx, outbox.ClaimRequest{Owner: "you"})
+	require.NoError(t, err)
+	requireEachAsRead(claimed)
 }
 
 func testGetUnknownEvent[Tx any](t *testing.T, f *fixture[Tx]) {

@@ -167,3 +167,28 @@ func benchClaimBacklog(b *testing.B, withCursor bool) {
 	}
 	b.ReportMetric(float64(drained)/b.Elapsed().Seconds(), "events/s")
 }
+
+// BenchmarkReadEvents reads a batch of 200 pending events, to show what
+// decoding a claimed batch costs per event apart from the claim's writes.
+func BenchmarkReadEvents(b *testing.B) {
+	const batch = 200
+	store, writer := benchStore(b)
+	events := make([]outbox.Envelope, batch)
+	for i := range events {
+		events[i] = benchEvent()
+	}
+	writeBacklog(b, store, writer, events, batch)
+	req := outbox.PollRequest{Limit: batch}
+	b.ReportAllocs()
+	for b.Loop() {
+		read, err := store.PollPending(b.Context(), req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(read) != batch {
+			b.Fatalf("read %d events, want %d", len(read), batch)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*batch), "ns/event")
+	b.ReportMetric(0, "ns/op")
+}

@@ -1,13 +1,10 @@
 package postgres
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -392,87 +389,6 @@ func (s *Store) queryEvents(ctx context.Context, op, sql string, args ...any) ([
 		return nil, fmt.Errorf("postgres: %s: %w", op, err)
 	}
 	return events, nil
-}
-
-// collectEvents scans rows of eventColumns. A row whose headers cannot be
-// decoded comes back with Malformed set instead of failing the batch.
-func collectEvents(rows pgx.Rows) ([]outbox.Event, error) {
-	defer rows.Close()
-	var events []outbox.Event
-	for rows.Next() {
-		e, err := scanEvent(rows)
-		if err != nil {
-			return nil, err
-		}
-		events = append(events, e)
-	}
-	return events, rows.Err()
-}
-
-// collectClaimed scans the rows of a claim, puts them in due order and
-// returns the position of the last.
-func collectClaimed(rows pgx.Rows) ([]outbox.Event, outbox.ClaimCursor, error) {
-	defer rows.Close()
-	type claimed struct {
-		event outbox.Event
-		due   time.Time
-	}
-	var batch []claimed
-	for rows.Next() {
-		var c claimed
-		var err error
-		if c.event, err = scanEvent(rows, &c.due); err != nil {
-			return nil, outbox.ClaimCursor{}, err
-		}
-		batch = append(batch, c)
-	}
-	if err := rows.Err(); err != nil || len(batch) == 0 {
-		return nil, outbox.ClaimCursor{}, err
-	}
-	slices.SortFunc(batch, func(a, b claimed) int {
-		return cmp.Or(a.due.Compare(b.due), strings.Compare(a.event.ID, b.event.ID))
-	})
-	events := make([]outbox.Event, len(batch))
-	for i, c := range batch {
-		events[i] = c.event
-	}
-	last := batch[len(batch)-1]
-	return events, outbox.ClaimCursor{DueAt: last.due, ID: last.event.ID}, nil
-}
-
-// scanEvent scans one row of eventColumns, then extra columns into extra.
-func scanEvent(rows pgx.Rows, extra ...any) (outbox.Event, error) {
-	var (
-		e                 outbox.Event
-		payload, headers  []byte
-		isJSON            bool
-		status            int16
-		doneAt, lockedAt  *time.Time
-		eventType, aggTyp string
-	)
-	dest := append([]any{&e.ID, &eventType, &e.Topic, &aggTyp, &e.AggregateID, &e.TenantID,
-		&payload, &isJSON, &headers, &status, &e.Attempts, &e.OccurredAt, &e.AvailableAt,
-		&e.CreatedAt, &e.UpdatedAt, &doneAt, &e.LastError, &e.LockedBy, &lockedAt}, extra...)
-	if err := rows.Scan(dest...); err != nil {
-		return outbox.Event{}, err
-	}
-	e.Type, e.AggregateType, e.Status = outbox.EventType(eventType), outbox.AggregateType(aggTyp), outbox.Status(status)
-	if payload == nil {
-		payload = []byte{}
-	}
-	if isJSON {
-		e.PayloadJSON = payload
-	} else {
-		e.PayloadBytes = payload
-	}
-	if doneAt != nil {
-		e.DoneAt = *doneAt
-	}
-	if lockedAt != nil {
-		e.LockedAt = *lockedAt
-	}
-	e.Headers, e.Malformed = outbox.DecodeHeaders(headers)
-	return e, nil
 }
 
 // isUniqueViolation reports a duplicate event id.
