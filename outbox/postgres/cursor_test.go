@@ -42,10 +42,11 @@ func TestClaimCursorSkipsWhatLiesBehindIt(t *testing.T) {
 	require.Equal(t, written[:1], claimIDs(t, store, req))
 }
 
-// The cursor is where the due index scan starts, not a filter applied to
-// the rows it walks: that is what spares a claim the index entries of the
-// rows claimed before it.
-func TestClaimCursorStartsTheIndexScan(t *testing.T) {
+// TestClaimPlan: the cursor is where the due index scan starts, not a
+// filter applied to the rows it walks, which spares a claim the index
+// entries of the rows claimed before it; and the rows it locked are
+// updated by ctid, without a primary key descent each.
+func TestClaimPlan(t *testing.T) {
 	t.Parallel()
 	pool := testdb.New(t)
 	store, err := postgres.NewStore(pool, postgres.Config{})
@@ -54,8 +55,17 @@ func TestClaimCursorStartsTheIndexScan(t *testing.T) {
 	_, err = pool.Exec(t.Context(), `ANALYZE outbox_event`)
 	require.NoError(t, err)
 
+	// Without hash joins, as the planner chooses for tables large enough
+	// to matter: here it would rather scan 5000 rows than fetch 100. The
+	// pool is this test's own.
+	conn, err := pool.Acquire(t.Context())
+	require.NoError(t, err)
+	defer conn.Release()
+	_, err = conn.Exec(t.Context(), `SET enable_hashjoin = off`)
+	require.NoError(t, err)
+
 	now := time.Now()
-	rows, err := pool.Query(t.Context(), "EXPLAIN "+postgres.ClaimStatement(store, true),
+	rows, err := conn.Query(t.Context(), "EXPLAIN "+postgres.ClaimStatement(store, true),
 		now, now, now.Add(time.Minute), 100, "me", "orders", now.Add(-time.Hour), "")
 	require.NoError(t, err)
 	var plan []string
@@ -67,6 +77,7 @@ func TestClaimCursorStartsTheIndexScan(t *testing.T) {
 	require.NoError(t, rows.Err())
 	text := strings.Join(plan, "\n")
 	require.Contains(t, text, "outbox_event_due_idx", "the claim scans the due index:\n%s", text)
+	require.Contains(t, text, "Tid Scan", "the claim updates the rows it locked by ctid:\n%s", text)
 	for _, line := range plan {
 		if strings.Contains(line, "Index Cond") && strings.Contains(line, "ROW(available_at") {
 			return

@@ -79,16 +79,21 @@ const sqlDue = `status IN (0, 2) {topics} AND available_at <= $1 AND created_at 
 // Each row comes back with its due time (available_at before the lease),
 // the claim's order; sorting the batch in Go is cheaper than materialising
 // it for an ORDER BY.
+// The update finds the locked rows by ctid, a direct fetch, instead of one
+// primary key descent per row; the lock keeps the ctid valid until the
+// statement ends. A row another transaction changed after this statement's
+// snapshot is locked in its newer version, which the snapshot cannot see:
+// it is left out of this claim and stays due.
 const sqlClaim = `
 WITH due AS (
-    SELECT event_id, available_at AS due_at FROM {table}
+    SELECT ctid, available_at AS due_at FROM {table}
     WHERE ` + sqlDue + ` {cursor}
     ORDER BY available_at, event_id
     LIMIT $4
     FOR UPDATE SKIP LOCKED
 )
 UPDATE {table} AS o SET locked_by = $5, locked_at = $1, available_at = $3
-FROM due {async} WHERE o.event_id = due.event_id
+FROM due {async} WHERE o.ctid = due.ctid
 RETURNING ` + eventColumns + `, due.due_at`
 
 const sqlPoll = `
