@@ -2,7 +2,7 @@ package postgres
 
 import (
 	"cmp"
-	"slices"
+	"sort"
 	"strings"
 	"time"
 
@@ -28,36 +28,46 @@ func collectEvents(rows pgx.Rows) ([]outbox.Event, error) {
 	return events, rows.Err()
 }
 
-// collectClaimed scans the rows of a claim, puts them in due order and
-// returns the position of the last.
-func collectClaimed(rows pgx.Rows) ([]outbox.Event, outbox.ClaimCursor, error) {
+// collectClaimed scans the rows of a claim of up to limit events, puts
+// them in due order and returns the position of the last.
+func collectClaimed(rows pgx.Rows, limit int) ([]outbox.Event, outbox.ClaimCursor, error) {
 	defer rows.Close()
-	type claimed struct {
-		event outbox.Event
-		due   time.Time
-	}
 	var due time.Time
 	s := newEventScanner(&due)
-	var batch []claimed
+	claimed := byDue{events: make([]outbox.Event, 0, limit), due: make([]time.Time, 0, limit)}
 	for rows.Next() {
 		e, err := s.scan(rows)
 		if err != nil {
 			return nil, outbox.ClaimCursor{}, err
 		}
-		batch = append(batch, claimed{e, due})
+		claimed.events = append(claimed.events, e)
+		claimed.due = append(claimed.due, due)
 	}
-	if err := rows.Err(); err != nil || len(batch) == 0 {
+	if err := rows.Err(); err != nil || len(claimed.events) == 0 {
 		return nil, outbox.ClaimCursor{}, err
 	}
-	slices.SortFunc(batch, func(a, b claimed) int {
-		return cmp.Or(a.due.Compare(b.due), strings.Compare(a.event.ID, b.event.ID))
-	})
-	events := make([]outbox.Event, len(batch))
-	for i, c := range batch {
-		events[i] = c.event
-	}
-	last := batch[len(batch)-1]
-	return events, outbox.ClaimCursor{DueAt: last.due, ID: last.event.ID}, nil
+	sort.Sort(claimed)
+	last := len(claimed.events) - 1
+	return claimed.events, outbox.ClaimCursor{DueAt: claimed.due[last], ID: claimed.events[last].ID}, nil
+}
+
+// byDue sorts claimed events by due time, then id: the order of the due
+// index. A claim's rows usually come back in that order already, which
+// costs the sort little.
+type byDue struct {
+	events []outbox.Event
+	due    []time.Time
+}
+
+func (b byDue) Len() int { return len(b.events) }
+
+func (b byDue) Less(i, j int) bool {
+	return cmp.Or(b.due[i].Compare(b.due[j]), strings.Compare(b.events[i].ID, b.events[j].ID)) < 0
+}
+
+func (b byDue) Swap(i, j int) {
+	b.events[i], b.events[j] = b.events[j], b.events[i]
+	b.due[i], b.due[j] = b.due[j], b.due[i]
 }
 
 // eventScanner scans rows of eventColumns, then extra columns. One scanner

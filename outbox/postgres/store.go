@@ -225,7 +225,7 @@ func (s *Store) Claim(ctx context.Context, req outbox.ClaimRequest) ([]outbox.Ev
 	if err != nil {
 		return nil, fmt.Errorf("postgres: claim: %w", err)
 	}
-	events, last, err := collectClaimed(rows)
+	events, last, err := collectClaimed(rows, req.Limit)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: claim: %w", err)
 	}
