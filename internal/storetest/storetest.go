@@ -130,6 +130,17 @@ func JSONEvent(i int) outbox.Envelope {
 	return outbox.NewJSON("OrderCreated", fmt.Appendf(nil, `{"order": %d,  "note": "spaces  kept"}`, i))
 }
 
+// JSONEvents is JSONEvent 0 to n-1 on topic; an empty topic leaves the
+// default, the event type.
+func JSONEvents(n int, topic string) []outbox.Envelope {
+	events := make([]outbox.Envelope, n)
+	for i := range events {
+		events[i] = JSONEvent(i)
+		events[i].Topic = topic
+	}
+	return events
+}
+
 // IDs returns the ids of events, in order.
 func IDs(events []outbox.Event) []string {
 	out := make([]string, len(events))
@@ -305,10 +316,7 @@ func testInsertBatches[Tx any](t *testing.T, f *fixture[Tx]) {
 	for _, n := range []int{0, 1, 1000} {
 		t.Run(fmt.Sprint(n), func(t *testing.T) {
 			before := f.Count(t)
-			events := make([]outbox.Envelope, n)
-			for i := range events {
-				events[i] = JSONEvent(i)
-			}
+			events := JSONEvents(n, "")
 			written := f.write(t, events...)
 			require.Len(t, written, n)
 			require.Equal(t, before+n, f.Count(t))
@@ -698,11 +706,7 @@ func testDeadEventsQueryCountReplay[Tx any](t *testing.T, f *fixture[Tx]) {
 
 func testPurgeDeletesOnlyOldTerminalRows[Tx any](t *testing.T, f *fixture[Tx]) {
 	ctx := t.Context()
-	events := make([]outbox.Envelope, 25)
-	for i := range events {
-		events[i] = JSONEvent(i)
-	}
-	written := f.write(t, events...)
+	written := f.write(t, JSONEvents(25, "")...)
 	var updates []outbox.StatusUpdate
 	for _, id := range written[:10] {
 		updates = append(updates, outbox.Done(id))

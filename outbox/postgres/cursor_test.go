@@ -68,13 +68,8 @@ func TestClaimPlan(t *testing.T) {
 	rows, err := conn.Query(t.Context(), "EXPLAIN "+postgres.ClaimStatement(store, true),
 		now, now, now.Add(time.Minute), 100, "me", "orders", now.Add(-time.Hour), "")
 	require.NoError(t, err)
-	var plan []string
-	for rows.Next() {
-		var line string
-		require.NoError(t, rows.Scan(&line))
-		plan = append(plan, line)
-	}
-	require.NoError(t, rows.Err())
+	plan, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
 	text := strings.Join(plan, "\n")
 	require.Contains(t, text, "outbox_event_due_idx", "the claim scans the due index:\n%s", text)
 	require.Contains(t, text, "Tid Scan", "the claim updates the rows it locked by ctid:\n%s", text)
@@ -92,14 +87,9 @@ func writeEvents(t *testing.T, store *postgres.Store, n int) []string {
 	t.Helper()
 	writer, err := outbox.NewWriter(store, outbox.WriterConfig{})
 	require.NoError(t, err)
-	events := make([]outbox.Envelope, n)
-	for i := range events {
-		events[i] = storetest.JSONEvent(i)
-		events[i].Topic = "orders"
-	}
 	var ids []string
 	require.NoError(t, store.InTx(t.Context(), func(ctx context.Context, tx pgx.Tx) error {
-		ids, err = writer.Write(ctx, tx, events...)
+		ids, err = writer.Write(ctx, tx, storetest.JSONEvents(n, "orders")...)
 		return err
 	}))
 	return ids

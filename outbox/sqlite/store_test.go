@@ -77,14 +77,9 @@ func TestConcurrentClaimersGetDisjointSets(t *testing.T) {
 	require.NoError(t, err)
 	writer, err := outbox.NewWriter(store, outbox.WriterConfig{})
 	require.NoError(t, err)
-	events := make([]outbox.Envelope, rows)
-	for i := range events {
-		events[i] = storetest.JSONEvent(i)
-		events[i].Topic = "orders"
-	}
 	var written []string
 	require.NoError(t, store.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		written, err = writer.Write(ctx, tx, events...)
+		written, err = writer.Write(ctx, tx, storetest.JSONEvents(rows, "orders")...)
 		return err
 	}))
 
@@ -123,13 +118,9 @@ func TestClaimersInSeveralProcessesGetDisjointSets(t *testing.T) {
 	}
 	writer, err := outbox.NewWriter(stores[0], outbox.WriterConfig{})
 	require.NoError(t, err)
-	events := make([]outbox.Envelope, rows)
-	for i := range events {
-		events[i] = storetest.JSONEvent(i)
-	}
 	var written []string
 	require.NoError(t, stores[0].InTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		written, err = writer.Write(ctx, tx, events...)
+		written, err = writer.Write(ctx, tx, storetest.JSONEvents(rows, "")...)
 		return err
 	}))
 
