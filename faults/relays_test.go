@@ -24,14 +24,29 @@ const (
 // TestFourRelaysNoDuplicates runs four relays on one table, each with its
 // own pool, hot path and poller, while each relay's process writes through
 // its hot path and one more writer leaves its events to the pollers alone.
-// Nothing fails, so nothing may be delivered twice.
+// Nothing fails, so nothing may be delivered twice. It runs with the
+// relays keeping DONE rows, and deleting delivered events.
 func TestFourRelaysNoDuplicates(t *testing.T) {
 	t.Parallel()
+	for _, deleteDone := range []bool{false, true} {
+		t.Run(fmt.Sprint("DeleteDone=", deleteDone), func(t *testing.T) {
+			t.Parallel()
+			fourRelays(t, deleteDone)
+		})
+	}
+}
+
+func fourRelays(t *testing.T, deleteDone bool) {
 	url := testdb.URL(t)
-	l := newLedger(t, openPool(t, url, 3), "relays")
+	scenario := "relays"
+	if deleteDone {
+		scenario = "relays-delete-done"
+	}
+	l := newLedger(t, openPool(t, url, 3), scenario)
+	storeCfg := postgres.Config{DeleteDone: deleteDone}
 	var relays []*relaytest.Relay
 	for i := range relaysCount {
-		relays = append(relays, relaytest.Start(t, openPool(t, url, 4), watermilladapter.SubscriberConfig{
+		relays = append(relays, relaytest.StartStore(t, openPool(t, url, 4), storeCfg, watermilladapter.SubscriberConfig{
 			Owner:        fmt.Sprintf("relay-%d", i),
 			PollInterval: 50 * time.Millisecond,
 			BatchSize:    20,
@@ -47,7 +62,7 @@ func TestFourRelaysNoDuplicates(t *testing.T) {
 	}
 	// No hot path: only the four pollers compete for these.
 	coldPool := openPool(t, url, 2)
-	coldStore, err := postgres.NewStore(coldPool, postgres.Config{})
+	coldStore, err := postgres.NewStore(coldPool, storeCfg)
 	require.NoError(t, err)
 	coldWriter, err := outbox.NewWriter(coldStore, outbox.WriterConfig{})
 	require.NoError(t, err)
@@ -86,7 +101,11 @@ func TestFourRelaysNoDuplicates(t *testing.T) {
 	require.Zero(t, f.lost, "lost")
 	require.Zero(t, f.duplicates, "no duplicates when nothing fails")
 	require.Zero(t, f.phantom, "phantom")
-	require.Equal(t, f.events, st.done, "%s", st)
-	require.Equal(t, f.events, st.total, "no row from a rolled-back transaction: %s", st)
+	if deleteDone {
+		require.Zero(t, st.total, "every delivered event deleted, no row from a rolled-back transaction: %s", st)
+	} else {
+		require.Equal(t, f.events, st.done, "%s", st)
+		require.Equal(t, f.events, st.total, "no row from a rolled-back transaction: %s", st)
+	}
 	require.Len(t, byRelay, relaysCount, "every relay delivered: %v", byRelay)
 }

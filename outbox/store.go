@@ -35,10 +35,13 @@ type Store interface {
 	// many claims were released.
 	Release(ctx context.Context, owner string, ids []string) (int64, error)
 
-	// UpdateStatus records delivery outcomes, all in one statement. Updates
-	// never change a DONE row, so recording DONE twice is harmless; a
-	// repeated RETRY or DEAD counts one more failed attempt. Every update
-	// clears the claim. It returns how many rows changed.
+	// UpdateStatus records delivery outcomes, in one statement (two when a
+	// store that deletes delivered events gets DONE and other outcomes
+	// together). Updates never change a DONE row, so recording DONE twice
+	// is harmless; a repeated RETRY or DEAD counts one more failed attempt.
+	// Every update clears the claim. A store configured to delete
+	// delivered events deletes the row instead of marking it DONE. It
+	// returns how many rows changed or were deleted.
 	UpdateStatus(ctx context.Context, updates ...StatusUpdate) (int64, error)
 
 	// QueryDead lists DEAD events matching q, ordered by event id.
@@ -344,6 +347,20 @@ func PrepareUpdates(updates []StatusUpdate) ([]StatusUpdate, error) {
 		}
 	}
 	return out, nil
+}
+
+// SplitDone separates a batch from [PrepareUpdates] into the ids of its
+// DONE outcomes and the other outcomes: what a dialect that deletes
+// delivered events deletes, and what it updates.
+func SplitDone(updates []StatusUpdate) (done []string, rest []StatusUpdate) {
+	for _, u := range updates {
+		if u.Status == StatusDone {
+			done = append(done, u.ID)
+		} else {
+			rest = append(rest, u)
+		}
+	}
+	return done, rest
 }
 
 // PurgeInBatches runs deleteBatch, which deletes at most batchSize rows in

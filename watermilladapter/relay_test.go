@@ -356,6 +356,53 @@ func TestDeadReplayRedelivers(t *testing.T) {
 	relaytest.Eventually(t, "DONE", func() bool { return statusOf(t, r.Store, id).Status == outbox.StatusDone })
 }
 
+// A relay on a store that deletes delivered events leaves in the table
+// only what was not delivered: the DEAD event, which replays like any
+// other and is deleted once it is delivered.
+func TestDeleteDoneLeavesOnlyUndeliveredEvents(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t)
+	got := newReceived()
+	var broken atomic.Bool
+	broken.Store(true)
+	r := relaytest.StartStore(t, pool, postgres.Config{DeleteDone: true}, watermilladapter.SubscriberConfig{},
+		relaytest.Handlers{"orders": func(msg *message.Message) error {
+			if string(msg.Payload) == "poison" && broken.Load() {
+				return outbox.Permanent(errors.New("bug in consumer"))
+			}
+			return got.handler(msg)
+		}})
+	r.Publish(t, "orders", newMsg("a"), newMsg("poison"), newMsg("b"))
+	writer, err := outbox.NewWriter(r.Store, outbox.WriterConfig{}) // no hot path: the cold path claims
+	require.NoError(t, err)
+	require.NoError(t, r.Store.InTx(t.Context(), func(ctx context.Context, tx pgx.Tx) error {
+		e := outbox.NewJSON("OrderCreated", []byte(`{"cold": true}`))
+		e.Topic = "orders"
+		_, err := writer.Write(ctx, tx, e)
+		return err
+	}))
+	for range 3 {
+		got.next(t)
+	}
+	rows := func() int {
+		var n int
+		require.NoError(t, pool.QueryRow(t.Context(), `SELECT count(*) FROM outbox_event`).Scan(&n))
+		return n
+	}
+	relaytest.Eventually(t, "delivered events deleted", func() bool { return rows() == 1 })
+	id := onlyEventID(t, pool)
+	e := statusOf(t, r.Store, id)
+	require.Equal(t, outbox.StatusDead, e.Status)
+	require.Contains(t, e.LastError, "bug in consumer")
+
+	broken.Store(false)
+	n, err := r.Store.ReplayDead(t.Context(), outbox.DeadFilter{IDs: []string{id}})
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n)
+	require.Equal(t, id, got.next(t).Metadata.Get(watermilladapter.MetadataEventID))
+	relaytest.Eventually(t, "the replayed event deleted once delivered", func() bool { return rows() == 0 })
+}
+
 // An event whose topic no subscription of this process serves is neither
 // delivered nor killed here: it waits for a relay that serves the topic.
 func TestUnservedTopicWaitsForARelayThatServesIt(t *testing.T) {

@@ -40,7 +40,13 @@ type Handlers map[string]message.NoPublishHandlerFunc
 // 100 ms. Everything is closed at test cleanup.
 func Start(t *testing.T, pool *pgxpool.Pool, cfg watermilladapter.SubscriberConfig, hs Handlers, mw ...message.HandlerMiddleware) *Relay {
 	t.Helper()
-	store, err := postgres.NewStore(pool, postgres.Config{})
+	return StartStore(t, pool, postgres.Config{}, cfg, hs, mw...)
+}
+
+// StartStore is Start with a store configured by storeCfg.
+func StartStore(t *testing.T, pool *pgxpool.Pool, storeCfg postgres.Config, cfg watermilladapter.SubscriberConfig, hs Handlers, mw ...message.HandlerMiddleware) *Relay {
+	t.Helper()
+	store, err := postgres.NewStore(pool, storeCfg)
 	require.NoError(t, err)
 	if cfg.PollInterval == 0 {
 		cfg.PollInterval = 100 * time.Millisecond

@@ -29,6 +29,9 @@ var Start = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 type Harness[Tx any] struct {
 	// Store is the store under test; its clock is Clock.
 	Store outbox.TxStore[Tx]
+	// DeleteDone is a store of the same dialect on the same table and
+	// clock, configured to delete delivered events.
+	DeleteDone outbox.Store
 	// Clock is the store's clock, set to [Start].
 	Clock *clocktest.Clock
 	// Tx begins, commits and rolls back a transaction the test owns, on
@@ -59,6 +62,7 @@ func Run[Tx any](t *testing.T, newHarness func(t *testing.T) Harness[Tx]) {
 		{"DuplicateEventID", testDuplicateEventID[Tx]},
 		{"StatusTransitions", testStatusTransitions[Tx]},
 		{"UpdateStatusLastUpdatePerEventWins", testUpdateStatusLastUpdatePerEventWins[Tx]},
+		{"DeleteDoneDeletesOnlyDeliveredEvents", testDeleteDoneDeletesOnlyDeliveredEvents[Tx]},
 		{"DelayedEventsInvisibleUntilDue", testDelayedEventsInvisibleUntilDue[Tx]},
 		{"RetryAndDeferredDueAgainAtNextTime", testRetryAndDeferredDueAgainAtNextTime[Tx]},
 		{"ClaimLocksAndExpires", testClaimLocksAndExpires[Tx]},
@@ -458,6 +462,66 @@ func testUpdateStatusLastUpdatePerEventWins[Tx any](t *testing.T, f *fixture[Tx]
 	require.Equal(t, outbox.StatusDead, e.Status)
 	require.Equal(t, 1, e.Attempts)
 	require.Equal(t, "second", e.LastError)
+}
+
+// A store configured to delete delivered events deletes the rows of DONE
+// outcomes, records every other outcome as usual, and leaves rows that
+// were DONE already alone.
+func testDeleteDoneDeletesOnlyDeliveredEvents[Tx any](t *testing.T, f *fixture[Tx]) {
+	ctx := t.Context()
+	written := f.write(t, JSONEvent(1), JSONEvent(2), JSONEvent(3), JSONEvent(4), JSONEvent(5), JSONEvent(6))
+	delivered, retried, dead, deferred, doneBefore, lateSuccess := written[0], written[1], written[2], written[3], written[4], written[5]
+	require.Len(t, f.claim(t, outbox.ClaimRequest{Owner: "me"}), 6)
+	n, err := f.Store.UpdateStatus(ctx, outbox.Done(doneBefore))
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n)
+
+	f.Clock.Advance(time.Second)
+	now := f.Clock.Now()
+	n, err = f.DeleteDone.UpdateStatus(ctx,
+		outbox.Done(delivered),
+		outbox.Retry(retried, now.Add(time.Minute), errors.New("refused")),
+		outbox.Dead(dead, errors.New("poison")),
+		outbox.Defer(deferred, now.Add(time.Hour), nil),
+		outbox.Done(doneBefore),
+		outbox.Retry(lateSuccess, now, errors.New("first")), outbox.Done(lateSuccess),
+	)
+	require.NoError(t, err)
+	require.EqualValues(t, 5, n, "one row deleted for each DONE outcome, one updated for each other; the DONE row untouched")
+	require.Equal(t, 4, f.Count(t))
+	for _, id := range []string{delivered, lateSuccess} {
+		_, err = f.DeleteDone.Get(ctx, id)
+		require.ErrorIs(t, err, outbox.ErrNotFound, "a delivered event is deleted")
+	}
+
+	e := f.get(t, retried)
+	require.Equal(t, outbox.StatusRetry, e.Status)
+	require.Equal(t, 1, e.Attempts)
+	require.Equal(t, "refused", e.LastError)
+	require.Equal(t, now.Add(time.Minute), e.AvailableAt.UTC())
+	require.Empty(t, e.LockedBy)
+	e = f.get(t, dead)
+	require.Equal(t, outbox.StatusDead, e.Status)
+	require.Equal(t, "poison", e.LastError)
+	e = f.get(t, deferred)
+	require.Equal(t, outbox.StatusNew, e.Status)
+	require.Equal(t, now.Add(time.Hour), e.AvailableAt.UTC())
+	e = f.get(t, doneBefore)
+	require.Equal(t, outbox.StatusDone, e.Status, "a row DONE already is left to Purge")
+	require.Equal(t, Start, e.DoneAt.UTC())
+
+	// Recording again is harmless, and only DONE outcomes delete.
+	n, err = f.DeleteDone.UpdateStatus(ctx, outbox.Done(delivered), outbox.Done(doneBefore))
+	require.NoError(t, err)
+	require.Zero(t, n)
+	n, err = f.DeleteDone.UpdateStatus(ctx, outbox.Retry(retried, now, errors.New("again")))
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n)
+	require.Equal(t, 2, f.get(t, retried).Attempts)
+	n, err = f.DeleteDone.UpdateStatus(ctx, outbox.Done(retried), outbox.Done(dead))
+	require.NoError(t, err)
+	require.EqualValues(t, 2, n)
+	require.Equal(t, 2, f.Count(t), "the deferred event and the DONE row are left")
 }
 
 func testDelayedEventsInvisibleUntilDue[Tx any](t *testing.T, f *fixture[Tx]) {

@@ -42,6 +42,12 @@
 // updated_at) for dead-event queries and purge. A claim across all topics
 // cannot use the due index for its order: relays claim per topic.
 //
+// DONE rows stay until [Store.Purge] deletes them, as the record of what
+// was delivered and when. With [Config.DeleteDone] a delivered event's row
+// is deleted instead: recording DONE then writes no second row version
+// and no index entries, the table holds only pending and DEAD events, and
+// delivered events are gone from [Store.Get] and from SQL.
+//
 // # Claims
 //
 // [Store.Claim] takes due rows with FOR UPDATE SKIP LOCKED and records the

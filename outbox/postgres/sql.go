@@ -136,6 +136,13 @@ FROM unnest($2::text[], $3::smallint[], $4::integer[], $5::timestamptz[], $6::te
     AS u(event_id, status, spent, next_at, error) {async}
 WHERE o.event_id = u.event_id AND o.status <> 1`
 
+// sqlDeleteDone records DONE outcomes under Config.DeleteDone: deleting a
+// row writes neither a row version nor index entries. Like
+// sqlUpdateStatus, it leaves DONE rows alone.
+const sqlDeleteDone = `
+DELETE FROM {table} USING (SELECT 1) AS one {async}
+WHERE event_id = ANY($1::text[]) AND status <> 1`
+
 // asyncCommit, joined into the relay's bookkeeping statements (claims,
 // releases, outcomes), lets their transactions commit without waiting for
 // the WAL flush. What a database crash can lose of them is a claim (the
@@ -194,13 +201,14 @@ type statements struct {
 
 	insert, insertOne, get           string
 	release, updateStatus            string
+	deleteDone                       string    // empty unless Config.DeleteDone
 	claim, claimAfter, poll          [3]string // by topic filter: any, one, many; claimAfter with a cursor
 	queryDead, countDead, replayDead string
 	backlog                          string
 	purge                            string
 }
 
-func renderStatements(schema, qualified string, synchronous bool) statements {
+func renderStatements(schema, qualified string, synchronous, deleteDone bool) statements {
 	migrations := pgx.Identifier{migrationTable}
 	if schema != "" {
 		migrations = pgx.Identifier{schema, migrationTable}
@@ -224,6 +232,9 @@ func renderStatements(schema, qualified string, synchronous bool) statements {
 		replayDead:           r.Replace(sqlReplayDead),
 		purge:                r.Replace(sqlPurge),
 		backlog:              r.Replace(sqlBacklog),
+	}
+	if deleteDone {
+		s.deleteDone = r.Replace(sqlDeleteDone)
 	}
 	for i, filter := range []string{topicsAny, topicsOne, topicsMany} {
 		topics, next := withSlots(filter, 6)

@@ -46,6 +46,14 @@ type Config struct {
 	// again. Event inserts are never affected: they commit with your
 	// transaction, as it is configured.
 	SynchronousBookkeeping bool
+	// DeleteDone deletes an event's row once it is delivered, instead of
+	// keeping it with status DONE until a [Store.Purge]. Default false.
+	// A delivered event then costs the table no second row version and no
+	// index entries, and the table holds only pending and DEAD events; the
+	// price is the record of what was delivered and when (done_at), which
+	// [Store.Get] and operator queries can no longer show. RETRY and DEAD
+	// are recorded as always. Rows already DONE are left to Purge.
+	DeleteDone bool
 	// Logger receives after-commit hook failures of [Store.InTx]. Default
 	// slog.Default().
 	Logger *slog.Logger
@@ -85,7 +93,7 @@ func newTable(cfg Config) (*table, error) {
 		ident = pgx.Identifier{cfg.Schema, name}
 	}
 	qualified := ident.Sanitize()
-	return &table{name: name, qualified: qualified, sql: renderStatements(cfg.Schema, qualified, cfg.SynchronousBookkeeping)}, nil
+	return &table{name: name, qualified: qualified, sql: renderStatements(cfg.Schema, qualified, cfg.SynchronousBookkeeping, cfg.DeleteDone)}, nil
 }
 
 // NewStore returns a store on db, usually a *pgxpool.Pool. Claims, status
@@ -274,14 +282,27 @@ func (s *Store) Release(ctx context.Context, owner string, ids []string) (int64,
 }
 
 // UpdateStatus implements [outbox.Store]: one statement for the whole
-// batch. When an id appears more than once, its last update wins.
+// batch, or under [Config.DeleteDone] one for its DONE outcomes and one
+// for the rest. When an id appears more than once, its last update wins.
 func (s *Store) UpdateStatus(ctx context.Context, updates ...outbox.StatusUpdate) (int64, error) {
 	updates, err := outbox.PrepareUpdates(updates)
 	if err != nil {
 		return 0, err
 	}
+	var deleted int64
+	if s.t.sql.deleteDone != "" {
+		var done []string
+		done, updates = outbox.SplitDone(updates)
+		if len(done) > 0 {
+			tag, err := s.db.Exec(ctx, s.t.sql.deleteDone, done)
+			if err != nil {
+				return 0, fmt.Errorf("postgres: delete %d delivered events: %w", len(done), err)
+			}
+			deleted = tag.RowsAffected()
+		}
+	}
 	if len(updates) == 0 {
-		return 0, nil
+		return deleted, nil
 	}
 	n := len(updates)
 	ids, statuses, spent := make([]string, n), make([]int16, n), make([]int32, n)
@@ -297,9 +318,9 @@ func (s *Store) UpdateStatus(ctx context.Context, updates ...outbox.StatusUpdate
 	}
 	tag, err := s.db.Exec(ctx, s.t.sql.updateStatus, s.clock.Now(), ids, statuses, spent, nextAt, errs)
 	if err != nil {
-		return 0, fmt.Errorf("postgres: update status of %d events: %w", n, err)
+		return deleted, fmt.Errorf("postgres: update status of %d events: %w", n, err)
 	}
-	return tag.RowsAffected(), nil
+	return deleted + tag.RowsAffected(), nil
 }
 
 // QueryDead implements [outbox.Store].

@@ -27,9 +27,12 @@ func TestStore(t *testing.T) {
 		clock := clocktest.New(storetest.Start)
 		store, err := postgres.NewStore(pool, postgres.Config{Clock: clock})
 		require.NoError(t, err)
+		deleteDone, err := postgres.NewStore(pool, postgres.Config{Clock: clock, DeleteDone: true})
+		require.NoError(t, err)
 		return storetest.Harness[pgx.Tx]{
-			Store: store,
-			Clock: clock,
+			Store:      store,
+			DeleteDone: deleteDone,
+			Clock:      clock,
 			Tx: outbox.TxFuncs[pgx.Tx]{
 				Begin:    pool.Begin,
 				Commit:   func(ctx context.Context, tx pgx.Tx) error { return tx.Commit(ctx) },

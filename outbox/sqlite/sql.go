@@ -132,6 +132,11 @@ FROM (
 ) AS u
 WHERE o.event_id = u.event_id AND o.status <> 1`
 
+// sqlDeleteDone records DONE outcomes under Config.DeleteDone, given as a
+// JSON array of ids. Like sqlUpdateStatus, it leaves DONE rows alone.
+const sqlDeleteDone = `
+DELETE FROM {table} WHERE event_id IN (SELECT value FROM json_each(?1)) AND status <> 1`
+
 // sqlBacklog reads a topic's pending rows through the due index.
 const sqlBacklog = `SELECT count(*), min(created_at) FROM {table} WHERE status IN (0, 2) AND topic = ?1`
 
@@ -174,6 +179,7 @@ type statements struct {
 	createMigrationTable, migrationVersion, recordMigration string
 
 	insert, get, release, updateStatus string
+	deleteDone                         string    // empty unless Config.DeleteDone
 	claim, poll                        [3]string // by topic filter: any, one, many
 	claimLease                         string
 	queryDead, countDead, replayDead   string
@@ -181,7 +187,7 @@ type statements struct {
 	purge                              string
 }
 
-func renderStatements(quoted string) statements {
+func renderStatements(quoted string, deleteDone bool) statements {
 	r := strings.NewReplacer("{table}", quoted, "{migrations}", ident.Quote(migrationTable))
 	s := statements{
 		createMigrationTable: r.Replace(sqlCreateMigrationTable),
@@ -197,6 +203,9 @@ func renderStatements(quoted string) statements {
 		replayDead:           r.Replace(sqlReplayDead),
 		purge:                r.Replace(sqlPurge),
 		backlog:              r.Replace(sqlBacklog),
+	}
+	if deleteDone {
+		s.deleteDone = r.Replace(sqlDeleteDone)
 	}
 	for i, filter := range []string{topicsAny, topicsOne, topicsMany} {
 		s.claim[i] = r.Replace(strings.Replace(sqlClaim, "{topics}", withSlot(filter, 5), 1))

@@ -40,6 +40,12 @@ type Config struct {
 	// Logger receives after-commit hook failures of [Store.InTx]. Default
 	// slog.Default().
 	Logger *slog.Logger
+	// DeleteDone deletes an event's row once it is delivered, instead of
+	// keeping it with status DONE until a [Store.Purge]. Default false.
+	// The table then holds only pending and DEAD events, and the record of
+	// what was delivered and when (done_at) is gone. RETRY and DEAD are
+	// recorded as always. Rows already DONE are left to Purge.
+	DeleteDone bool
 }
 
 // Store is the SQLite outbox store on database/sql: an [outbox.TxStore]
@@ -70,7 +76,7 @@ func newTable(cfg Config) (*table, error) {
 		return nil, fmt.Errorf("sqlite: table: %w", err)
 	}
 	quoted := ident.Quote(name)
-	return &table{name: name, quoted: quoted, sql: renderStatements(quoted)}, nil
+	return &table{name: name, quoted: quoted, sql: renderStatements(quoted, cfg.DeleteDone)}, nil
 }
 
 // NewStore returns a store on db, a database opened with the "sqlite"
@@ -321,14 +327,26 @@ type statusRow struct {
 }
 
 // UpdateStatus implements [outbox.Store]: one statement for the whole
-// batch. When an id appears more than once, its last update wins.
+// batch, or under [Config.DeleteDone] one for its DONE outcomes and one
+// for the rest. When an id appears more than once, its last update wins.
 func (s *Store) UpdateStatus(ctx context.Context, updates ...outbox.StatusUpdate) (int64, error) {
 	updates, err := outbox.PrepareUpdates(updates)
 	if err != nil {
 		return 0, err
 	}
+	var deleted int64
+	if s.t.sql.deleteDone != "" {
+		var done []string
+		done, updates = outbox.SplitDone(updates)
+		if len(done) > 0 {
+			deleted, err = s.exec(ctx, fmt.Sprintf("delete %d delivered events", len(done)), s.t.sql.deleteDone, jsonArray(done))
+			if err != nil {
+				return 0, err
+			}
+		}
+	}
 	if len(updates) == 0 {
-		return 0, nil
+		return deleted, nil
 	}
 	rows := make([]statusRow, len(updates))
 	for i, u := range updates {
@@ -343,9 +361,10 @@ func (s *Store) UpdateStatus(ctx context.Context, updates ...outbox.StatusUpdate
 	}
 	batch, err := json.Marshal(rows)
 	if err != nil {
-		return 0, fmt.Errorf("sqlite: update status of %d events: %w", len(rows), err)
+		return deleted, fmt.Errorf("sqlite: update status of %d events: %w", len(rows), err)
 	}
-	return s.exec(ctx, fmt.Sprintf("update status of %d events", len(rows)), s.t.sql.updateStatus, micros(s.clock.Now()), string(batch))
+	updated, err := s.exec(ctx, fmt.Sprintf("update status of %d events", len(rows)), s.t.sql.updateStatus, micros(s.clock.Now()), string(batch))
+	return deleted + updated, err
 }
 
 // QueryDead implements [outbox.Store].

@@ -46,9 +46,12 @@ func TestStore(t *testing.T) {
 		clock := clocktest.New(storetest.Start)
 		store, err := sqlite.NewStore(db, sqlite.Config{Clock: clock})
 		require.NoError(t, err)
+		deleteDone, err := sqlite.NewStore(db, sqlite.Config{Clock: clock, DeleteDone: true})
+		require.NoError(t, err)
 		return storetest.Harness[*sql.Tx]{
-			Store: store,
-			Clock: clock,
+			Store:      store,
+			DeleteDone: deleteDone,
+			Clock:      clock,
 			Tx: outbox.TxFuncs[*sql.Tx]{
 				Begin:    func(ctx context.Context) (*sql.Tx, error) { return db.BeginTx(ctx, nil) },
 				Commit:   func(_ context.Context, tx *sql.Tx) error { return tx.Commit() },
