@@ -46,6 +46,7 @@ type settler struct {
 	released func(topics ...string)
 
 	updates  chan outbox.StatusUpdate
+	full     chan struct{} // signalled when updates is half full: end the linger
 	releases chan []releaseItem
 	flushes  chan chan struct{} // unbuffered: a request sent is a request taken
 	stopping chan struct{}      // closed by stop: failing flushes give up
@@ -62,6 +63,7 @@ func newSettler(store outbox.Store, owner string, logger watermill.LoggerAdapter
 		logger:   logger,
 		released: released,
 		updates:  make(chan outbox.StatusUpdate, maxSettleBatch),
+		full:     make(chan struct{}, 1),
 		releases: make(chan []releaseItem, 64),
 		flushes:  make(chan chan struct{}),
 		stopping: make(chan struct{}),
@@ -78,6 +80,9 @@ func newSettler(store outbox.Store, owner string, logger watermill.LoggerAdapter
 func (st *settler) update(u outbox.StatusUpdate) {
 	select {
 	case st.updates <- u:
+		if len(st.updates) >= maxSettleBatch/2 {
+			signal(st.full)
+		}
 	case <-st.done:
 	}
 }
@@ -124,18 +129,23 @@ func (st *settler) run() {
 }
 
 // gather adds to batch the outcomes that arrive within settleLinger, up
-// to maxSettleBatch, or until the settler closes. A flush requested
-// meanwhile waits for the linger: 5 ms more on a subscription's close.
+// to maxSettleBatch. It sleeps through the linger rather than wake for
+// each outcome, unless the queue fills up or the settler closes. A flush
+// requested meanwhile waits for the linger: 5 ms more on a subscription's
+// close.
 func (st *settler) gather(batch []outbox.StatusUpdate) []outbox.StatusUpdate {
 	linger := time.NewTimer(settleLinger)
 	defer linger.Stop()
+	select {
+	case <-linger.C:
+	case <-st.full:
+	case <-st.quit:
+	}
 	for len(batch) < maxSettleBatch {
 		select {
 		case u := <-st.updates:
 			batch = append(batch, u)
-		case <-linger.C:
-			return batch
-		case <-st.quit:
+		default:
 			return batch
 		}
 	}
