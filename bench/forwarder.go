@@ -193,10 +193,10 @@ func (r *fwdRig) close() error {
 // the fill is not measured), then starts the forwarder (watermill-sql subscriber -> forwarder ->
 // gochannel publisher) and a gochannel subscriber that counts messages, and returns how long it took
 // from forwarder start until all n messages reached the sink. It stops and cleans up everything it started.
-func forwarderDrain(ctx context.Context, pool *pgxpool.Pool, n int, s forwarderSetting) (_ time.Duration, err error) {
+func forwarderDrain(ctx context.Context, pool *pgxpool.Pool, n int, s forwarderSetting) (_ window, err error) {
 	r, err := newFwdRig(ctx, pool, s)
 	if err != nil {
-		return 0, err
+		return window{}, err
 	}
 	defer func() { err = errors.Join(err, r.close()) }()
 
@@ -210,25 +210,24 @@ func forwarderDrain(ctx context.Context, pool *pgxpool.Pool, n int, s forwarderS
 			return r.publishTx(tx, msgs...)
 		})
 		if err != nil {
-			return 0, fmt.Errorf("forwarder drain: fill: %w", err)
+			return window{}, fmt.Errorf("forwarder drain: fill: %w", err)
 		}
 	}
 	// As for every backlog of the program: the statistics autovacuum would
 	// gather a minute later.
 	if _, err := pool.Exec(ctx, "ANALYZE "+r.schema.MessagesTable(r.topic)); err != nil {
-		return 0, fmt.Errorf("forwarder drain: analyze: %w", err)
+		return window{}, fmt.Errorf("forwarder drain: analyze: %w", err)
 	}
 
 	tally := newTally(n)
-	start := time.Now()
+	watch := startWatch()
 	if err := r.start(ctx, s, tally.recv); err != nil {
-		return 0, err
+		return window{}, err
 	}
 	if err := tally.wait(ctx, r.log); err != nil {
-		return 0, err
+		return window{}, err
 	}
-	elapsed := time.Since(start)
-	return elapsed, tally.check("drain")
+	return watch.stop(n), tally.check("drain")
 }
 
 // forwarderLatency runs the forwarder, then writes count events one per business transaction

@@ -16,10 +16,11 @@ func TestForwarderDrain(t *testing.T) {
 	const n = 2000
 	for _, s := range []forwarderSetting{forwarderDefault, forwarderTuned} {
 		t.Run(s.name, func(t *testing.T) {
-			d, err := forwarderDrain(t.Context(), pool, n, s)
+			w, err := forwarderDrain(t.Context(), pool, n, s)
 			require.NoError(t, err)
-			require.Positive(t, d)
-			t.Logf("%s: drained %d events in %s: %.0f events/s", s.name, n, d, float64(n)/d.Seconds())
+			require.Equal(t, n, w.events)
+			require.Positive(t, w.elapsed)
+			t.Logf("%s: drained %d events in %s: %.0f events/s", s.name, n, w.elapsed, w.rate())
 			fwdRequireNoTables(t, pool)
 		})
 	}

@@ -84,7 +84,7 @@ func runMemoryRelay(url, table string, n int) (err error) {
 	}
 	defer func() { err = errors.Join(err, snk.close()) }()
 	// The tuned setting holds the most events in memory at once.
-	r, err := startRelay(ctx, pool, postgres.Config{Table: table}, snk.pub, drainSettings[1].cfg)
+	r, err := startRelay(ctx, pool, postgres.Config{Table: table}, snk.pub, drainTuned.cfg)
 	if err != nil {
 		return err
 	}

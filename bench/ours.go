@@ -167,39 +167,41 @@ func closeAll(relays []*relay) error {
 
 // oursWrite is the write path: writers, each writing one event per
 // business transaction while a relay delivers them. Only the writes are
-// timed.
-func oursWrite(ctx context.Context, pool *pgxpool.Pool, n, writers int) (_ int, _ time.Duration, err error) {
+// timed. With deleteDone, the relay deletes delivered events
+// (postgres.Config.DeleteDone).
+func oursWrite(ctx context.Context, pool *pgxpool.Pool, n, writers int, deleteDone bool) (_ window, err error) {
 	table, drop, err := freshTable(ctx, pool, "bench_write")
 	if err != nil {
-		return 0, 0, err
+		return window{}, err
 	}
 	defer drop()
+	table.DeleteDone = deleteDone
 	t := newTally(n)
 	snk, err := startSink(ctx, sinkTopic, t.recv)
 	if err != nil {
-		return 0, 0, err
+		return window{}, err
 	}
 	defer func() { err = errors.Join(err, snk.close()) }()
 	r, err := startRelay(ctx, pool, table, snk.pub, watermilladapter.SubscriberConfig{})
 	if err != nil {
-		return 0, 0, err
+		return window{}, err
 	}
 	defer func() { err = errors.Join(err, r.close()) }()
 
-	start := time.Now()
+	watch := startWatch()
 	err = parallel(writers, n, func(i int) error {
 		return r.store.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
 			return r.pub.Publish(outboxTopic, benchMessage(ctx, i))
 		})
 	})
-	elapsed := time.Since(start)
+	w := watch.stop(n)
 	if err != nil {
-		return 0, 0, err
+		return window{}, err
 	}
 	if err := t.wait(ctx, nil); err != nil {
-		return 0, 0, err
+		return window{}, err
 	}
-	return n, elapsed, t.check("write path")
+	return w, t.check("write path")
 }
 
 // parallel runs do(i) for i in [0, n) on workers goroutines, each taking
@@ -247,44 +249,53 @@ func backlogTable(ctx context.Context, pool *pgxpool.Pool, prefix string, n int)
 	return table, drop, nil
 }
 
+// drainSetting is how oursDrain relays: the subscriber's configuration,
+// and whether delivered events are deleted (postgres.Config.DeleteDone).
+type drainSetting struct {
+	name       string
+	cfg        watermilladapter.SubscriberConfig
+	deleteDone bool
+}
+
 // oursDrain fills a backlog of n events, then times instances relays (on
 // pools of their own, as separate processes would be) until the sink has
 // every event.
-func oursDrain(ctx context.Context, db *database, pool *pgxpool.Pool, n, instances int, cfg watermilladapter.SubscriberConfig, downstream func(recv func(*message.Message)) (message.Publisher, func() error, error)) (_ int, _ time.Duration, err error) {
+func oursDrain(ctx context.Context, db *database, pool *pgxpool.Pool, n, instances int, setting drainSetting, downstream func(recv func(*message.Message)) (message.Publisher, func() error, error)) (_ window, err error) {
 	table, drop, err := backlogTable(ctx, pool, "bench_drain", n)
 	if err != nil {
-		return 0, 0, err
+		return window{}, err
 	}
 	defer drop()
+	table.DeleteDone = setting.deleteDone
 
 	t := newTally(n)
 	pub, closeDownstream, err := downstream(t.recv)
 	if err != nil {
-		return 0, 0, err
+		return window{}, err
 	}
 	defer func() { err = errors.Join(err, closeDownstream()) }()
 	pools := make([]*pgxpool.Pool, instances)
 	for i := range pools {
 		if pools[i], err = db.pool(ctx); err != nil {
-			return 0, 0, err
+			return window{}, err
 		}
 		defer pools[i].Close()
 	}
 
-	start := time.Now()
+	watch := startWatch()
 	relays := make([]*relay, 0, instances)
 	defer func() { err = errors.Join(err, closeAll(relays)) }()
 	for _, p := range pools {
-		r, err := startRelay(ctx, p, table, pub, cfg)
+		r, err := startRelay(ctx, p, table, pub, setting.cfg)
 		if err != nil {
-			return 0, 0, err
+			return window{}, err
 		}
 		relays = append(relays, r)
 	}
 	if err := t.wait(ctx, nil); err != nil {
-		return 0, 0, err
+		return window{}, err
 	}
-	return n, time.Since(start), t.check("drain")
+	return watch.stop(n), t.check("drain")
 }
 
 // toSink is a downstream for oursDrain: the GoChannel sink.

@@ -102,14 +102,14 @@ func rawHeaders(i int) []byte {
 }
 
 // rawInsert: writers, each inserting one row per transaction.
-func rawInsert(ctx context.Context, pool *pgxpool.Pool, n, writers int) (int, time.Duration, error) {
+func rawInsert(ctx context.Context, pool *pgxpool.Pool, n, writers int) (window, error) {
 	table, drop, err := rawTable(ctx, pool)
 	if err != nil {
-		return 0, 0, err
+		return window{}, err
 	}
 	defer drop()
 	insert := rawSQL(sqlRawInsert, table)
-	start := time.Now()
+	watch := startWatch()
 	err = parallel(writers, n, func(i int) error {
 		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 			_, err := tx.Exec(ctx, insert, outbox.NewID(), eventType, outboxTopic, aggregateType, aggregateID(i),
@@ -117,7 +117,7 @@ func rawInsert(ctx context.Context, pool *pgxpool.Pool, n, writers int) (int, ti
 			return err
 		})
 	})
-	return n, time.Since(start), err
+	return watch.stop(n), err
 }
 
 // rawClaim: one loop claiming 100 rows and marking them done, until the
@@ -125,18 +125,18 @@ func rawInsert(ctx context.Context, pool *pgxpool.Pool, n, writers int) (int, ti
 // into the rows (sqlRawLeaseClaim, then the marking in a statement of its
 // own), or row locks held by the transaction that marks them
 // (sqlRawLockClaim).
-func rawClaim(ctx context.Context, pool *pgxpool.Pool, n int, lease bool) (int, time.Duration, error) {
+func rawClaim(ctx context.Context, pool *pgxpool.Pool, n int, lease bool) (window, error) {
 	table, drop, err := rawTable(ctx, pool)
 	if err != nil {
-		return 0, 0, err
+		return window{}, err
 	}
 	defer drop()
 	if _, err := pool.Exec(ctx, rawSQL(sqlRawFill, table), n, eventType, outboxTopic, aggregateType,
 		payload(0), rawHeaders(0), time.Now().Add(-time.Second)); err != nil {
-		return 0, 0, fmt.Errorf("raw fill: %w", err)
+		return window{}, fmt.Errorf("raw fill: %w", err)
 	}
 	if err := analyze(ctx, pool, table); err != nil {
-		return 0, 0, err
+		return window{}, err
 	}
 	markDone := rawSQL(sqlRawMarkDone, table)
 	var batch func() (int, error)
@@ -154,22 +154,22 @@ func rawClaim(ctx context.Context, pool *pgxpool.Pool, n int, lease bool) (int, 
 		}
 	}
 	done := 0
-	start := time.Now()
+	watch := startWatch()
 	for {
 		claimed, err := batch()
 		if err != nil {
-			return 0, 0, err
+			return window{}, err
 		}
 		if claimed == 0 {
 			break
 		}
 		done += claimed
 	}
-	elapsed := time.Since(start)
+	w := watch.stop(n)
 	if done != n {
-		return 0, 0, errors.New("raw claim: " + fmt.Sprint(done, " of ", n, " rows claimed"))
+		return window{}, errors.New("raw claim: " + fmt.Sprint(done, " of ", n, " rows claimed"))
 	}
-	return n, elapsed, nil
+	return w, nil
 }
 
 // querier is a pool or a transaction.

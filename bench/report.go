@@ -17,20 +17,31 @@ type report struct {
 type row struct {
 	scenario string
 	value    string
+	cpu      string // CPU per event, for throughput scenarios
 	compared string // ratios to the baselines
 }
 
-func (r *report) add(scenario, value, compared string) {
-	r.rows = append(r.rows, row{scenario, value, compared})
-	fmt.Printf("  %-58s %s\n", scenario, value) // progress, while the rest runs
+// add reports a throughput series: its median rate and CPU per event.
+func (r *report) add(s *series, compared string) {
+	r.addRow(row{scenario: s.name, value: rate(s.median()), cpu: s.cpu(), compared: compared})
+}
+
+// addValue reports a scenario measured otherwise.
+func (r *report) addValue(scenario, value, compared string) {
+	r.addRow(row{scenario: scenario, value: value, compared: compared})
+}
+
+func (r *report) addRow(row row) {
+	r.rows = append(r.rows, row)
+	fmt.Printf("  %-58s %s  %s\n", row.scenario, row.value, row.cpu) // progress, while the rest runs
 }
 
 func (r *report) print(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "scenario\tmedian\tcompared")
-	fmt.Fprintln(tw, "--------\t------\t--------")
+	fmt.Fprintln(tw, "scenario\tmedian\tCPU per event\tcompared")
+	fmt.Fprintln(tw, "--------\t------\t-------------\t--------")
 	for _, row := range r.rows {
-		fmt.Fprintf(tw, "%s\t%s\t%s\n", row.scenario, row.value, row.compared)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", row.scenario, row.value, row.cpu, row.compared)
 	}
 	tw.Flush()
 }
@@ -82,12 +93,12 @@ func (p percentiles) String() string {
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d)/float64(time.Millisecond)) }
 
-// series is one configuration of a throughput scenario: measure reports
-// how many events it moved in how long; rates collects each repetition.
+// series is one configuration of a throughput scenario: measure times one
+// repetition; windows collects them.
 type series struct {
 	name    string
-	measure func() (int, time.Duration, error)
-	rates   []float64
+	measure func() (window, error)
+	windows []window
 }
 
 // interleave runs every series once per repetition, rotating the order
@@ -97,25 +108,42 @@ func interleave(reps int, all ...*series) error {
 	for rep := range reps {
 		for i := range all {
 			s := all[(rep+i)%len(all)]
-			n, elapsed, err := s.measure()
+			w, err := s.measure()
 			if err != nil {
 				return fmt.Errorf("%s: %w", s.name, err)
 			}
-			s.rates = append(s.rates, float64(n)/elapsed.Seconds())
+			s.windows = append(s.windows, w)
 		}
 	}
 	return nil
 }
 
-func (s *series) median() float64 { return median(s.rates) }
+// median is the median rate, events per second.
+func (s *series) median() float64 {
+	rates := make([]float64, len(s.windows))
+	for i, w := range s.windows {
+		rates[i] = w.rate()
+	}
+	return median(rates)
+}
+
+// cpu is the median machine and process CPU per event.
+func (s *series) cpu() string {
+	machine, process := make([]float64, len(s.windows)), make([]float64, len(s.windows))
+	for i, w := range s.windows {
+		m, p := w.perEvent()
+		machine[i], process[i] = float64(m), float64(p)
+	}
+	return cpuString(time.Duration(median(machine)), time.Duration(median(process)))
+}
 
 // ratioTo is the median, over the repetitions, of s's rate divided by
 // base's rate in the same repetition.
 func (s *series) ratioTo(base *series) float64 {
-	ratios := make([]float64, 0, len(s.rates))
-	for i, r := range s.rates {
-		if i < len(base.rates) && base.rates[i] > 0 {
-			ratios = append(ratios, r/base.rates[i])
+	ratios := make([]float64, 0, len(s.windows))
+	for i, w := range s.windows {
+		if i < len(base.windows) && base.windows[i].rate() > 0 {
+			ratios = append(ratios, w.rate()/base.windows[i].rate())
 		}
 	}
 	return median(ratios)

@@ -14,10 +14,6 @@ import (
 	"github.com/wmoutbox/wmoutbox/watermilladapter"
 )
 
-// kafkaSettings keep enough events in flight for the producer to fill its
-// batches: each worker waits for the broker's acknowledgement.
-var kafkaSettings = watermilladapter.SubscriberConfig{WorkerCount: 256, BatchSize: 200, ColdQueueCapacity: 1000}
-
 // writers is how many goroutines write business transactions at once.
 const writers = 4
 
@@ -86,57 +82,74 @@ func run(ctx context.Context, server string, sz sizes, only string, quick bool) 
 
 func msf(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
-// measureWrite times the raw single-row inserts and our write path, in
-// alternation, so that a shared machine's drift falls on both alike.
+// measureWrite times the raw single-row inserts and our write path,
+// keeping delivered events and deleting them, in alternation, so that a
+// shared machine's drift falls on all alike.
 func (res *results) measureWrite(ctx context.Context, pool *pgxpool.Pool, sz sizes, rep *report) error {
 	raw := &series{name: fmt.Sprintf("1 raw: insert, 1 row per transaction, %d writers", writers),
-		measure: func() (int, time.Duration, error) { return rawInsert(ctx, pool, sz.writes, writers) }}
-	ours := &series{name: fmt.Sprintf("2 write: ours, 1 event per transaction, %d writers, relay running", writers),
-		measure: func() (int, time.Duration, error) { return oursWrite(ctx, pool, sz.writes, writers) }}
-	if err := interleave(sz.reps, raw, ours); err != nil {
+		measure: func() (window, error) { return rawInsert(ctx, pool, sz.writes, writers) }}
+	all := []*series{raw}
+	for _, deleteDone := range []bool{false, true} {
+		all = append(all, &series{
+			name: fmt.Sprintf("2 write: ours, 1 event per transaction, %d writers, relay running, %s", writers, doneRows(deleteDone)),
+			measure: func() (window, error) {
+				return oursWrite(ctx, pool, sz.writes, writers, deleteDone)
+			}})
+	}
+	if err := interleave(sz.reps, all...); err != nil {
 		return err
 	}
-	res.writeRatio = ours.ratioTo(raw)
-	rep.add(raw.name, rate(raw.median()), "ceiling of the write path")
-	rep.add(ours.name, rate(ours.median()), fmt.Sprintf("%.2f× raw insert", res.writeRatio))
+	res.writeRatio = all[1].ratioTo(raw)
+	rep.add(raw, "ceiling of the write path")
+	for _, ours := range all[1:] {
+		rep.add(ours, fmt.Sprintf("%.2f× raw insert", ours.ratioTo(raw)))
+	}
 	return nil
+}
+
+// doneRows names what a relay does with delivered events.
+func doneRows(deleteDone bool) string {
+	if deleteDone {
+		return "delivered events deleted"
+	}
+	return "DONE rows kept"
 }
 
 // drainSettings are the relay configurations the drain compares: the
 // defaults (the specification's: 4 events in flight, claims of 50) and a
-// setting for throughput, as the forwarder is shown default and tuned.
-var drainSettings = []struct {
-	name string
-	cfg  watermilladapter.SubscriberConfig
-}{
-	{"default (4 workers, batch 50)", watermilladapter.SubscriberConfig{}},
-	{"tuned (16 workers, batch 200)", watermilladapter.SubscriberConfig{WorkerCount: 16, BatchSize: 200}},
-}
+// setting for throughput, as the forwarder is shown default and tuned,
+// keeping DONE rows (the default) or deleting delivered events.
+var (
+	drainDefault = drainSetting{name: "default (4 workers, batch 50)"}
+	drainTuned   = drainSetting{name: "tuned (16 workers, batch 200)",
+		cfg: watermilladapter.SubscriberConfig{WorkerCount: 16, BatchSize: 200}}
+	drainTunedDeleting = drainSetting{name: drainTuned.name + ", delivered events deleted",
+		cfg: drainTuned.cfg, deleteDone: true}
+)
 
 // measureDrain times the raw claim loops, the forwarder and ours on
 // backlogs of the same size, one repetition of each in turn.
 func (res *results) measureDrain(ctx context.Context, db *database, pool *pgxpool.Pool, sz sizes, rep *report) error {
 	backlog := thousands(int64(sz.drain))
 	rawLease := &series{name: fmt.Sprintf("1 raw: claim 100 (SKIP LOCKED, lease) + mark done, %s rows", backlog),
-		measure: func() (int, time.Duration, error) { return rawClaim(ctx, pool, sz.drain, true) }}
+		measure: func() (window, error) { return rawClaim(ctx, pool, sz.drain, true) }}
 	rawLock := &series{name: fmt.Sprintf("1 raw: claim 100 (SKIP LOCKED, locks held) + mark done in one transaction, %s rows", backlog),
-		measure: func() (int, time.Duration, error) { return rawClaim(ctx, pool, sz.drain, false) }}
+		measure: func() (window, error) { return rawClaim(ctx, pool, sz.drain, false) }}
 	all := []*series{rawLease, rawLock}
 	var fwd []*series
 	for _, s := range []forwarderSetting{forwarderDefault, forwarderTuned} {
 		fwd = append(fwd, &series{name: fmt.Sprintf("3 drain %s: Watermill forwarder, %s", backlog, s.describe()),
-			measure: func() (int, time.Duration, error) {
-				elapsed, err := forwarderDrain(ctx, pool, sz.drain, s)
-				return sz.drain, elapsed, err
-			}})
+			measure: func() (window, error) { return forwarderDrain(ctx, pool, sz.drain, s) }})
 	}
 	all = append(all, fwd...)
 	var ours []*series
-	for _, r := range []struct{ instances, setting int }{{1, 0}, {1, 1}, {4, 1}} {
-		setting := drainSettings[r.setting]
-		ours = append(ours, &series{name: fmt.Sprintf("3 drain %s: ours, %d instance(s), %s", backlog, r.instances, setting.name),
-			measure: func() (int, time.Duration, error) {
-				return oursDrain(ctx, db, pool, sz.drain, r.instances, setting.cfg, toSink(ctx))
+	for _, r := range []struct {
+		instances int
+		setting   drainSetting
+	}{{1, drainDefault}, {1, drainTuned}, {4, drainTuned}, {1, drainTunedDeleting}} {
+		ours = append(ours, &series{name: fmt.Sprintf("3 drain %s: ours, %d instance(s), %s", backlog, r.instances, r.setting.name),
+			measure: func() (window, error) {
+				return oursDrain(ctx, db, pool, sz.drain, r.instances, r.setting, toSink(ctx))
 			}})
 	}
 	all = append(all, ours...)
@@ -145,13 +158,13 @@ func (res *results) measureDrain(ctx context.Context, db *database, pool *pgxpoo
 	}
 
 	res.drain1, res.drain1Ratio = ours[1].median(), ours[1].ratioTo(fwd[1])
-	rep.add(rawLease.name, rate(rawLease.median()), "ceiling of one drain loop with leases")
-	rep.add(rawLock.name, rate(rawLock.median()), "ceiling of one drain loop without leases")
+	rep.add(rawLease, "ceiling of one drain loop with leases")
+	rep.add(rawLock, "ceiling of one drain loop without leases")
 	for _, f := range fwd {
-		rep.add(f.name, rate(f.median()), "")
+		rep.add(f, "")
 	}
 	for _, o := range ours {
-		rep.add(o.name, rate(o.median()), fmt.Sprintf("%.2f× raw lease claim, %.2f× raw locking claim, %.2f× forwarder tuned, %.2f× forwarder default",
+		rep.add(o, fmt.Sprintf("%.2f× raw lease claim, %.2f× raw locking claim, %.2f× forwarder tuned, %.2f× forwarder default",
 			o.ratioTo(rawLease), o.ratioTo(rawLock), o.ratioTo(fwd[1]), o.ratioTo(fwd[0])))
 	}
 	return nil
@@ -168,33 +181,44 @@ func (res *results) measureLatency(ctx context.Context, db *database, pool *pgxp
 		return err
 	}
 	res.hot = latencyOf(hot)
-	rep.add("4 latency commit→sink: ours, hot path, "+at, res.hot.String(), "")
+	rep.addValue("4 latency commit→sink: ours, hot path, "+at, res.hot.String(), "")
 	cold, err := oursLatency(ctx, db, pool, sz.latencyEvents, false)
 	if err != nil {
 		return err
 	}
 	res.cold = latencyOf(cold)
-	rep.add("4 latency commit→sink: ours, cold path (other process, poll 5s), "+at, res.cold.String(), "woken by the writer's notification")
+	rep.addValue("4 latency commit→sink: ours, cold path (other process, poll 5s), "+at, res.cold.String(), "woken by the writer's notification")
 	for _, s := range []forwarderSetting{forwarderTuned, forwarderDefault} {
 		lat, err := forwarderLatency(ctx, pool, latencyRate, sz.latencyEvents, s)
 		if err != nil {
 			return err
 		}
-		rep.add("4 latency commit→sink: forwarder "+s.describe()+", "+at, latencyOf(lat).String(), "")
+		rep.addValue("4 latency commit→sink: forwarder "+s.describe()+", "+at, latencyOf(lat).String(), "")
 	}
 	return nil
 }
 
+// kafkaSettings keep enough events in flight for the producer to fill its
+// batches: each worker waits for the broker's acknowledgement.
+var kafkaSettings = watermilladapter.SubscriberConfig{WorkerCount: 256, BatchSize: 200, ColdQueueCapacity: 1000}
+
 func (res *results) measureKafka(ctx context.Context, db *database, pool *pgxpool.Pool, sz sizes, rep *report) error {
-	kafka := &series{name: fmt.Sprintf("5 drain %s to Kafka (kafkaforward → kfake): ours, 1 instance", thousands(int64(sz.kafka))),
-		measure: func() (int, time.Duration, error) {
-			return oursDrain(ctx, db, pool, sz.kafka, 1, kafkaSettings, toKafka(ctx))
-		}}
-	if err := interleave(sz.reps, kafka); err != nil {
+	var all []*series
+	for _, deleteDone := range []bool{false, true} {
+		setting := drainSetting{cfg: kafkaSettings, deleteDone: deleteDone}
+		all = append(all, &series{
+			name: fmt.Sprintf("5 drain %s to Kafka (kafkaforward → kfake): ours, 1 instance, %s", thousands(int64(sz.kafka)), doneRows(deleteDone)),
+			measure: func() (window, error) {
+				return oursDrain(ctx, db, pool, sz.kafka, 1, setting, toKafka(ctx))
+			}})
+	}
+	if err := interleave(sz.reps, all...); err != nil {
 		return err
 	}
-	res.kafka = kafka.median()
-	rep.add(kafka.name, rate(res.kafka), "acks=all, idempotent")
+	res.kafka = all[0].median()
+	for _, s := range all {
+		rep.add(s, "acks=all, idempotent")
+	}
 	return nil
 }
 
@@ -206,7 +230,7 @@ func (res *results) measureMemory(ctx context.Context, db *database, sz sizes, r
 	if err != nil {
 		return err
 	}
-	rep.add(fmt.Sprintf("6 memory: drain %s backlog, relay process", thousands(int64(sz.memory))),
+	rep.addValue(fmt.Sprintf("6 memory: drain %s backlog, relay process", thousands(int64(sz.memory))),
 		fmt.Sprintf("peak RSS %.0f MB", float64(res.memoryRSS)/1e6),
 		fmt.Sprintf("in %.1f s (%s)", res.memoryElapsed.Seconds(), rate(float64(sz.memory)/res.memoryElapsed.Seconds())))
 	return nil
