@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"unicode/utf8"
 )
 
@@ -14,11 +15,56 @@ func EncodeHeaders(headers map[string]string) ([]byte, error) {
 	if len(headers) == 0 {
 		return nil, nil
 	}
+	if b, ok := encodePlainObject(headers); ok {
+		return b, nil
+	}
 	b, err := json.Marshal(headers)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: encode headers: %w", err)
 	}
 	return b, nil
+}
+
+// encodePlainObject encodes the common case of headers, printable ASCII
+// that JSON takes as it is, without encoding/json and its reflection: the
+// same bytes, keys sorted as encoding/json sorts them. It reports false
+// for anything else, which encoding/json then encodes.
+func encodePlainObject(headers map[string]string) ([]byte, bool) {
+	keys := make([]string, 0, len(headers))
+	size := 1
+	for k, v := range headers {
+		if !plainASCII(k) || !plainASCII(v) {
+			return nil, false
+		}
+		keys = append(keys, k)
+		size += len(k) + len(v) + 6
+	}
+	slices.Sort(keys)
+	b := make([]byte, 0, size)
+	for i, k := range keys {
+		b = append(b, ',')
+		if i == 0 {
+			b[0] = '{'
+		}
+		b = append(b, '"')
+		b = append(b, k...)
+		b = append(b, `":"`...)
+		b = append(b, headers[k]...)
+		b = append(b, '"')
+	}
+	return append(b, '}'), true
+}
+
+// plainASCII reports whether encoding/json writes s as it is: printable
+// ASCII with no quote, backslash, or the characters it escapes for HTML.
+func plainASCII(s string) bool {
+	for i := range len(s) {
+		switch c := s[i]; {
+		case c < 0x20 || c > 0x7e, c == '"', c == '\\', c == '<', c == '>', c == '&':
+			return false
+		}
+	}
+	return true
 }
 
 // DecodeHeaders decodes stored headers. NULL (nil), empty input and the JSON

@@ -145,6 +145,33 @@ func (s *Store) Insert(ctx context.Context, tx pgx.Tx, events []outbox.Envelope,
 		lease.Duration = outbox.DefaultLockTimeout
 	}
 	now := s.clock.Now()
+	var owner *string
+	if lease.Owner != "" {
+		owner = &lease.Owner
+	}
+	var err error
+	if len(events) == 1 {
+		// Most business transactions write one event: scalars, no arrays.
+		e := &events[0]
+		var r row
+		if r, err = newRow(e, now, lease); err == nil {
+			_, err = tx.Exec(ctx, s.t.sql.insertOne, now, owner, e.ID, string(e.Type), e.Topic, string(e.AggregateType),
+				e.AggregateID, e.TenantID, e.Payload(), e.IsJSON(), r.headers, e.OccurredAt, r.available, r.claimed)
+		}
+	} else {
+		err = s.insertMany(ctx, tx, events, now, owner, lease)
+	}
+	if isUniqueViolation(err) {
+		return fmt.Errorf("postgres: insert into %s: %w: %w", s.t.qualified, outbox.ErrDuplicateEvent, err)
+	}
+	if err != nil {
+		return fmt.Errorf("postgres: insert into %s: %w", s.t.qualified, err)
+	}
+	return nil
+}
+
+// insertMany inserts events with sqlInsert, one array per column.
+func (s *Store) insertMany(ctx context.Context, tx pgx.Tx, events []outbox.Envelope, now time.Time, owner *string, lease outbox.Lease) error {
 	n := len(events)
 	var (
 		ids, types, topics, aggTypes, aggIDs, tenants = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
@@ -155,47 +182,49 @@ func (s *Store) Insert(ctx context.Context, tx pgx.Tx, events []outbox.Envelope,
 	)
 	for i := range events {
 		e := &events[i]
-		ids[i], types[i], topics[i] = e.ID, string(e.Type), e.Topic
-		aggTypes[i], aggIDs[i], tenants[i] = string(e.AggregateType), e.AggregateID, e.TenantID
-		payloads[i], isJSON[i] = e.Payload(), e.IsJSON()
-		h, err := outbox.EncodeHeaders(e.Headers)
+		r, err := newRow(e, now, lease)
 		if err != nil {
 			return err
 		}
-		if h != nil {
-			text := string(h)
-			headers[i] = &text
-		}
-		occurred[i] = e.OccurredAt
-		claimed[i] = lease.Owner != "" && e.DeliverAfter.IsZero()
-		switch {
-		case claimed[i]:
-			available[i] = now.Add(lease.Duration)
-		case e.DeliverAfter.After(now):
-			available[i] = e.DeliverAfter
-		default:
-			available[i] = now
-		}
+		ids[i], types[i], topics[i] = e.ID, string(e.Type), e.Topic
+		aggTypes[i], aggIDs[i], tenants[i] = string(e.AggregateType), e.AggregateID, e.TenantID
+		payloads[i], isJSON[i] = e.Payload(), e.IsJSON()
+		headers[i], occurred[i], available[i], claimed[i] = r.headers, e.OccurredAt, r.available, r.claimed
 	}
-	var owner *string
-	if lease.Owner != "" {
-		owner = &lease.Owner
-	}
-	var err error
-	if n == 1 {
-		_, err = tx.Exec(ctx, s.t.sql.insertOne, now, owner, ids[0], types[0], topics[0], aggTypes[0], aggIDs[0], tenants[0],
-			payloads[0], isJSON[0], headers[0], occurred[0], available[0], claimed[0])
-	} else {
-		_, err = tx.Exec(ctx, s.t.sql.insert, now, owner, ids, types, topics, aggTypes, aggIDs, tenants,
-			payloads, isJSON, headers, occurred, available, claimed)
-	}
-	if isUniqueViolation(err) {
-		return fmt.Errorf("postgres: insert into %s: %w: %w", s.t.qualified, outbox.ErrDuplicateEvent, err)
-	}
+	_, err := tx.Exec(ctx, s.t.sql.insert, now, owner, ids, types, topics, aggTypes, aggIDs, tenants,
+		payloads, isJSON, headers, occurred, available, claimed)
+	return err
+}
+
+// row is what the store computes for an event's row: its stored headers
+// (nil: NULL), whether it is written claimed by the lease's owner, and
+// when it is next due.
+type row struct {
+	headers   *string
+	claimed   bool
+	available time.Time
+}
+
+func newRow(e *outbox.Envelope, now time.Time, lease outbox.Lease) (row, error) {
+	var r row
+	h, err := outbox.EncodeHeaders(e.Headers)
 	if err != nil {
-		return fmt.Errorf("postgres: insert into %s: %w", s.t.qualified, err)
+		return r, err
 	}
-	return nil
+	if h != nil {
+		text := string(h)
+		r.headers = &text
+	}
+	r.claimed = lease.Owner != "" && e.DeliverAfter.IsZero()
+	switch {
+	case r.claimed:
+		r.available = now.Add(lease.Duration)
+	case e.DeliverAfter.After(now):
+		r.available = e.DeliverAfter
+	default:
+		r.available = now
+	}
+	return r, nil
 }
 
 // Get implements [outbox.Store].
