@@ -115,15 +115,15 @@ func doneRows(deleteDone bool) string {
 	return "DONE rows kept"
 }
 
-// drainSettings are the relay configurations the drain compares: the
-// defaults (the specification's: 4 events in flight, claims of 50) and a
-// setting for throughput, as the forwarder is shown default and tuned,
-// keeping DONE rows (the default) or deleting delivered events.
+// The relay configurations the drain compares: the defaults (the
+// specification's: 4 events in flight, claims of 50) and a setting for
+// throughput, as the forwarder is shown default and tuned, keeping DONE
+// rows (the default) or deleting delivered events.
 var (
 	drainDefault = drainSetting{name: "default (4 workers, batch 50)"}
 	drainTuned   = drainSetting{name: "tuned (16 workers, batch 200)",
 		cfg: watermilladapter.SubscriberConfig{WorkerCount: 16, BatchSize: 200}}
-	drainTunedDeleting = drainSetting{name: drainTuned.name + ", delivered events deleted",
+	drainTunedDeleting = drainSetting{name: drainTuned.name + ", " + doneRows(true),
 		cfg: drainTuned.cfg, deleteDone: true}
 )
 

@@ -34,12 +34,15 @@
 // that an event that became due behind the cursor (its transaction
 // committed late) waits a second at most.
 //
-// Ack records DONE. Nack records RETRY with the retry policy's backoff, or
+// Ack records DONE, or deletes the event's row when the store is
+// configured to delete delivered events (postgres.Config.DeleteDone).
+// Nack records RETRY with the retry policy's backoff, or
 // DEAD when the attempts are used up; with the handler error recorded
 // ([RecordError], or the middleware package's RecordErrors), an
 // outbox.Permanent error is DEAD at once and outbox.RetryAfter defers the
 // event without spending an attempt. Outcomes are written in batches by
-// one goroutine per subscriber: what queued while the previous statement
+// one goroutine per subscriber, which sleeps through those 5 ms rather
+// than wake for each outcome: what queued while the previous statement
 // ran, or arrives within 5 ms of the first, goes into the next. A
 // subscription's channel closes only once the outcomes of its messages
 // are written, so closing the database after Router.Close loses none.
