@@ -31,7 +31,7 @@ func EncodeHeaders(headers map[string]string) ([]byte, error) {
 // for anything else, which encoding/json then encodes.
 func encodePlainObject(headers map[string]string) ([]byte, bool) {
 	keys := make([]string, 0, len(headers))
-	size := 1
+	size := 2
 	for k, v := range headers {
 		if !plainASCII(k) || !plainASCII(v) {
 			return nil, false
@@ -40,11 +40,10 @@ func encodePlainObject(headers map[string]string) ([]byte, bool) {
 		size += len(k) + len(v) + 6
 	}
 	slices.Sort(keys)
-	b := make([]byte, 0, size)
+	b := append(make([]byte, 0, size), '{')
 	for i, k := range keys {
-		b = append(b, ',')
-		if i == 0 {
-			b[0] = '{'
+		if i > 0 {
+			b = append(b, ',')
 		}
 		b = append(b, '"')
 		b = append(b, k...)

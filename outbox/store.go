@@ -349,10 +349,37 @@ func PrepareUpdates(updates []StatusUpdate) ([]StatusUpdate, error) {
 	return out, nil
 }
 
-// SplitDone separates a batch from [PrepareUpdates] into the ids of its
-// DONE outcomes and the other outcomes: what a dialect that deletes
-// delivered events deletes, and what it updates.
-func SplitDone(updates []StatusUpdate) (done []string, rest []StatusUpdate) {
+// RecordOutcomes is how a dialect's UpdateStatus applies a batch: it
+// prepares it ([PrepareUpdates]), passes the ids of its DONE outcomes to
+// deleteDone, a statement that deletes those rows, when the store is
+// configured to delete delivered events (nil otherwise), and the other
+// outcomes, or all of them, to update. Neither is called with an empty
+// batch. It returns the rows they changed; on an error, those changed
+// before it.
+func RecordOutcomes(updates []StatusUpdate, deleteDone func(ids []string) (int64, error), update func([]StatusUpdate) (int64, error)) (int64, error) {
+	updates, err := PrepareUpdates(updates)
+	if err != nil {
+		return 0, err
+	}
+	var deleted int64
+	if deleteDone != nil {
+		var done []string
+		done, updates = splitDone(updates)
+		if len(done) > 0 {
+			if deleted, err = deleteDone(done); err != nil {
+				return 0, err
+			}
+		}
+	}
+	if len(updates) == 0 {
+		return deleted, nil
+	}
+	updated, err := update(updates)
+	return deleted + updated, err
+}
+
+// splitDone separates the ids of the DONE outcomes from the others.
+func splitDone(updates []StatusUpdate) (done []string, rest []StatusUpdate) {
 	for _, u := range updates {
 		if u.Status == StatusDone {
 			done = append(done, u.ID)

@@ -151,13 +151,7 @@ func (s *Store) Insert(ctx context.Context, tx pgx.Tx, events []outbox.Envelope,
 	}
 	var err error
 	if len(events) == 1 {
-		// Most business transactions write one event: scalars, no arrays.
-		e := &events[0]
-		var r row
-		if r, err = newRow(e, now, lease); err == nil {
-			_, err = tx.Exec(ctx, s.t.sql.insertOne, now, owner, e.ID, string(e.Type), e.Topic, string(e.AggregateType),
-				e.AggregateID, e.TenantID, e.Payload(), e.IsJSON(), r.headers, e.OccurredAt, r.available, r.claimed)
-		}
+		err = s.insertOne(ctx, tx, &events[0], now, owner, lease)
 	} else {
 		err = s.insertMany(ctx, tx, events, now, owner, lease)
 	}
@@ -168,6 +162,18 @@ func (s *Store) Insert(ctx context.Context, tx pgx.Tx, events []outbox.Envelope,
 		return fmt.Errorf("postgres: insert into %s: %w", s.t.qualified, err)
 	}
 	return nil
+}
+
+// insertOne inserts e with sqlInsertOne: most business transactions write
+// one event, which takes scalars, not arrays.
+func (s *Store) insertOne(ctx context.Context, tx pgx.Tx, e *outbox.Envelope, now time.Time, owner *string, lease outbox.Lease) error {
+	r, err := newRow(e, now, lease)
+	if err != nil {
+		return err
+	}
+	_, err = tx.Exec(ctx, s.t.sql.insertOne, now, owner, e.ID, string(e.Type), e.Topic, string(e.AggregateType),
+		e.AggregateID, e.TenantID, e.Payload(), e.IsJSON(), r.headers, e.OccurredAt, r.available, r.claimed)
+	return err
 }
 
 // insertMany inserts events with sqlInsert, one array per column.
@@ -314,42 +320,35 @@ func (s *Store) Release(ctx context.Context, owner string, ids []string) (int64,
 // batch, or under [Config.DeleteDone] one for its DONE outcomes and one
 // for the rest. When an id appears more than once, its last update wins.
 func (s *Store) UpdateStatus(ctx context.Context, updates ...outbox.StatusUpdate) (int64, error) {
-	updates, err := outbox.PrepareUpdates(updates)
-	if err != nil {
-		return 0, err
-	}
-	var deleted int64
+	var deleteDone func(ids []string) (int64, error)
 	if s.t.sql.deleteDone != "" {
-		var done []string
-		done, updates = outbox.SplitDone(updates)
-		if len(done) > 0 {
-			tag, err := s.db.Exec(ctx, s.t.sql.deleteDone, done)
+		deleteDone = func(ids []string) (int64, error) {
+			tag, err := s.db.Exec(ctx, s.t.sql.deleteDone, ids)
 			if err != nil {
-				return 0, fmt.Errorf("postgres: delete %d delivered events: %w", len(done), err)
+				return 0, fmt.Errorf("postgres: delete %d delivered events: %w", len(ids), err)
 			}
-			deleted = tag.RowsAffected()
+			return tag.RowsAffected(), nil
 		}
 	}
-	if len(updates) == 0 {
-		return deleted, nil
-	}
-	n := len(updates)
-	ids, statuses, spent := make([]string, n), make([]int16, n), make([]int32, n)
-	nextAt, errs := make([]*time.Time, n), make([]string, n)
-	for i, u := range updates {
-		ids[i], statuses[i], errs[i] = u.ID, int16(u.Status), outbox.CutError(u.Error)
-		if u.AttemptSpent() {
-			spent[i] = 1
+	return outbox.RecordOutcomes(updates, deleteDone, func(updates []outbox.StatusUpdate) (int64, error) {
+		n := len(updates)
+		ids, statuses, spent := make([]string, n), make([]int16, n), make([]int32, n)
+		nextAt, errs := make([]*time.Time, n), make([]string, n)
+		for i, u := range updates {
+			ids[i], statuses[i], errs[i] = u.ID, int16(u.Status), outbox.CutError(u.Error)
+			if u.AttemptSpent() {
+				spent[i] = 1
+			}
+			if !u.NextAt.IsZero() {
+				nextAt[i] = &u.NextAt
+			}
 		}
-		if !u.NextAt.IsZero() {
-			nextAt[i] = &u.NextAt
+		tag, err := s.db.Exec(ctx, s.t.sql.updateStatus, s.clock.Now(), ids, statuses, spent, nextAt, errs)
+		if err != nil {
+			return 0, fmt.Errorf("postgres: update status of %d events: %w", n, err)
 		}
-	}
-	tag, err := s.db.Exec(ctx, s.t.sql.updateStatus, s.clock.Now(), ids, statuses, spent, nextAt, errs)
-	if err != nil {
-		return deleted, fmt.Errorf("postgres: update status of %d events: %w", n, err)
-	}
-	return deleted + tag.RowsAffected(), nil
+		return tag.RowsAffected(), nil
+	})
 }
 
 // QueryDead implements [outbox.Store].

@@ -330,41 +330,30 @@ type statusRow struct {
 // batch, or under [Config.DeleteDone] one for its DONE outcomes and one
 // for the rest. When an id appears more than once, its last update wins.
 func (s *Store) UpdateStatus(ctx context.Context, updates ...outbox.StatusUpdate) (int64, error) {
-	updates, err := outbox.PrepareUpdates(updates)
-	if err != nil {
-		return 0, err
-	}
-	var deleted int64
+	var deleteDone func(ids []string) (int64, error)
 	if s.t.sql.deleteDone != "" {
-		var done []string
-		done, updates = outbox.SplitDone(updates)
-		if len(done) > 0 {
-			deleted, err = s.exec(ctx, fmt.Sprintf("delete %d delivered events", len(done)), s.t.sql.deleteDone, jsonArray(done))
-			if err != nil {
-				return 0, err
+		deleteDone = func(ids []string) (int64, error) {
+			return s.exec(ctx, fmt.Sprintf("delete %d delivered events", len(ids)), s.t.sql.deleteDone, jsonArray(ids))
+		}
+	}
+	return outbox.RecordOutcomes(updates, deleteDone, func(updates []outbox.StatusUpdate) (int64, error) {
+		rows := make([]statusRow, len(updates))
+		for i, u := range updates {
+			rows[i] = statusRow{ID: u.ID, Status: int(u.Status), Error: outbox.CutError(u.Error)}
+			if u.AttemptSpent() {
+				rows[i].Spent = 1
+			}
+			if !u.NextAt.IsZero() {
+				next := micros(u.NextAt)
+				rows[i].NextAt = &next
 			}
 		}
-	}
-	if len(updates) == 0 {
-		return deleted, nil
-	}
-	rows := make([]statusRow, len(updates))
-	for i, u := range updates {
-		rows[i] = statusRow{ID: u.ID, Status: int(u.Status), Error: outbox.CutError(u.Error)}
-		if u.AttemptSpent() {
-			rows[i].Spent = 1
+		batch, err := json.Marshal(rows)
+		if err != nil {
+			return 0, fmt.Errorf("sqlite: update status of %d events: %w", len(rows), err)
 		}
-		if !u.NextAt.IsZero() {
-			next := micros(u.NextAt)
-			rows[i].NextAt = &next
-		}
-	}
-	batch, err := json.Marshal(rows)
-	if err != nil {
-		return deleted, fmt.Errorf("sqlite: update status of %d events: %w", len(rows), err)
-	}
-	updated, err := s.exec(ctx, fmt.Sprintf("update status of %d events", len(rows)), s.t.sql.updateStatus, micros(s.clock.Now()), string(batch))
-	return deleted + updated, err
+		return s.exec(ctx, fmt.Sprintf("update status of %d events", len(rows)), s.t.sql.updateStatus, micros(s.clock.Now()), string(batch))
+	})
 }
 
 // QueryDead implements [outbox.Store].
