@@ -105,7 +105,7 @@ func NewPublisher(brokers []string, cfg Config) (*kafka.Publisher, error) {
 	}
 	pub, err := kafka.NewPublisher(kafka.PublisherConfig{
 		Brokers:               brokers,
-		Marshaler:             kafka.NewWithPartitioningMarshaler(PartitionKey),
+		Marshaler:             recordMarshaler{},
 		OverwriteSaramaConfig: sc,
 	}, cfg.Logger)
 	if err != nil {
