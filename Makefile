@@ -19,6 +19,7 @@ examples: ## Run every example program (quickstart needs no server; the others u
 	$(GO) run ./examples/quickstart
 	$(GO) run ./examples/cqrs
 	$(GO) run ./examples/kafka
+	$(GO) run ./examples/kafka -delete-done
 	$(GO) run ./examples/amqp
 	$(GO) run ./examples/multinode
 

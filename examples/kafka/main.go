@@ -11,9 +11,12 @@
 // exits 1 saying what went wrong.
 //
 // It needs PostgreSQL; Kafka is an in-process broker (kfake) unless
-// -brokers names a real one.
+// -brokers names a real one. With -delete-done the relay deletes each row
+// once Kafka has the event (postgres.Config.DeleteDone), the setting for
+// an outbox whose events Kafka keeps.
 //
 //	go run ./examples/kafka
+//	go run ./examples/kafka -delete-done
 //	go run ./examples/kafka -database-url 'postgres://user:password@db:5432/shop?sslmode=disable' -brokers localhost:9092
 package main
 
@@ -69,18 +72,19 @@ func main() {
 	databaseURL := flag.String("database-url", defaultDatabaseURL, "PostgreSQL URL")
 	brokers := flag.String("brokers", "", "Kafka brokers, comma separated; default: an in-process Kafka-protocol broker")
 	orders := flag.Int("orders", 60, "how many orders to create")
+	deleteDone := flag.Bool("delete-done", false, "delete each outbox row once Kafka has its event, instead of keeping it DONE")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	if err := run(ctx, *databaseURL, *brokers, *orders); err != nil {
+	if err := run(ctx, *databaseURL, *brokers, *orders, *deleteDone); err != nil {
 		fmt.Fprintln(os.Stderr, "examples/kafka:", err)
 		stop()
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, databaseURL, brokerList string, orders int) error {
+func run(ctx context.Context, databaseURL, brokerList string, orders int, deleteDone bool) error {
 	if orders <= 0 {
 		return fmt.Errorf("-orders must be positive, got %d", orders)
 	}
@@ -90,7 +94,7 @@ func run(ctx context.Context, databaseURL, brokerList string, orders int) error 
 		return err
 	}
 	defer pool.Close()
-	store, err := prepareTables(ctx, pool)
+	store, err := prepareTables(ctx, pool, deleteDone)
 	if err != nil {
 		return err
 	}
@@ -144,7 +148,7 @@ func run(ctx context.Context, databaseURL, brokerList string, orders int) error 
 	}
 	splitErr := printPartitions(got)
 	if readErr == nil {
-		readErr = waitDone(ctx, pool, len(written))
+		readErr = waitRecorded(ctx, pool, len(written), deleteDone)
 	}
 
 	delivered := len(got.partition)
@@ -181,8 +185,8 @@ func connectPostgres(ctx context.Context, url string) (*pgxpool.Pool, error) {
 
 // prepareTables migrates the example's outbox table, creates its orders
 // table, and deletes what an earlier run left in both.
-func prepareTables(ctx context.Context, pool *pgxpool.Pool) (*postgres.Store, error) {
-	cfg := postgres.Config{Table: outboxTable}
+func prepareTables(ctx context.Context, pool *pgxpool.Pool, deleteDone bool) (*postgres.Store, error) {
+	cfg := postgres.Config{Table: outboxTable, DeleteDone: deleteDone}
 	if err := postgres.Migrate(ctx, pool, cfg); err != nil {
 		return nil, fmt.Errorf("migrate the outbox table: %w", err)
 	}
@@ -363,22 +367,34 @@ func printPartitions(got received) error {
 	return nil
 }
 
-// waitDone waits until the relay has recorded every event DONE: it does so
-// right after the Kafka publish returned, so at most moments after the
-// consumer saw the record.
-func waitDone(ctx context.Context, pool *pgxpool.Pool, want int) error {
+// waitRecorded waits until the relay has recorded every one of the want
+// events delivered: DONE, or with deleteDone deleted (the table holds only
+// this run's events, see prepareTables). The relay records them right
+// after the Kafka publish returned, so at most moments after the consumer
+// saw the record.
+func waitRecorded(ctx context.Context, pool *pgxpool.Pool, want int, deleteDone bool) error {
 	deadline := time.Now().Add(deliveryLimit)
 	for {
-		var done int
-		if err := pool.QueryRow(ctx, `SELECT count(*) FROM `+outboxTable+` WHERE status = $1`, int16(outbox.StatusDone)).Scan(&done); err != nil {
-			return fmt.Errorf("count DONE rows: %w", err)
+		var done, total int
+		if err := pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE status = $1), count(*) FROM `+outboxTable,
+			int16(outbox.StatusDone)).Scan(&done, &total); err != nil {
+			return fmt.Errorf("count outbox rows: %w", err)
 		}
-		if done == want {
-			fmt.Printf("outbox rows DONE: %d/%d\n", done, want)
+		recorded := done
+		if deleteDone {
+			recorded = want - total
+		}
+		if recorded == want {
+			if deleteDone {
+				fmt.Printf("outbox rows left: %d (%d delivered and deleted)\n", total, want)
+			} else {
+				fmt.Printf("outbox rows DONE: %d/%d\n", done, want)
+			}
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("only %d of %d outbox rows DONE after %s", done, want, deliveryLimit)
+			return fmt.Errorf("only %d of %d events recorded delivered after %s; outbox: %s",
+				recorded, want, deliveryLimit, outboxState(ctx, pool))
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
