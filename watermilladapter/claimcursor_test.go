@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill/message"
+
 	"github.com/wmoutbox/wmoutbox/internal/clocktest"
 	"github.com/wmoutbox/wmoutbox/outbox"
 )
@@ -37,6 +39,25 @@ func (s *endlessBacklog) Claim(_ context.Context, req outbox.ClaimRequest) ([]ou
 	return events, nil
 }
 
+// subscribeToEndlessBacklog subscribes to "orders" with a subscriber of
+// cfg on an endless backlog, on a test clock, with polling left to the
+// claims; the subscriber is closed at cleanup.
+func subscribeToEndlessBacklog(t *testing.T, cfg SubscriberConfig) (*Subscriber, *endlessBacklog, <-chan *message.Message) {
+	t.Helper()
+	store := &endlessBacklog{clock: clocktest.New(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))}
+	cfg.Clock, cfg.PollInterval, cfg.BacklogInterval = store.clock, time.Hour, time.Hour
+	sub, err := NewSubscriber(store, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Close() })
+	msgs, err := sub.Subscribe(t.Context(), "orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sub, store, msgs
+}
+
 func (s *endlessBacklog) claims() []bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -47,18 +68,8 @@ func (s *endlessBacklog) claims() []bool {
 // from the earliest due event again once claimRescan has passed: events
 // that became due behind the cursor are not left there for good.
 func TestClaimsStartAgainFromTheEarliestDueEventEverySecond(t *testing.T) {
-	clock := clocktest.New(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
-	store := &endlessBacklog{clock: clock}
-	sub, err := NewSubscriber(store, SubscriberConfig{BatchSize: 10, ColdQueueCapacity: 20, WorkerCount: 1,
-		PollInterval: time.Hour, BacklogInterval: time.Hour, Clock: clock})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Close()
-	msgs, err := sub.Subscribe(t.Context(), "orders")
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, store, msgs := subscribeToEndlessBacklog(t, SubscriberConfig{BatchSize: 10, ColdQueueCapacity: 20, WorkerCount: 1})
+	clock := store.clock
 	// ackUntil acks messages until the store has seen n claims.
 	ackUntil := func(n int) []bool {
 		deadline := time.After(10 * time.Second)

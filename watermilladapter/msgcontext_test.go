@@ -6,25 +6,13 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
-
-	"github.com/wmoutbox/wmoutbox/internal/clocktest"
 )
 
 // Watermill's contract: a message's context ends when the message is
 // acked or nacked, and when the subscriber gives up on it at Close.
 func TestMessageContextEndsOnAckNackAndClose(t *testing.T) {
-	clock := clocktest.New(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
-	store := &endlessBacklog{clock: clock}
-	sub, err := NewSubscriber(store, SubscriberConfig{BatchSize: 3, ColdQueueCapacity: 3, WorkerCount: 3,
-		PollInterval: time.Hour, BacklogInterval: time.Hour, DrainTimeout: 50 * time.Millisecond, Clock: clock})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Close()
-	msgs, err := sub.Subscribe(t.Context(), "orders")
-	if err != nil {
-		t.Fatal(err)
-	}
+	sub, _, msgs := subscribeToEndlessBacklog(t, SubscriberConfig{BatchSize: 3, ColdQueueCapacity: 3, WorkerCount: 3,
+		DrainTimeout: 50 * time.Millisecond})
 	receive := func() *message.Message {
 		select {
 		case msg := <-msgs:
