@@ -118,11 +118,13 @@ func doneRows(deleteDone bool) string {
 // The relay configurations the drain compares: the defaults (the
 // specification's: 4 events in flight, claims of 50) and a setting for
 // throughput, as the forwarder is shown default and tuned, keeping DONE
-// rows (the default) or deleting delivered events.
+// rows (the default) or deleting delivered events. The tuned claims take
+// 1000 events, the tuned forwarder's batch; the cold queue holds two
+// claims, so that the next claim need not wait for the queue to empty.
 var (
 	drainDefault = drainSetting{name: "default (4 workers, batch 50)"}
-	drainTuned   = drainSetting{name: "tuned (16 workers, batch 200)",
-		cfg: watermilladapter.SubscriberConfig{WorkerCount: 16, BatchSize: 200}}
+	drainTuned   = drainSetting{name: "tuned (16 workers, batch 1000)",
+		cfg: watermilladapter.SubscriberConfig{WorkerCount: 16, BatchSize: 1000, ColdQueueCapacity: 2000}}
 	drainTunedDeleting = drainSetting{name: drainTuned.name + ", " + doneRows(true),
 		cfg: drainTuned.cfg, deleteDone: true}
 )
@@ -199,8 +201,10 @@ func (res *results) measureLatency(ctx context.Context, db *database, pool *pgxp
 }
 
 // kafkaSettings keep enough events in flight for the producer to fill its
-// batches: each worker waits for the broker's acknowledgement.
-var kafkaSettings = watermilladapter.SubscriberConfig{WorkerCount: 256, BatchSize: 200, ColdQueueCapacity: 1000}
+// batches (each worker waits for the broker's acknowledgement), with the
+// drain's tuned claims.
+var kafkaSettings = watermilladapter.SubscriberConfig{WorkerCount: 256,
+	BatchSize: drainTuned.cfg.BatchSize, ColdQueueCapacity: drainTuned.cfg.ColdQueueCapacity}
 
 func (res *results) measureKafka(ctx context.Context, db *database, pool *pgxpool.Pool, sz sizes, rep *report) error {
 	var all []*series
