@@ -34,11 +34,8 @@ func processCPU() time.Duration {
 func BenchmarkHotPath(b *testing.B) {
 	b.Run("stream", func(b *testing.B) {
 		benchmarkHotPath(b, func(sent int64, handled *atomic.Int64, _ <-chan struct{}) {
-			// Wait for handlers rather than overflow the hot queue.
-			if sent%500 == 0 {
-				for handled.Load() < sent-250 {
-					time.Sleep(20 * time.Microsecond)
-				}
+			if sent%500 == 0 { // wait for handlers rather than overflow the hot queue
+				waitHandled(handled, sent-250)
 			}
 		})
 	})
@@ -93,9 +90,7 @@ func benchmarkHotPath(b *testing.B, pace func(sent int64, handled *atomic.Int64,
 		sent++
 		pace(sent, &handled, each)
 	}
-	for handled.Load() < sent {
-		time.Sleep(20 * time.Microsecond)
-	}
+	waitHandled(&handled, sent)
 	cpu = processCPU() - cpu
 	if err := router.Close(); err != nil {
 		b.Fatal(err)
@@ -109,4 +104,11 @@ func benchmarkHotPath(b *testing.B, pace func(sent int64, handled *atomic.Int64,
 	b.ReportMetric(float64(cpu.Nanoseconds())/float64(sent)/1e3, "cpu-µs/event")
 	statements, outcomes := store.recorded()
 	b.ReportMetric(1000*float64(statements)/float64(outcomes), "statements/1000")
+}
+
+// waitHandled returns once the handler has seen n events.
+func waitHandled(handled *atomic.Int64, n int64) {
+	for handled.Load() < n {
+		time.Sleep(20 * time.Microsecond)
+	}
 }

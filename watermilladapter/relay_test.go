@@ -73,6 +73,25 @@ func onlyEventID(t *testing.T, pool *pgxpool.Pool) string {
 	return id
 }
 
+// rowCount is how many rows the outbox table holds, in any status.
+func rowCount(t *testing.T, pool *pgxpool.Pool) int {
+	t.Helper()
+	var n int
+	require.NoError(t, pool.QueryRow(t.Context(), `SELECT count(*) FROM outbox_event`).Scan(&n))
+	return n
+}
+
+// deadWhile is a handler that makes a message DEAD at once while
+// fails(msg) holds, and hands it to got otherwise.
+func deadWhile(fails func(*message.Message) bool, got *received) message.NoPublishHandlerFunc {
+	return func(msg *message.Message) error {
+		if fails(msg) {
+			return outbox.Permanent(errors.New("bug in consumer"))
+		}
+		return got.handler(msg)
+	}
+}
+
 func newMsg(payload string) *message.Message {
 	return message.NewMessage(watermill.NewUUID(), []byte(payload))
 }
@@ -103,9 +122,7 @@ func TestCommitDeliversOnHotPathRollbackDeliversNothing(t *testing.T) {
 	require.NotEmpty(t, msg.Metadata.Get(watermilladapter.MetadataEventID))
 
 	relaytest.Eventually(t, "DONE", func() bool { return eventStatus(t, r.Store, msg).Status == outbox.StatusDone })
-	var rows int
-	require.NoError(t, pool.QueryRow(t.Context(), `SELECT count(*) FROM outbox_event`).Scan(&rows))
-	require.Equal(t, 1, rows, "the rolled-back message left no row")
+	require.Equal(t, 1, rowCount(t, pool), "the rolled-back message left no row")
 }
 
 func TestPublishWithoutTransactionFailsFast(t *testing.T) {
@@ -338,12 +355,8 @@ func TestDeadReplayRedelivers(t *testing.T) {
 	got := newReceived()
 	var broken atomic.Bool
 	broken.Store(true)
-	r := relaytest.Start(t, pool, watermilladapter.SubscriberConfig{}, relaytest.Handlers{"orders": func(msg *message.Message) error {
-		if broken.Load() {
-			return outbox.Permanent(errors.New("bug in consumer"))
-		}
-		return got.handler(msg)
-	}})
+	r := relaytest.Start(t, pool, watermilladapter.SubscriberConfig{}, relaytest.Handlers{
+		"orders": deadWhile(func(*message.Message) bool { return broken.Load() }, got)})
 	r.Publish(t, "orders", newMsg("x"))
 	id := onlyEventID(t, pool)
 	relaytest.Eventually(t, "DEAD", func() bool { return statusOf(t, r.Store, id).Status == outbox.StatusDead })
@@ -366,12 +379,9 @@ func TestDeleteDoneLeavesOnlyUndeliveredEvents(t *testing.T) {
 	var broken atomic.Bool
 	broken.Store(true)
 	r := relaytest.StartStore(t, pool, postgres.Config{DeleteDone: true}, watermilladapter.SubscriberConfig{},
-		relaytest.Handlers{"orders": func(msg *message.Message) error {
-			if string(msg.Payload) == "poison" && broken.Load() {
-				return outbox.Permanent(errors.New("bug in consumer"))
-			}
-			return got.handler(msg)
-		}})
+		relaytest.Handlers{"orders": deadWhile(func(msg *message.Message) bool {
+			return string(msg.Payload) == "poison" && broken.Load()
+		}, got)})
 	r.Publish(t, "orders", newMsg("a"), newMsg("poison"), newMsg("b"))
 	writer, err := outbox.NewWriter(r.Store, outbox.WriterConfig{}) // no hot path: the cold path claims
 	require.NoError(t, err)
@@ -384,12 +394,7 @@ func TestDeleteDoneLeavesOnlyUndeliveredEvents(t *testing.T) {
 	for range 3 {
 		got.next(t)
 	}
-	rows := func() int {
-		var n int
-		require.NoError(t, pool.QueryRow(t.Context(), `SELECT count(*) FROM outbox_event`).Scan(&n))
-		return n
-	}
-	relaytest.Eventually(t, "delivered events deleted", func() bool { return rows() == 1 })
+	relaytest.Eventually(t, "delivered events deleted", func() bool { return rowCount(t, pool) == 1 })
 	id := onlyEventID(t, pool)
 	e := statusOf(t, r.Store, id)
 	require.Equal(t, outbox.StatusDead, e.Status)
@@ -400,7 +405,7 @@ func TestDeleteDoneLeavesOnlyUndeliveredEvents(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, 1, n)
 	require.Equal(t, id, got.next(t).Metadata.Get(watermilladapter.MetadataEventID))
-	relaytest.Eventually(t, "the replayed event deleted once delivered", func() bool { return rows() == 0 })
+	relaytest.Eventually(t, "the replayed event deleted once delivered", func() bool { return rowCount(t, pool) == 0 })
 }
 
 // An event whose topic no subscription of this process serves is neither
@@ -628,9 +633,7 @@ func TestCQRSEventBusPublishesInTheTransaction(t *testing.T) {
 	msg := got.next(t)
 	require.JSONEq(t, `{"order_id":"o-1"}`, string(msg.Payload))
 	require.Equal(t, watermilladapter.SourceHot, msg.Metadata.Get(watermilladapter.MetadataSource))
-	var rows int
-	require.NoError(t, pool.QueryRow(t.Context(), `SELECT count(*) FROM outbox_event`).Scan(&rows))
-	require.Equal(t, 1, rows)
+	require.Equal(t, 1, rowCount(t, pool))
 }
 
 // A Watermill router closes its subscribers in the background and returns
