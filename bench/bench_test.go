@@ -58,3 +58,35 @@ func TestRunsEveryScenario(t *testing.T) {
 		`SELECT count(*) FROM pg_database WHERE datname LIKE 'wmoutbox_bench_%'`).Scan(&left))
 	require.Zero(t, left, "the program drops its database")
 }
+
+// TestRawTableIsLikeTheOutboxTable: the raw limits run on a table of the
+// outbox table's shape, with its indexes and its storage parameters (the
+// fill factor decides where a row's new versions go).
+func TestRawTableIsLikeTheOutboxTable(t *testing.T) {
+	pool := testPool(t)
+	ctx := t.Context()
+	outbox, drop, err := freshTable(ctx, pool, "bench_shape")
+	require.NoError(t, err)
+	defer drop()
+	raw, dropRaw, err := rawTable(ctx, pool)
+	require.NoError(t, err)
+	defer dropRaw()
+
+	shape := func(table string) (params, indexes []string) {
+		name := pgx.Identifier{table}.Sanitize()
+		require.NoError(t, pool.QueryRow(ctx, `SELECT coalesce(reloptions, '{}') FROM pg_class WHERE oid = to_regclass($1)`,
+			name).Scan(&params))
+		rows, err := pool.Query(ctx, `SELECT indkey::text || ' where ' || coalesce(pg_get_expr(indpred, indrelid), '')
+			FROM pg_index WHERE indrelid = to_regclass($1) ORDER BY 1`, name)
+		require.NoError(t, err)
+		indexes, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		require.NoError(t, err)
+		return params, indexes
+	}
+	wantParams, wantIndexes := shape(outbox.Table)
+	params, indexes := shape(raw)
+	require.Contains(t, wantParams, "fillfactor=50")
+	require.Equal(t, wantParams, params)
+	require.Len(t, wantIndexes, 3)
+	require.Equal(t, wantIndexes, indexes)
+}

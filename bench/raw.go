@@ -66,8 +66,9 @@ INSERT INTO {raw} (event_id, event_type, topic, aggregate_type, aggregate_id, pa
 SELECT lpad(i::text, 26, '0'), $2, $3, $4, 'order-' || i, $5, true, $6, 0, 0, $7, $7, $7, $7
 FROM generate_series(1, $1) AS i`
 
-// rawTable creates a table like the outbox table (columns, constraints
-// and indexes), from a migrated one.
+// rawTable creates a table like the outbox table (columns, constraints,
+// indexes and storage parameters such as the fill factor), from a migrated
+// one.
 func rawTable(ctx context.Context, pool *pgxpool.Pool) (string, func(), error) {
 	like, dropLike, err := freshTable(ctx, pool, "bench_like")
 	if err != nil {
@@ -75,9 +76,18 @@ func rawTable(ctx context.Context, pool *pgxpool.Pool) (string, func(), error) {
 	}
 	defer dropLike()
 	name := strings.Replace(like.Table, "bench_like", "bench_raw", 1)
-	_, err = pool.Exec(ctx, fmt.Sprintf("CREATE TABLE %s (LIKE %s INCLUDING ALL)",
-		pgx.Identifier{name}.Sanitize(), pgx.Identifier{like.Table}.Sanitize()))
+	var params []string // LIKE copies no storage parameter
+	err = pool.QueryRow(ctx, "SELECT coalesce(reloptions, '{}') FROM pg_class WHERE oid = to_regclass($1)",
+		pgx.Identifier{like.Table}.Sanitize()).Scan(&params)
 	if err != nil {
+		return "", nil, fmt.Errorf("raw table: read storage parameters: %w", err)
+	}
+	create := fmt.Sprintf("CREATE TABLE %s (LIKE %s INCLUDING ALL)",
+		pgx.Identifier{name}.Sanitize(), pgx.Identifier{like.Table}.Sanitize())
+	if len(params) > 0 {
+		create += " WITH (" + strings.Join(params, ", ") + ")"
+	}
+	if _, err = pool.Exec(ctx, create); err != nil {
 		return "", nil, fmt.Errorf("raw table: %w", err)
 	}
 	drop := func() {

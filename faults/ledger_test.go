@@ -206,7 +206,7 @@ func outboxState(ctx context.Context, db *pgxpool.Pool) (tableState, error) {
 	var s tableState
 	err := db.QueryRow(ctx, `
 SELECT count(*), count(*) FILTER (WHERE status = 1), count(*) FILTER (WHERE status IN (0, 2)),
-       count(*) FILTER (WHERE status = 3), count(*) FILTER (WHERE locked_by IS NOT NULL OR locked_at IS NOT NULL)
+       count(*) FILTER (WHERE status = 3), count(*) FILTER (WHERE locked_by IS NOT NULL OR locked_at IS NOT NULL OR locked_until IS NOT NULL)
 FROM outbox_event`).Scan(&s.total, &s.done, &s.pending, &s.dead, &s.claimed)
 	return s, err
 }

@@ -15,7 +15,8 @@ type Event struct {
 	// Attempts counts failed deliveries, including the one that made the
 	// event DEAD. Deferrals do not count.
 	Attempts int
-	// AvailableAt is when the event is next due.
+	// AvailableAt is when the event is next due, claims aside: a claim
+	// leaves it alone, so it keeps the event's place in due order.
 	AvailableAt time.Time
 	// CreatedAt is when the row was written.
 	CreatedAt time.Time
@@ -26,9 +27,12 @@ type Event struct {
 	DoneAt time.Time
 	// LastError is the error of the last failed attempt; "" if none.
 	LastError string
-	// LockedBy and LockedAt describe the current claim, if any.
-	LockedBy string
-	LockedAt time.Time
+	// LockedBy, LockedAt and LockedUntil describe the current claim, if
+	// any: the relay holding it, since when, and when its lease ends (the
+	// event is then due again for any relay). All zero without a claim.
+	LockedBy    string
+	LockedAt    time.Time
+	LockedUntil time.Time
 
 	// Malformed is set, and the envelope only partly filled, when the stored
 	// row cannot be decoded (for example headers that are not a JSON object

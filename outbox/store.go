@@ -16,11 +16,14 @@ type Store interface {
 
 	// Claim locks up to req.Limit due events for req.Owner and returns them
 	// in due order. A due event is NEW or RETRY, available (available_at
-	// reached) and older than req.SkipRecent. The claim is a lease: it
-	// moves available_at to the end of the lease, so the event is due again
-	// for any claimer req.LockTimeout later unless its outcome is recorded
-	// first. Concurrent claimers never receive the same event while its
-	// lease runs. With req.Cursor set, the claim may start where the
+	// reached), not under a running claim, and older than req.SkipRecent.
+	// The claim is a lease: it records the owner, the time and the end of
+	// the lease (locked_by, locked_at, locked_until), and the event is due
+	// again for any claimer req.LockTimeout later unless its outcome is
+	// recorded first. It leaves available_at alone, so that the event keeps
+	// its place in due order and a store can rewrite the row in place.
+	// Concurrent claimers never receive the same event while its lease
+	// runs. With req.Cursor set, the claim may start where the
 	// previous claim with that cursor ended, and moves the cursor to its
 	// last event (see [ClaimCursor]).
 	Claim(ctx context.Context, req ClaimRequest) ([]Event, error)
@@ -30,9 +33,9 @@ type Store interface {
 	// claim are not due, so they are left out.
 	PollPending(ctx context.Context, req PollRequest) ([]Event, error)
 
-	// Release ends owner's claims on the given pending events and makes
-	// them due at once, so that any relay may take them. It returns how
-	// many claims were released.
+	// Release ends owner's claims on the given pending events, which are
+	// then due at once, in their place in due order, for any relay. It
+	// returns how many claims were released.
 	Release(ctx context.Context, owner string, ids []string) (int64, error)
 
 	// UpdateStatus records delivery outcomes, in one statement (two when a

@@ -585,7 +585,7 @@ func TestCloseUnderLoadReleasesEverything(t *testing.T) {
 	require.NoError(t, pool.QueryRow(t.Context(), `SELECT
 		count(*) FILTER (WHERE locked_by = 'closing' AND status IN (0, 2)),
 		count(*) FILTER (WHERE status = 1),
-		count(*) FILTER (WHERE status = 0 AND available_at <= now())
+		count(*) FILTER (WHERE status = 0 AND available_at <= now() AND (locked_until IS NULL OR locked_until <= now()))
 		FROM outbox_event`).Scan(&held, &done, &pending))
 	require.Zero(t, held, "no claim left behind")
 	require.Equal(t, acked, done, "every ack recorded before Close returned")

@@ -67,6 +67,7 @@ func Run[Tx any](t *testing.T, newHarness func(t *testing.T) Harness[Tx]) {
 		{"RetryAndDeferredDueAgainAtNextTime", testRetryAndDeferredDueAgainAtNextTime[Tx]},
 		{"ClaimLocksAndExpires", testClaimLocksAndExpires[Tx]},
 		{"ReleaseLetsOthersClaimAtOnce", testReleaseLetsOthersClaimAtOnce[Tx]},
+		{"ClaimEndKeepsDueOrder", testClaimEndKeepsDueOrder[Tx]},
 		{"ClaimSkipsRecentEvents", testClaimSkipsRecentEvents[Tx]},
 		{"ClaimByTopic", testClaimByTopic[Tx]},
 		{"ClaimRejectsBadRequests", testClaimRejectsBadRequests[Tx]},
@@ -253,9 +254,11 @@ func testHotPathHookReceivesCommittedEvents[Tx any](t *testing.T, f *fixture[Tx]
 	hot, cold := f.get(t, written[0]), f.get(t, written[1])
 	require.Equal(t, "relay-a", hot.LockedBy, "hot-path rows are written claimed by the writing relay")
 	require.Equal(t, Start, hot.LockedAt.UTC())
-	require.Equal(t, Start.Add(time.Minute), hot.AvailableAt.UTC(), "due again when the lease ends")
+	require.Equal(t, Start.Add(time.Minute), hot.LockedUntil.UTC(), "due again for others when the lease ends")
+	require.Equal(t, Start, hot.AvailableAt.UTC(), "due now, under the writer's lease")
 	require.Empty(t, cold.LockedBy, "delayed rows are never pre-claimed")
 	require.True(t, cold.LockedAt.IsZero())
+	require.True(t, cold.LockedUntil.IsZero())
 	require.Equal(t, delayed.DeliverAfter, cold.AvailableAt.UTC())
 
 	req := outbox.ClaimRequest{Owner: "relay-b", LockTimeout: time.Minute}
@@ -563,7 +566,8 @@ func testClaimLocksAndExpires[Tx any](t *testing.T, f *fixture[Tx]) {
 	for _, e := range a {
 		require.Equal(t, "a", e.LockedBy)
 		require.Equal(t, Start, e.LockedAt.UTC())
-		require.Equal(t, Start.Add(30*time.Second), e.AvailableAt.UTC(), "the lease end")
+		require.Equal(t, Start.Add(30*time.Second), e.LockedUntil.UTC(), "the lease end")
+		require.Equal(t, Start, e.AvailableAt.UTC(), "a claim leaves the due time alone")
 		require.Equal(t, e, f.get(t, e.ID), "the claim returns the rows as stored")
 	}
 	b := f.claim(t, outbox.ClaimRequest{Owner: "b", LockTimeout: 30 * time.Second})
@@ -579,6 +583,7 @@ func testClaimLocksAndExpires[Tx any](t *testing.T, f *fixture[Tx]) {
 	e := f.get(t, written[0])
 	require.Equal(t, "c", e.LockedBy)
 	require.Equal(t, Start.Add(30*time.Second), e.LockedAt.UTC())
+	require.Equal(t, Start.Add(time.Minute), e.LockedUntil.UTC())
 	require.Equal(t, outbox.StatusNew, e.Status, "a claim changes no status")
 	require.Zero(t, e.Attempts, "nor the attempts")
 }
@@ -602,7 +607,8 @@ func testReleaseLetsOthersClaimAtOnce[Tx any](t *testing.T, f *fixture[Tx]) {
 	e := f.get(t, written[0])
 	require.Empty(t, e.LockedBy)
 	require.True(t, e.LockedAt.IsZero())
-	require.Equal(t, f.Clock.Now(), e.AvailableAt.UTC(), "due at once")
+	require.True(t, e.LockedUntil.IsZero())
+	require.Equal(t, Start, e.AvailableAt.UTC(), "due at once, at the time it was due before")
 	require.Equal(t, written[:1], f.claim(t, outbox.ClaimRequest{Owner: "b"}))
 
 	_, err = f.Store.UpdateStatus(ctx, outbox.Done(written[1]))
@@ -610,6 +616,29 @@ func testReleaseLetsOthersClaimAtOnce[Tx any](t *testing.T, f *fixture[Tx]) {
 	n, err = f.Store.Release(ctx, "a", written[1:])
 	require.NoError(t, err)
 	require.Zero(t, n, "finished events have no claim to release")
+}
+
+// An event whose claim ends, released or run out, is due again where it
+// was in due order, ahead of events that became due while it was claimed.
+func testClaimEndKeepsDueOrder[Tx any](t *testing.T, f *fixture[Tx]) {
+	ctx := t.Context()
+	first := f.write(t, JSONEvent(1), JSONEvent(2))
+	require.Equal(t, first, f.claim(t, outbox.ClaimRequest{Owner: "a", LockTimeout: time.Minute}))
+	f.Clock.Advance(time.Second)
+	later := f.write(t, JSONEvent(3))
+	f.Clock.Advance(time.Second)
+
+	n, err := f.Store.Release(ctx, "a", first[1:])
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n)
+	require.Equal(t, first[1:], f.claim(t, outbox.ClaimRequest{Owner: "b", Limit: 1}),
+		"the released event comes before the one written after it")
+	_, err = f.Store.UpdateStatus(ctx, outbox.Done(first[1]))
+	require.NoError(t, err)
+
+	f.Clock.Advance(time.Minute)
+	require.Equal(t, []string{first[0], later[0]}, f.claim(t, outbox.ClaimRequest{Owner: "c"}),
+		"so does the event whose lease ran out")
 }
 
 func testClaimSkipsRecentEvents[Tx any](t *testing.T, f *fixture[Tx]) {

@@ -30,7 +30,7 @@
 //
 // # The table
 //
-// One row per event (see migrations/0001_create_outbox_event.sql). The
+// One row per event (see the migrations folder). The
 // payload is bytea, so that the bytes delivered are the bytes written
 // (jsonb would normalise JSON); payload_json says which kind it is, and
 // operators can read JSON payloads with convert_from(payload, 'UTF8')::jsonb.
@@ -51,18 +51,30 @@
 // # Claims
 //
 // [Store.Claim] takes due rows with FOR UPDATE SKIP LOCKED and records the
-// claim in locked_by and locked_at, so that concurrent relays never take
-// the same row while its claim is fresh, and a claim older than the lock
-// timeout (a relay that died) is taken over. Status updates clear it.
+// claim as a lease in locked_by, locked_at and locked_until, so that
+// concurrent relays never take the same row while its lease runs, and a
+// lease that ran out (a relay that died) is taken over. Status updates and
+// [Store.Release] clear it.
 //
-// A claim moves its rows' available_at to the end of the lease, so the due
-// index keeps an entry for each claimed row where the row used to be due,
-// until a vacuum removes it. A drain that started every claim from the
-// earliest due entry would walk over all the entries its earlier claims
-// left: the k-th claim of a backlog would cost O(k). With an
-// [outbox.ClaimCursor] the index scan starts after the last row the
-// previous claim took (a row comparison on (available_at, event_id), which
-// the index serves), so every claim costs the same.
+// A claim writes no column that an index holds, and the table's fill factor
+// (50, migration 2) leaves every page room for one more version of each of
+// its rows: a claim is then a heap-only update, its new row version on the
+// row's own page, with no index entry and only the changed bytes logged.
+// Under migration 1 a claim moved available_at to the end of the lease,
+// which wrote each row again elsewhere, with two index entries and the
+// whole row logged. The price of the fill factor is disk: pages written
+// since migration 2 hold half the rows they could, and the claim's and the
+// outcome's row versions use the rest; a table that keeps DONE rows for
+// long takes more space for them (the README's Migrations section has
+// figures, and how to go back to fill factor 100).
+//
+// The due index keeps an entry for every claimed row (the row stays due
+// in its place, under a lease) and, until a vacuum, for every row whose
+// outcome was recorded. A drain that started every claim from the earliest
+// due entry would walk over all of them: the k-th claim of a backlog would
+// cost O(k). With an [outbox.ClaimCursor] the index scan starts after the
+// last row the previous claim took (a row comparison on (available_at,
+// event_id), which the index serves), so every claim costs the same.
 //
 // # Names and safety
 //

@@ -2,7 +2,7 @@ package postgres
 
 import (
 	"cmp"
-	"sort"
+	"slices"
 	"strings"
 	"time"
 
@@ -32,45 +32,28 @@ func collectEvents(rows pgx.Rows) ([]outbox.Event, error) {
 // them in due order and returns the position of the last.
 func collectClaimed(rows pgx.Rows, limit int) ([]outbox.Event, outbox.ClaimCursor, error) {
 	defer rows.Close()
-	var due time.Time
-	s := newEventScanner(&due)
-	claimed := byDue{events: make([]outbox.Event, 0, limit), due: make([]time.Time, 0, limit)}
+	s := newEventScanner()
+	claimed := make([]outbox.Event, 0, limit)
 	for rows.Next() {
 		e, err := s.scan(rows)
 		if err != nil {
 			return nil, outbox.ClaimCursor{}, err
 		}
-		claimed.events = append(claimed.events, e)
-		claimed.due = append(claimed.due, due)
+		claimed = append(claimed, e)
 	}
-	if err := rows.Err(); err != nil || len(claimed.events) == 0 {
+	if err := rows.Err(); err != nil || len(claimed) == 0 {
 		return nil, outbox.ClaimCursor{}, err
 	}
-	sort.Sort(claimed)
-	last := len(claimed.events) - 1
-	return claimed.events, outbox.ClaimCursor{DueAt: claimed.due[last], ID: claimed.events[last].ID}, nil
+	// The order of the due index. A claim's rows usually come back in it
+	// already, which costs the sort little.
+	slices.SortFunc(claimed, func(a, b outbox.Event) int {
+		return cmp.Or(a.AvailableAt.Compare(b.AvailableAt), strings.Compare(a.ID, b.ID))
+	})
+	last := &claimed[len(claimed)-1]
+	return claimed, outbox.ClaimCursor{DueAt: last.AvailableAt, ID: last.ID}, nil
 }
 
-// byDue sorts claimed events by due time, then id: the order of the due
-// index. A claim's rows usually come back in that order already, which
-// costs the sort little.
-type byDue struct {
-	events []outbox.Event
-	due    []time.Time
-}
-
-func (b byDue) Len() int { return len(b.events) }
-
-func (b byDue) Less(i, j int) bool {
-	return cmp.Or(b.due[i].Compare(b.due[j]), strings.Compare(b.events[i].ID, b.events[j].ID)) < 0
-}
-
-func (b byDue) Swap(i, j int) {
-	b.events[i], b.events[j] = b.events[j], b.events[i]
-	b.due[i], b.due[j] = b.due[j], b.due[i]
-}
-
-// eventScanner scans rows of eventColumns, then extra columns. One scanner
+// eventScanner scans rows of eventColumns. One scanner
 // serves every row of a result, which keeps a batch's decoding to a few
 // allocations per event (a claim decodes thousands a second): the
 // destinations are allocated once, a string equal to the previous row's
@@ -84,15 +67,15 @@ type eventScanner struct {
 	status                                        int16
 	attempts                                      int
 	occurredAt, availableAt, createdAt, updatedAt time.Time
-	doneAt, lockedAt                              pgtype.Timestamptz
+	doneAt, lockedAt, lockedUntil                 pgtype.Timestamptz
 	dest                                          []any
 }
 
-func newEventScanner(extra ...any) *eventScanner {
+func newEventScanner() *eventScanner {
 	s := &eventScanner{}
-	s.dest = append([]any{&s.id, &s.eventType, &s.topic, &s.aggregateType, &s.aggregateID, &s.tenantID,
+	s.dest = []any{&s.id, &s.eventType, &s.topic, &s.aggregateType, &s.aggregateID, &s.tenantID,
 		&s.payload, &s.isJSON, &s.headers, &s.status, &s.attempts, &s.occurredAt, &s.availableAt,
-		&s.createdAt, &s.updatedAt, &s.doneAt, &s.lastError, &s.lockedBy, &s.lockedAt}, extra...)
+		&s.createdAt, &s.updatedAt, &s.doneAt, &s.lastError, &s.lockedBy, &s.lockedAt, &s.lockedUntil}
 	return s
 }
 
@@ -120,6 +103,7 @@ func (s *eventScanner) scan(rows pgx.Rows) (outbox.Event, error) {
 		LastError:   string(s.lastError),
 		LockedBy:    string(s.lockedBy),
 		LockedAt:    s.lockedAt.Time,
+		LockedUntil: s.lockedUntil.Time,
 	}
 	payload := s.payload
 	if payload == nil {

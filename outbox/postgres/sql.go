@@ -31,19 +31,20 @@ const sqlRecordMigration = `INSERT INTO {migrations} (table_name, version, name)
 const eventColumns = `{o}event_id, {o}event_type, {o}topic, {o}aggregate_type,
     coalesce({o}aggregate_id, ''), coalesce({o}tenant_id, ''), {o}payload, {o}payload_json, {o}headers,
     {o}status, {o}attempts, {o}occurred_at, {o}available_at, {o}created_at, {o}updated_at, {o}done_at,
-    coalesce({o}last_error, ''), coalesce({o}locked_by, ''), {o}locked_at`
+    coalesce({o}last_error, ''), coalesce({o}locked_by, ''), {o}locked_at, {o}locked_until`
 
 // sqlInsert writes any number of rows in one statement: one array per
-// column. $1 is the write time, $2 the claim owner of rows whose claim flag
-// is set.
+// column. $1 is the write time; rows whose claim flag is set are written
+// claimed by owner $2 until $15.
 const sqlInsert = `
 INSERT INTO {table} (event_id, event_type, topic, aggregate_type, aggregate_id, tenant_id,
     payload, payload_json, headers, status, attempts,
-    occurred_at, available_at, created_at, updated_at, locked_by, locked_at)
+    occurred_at, available_at, created_at, updated_at, locked_by, locked_at, locked_until)
 SELECT u.event_id, u.event_type, u.topic, u.aggregate_type, nullif(u.aggregate_id, ''), nullif(u.tenant_id, ''),
     u.payload, u.payload_json, u.headers::jsonb, 0, 0,
     u.occurred_at, u.available_at, $1, $1,
-    CASE WHEN u.claimed THEN $2 END, CASE WHEN u.claimed THEN $1::timestamptz END
+    CASE WHEN u.claimed THEN $2 END, CASE WHEN u.claimed THEN $1::timestamptz END,
+    CASE WHEN u.claimed THEN $15::timestamptz END
 FROM unnest($3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[],
     $9::bytea[], $10::boolean[], $11::text[], $12::timestamptz[], $13::timestamptz[], $14::boolean[])
     AS u(event_id, event_type, topic, aggregate_type, aggregate_id, tenant_id,
@@ -55,30 +56,36 @@ FROM unnest($3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text
 const sqlInsertOne = `
 INSERT INTO {table} (event_id, event_type, topic, aggregate_type, aggregate_id, tenant_id,
     payload, payload_json, headers, status, attempts,
-    occurred_at, available_at, created_at, updated_at, locked_by, locked_at)
+    occurred_at, available_at, created_at, updated_at, locked_by, locked_at, locked_until)
 VALUES ($3, $4, $5, $6, nullif($7::text, ''), nullif($8::text, ''),
     $9, $10, $11::jsonb, 0, 0,
     $12, $13, $1, $1,
-    CASE WHEN $14::boolean THEN $2::text END, CASE WHEN $14::boolean THEN $1::timestamptz END)`
+    CASE WHEN $14::boolean THEN $2::text END, CASE WHEN $14::boolean THEN $1::timestamptz END,
+    CASE WHEN $14::boolean THEN $15::timestamptz END)`
 
 const sqlGet = `SELECT ` + eventColumns + ` FROM {table} WHERE event_id = $1`
 
 // The due condition shared by claim and poll: $1 now, $2 written-before
-// (skip-recent), {topics} the topic filter. A claimed row is not due: its
-// available_at is the end of its lease.
-const sqlDue = `status IN (0, 2) {topics} AND available_at <= $1 AND created_at <= $2`
+// (skip-recent), {topics} the topic filter. A claimed row is not due until
+// its lease ends (locked_until). Rows claimed before migration 2 have no
+// locked_until: their claim moved available_at to the end of the lease.
+const sqlDue = `status IN (0, 2) {topics} AND available_at <= $1 AND created_at <= $2
+    AND (locked_until IS NULL OR locked_until <= $1)`
 
-// sqlClaim leases due rows to owner $5 until $3. {cursor} starts the scan
-// after the last row of the previous claim (see outbox.ClaimCursor): the
-// due index keeps the entries of rows claimed earlier until a vacuum, and
-// without it each claim of a drain would walk over all of them. SKIP LOCKED lets
+// sqlClaim leases due rows to owner $5 until $3. It writes only columns
+// that no index holds (locked_by, locked_at, locked_until), so that with
+// the room the table's fill factor leaves on every page (migration 2) the
+// update is heap-only: the new row version goes on the same page, no index
+// gets an entry, and the log gets the changed bytes only. SKIP LOCKED lets
 // concurrent claimers pass each other's rows while the statement runs;
-// after it commits, available_at = end of lease keeps the rows out of every
-// claim (and out of the due index range) until the lease runs out, and
-// locked_by/locked_at say who holds them since when.
-// Each row comes back with its due time (available_at before the lease),
-// the claim's order; sorting the batch in Go is cheaper than materialising
-// it for an ORDER BY.
+// after it commits, locked_until keeps the rows out of every claim until
+// the lease runs out. Claimed rows keep their due index entries, so a claim
+// that starts from the earliest due row passes over those in flight;
+// {cursor} starts the scan after the last row of the previous claim
+// instead (see outbox.ClaimCursor), which also skips the entries that
+// earlier outcomes left until a vacuum.
+// Each row comes back with its due time, the claim's order; sorting the
+// batch in Go is cheaper than materialising it for an ORDER BY.
 // The update finds the locked rows by ctid, a direct fetch, instead of one
 // primary key descent per row; the lock keeps the ctid valid until the
 // statement ends. A row another transaction changed after this statement's
@@ -86,15 +93,15 @@ const sqlDue = `status IN (0, 2) {topics} AND available_at <= $1 AND created_at 
 // it is left out of this claim and stays due.
 const sqlClaim = `
 WITH due AS (
-    SELECT ctid, available_at AS due_at FROM {table}
+    SELECT ctid FROM {table}
     WHERE ` + sqlDue + ` {cursor}
     ORDER BY available_at, event_id
     LIMIT $4
     FOR UPDATE SKIP LOCKED
 )
-UPDATE {table} AS o SET locked_by = $5, locked_at = $1, available_at = $3
+UPDATE {table} AS o SET locked_by = $5, locked_at = $1, locked_until = $3
 FROM due {async} WHERE o.ctid = due.ctid
-RETURNING ` + eventColumns + `, due.due_at`
+RETURNING ` + eventColumns
 
 const sqlPoll = `
 SELECT ` + eventColumns + ` FROM {table}
@@ -115,8 +122,9 @@ const (
 // so that the due index starts the scan there.
 const cursorAfter = `AND (available_at, event_id) > ($%d::timestamptz, $%d::text)`
 
+// sqlRelease ends owner $2's claims; the rows are due again in their place.
 const sqlRelease = `
-UPDATE {table} SET locked_by = NULL, locked_at = NULL, available_at = $3
+UPDATE {table} SET locked_by = NULL, locked_at = NULL, locked_until = NULL
 FROM (SELECT 1) AS one {async}
 WHERE event_id = ANY($1::text[]) AND locked_by = $2 AND status IN (0, 2)`
 
@@ -131,7 +139,8 @@ UPDATE {table} AS o SET
     done_at      = CASE WHEN u.status = 1 THEN $1 ELSE o.done_at END,
     updated_at   = $1,
     locked_by    = NULL,
-    locked_at    = NULL
+    locked_at    = NULL,
+    locked_until = NULL
 FROM unnest($2::text[], $3::smallint[], $4::integer[], $5::timestamptz[], $6::text[])
     AS u(event_id, status, spent, next_at, error) {async}
 WHERE o.event_id = u.event_id AND o.status <> 1`
@@ -182,7 +191,7 @@ const sqlCountDead = `SELECT count(*) FROM {table} WHERE ` + sqlDeadFilter
 // sqlReplayDead keeps last_error as the record of why the event died.
 const sqlReplayDead = `
 UPDATE {table} SET status = 0, attempts = 0, available_at = $5, updated_at = $5,
-    done_at = NULL, locked_by = NULL, locked_at = NULL
+    done_at = NULL, locked_by = NULL, locked_at = NULL, locked_until = NULL
 WHERE ` + sqlDeadFilter
 
 // sqlPurge deletes one batch; the literal status list lets the planner use

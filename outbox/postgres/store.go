@@ -172,7 +172,8 @@ func (s *Store) insertOne(ctx context.Context, tx pgx.Tx, e *outbox.Envelope, no
 		return err
 	}
 	_, err = tx.Exec(ctx, s.t.sql.insertOne, now, owner, e.ID, string(e.Type), e.Topic, string(e.AggregateType),
-		e.AggregateID, e.TenantID, e.Payload(), e.IsJSON(), r.headers, e.OccurredAt, r.available, r.claimed)
+		e.AggregateID, e.TenantID, e.Payload(), e.IsJSON(), r.headers, e.OccurredAt, r.available, r.claimed,
+		now.Add(lease.Duration))
 	return err
 }
 
@@ -198,13 +199,13 @@ func (s *Store) insertMany(ctx context.Context, tx pgx.Tx, events []outbox.Envel
 		headers[i], occurred[i], available[i], claimed[i] = r.headers, e.OccurredAt, r.available, r.claimed
 	}
 	_, err := tx.Exec(ctx, s.t.sql.insert, now, owner, ids, types, topics, aggTypes, aggIDs, tenants,
-		payloads, isJSON, headers, occurred, available, claimed)
+		payloads, isJSON, headers, occurred, available, claimed, now.Add(lease.Duration))
 	return err
 }
 
 // row is what the store computes for an event's row: its stored headers
 // (nil: NULL), whether it is written claimed by the lease's owner, and
-// when it is next due.
+// when it is due.
 type row struct {
 	headers   *string
 	claimed   bool
@@ -222,13 +223,9 @@ func newRow(e *outbox.Envelope, now time.Time, lease outbox.Lease) (row, error) 
 		r.headers = &text
 	}
 	r.claimed = lease.Owner != "" && e.DeliverAfter.IsZero()
-	switch {
-	case r.claimed:
-		r.available = now.Add(lease.Duration)
-	case e.DeliverAfter.After(now):
+	r.available = now
+	if e.DeliverAfter.After(now) {
 		r.available = e.DeliverAfter
-	default:
-		r.available = now
 	}
 	return r, nil
 }
@@ -309,7 +306,7 @@ func (s *Store) Release(ctx context.Context, owner string, ids []string) (int64,
 	if len(ids) == 0 {
 		return 0, nil
 	}
-	tag, err := s.db.Exec(ctx, s.t.sql.release, ids, owner, s.clock.Now())
+	tag, err := s.db.Exec(ctx, s.t.sql.release, ids, owner)
 	if err != nil {
 		return 0, fmt.Errorf("postgres: release %d claims: %w", len(ids), err)
 	}

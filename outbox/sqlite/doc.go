@@ -37,7 +37,7 @@
 //
 // # The table
 //
-// One STRICT table (see migrations/0001_create_outbox_event.sql), the
+// One STRICT table (see the migrations folder), the
 // columns of the PostgreSQL table with SQLite types: the payload is a BLOB,
 // delivered byte for byte as written, with payload_json saying which kind
 // it is; headers are a JSON object in TEXT; times are INTEGER unix
@@ -55,24 +55,21 @@
 // [Open]) to its commit. Keep transactions short. With WAL, readers never
 // wait for the writer.
 //
-// No FOR UPDATE SKIP LOCKED, and no need for it. A claim is one
-// transaction whose first statement is
+// No FOR UPDATE SKIP LOCKED, and no need for it. A claim is one statement,
 //
-//	UPDATE ... SET locked_by = ?, locked_at = ?
+//	UPDATE ... SET locked_by = ?, locked_at = ?, locked_until = ?
 //	WHERE event_id IN (SELECT ... ORDER BY available_at, event_id LIMIT ?)
 //	RETURNING ...
 //
 // and a write statement takes the write lock before it reads anything, so
 // claimers run one after the other and each sees the claims of those
 // before it; this holds in a deferred transaction too, so it does not
-// depend on the DSN. The lease is the PostgreSQL store's: the claim's
-// second statement moves available_at to the end of the lease, so the rows
-// are due for nobody until it runs out (a relay that died loses them
-// then); locked_by and locked_at record who claimed them and when;
-// [Store.Release] makes them due at once; status updates clear the claim.
-// Claims return events in due order, by the due time they had before the
-// claim: SQLite cannot return an updated row's old values, which is why the
-// lease is a second statement in the same transaction.
+// depend on the DSN. The lease is the PostgreSQL store's: locked_by,
+// locked_at and locked_until record who claimed the rows, when, and until
+// when; they are due for nobody until the lease runs out (a relay that
+// died loses them then); [Store.Release] makes them due at once, in their
+// place; status updates clear the claim. Claims return events in due
+// order.
 //
 // No fair lock queue. A connection that finds the write lock taken polls
 // for it with growing sleeps until the busy timeout, and a writer that

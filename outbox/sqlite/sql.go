@@ -41,7 +41,7 @@ const (
 const eventColumns = `event_id, event_type, topic, aggregate_type,
     coalesce(aggregate_id, ''), coalesce(tenant_id, ''), payload, payload_json, headers,
     status, attempts, occurred_at, available_at, created_at, updated_at, done_at,
-    coalesce(last_error, ''), coalesce(locked_by, ''), locked_at`
+    coalesce(last_error, ''), coalesce(locked_by, ''), locked_at, locked_until`
 
 // The savepoint around a batch insert: SQLite keeps a transaction usable
 // after a failed statement, so the batch is undone as a whole when one row
@@ -53,34 +53,34 @@ const (
 )
 
 // sqlInsert writes one row; Insert runs it, prepared, for every event of a
-// batch. ?12 is the write time; ?13 and ?14 are the claim (owner, time) of
-// a pre-claimed row, NULL otherwise.
+// batch. ?12 is the write time; ?13, ?14 and ?15 are the claim (owner,
+// time, end of the lease) of a pre-claimed row, NULL otherwise.
 const sqlInsert = `
 INSERT INTO {table} (event_id, event_type, topic, aggregate_type, aggregate_id, tenant_id,
     payload, payload_json, headers, status, attempts,
-    occurred_at, available_at, created_at, updated_at, locked_by, locked_at)
+    occurred_at, available_at, created_at, updated_at, locked_by, locked_at, locked_until)
 VALUES (?1, ?2, ?3, ?4, nullif(?5, ''), nullif(?6, ''),
     ?7, ?8, ?9, 0, 0,
-    ?10, ?11, ?12, ?12, ?13, ?14)`
+    ?10, ?11, ?12, ?12, ?13, ?14, ?15)`
 
 const sqlGet = `SELECT ` + eventColumns + ` FROM {table} WHERE event_id = ?1`
 
 // The due condition shared by claim and poll: ?1 now, ?2 written-before
-// (skip-recent), {topics} the topic filter. A claimed row is not due: its
-// available_at is the end of its lease.
-const sqlDue = `status IN (0, 2) {topics} AND available_at <= ?1 AND created_at <= ?2`
+// (skip-recent), {topics} the topic filter. A claimed row is not due until
+// its lease ends (locked_until). Rows claimed before migration 2 have no
+// locked_until: their claim moved available_at to the end of the lease.
+const sqlDue = `status IN (0, 2) {topics} AND available_at <= ?1 AND created_at <= ?2
+    AND (locked_until IS NULL OR locked_until <= ?1)`
 
-// sqlClaim records owner ?4's claim (locked_by, locked_at) on up to ?3 due
-// rows, taken in due order, and returns them. available_at is left alone
-// here, so RETURNING gives the due time before the claim, by which the
-// store orders the events; sqlClaimLease then moves it to the end of the
-// lease, in the same transaction.
+// sqlClaim records owner ?4's claim (locked_by, locked_at, locked_until ?5)
+// on up to ?3 due rows, taken in due order, and returns them, in no set
+// order.
 //
 // Being a write, this statement takes SQLite's write lock when it starts,
 // before it reads anything, waiting up to the busy timeout: claimers take
 // turns, and each one reads only rows no earlier claim holds.
 const sqlClaim = `
-UPDATE {table} SET locked_by = ?4, locked_at = ?1
+UPDATE {table} SET locked_by = ?4, locked_at = ?1, locked_until = ?5
 WHERE event_id IN (
     SELECT event_id FROM {table}
     WHERE ` + sqlDue + `
@@ -88,10 +88,6 @@ WHERE event_id IN (
     LIMIT ?3
 )
 RETURNING ` + eventColumns
-
-// sqlClaimLease starts the lease of the rows sqlClaim took: they are due
-// again at ?1, the end of the lease, for any claimer.
-const sqlClaimLease = `UPDATE {table} SET available_at = ?1 WHERE event_id IN (SELECT value FROM json_each(?2))`
 
 const sqlPoll = `
 SELECT ` + eventColumns + ` FROM {table}
@@ -108,8 +104,9 @@ const (
 	topicsMany = `AND topic IN (SELECT value FROM json_each(?%d))`
 )
 
+// sqlRelease ends owner ?2's claims; the rows are due again in their place.
 const sqlRelease = `
-UPDATE {table} SET locked_by = NULL, locked_at = NULL, available_at = ?3
+UPDATE {table} SET locked_by = NULL, locked_at = NULL, locked_until = NULL
 WHERE event_id IN (SELECT value FROM json_each(?1)) AND locked_by = ?2 AND status IN (0, 2)`
 
 // sqlUpdateStatus applies a batch of outcomes, given as a JSON array of
@@ -124,7 +121,8 @@ UPDATE {table} AS o SET
     done_at      = CASE WHEN u.status = 1 THEN ?1 ELSE o.done_at END,
     updated_at   = ?1,
     locked_by    = NULL,
-    locked_at    = NULL
+    locked_at    = NULL,
+    locked_until = NULL
 FROM (
     SELECT value ->> '$.id' AS event_id, value ->> '$.status' AS status, value ->> '$.spent' AS spent,
         value ->> '$.next_at' AS next_at, value ->> '$.error' AS error
@@ -161,7 +159,7 @@ const sqlCountDead = `SELECT count(*) FROM {table} WHERE ` + sqlDeadFilter
 // sqlReplayDead keeps last_error as the record of why the event died.
 const sqlReplayDead = `
 UPDATE {table} SET status = 0, attempts = 0, available_at = ?5, updated_at = ?5,
-    done_at = NULL, locked_by = NULL, locked_at = NULL
+    done_at = NULL, locked_by = NULL, locked_at = NULL, locked_until = NULL
 WHERE ` + sqlDeadFilter
 
 // sqlPurge deletes one batch (each statement is its own transaction); the
@@ -181,7 +179,6 @@ type statements struct {
 	insert, get, release, updateStatus string
 	deleteDone                         string    // empty unless Config.DeleteDone
 	claim, poll                        [3]string // by topic filter: any, one, many
-	claimLease                         string
 	queryDead, countDead, replayDead   string
 	backlog                            string
 	purge                              string
@@ -195,7 +192,6 @@ func renderStatements(quoted string, deleteDone bool) statements {
 		recordMigration:      r.Replace(sqlRecordMigration),
 		insert:               r.Replace(sqlInsert),
 		get:                  r.Replace(sqlGet),
-		claimLease:           r.Replace(sqlClaimLease),
 		release:              r.Replace(sqlRelease),
 		updateStatus:         r.Replace(sqlUpdateStatus),
 		queryDead:            r.Replace(sqlQueryDead),
@@ -208,7 +204,7 @@ func renderStatements(quoted string, deleteDone bool) statements {
 		s.deleteDone = r.Replace(sqlDeleteDone)
 	}
 	for i, filter := range []string{topicsAny, topicsOne, topicsMany} {
-		s.claim[i] = r.Replace(strings.Replace(sqlClaim, "{topics}", withSlot(filter, 5), 1))
+		s.claim[i] = r.Replace(strings.Replace(sqlClaim, "{topics}", withSlot(filter, 6), 1))
 		s.poll[i] = r.Replace(strings.Replace(sqlPoll, "{topics}", withSlot(filter, 4), 1))
 	}
 	return s

@@ -187,20 +187,16 @@ func (s *Store) Insert(ctx context.Context, tx *sql.Tx, events []outbox.Envelope
 		if payload == nil {
 			payload = []byte{}
 		}
-		claimed := lease.Owner != "" && e.DeliverAfter.IsZero()
 		available := now
-		switch {
-		case claimed:
-			available = now.Add(lease.Duration)
-		case e.DeliverAfter.After(now):
+		if e.DeliverAfter.After(now) {
 			available = e.DeliverAfter
 		}
-		var owner, lockedAt any // NULL
-		if claimed {
-			owner, lockedAt = lease.Owner, micros(now)
+		var owner, lockedAt, lockedUntil any // NULL
+		if lease.Owner != "" && e.DeliverAfter.IsZero() {
+			owner, lockedAt, lockedUntil = lease.Owner, micros(now), micros(now.Add(lease.Duration))
 		}
 		_, err = stmt.ExecContext(ctx, e.ID, string(e.Type), e.Topic, string(e.AggregateType), e.AggregateID, e.TenantID,
-			payload, e.IsJSON(), headerText, micros(e.OccurredAt), micros(available), micros(now), owner, lockedAt)
+			payload, e.IsJSON(), headerText, micros(e.OccurredAt), micros(available), micros(now), owner, lockedAt, lockedUntil)
 		if isUniqueViolation(err) {
 			return fmt.Errorf("sqlite: insert into %s: %w: %w", s.t.name, outbox.ErrDuplicateEvent, err)
 		}
@@ -227,59 +223,35 @@ func (s *Store) Get(ctx context.Context, id string) (outbox.Event, error) {
 }
 
 // Claim implements [outbox.Store]. SQLite has no FOR UPDATE SKIP LOCKED
-// and needs none: it lets one writer at a time, and the claim's first
-// statement is a write, so it holds the write lock before it reads which
-// rows are due. Claimers take turns (waiting up to the busy timeout), and
-// each sees the leases of the ones before. req.Cursor is left alone: an
-// SQLite index holds no entries for the rows' earlier versions, so a claim
-// has nothing to skip.
-func (s *Store) Claim(ctx context.Context, req outbox.ClaimRequest) (events []outbox.Event, err error) {
-	req, err = req.Normalize()
+// and needs none: it lets one writer at a time, and the claim is one write
+// statement, so it holds the write lock before it reads which rows are
+// due. Claimers take turns (waiting up to the busy timeout), and each sees
+// the leases of the ones before. req.Cursor is left alone: an SQLite index
+// holds no entries for the rows' earlier versions, so a claim has nothing
+// to skip.
+func (s *Store) Claim(ctx context.Context, req outbox.ClaimRequest) ([]outbox.Event, error) {
+	req, err := req.Normalize()
 	if err != nil {
 		return nil, err
 	}
 	now := s.clock.Now()
-	leaseEnd := time.UnixMicro(micros(now.Add(req.LockTimeout))).UTC() // as stored
 	query, topicArg := topicVariant(s.t.sql.claim, req.Topics)
-	args := []any{micros(now), micros(now.Add(-req.SkipRecent)), req.Limit, req.Owner}
+	args := []any{micros(now), micros(now.Add(-req.SkipRecent)), req.Limit, req.Owner, micros(now.Add(req.LockTimeout))}
 	if topicArg != nil {
 		args = append(args, topicArg)
 	}
-
 	if err := s.gate.enter(ctx, "claim"); err != nil {
 		return nil, err
 	}
 	defer s.gate.leave()
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		return nil, fmt.Errorf("sqlite: claim: %w", err)
-	}
-	defer func() {
-		if err != nil {
-			_ = tx.Rollback()
-		}
-	}()
-	events, err = queryEvents(ctx, tx, "claim", query, args...)
+	events, err := queryEvents(ctx, s.db, "claim", query, args...)
 	if err != nil {
 		return nil, err
 	}
-	if len(events) > 0 {
-		// RETURNING gave the rows as they were due, in no set order.
-		slices.SortFunc(events, func(a, b outbox.Event) int {
-			return cmp.Or(a.AvailableAt.Compare(b.AvailableAt), strings.Compare(a.ID, b.ID))
-		})
-		claimed := make([]string, len(events))
-		for i := range events {
-			claimed[i] = events[i].ID
-			events[i].AvailableAt = leaseEnd
-		}
-		if _, err = tx.ExecContext(ctx, s.t.sql.claimLease, micros(leaseEnd), jsonArray(claimed)); err != nil {
-			return nil, fmt.Errorf("sqlite: claim: lease: %w", err)
-		}
-	}
-	if err = tx.Commit(); err != nil {
-		return nil, fmt.Errorf("sqlite: claim: commit: %w", err)
-	}
+	// RETURNING gives the rows in no set order.
+	slices.SortFunc(events, func(a, b outbox.Event) int {
+		return cmp.Or(a.AvailableAt.Compare(b.AvailableAt), strings.Compare(a.ID, b.ID))
+	})
 	return events, nil
 }
 
@@ -314,7 +286,7 @@ func (s *Store) Release(ctx context.Context, owner string, ids []string) (int64,
 	if len(ids) == 0 {
 		return 0, nil
 	}
-	return s.exec(ctx, fmt.Sprintf("release %d claims", len(ids)), s.t.sql.release, jsonArray(ids), owner, micros(s.clock.Now()))
+	return s.exec(ctx, fmt.Sprintf("release %d claims", len(ids)), s.t.sql.release, jsonArray(ids), owner)
 }
 
 // statusRow is one outcome as sqlUpdateStatus reads it from JSON.
@@ -473,12 +445,12 @@ func scanEvents(rows *sql.Rows) ([]outbox.Event, error) {
 			isJSON                                bool
 			status                                int16
 			occurred, available, created, updated int64
-			doneAt, lockedAt                      sql.NullInt64
+			doneAt, lockedAt, lockedUntil         sql.NullInt64
 			eventType, aggType                    string
 		)
 		err := rows.Scan(&e.ID, &eventType, &e.Topic, &aggType, &e.AggregateID, &e.TenantID,
 			&payload, &isJSON, &headers, &status, &e.Attempts, &occurred, &available,
-			&created, &updated, &doneAt, &e.LastError, &e.LockedBy, &lockedAt)
+			&created, &updated, &doneAt, &e.LastError, &e.LockedBy, &lockedAt, &lockedUntil)
 		if err != nil {
 			return nil, err
 		}
@@ -493,7 +465,7 @@ func scanEvents(rows *sql.Rows) ([]outbox.Event, error) {
 		}
 		e.OccurredAt, e.AvailableAt = time.UnixMicro(occurred).UTC(), time.UnixMicro(available).UTC()
 		e.CreatedAt, e.UpdatedAt = time.UnixMicro(created).UTC(), time.UnixMicro(updated).UTC()
-		e.DoneAt, e.LockedAt = fromMicros(doneAt), fromMicros(lockedAt)
+		e.DoneAt, e.LockedAt, e.LockedUntil = fromMicros(doneAt), fromMicros(lockedAt), fromMicros(lockedUntil)
 		e.Headers, e.Malformed = outbox.DecodeHeaders(headers)
 		events = append(events, e)
 	}
