@@ -220,7 +220,7 @@ func forwarderDrain(ctx context.Context, pool *pgxpool.Pool, n int, s forwarderS
 	}
 
 	tally := newTally(n)
-	watch := startWatch()
+	watch := startWatch(ctx, pool)
 	if err := r.start(ctx, s, tally.recv); err != nil {
 		return window{}, err
 	}

@@ -188,7 +188,7 @@ func oursWrite(ctx context.Context, pool *pgxpool.Pool, n, writers int, deleteDo
 	}
 	defer func() { err = errors.Join(err, r.close()) }()
 
-	watch := startWatch()
+	watch := startWatch(ctx, pool)
 	err = parallel(writers, n, func(i int) error {
 		return r.store.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
 			return r.pub.Publish(outboxTopic, benchMessage(ctx, i))
@@ -282,7 +282,7 @@ func oursDrain(ctx context.Context, db *database, pool *pgxpool.Pool, n, instanc
 		defer pools[i].Close()
 	}
 
-	watch := startWatch()
+	watch := startWatch(ctx, pool)
 	relays := make([]*relay, 0, instances)
 	defer func() { err = errors.Join(err, closeAll(relays)) }()
 	for _, p := range pools {

@@ -119,7 +119,7 @@ func rawInsert(ctx context.Context, pool *pgxpool.Pool, n, writers int) (window,
 	}
 	defer drop()
 	insert := rawSQL(sqlRawInsert, table)
-	watch := startWatch()
+	watch := startWatch(ctx, pool)
 	err = parallel(writers, n, func(i int) error {
 		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 			_, err := tx.Exec(ctx, insert, outbox.NewID(), eventType, outboxTopic, aggregateType, aggregateID(i),
@@ -164,7 +164,7 @@ func rawClaim(ctx context.Context, pool *pgxpool.Pool, n int, lease bool) (windo
 		}
 	}
 	done := 0
-	watch := startWatch()
+	watch := startWatch(ctx, pool)
 	for {
 		claimed, err := batch()
 		if err != nil {

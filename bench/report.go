@@ -18,12 +18,13 @@ type row struct {
 	scenario string
 	value    string
 	cpu      string // CPU per event, for throughput scenarios
+	wal      string // write-ahead log per event, for throughput scenarios
 	compared string // ratios to the baselines
 }
 
 // add reports a throughput series: its median rate and CPU per event.
 func (r *report) add(s *series, compared string) {
-	r.addRow(row{scenario: s.name, value: rate(s.median()), cpu: s.cpu(), compared: compared})
+	r.addRow(row{scenario: s.name, value: rate(s.median()), cpu: s.cpu(), wal: s.wal(), compared: compared})
 }
 
 // addValue reports a scenario measured otherwise.
@@ -33,15 +34,15 @@ func (r *report) addValue(scenario, value, compared string) {
 
 func (r *report) addRow(row row) {
 	r.rows = append(r.rows, row)
-	fmt.Printf("  %-58s %s  %s\n", row.scenario, row.value, row.cpu) // progress, while the rest runs
+	fmt.Printf("  %-58s %s  %s  %s\n", row.scenario, row.value, row.cpu, row.wal) // progress, while the rest runs
 }
 
 func (r *report) print(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "scenario\tmedian\tCPU per event\tcompared")
-	fmt.Fprintln(tw, "--------\t------\t-------------\t--------")
+	fmt.Fprintln(tw, "scenario\tmedian\tCPU per event\tWAL per event\tcompared")
+	fmt.Fprintln(tw, "--------\t------\t-------------\t-------------\t--------")
 	for _, row := range r.rows {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", row.scenario, row.value, row.cpu, row.compared)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", row.scenario, row.value, row.cpu, row.wal, row.compared)
 	}
 	tw.Flush()
 }
@@ -135,6 +136,20 @@ func (s *series) cpu() string {
 		machine[i], process[i] = float64(m), float64(p)
 	}
 	return cpuString(time.Duration(median(machine)), time.Duration(median(process)))
+}
+
+// wal is the median log bytes per event.
+func (s *series) wal() string {
+	bytes := make([]float64, 0, len(s.windows))
+	for _, w := range s.windows {
+		if b := w.walPerEvent(); b >= 0 {
+			bytes = append(bytes, b)
+		}
+	}
+	if len(bytes) == 0 {
+		return walString(-1)
+	}
+	return walString(median(bytes))
 }
 
 // ratioTo is the median, over the repetitions, of s's rate divided by

@@ -1,0 +1,127 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// window is one timed measurement: the events it moved, its wall time, the
+// CPU time used meanwhile by the whole machine (the database server
+// included) and by this process (the clients and relays), and the bytes
+// the database server wrote to its write-ahead log. On a shared machine
+// whose speed drifts, CPU per event is steadier than events per second,
+// and it says which side an overhead is on; the log is the database's
+// work for an event, which the machine's speed does not change at all.
+type window struct {
+	events           int
+	elapsed          time.Duration
+	machine, process time.Duration
+	wal              int64 // bytes; -1 when the server's position could not be read
+}
+
+func (w window) rate() float64 { return float64(w.events) / w.elapsed.Seconds() }
+
+// perEvent is machine and process CPU per event.
+func (w window) perEvent() (machine, process time.Duration) {
+	n := time.Duration(max(w.events, 1))
+	return w.machine / n, w.process / n
+}
+
+// walPerEvent is the log bytes per event, -1 when unknown.
+func (w window) walPerEvent() float64 {
+	if w.wal < 0 {
+		return -1
+	}
+	return float64(w.wal) / float64(max(w.events, 1))
+}
+
+// stopwatch starts a window; it reads the log position on db, the
+// server's, which counts every database on it: the program runs alone.
+type stopwatch struct {
+	ctx              context.Context
+	db               *pgxpool.Pool
+	start            time.Time
+	machine, process time.Duration
+	wal              int64
+}
+
+func startWatch(ctx context.Context, db *pgxpool.Pool) stopwatch {
+	return stopwatch{ctx: ctx, db: db, wal: walPosition(ctx, db),
+		start: time.Now(), machine: machineCPU(), process: processCPU()}
+}
+
+func (s stopwatch) stop(events int) window {
+	w := window{events: events, elapsed: time.Since(s.start),
+		machine: machineCPU() - s.machine, process: processCPU() - s.process, wal: -1}
+	if end := walPosition(s.ctx, s.db); s.wal >= 0 && end >= 0 {
+		w.wal = end - s.wal
+	}
+	return w
+}
+
+// walPosition is how many bytes the server has inserted into its
+// write-ahead log since it was created, -1 when it cannot be read.
+func walPosition(ctx context.Context, db *pgxpool.Pool) int64 {
+	var pos int64
+	if err := db.QueryRow(ctx, `SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '0/0')::bigint`).Scan(&pos); err != nil {
+		return -1
+	}
+	return pos
+}
+
+// processCPU is the user and system time of this process.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// machineCPU is the busy time of all CPUs from /proc/stat: user, nice,
+// system, irq and softirq; not idle, iowait, or the time a hypervisor
+// stole for other machines. 0 where /proc/stat cannot be read.
+func machineCPU() time.Duration {
+	stat, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0
+	}
+	line, _, _ := strings.Cut(string(stat), "\n")
+	fields := strings.Fields(line)
+	if len(fields) < 8 || fields[0] != "cpu" {
+		return 0
+	}
+	var ticks int64
+	for _, i := range []int{1, 2, 3, 6, 7} { // user nice system irq softirq
+		n, err := strconv.ParseInt(fields[i], 10, 64)
+		if err != nil {
+			return 0
+		}
+		ticks += n
+	}
+	return time.Duration(ticks) * time.Second / clockTicks
+}
+
+// clockTicks is USER_HZ, the unit of /proc/stat: 100 on every Linux
+// architecture Go supports.
+const clockTicks = 100
+
+// cpuString formats a series' median CPU per event.
+func cpuString(machine, process time.Duration) string {
+	return fmt.Sprintf("%s (this process %s)", us(machine), us(process))
+}
+
+func us(d time.Duration) string { return fmt.Sprintf("%.0f µs", float64(d)/float64(time.Microsecond)) }
+
+// walString formats a series' median log bytes per event.
+func walString(perEvent float64) string {
+	if perEvent < 0 {
+		return "?"
+	}
+	return thousands(int64(perEvent+0.5)) + " B"
+}
