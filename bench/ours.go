@@ -165,38 +165,61 @@ func closeAll(relays []*relay) error {
 	return errors.Join(errs...)
 }
 
+// writeSetting is what runs beside the writers of the write path: a relay
+// in their process forwarding to downstream, deleting delivered events
+// (postgres.Config.DeleteDone) or not; with no downstream, no relay at all
+// (the writer alone, its events left for another process).
+type writeSetting struct {
+	name       string
+	downstream func(recv func(*message.Message)) (message.Publisher, func() error, error)
+	deleteDone bool
+}
+
 // oursWrite is the write path: writers, each writing one event per
-// business transaction while a relay delivers them. Only the writes are
-// timed. With deleteDone, the relay deletes delivered events
-// (postgres.Config.DeleteDone).
-func oursWrite(ctx context.Context, pool *pgxpool.Pool, n, writers int, deleteDone bool) (_ window, err error) {
+// business transaction, beside what setting runs. Only the writes are
+// timed.
+func oursWrite(ctx context.Context, pool *pgxpool.Pool, n, writers int, setting writeSetting) (_ window, err error) {
 	table, drop, err := freshTable(ctx, pool, "bench_write")
 	if err != nil {
 		return window{}, err
 	}
 	defer drop()
-	table.DeleteDone = deleteDone
+	table.DeleteDone = setting.deleteDone
 	t := newTally(n)
-	snk, err := startSink(ctx, sinkTopic, t.recv)
-	if err != nil {
-		return window{}, err
+	var (
+		store *postgres.Store
+		pub   *watermilladapter.Publisher[pgx.Tx]
+	)
+	if setting.downstream == nil {
+		if store, err = postgres.NewStore(pool, table); err != nil {
+			return window{}, err
+		}
+		if pub, err = watermilladapter.NewPublisher(store, watermilladapter.PublisherConfig{}); err != nil {
+			return window{}, err
+		}
+	} else {
+		down, closeDown, err := setting.downstream(t.recv)
+		if err != nil {
+			return window{}, err
+		}
+		defer func() { err = errors.Join(err, closeDown()) }()
+		r, err := startRelay(ctx, pool, table, down, watermilladapter.SubscriberConfig{})
+		if err != nil {
+			return window{}, err
+		}
+		defer func() { err = errors.Join(err, r.close()) }()
+		store, pub = r.store, r.pub
 	}
-	defer func() { err = errors.Join(err, snk.close()) }()
-	r, err := startRelay(ctx, pool, table, snk.pub, watermilladapter.SubscriberConfig{})
-	if err != nil {
-		return window{}, err
-	}
-	defer func() { err = errors.Join(err, r.close()) }()
 
 	watch := startWatch(ctx, pool)
 	err = parallel(writers, n, func(i int) error {
-		return r.store.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
-			return r.pub.Publish(outboxTopic, benchMessage(ctx, i))
+		return store.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+			return pub.Publish(outboxTopic, benchMessage(ctx, i))
 		})
 	})
 	w := watch.stop(n)
-	if err != nil {
-		return window{}, err
+	if err != nil || setting.downstream == nil {
+		return w, err
 	}
 	if err := t.wait(ctx, nil); err != nil {
 		return window{}, err
@@ -298,7 +321,7 @@ func oursDrain(ctx context.Context, db *database, pool *pgxpool.Pool, n, instanc
 	return watch.stop(n), t.check("drain")
 }
 
-// toSink is a downstream for oursDrain: the GoChannel sink.
+// toSink is a downstream for oursDrain and oursWrite: the GoChannel sink.
 func toSink(ctx context.Context) func(recv func(*message.Message)) (message.Publisher, func() error, error) {
 	return func(recv func(*message.Message)) (message.Publisher, func() error, error) {
 		s, err := startSink(ctx, sinkTopic, recv)

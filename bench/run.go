@@ -82,18 +82,25 @@ func run(ctx context.Context, server string, sz sizes, only string, quick bool) 
 
 func msf(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
-// measureWrite times the raw single-row inserts and our write path,
-// keeping delivered events and deleting them, in alternation, so that a
-// shared machine's drift falls on all alike.
+// measureWrite times the raw single-row inserts and our write path, in
+// alternation, so that a shared machine's drift falls on all alike: with
+// the relay delivering to the sink, keeping delivered events and deleting
+// them; and, to tell where its cost lies, with the relay delivering to a
+// downstream that costs nothing, and with no relay at all.
 func (res *results) measureWrite(ctx context.Context, pool *pgxpool.Pool, sz sizes, rep *report) error {
 	raw := &series{name: fmt.Sprintf("1 raw: insert, 1 row per transaction, %d writers", writers),
 		measure: func() (window, error) { return rawInsert(ctx, pool, sz.writes, writers) }}
 	all := []*series{raw}
-	for _, deleteDone := range []bool{false, true} {
+	for _, s := range []writeSetting{
+		{name: "relay running, " + doneRows(false), downstream: toSink(ctx)},
+		{name: "relay running, " + doneRows(true), downstream: toSink(ctx), deleteDone: true},
+		{name: "relay running, forwarding to a publisher that only counts, " + doneRows(false), downstream: toCounter},
+		{name: "no relay in the process (the writer alone)"},
+	} {
 		all = append(all, &series{
-			name: fmt.Sprintf("2 write: ours, 1 event per transaction, %d writers, relay running, %s", writers, doneRows(deleteDone)),
+			name: fmt.Sprintf("2 write: ours, 1 event per transaction, %d writers, %s", writers, s.name),
 			measure: func() (window, error) {
-				return oursWrite(ctx, pool, sz.writes, writers, deleteDone)
+				return oursWrite(ctx, pool, sz.writes, writers, s)
 			}})
 	}
 	if err := interleave(sz.reps, all...); err != nil {
