@@ -53,11 +53,11 @@ func collectClaimed(rows pgx.Rows, limit int) ([]outbox.Event, outbox.ClaimCurso
 	return claimed, outbox.ClaimCursor{DueAt: last.AvailableAt, ID: last.ID}, nil
 }
 
-// eventScanner scans rows of eventColumns. One scanner
-// serves every row of a result, which keeps a batch's decoding to a few
-// allocations per event (a claim decodes thousands a second): the
-// destinations are allocated once, a string equal to the previous row's
-// keeps it, and headers are decoded from the driver's buffer, uncopied.
+// eventScanner scans rows of eventColumns. One scanner serves every row of
+// a result, which keeps a batch's decoding to a few allocations per event
+// (a claim decodes thousands a second): the destinations are allocated
+// once, a string equal to the previous row's keeps it, and headers are
+// decoded from the driver's buffer, uncopied.
 type eventScanner struct {
 	id, eventType, topic, aggregateType, aggregateID,
 	tenantID, lastError, lockedBy repeated
