@@ -5,10 +5,13 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/wmoutbox/wmoutbox/internal/clocktest"
+	"github.com/wmoutbox/wmoutbox/internal/storetest"
 	"github.com/wmoutbox/wmoutbox/internal/testdb"
 	"github.com/wmoutbox/wmoutbox/outbox"
 	"github.com/wmoutbox/wmoutbox/outbox/postgres"
@@ -70,4 +73,54 @@ func TestClaimsAreHeapOnlyUpdates(t *testing.T) {
 		FROM CAST('outbox_event' AS regclass) AS c`).Scan(&updated, &heapOnly))
 	require.Equal(t, backlog, updated)
 	require.Equal(t, backlog, heapOnly, "every claim rewrote its row in place")
+}
+
+// A table that relays of an earlier version used is migrated with their
+// claims in it: such a claim moved available_at to the end of its lease
+// and has no locked_until, and it holds until then.
+func TestUpgradeKeepsEarlierClaims(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := testdb.New(t)
+	cfg := postgres.Config{Table: "upgraded_outbox"}
+	migrations, err := postgres.Migrations(cfg)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, migrations[0].SQL)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `INSERT INTO wmoutbox_migration (table_name, version, name) VALUES ($1, 1, $2)`,
+		cfg.Table, migrations[0].Name)
+	require.NoError(t, err)
+
+	// As version 1 left them: one event due, one claimed by a relay whose
+	// lease ends a minute from now.
+	start := storetest.Start
+	for _, row := range []struct {
+		id, owner string
+		available time.Time
+	}{{"due", "", start}, {"leased", "old-relay", start.Add(time.Minute)}} {
+		_, err = pool.Exec(ctx, `INSERT INTO upgraded_outbox (event_id, event_type, topic, payload, occurred_at,
+			available_at, created_at, updated_at, locked_by, locked_at) VALUES ($1, 'T', 'orders', '\x00', $2, $3, $2, $2,
+			nullif($4, ''), CASE WHEN $4 <> '' THEN $2::timestamptz END)`, row.id, start, row.available, row.owner)
+		require.NoError(t, err)
+	}
+
+	require.NoError(t, postgres.Migrate(ctx, pool, cfg))
+	var params []string
+	require.NoError(t, pool.QueryRow(ctx, `SELECT reloptions FROM pg_class WHERE oid = 'upgraded_outbox'::regclass`).Scan(&params))
+	require.Equal(t, []string{"fillfactor=50"}, params)
+
+	clock := clocktest.New(start)
+	cfg.Clock = clock
+	store, err := postgres.NewStore(pool, cfg)
+	require.NoError(t, err)
+	req := outbox.ClaimRequest{Owner: "new-relay", LockTimeout: time.Minute}
+	require.Equal(t, []string{"due"}, claimIDs(t, store, req), "the earlier relay's claim holds")
+	_, err = store.UpdateStatus(ctx, outbox.Done("due"))
+	require.NoError(t, err)
+	clock.Advance(time.Minute)
+	claimed, err := store.Claim(ctx, req)
+	require.NoError(t, err)
+	require.Equal(t, []string{"leased"}, storetest.IDs(claimed), "until its lease ends")
+	require.Equal(t, "new-relay", claimed[0].LockedBy)
+	require.Equal(t, start.Add(2*time.Minute), claimed[0].LockedUntil.UTC())
 }

@@ -382,3 +382,48 @@ func TestStoreWriteInsideInTxWaitsForIt(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, ids, storetest.IDs(claimed))
 }
+
+// A table that relays of an earlier version used is migrated with their
+// claims in it: such a claim moved available_at to the end of its lease
+// and has no locked_until, and it holds until then.
+func TestUpgradeKeepsEarlierClaims(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	db := openDB(t) // its migration table is there
+	cfg := sqlite.Config{Table: "upgraded_outbox"}
+	migrations, err := sqlite.Migrations(cfg)
+	require.NoError(t, err)
+	_, err = db.ExecContext(ctx, migrations[0].SQL)
+	require.NoError(t, err)
+	_, err = db.ExecContext(ctx, `INSERT INTO wmoutbox_migration (table_name, version, name, applied_at) VALUES (?, 1, ?, 0)`,
+		cfg.Table, migrations[0].Name)
+	require.NoError(t, err)
+
+	// As version 1 left them: one event due, one claimed by a relay whose
+	// lease ends a minute from now.
+	start := storetest.Start.UnixMicro()
+	lease := time.Minute.Microseconds()
+	_, err = db.ExecContext(ctx, `INSERT INTO upgraded_outbox (event_id, event_type, topic, payload, occurred_at,
+		available_at, created_at, updated_at, locked_by, locked_at) VALUES
+		('due', 'T', 'orders', x'00', ?1, ?1, ?1, ?1, NULL, NULL),
+		('leased', 'T', 'orders', x'00', ?1, ?2, ?1, ?1, 'old-relay', ?1)`, start, start+lease)
+	require.NoError(t, err)
+
+	require.NoError(t, sqlite.Migrate(ctx, db, cfg))
+	clock := clocktest.New(storetest.Start)
+	cfg.Clock = clock
+	store, err := sqlite.NewStore(db, cfg)
+	require.NoError(t, err)
+	req := outbox.ClaimRequest{Owner: "new-relay", LockTimeout: time.Minute}
+	claimed, err := store.Claim(ctx, req)
+	require.NoError(t, err)
+	require.Equal(t, []string{"due"}, storetest.IDs(claimed), "the earlier relay's claim holds")
+	_, err = store.UpdateStatus(ctx, outbox.Done("due"))
+	require.NoError(t, err)
+	clock.Advance(time.Minute)
+	claimed, err = store.Claim(ctx, req)
+	require.NoError(t, err)
+	require.Equal(t, []string{"leased"}, storetest.IDs(claimed), "until its lease ends")
+	require.Equal(t, "new-relay", claimed[0].LockedBy)
+	require.Equal(t, storetest.Start.Add(2*time.Minute), claimed[0].LockedUntil)
+}
