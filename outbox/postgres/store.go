@@ -145,15 +145,16 @@ func (s *Store) Insert(ctx context.Context, tx pgx.Tx, events []outbox.Envelope,
 		lease.Duration = outbox.DefaultLockTimeout
 	}
 	now := s.clock.Now()
-	var owner *string
+	var owner *string // nil: the rows are written unclaimed
 	if lease.Owner != "" {
 		owner = &lease.Owner
 	}
+	until := now.Add(lease.Duration)
 	var err error
 	if len(events) == 1 {
-		err = s.insertOne(ctx, tx, &events[0], now, owner, lease)
+		err = s.insertOne(ctx, tx, &events[0], now, owner, until)
 	} else {
-		err = s.insertMany(ctx, tx, events, now, owner, lease)
+		err = s.insertMany(ctx, tx, events, now, owner, until)
 	}
 	if isUniqueViolation(err) {
 		return fmt.Errorf("postgres: insert into %s: %w: %w", s.t.qualified, outbox.ErrDuplicateEvent, err)
@@ -165,20 +166,21 @@ func (s *Store) Insert(ctx context.Context, tx pgx.Tx, events []outbox.Envelope,
 }
 
 // insertOne inserts e with sqlInsertOne: most business transactions write
-// one event, which takes scalars, not arrays.
-func (s *Store) insertOne(ctx context.Context, tx pgx.Tx, e *outbox.Envelope, now time.Time, owner *string, lease outbox.Lease) error {
-	r, err := newRow(e, now, lease)
+// one event, which takes scalars, not arrays. With an owner, the row is
+// written claimed by it until until, unless it is delayed.
+func (s *Store) insertOne(ctx context.Context, tx pgx.Tx, e *outbox.Envelope, now time.Time, owner *string, until time.Time) error {
+	r, err := newRow(e, now, owner != nil)
 	if err != nil {
 		return err
 	}
 	_, err = tx.Exec(ctx, s.t.sql.insertOne, now, owner, e.ID, string(e.Type), e.Topic, string(e.AggregateType),
-		e.AggregateID, e.TenantID, e.Payload(), e.IsJSON(), r.headers, e.OccurredAt, r.available, r.claimed,
-		now.Add(lease.Duration))
+		e.AggregateID, e.TenantID, e.Payload(), e.IsJSON(), r.headers, e.OccurredAt, r.available, r.claimed, until)
 	return err
 }
 
-// insertMany inserts events with sqlInsert, one array per column.
-func (s *Store) insertMany(ctx context.Context, tx pgx.Tx, events []outbox.Envelope, now time.Time, owner *string, lease outbox.Lease) error {
+// insertMany inserts events with sqlInsert, one array per column, claimed
+// as insertOne claims.
+func (s *Store) insertMany(ctx context.Context, tx pgx.Tx, events []outbox.Envelope, now time.Time, owner *string, until time.Time) error {
 	n := len(events)
 	var (
 		ids, types, topics, aggTypes, aggIDs, tenants = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
@@ -189,7 +191,7 @@ func (s *Store) insertMany(ctx context.Context, tx pgx.Tx, events []outbox.Envel
 	)
 	for i := range events {
 		e := &events[i]
-		r, err := newRow(e, now, lease)
+		r, err := newRow(e, now, owner != nil)
 		if err != nil {
 			return err
 		}
@@ -199,7 +201,7 @@ func (s *Store) insertMany(ctx context.Context, tx pgx.Tx, events []outbox.Envel
 		headers[i], occurred[i], available[i], claimed[i] = r.headers, e.OccurredAt, r.available, r.claimed
 	}
 	_, err := tx.Exec(ctx, s.t.sql.insert, now, owner, ids, types, topics, aggTypes, aggIDs, tenants,
-		payloads, isJSON, headers, occurred, available, claimed, now.Add(lease.Duration))
+		payloads, isJSON, headers, occurred, available, claimed, until)
 	return err
 }
 
@@ -212,7 +214,9 @@ type row struct {
 	available time.Time
 }
 
-func newRow(e *outbox.Envelope, now time.Time, lease outbox.Lease) (row, error) {
+// newRow computes e's row; with claiming, the row is written claimed
+// unless e is delayed.
+func newRow(e *outbox.Envelope, now time.Time, claiming bool) (row, error) {
 	var r row
 	h, err := outbox.EncodeHeaders(e.Headers)
 	if err != nil {
@@ -222,7 +226,7 @@ func newRow(e *outbox.Envelope, now time.Time, lease outbox.Lease) (row, error) 
 		text := string(h)
 		r.headers = &text
 	}
-	r.claimed = lease.Owner != "" && e.DeliverAfter.IsZero()
+	r.claimed = claiming && e.DeliverAfter.IsZero()
 	r.available = now
 	if e.DeliverAfter.After(now) {
 		r.available = e.DeliverAfter

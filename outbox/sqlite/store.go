@@ -157,6 +157,12 @@ func (s *Store) Insert(ctx context.Context, tx *sql.Tx, events []outbox.Envelope
 		lease.Duration = outbox.DefaultLockTimeout
 	}
 	now := s.clock.Now()
+	// The claim columns (locked_by, locked_at, locked_until) of the rows:
+	// NULL without a lease owner, and for delayed events.
+	var unclaimed, claimed [3]any
+	if lease.Owner != "" {
+		claimed = [3]any{lease.Owner, micros(now), micros(now.Add(lease.Duration))}
+	}
 	if _, err := tx.ExecContext(ctx, sqlInsertSavepoint); err != nil {
 		return fmt.Errorf("sqlite: insert into %s: %w", s.t.name, err)
 	}
@@ -191,12 +197,12 @@ func (s *Store) Insert(ctx context.Context, tx *sql.Tx, events []outbox.Envelope
 		if e.DeliverAfter.After(now) {
 			available = e.DeliverAfter
 		}
-		var owner, lockedAt, lockedUntil any // NULL
-		if lease.Owner != "" && e.DeliverAfter.IsZero() {
-			owner, lockedAt, lockedUntil = lease.Owner, micros(now), micros(now.Add(lease.Duration))
+		claim := unclaimed
+		if e.DeliverAfter.IsZero() {
+			claim = claimed
 		}
 		_, err = stmt.ExecContext(ctx, e.ID, string(e.Type), e.Topic, string(e.AggregateType), e.AggregateID, e.TenantID,
-			payload, e.IsJSON(), headerText, micros(e.OccurredAt), micros(available), micros(now), owner, lockedAt, lockedUntil)
+			payload, e.IsJSON(), headerText, micros(e.OccurredAt), micros(available), micros(now), claim[0], claim[1], claim[2])
 		if isUniqueViolation(err) {
 			return fmt.Errorf("sqlite: insert into %s: %w: %w", s.t.name, outbox.ErrDuplicateEvent, err)
 		}
