@@ -41,11 +41,12 @@
 // ([RecordError], or the middleware package's RecordErrors), an
 // outbox.Permanent error is DEAD at once and outbox.RetryAfter defers the
 // event without spending an attempt. Outcomes are written in batches by
-// one goroutine per subscriber, which sleeps through those 5 ms rather
-// than wake for each outcome: what queued while the previous statement
-// ran, or arrives within 5 ms of the first, goes into the next. A
-// subscription's channel closes only once the outcomes of its messages
-// are written, so closing the database after Router.Close loses none.
+// one goroutine per subscriber: what queued while the previous statement
+// ran, or arrives within 50 ms of the first (250 outcomes end the wait
+// sooner), goes into the next, so a row shows its outcome up to 50 ms
+// after the handler's. A subscription's channel closes only once the
+// outcomes of its messages are written, without waiting out those 50 ms,
+// so closing the database after Router.Close loses none.
 //
 // Delivery is at least once: a crash between a handler's success and the
 // DONE record means a second delivery after the claim's lease

@@ -79,3 +79,33 @@ func TestSettlerRecordsOutcomesArrivingWithinTheLingerInOneStatement(t *testing.
 			outcomes, spread, statements, store.batches, most)
 	}
 }
+
+// A subscription's close flushes the settler: the flush records what is
+// queued at once instead of sleeping through the rest of the linger, and
+// leaves the batches after it to linger as before.
+func TestSettlerFlushCutsTheLingerShort(t *testing.T) {
+	store := &instantStore{}
+	st := newSettler(store, "relay", watermill.NopLogger{}, func(...string) {})
+	defer st.close()
+	st.linger = time.Hour // set before the first outcome is sent, which the settler reads it after
+	st.flush()            // nothing queued: its signal must not cut the next linger short
+
+	st.update(outbox.Done("event-1"))
+	time.Sleep(50 * time.Millisecond)
+	if statements, _ := store.recorded(); statements != 0 {
+		t.Fatalf("%d statements 50 ms into an hour's linger, want 0", statements)
+	}
+	flushed := make(chan struct{})
+	go func() {
+		st.flush()
+		close(flushed)
+	}()
+	select {
+	case <-flushed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("flush waited for the linger to end")
+	}
+	if statements, outcomes := store.recorded(); statements != 1 || outcomes != 1 {
+		t.Fatalf("after the flush: %d statements recording %d outcomes, want 1 and 1", statements, outcomes)
+	}
+}
