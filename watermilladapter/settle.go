@@ -143,15 +143,26 @@ func (st *settler) run() {
 // gather adds to batch the outcomes that arrive within the linger, up to
 // maxSettleBatch. It sleeps through the linger rather than wake for each
 // outcome, unless the queue fills up, a flush is requested or the settler
-// closes.
+// closes. Releases are written meanwhile: a writer whose committed events
+// found the hot path full waits for room in the release queue, and other
+// relays wait for the release to claim them.
 func (st *settler) gather(batch []outbox.StatusUpdate) []outbox.StatusUpdate {
 	linger := time.NewTimer(st.linger)
 	defer linger.Stop()
-	select {
-	case <-linger.C:
-	case <-st.full:
-	case <-st.hurry:
-	case <-st.quit:
+wait:
+	for {
+		select {
+		case items := <-st.releases:
+			st.flushReleases(items)
+		case <-linger.C:
+			break wait
+		case <-st.full:
+			break wait
+		case <-st.hurry:
+			break wait
+		case <-st.quit:
+			break wait
+		}
 	}
 	for len(batch) < maxSettleBatch {
 		select {

@@ -17,8 +17,9 @@ import (
 // relay's own cost and batching, without a database.
 type instantStore struct {
 	outbox.Store
-	mu      sync.Mutex
-	batches []int
+	mu       sync.Mutex
+	batches  []int
+	released int
 }
 
 func (s *instantStore) UpdateStatus(_ context.Context, updates ...outbox.StatusUpdate) (int64, error) {
@@ -36,8 +37,17 @@ func (*instantStore) Backlog(context.Context, string) (int64, time.Time, error) 
 	return 0, time.Time{}, nil
 }
 
-func (*instantStore) Release(_ context.Context, _ string, ids []string) (int64, error) {
+func (s *instantStore) Release(_ context.Context, _ string, ids []string) (int64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.released += len(ids)
 	return int64(len(ids)), nil
+}
+
+func (s *instantStore) releasedCount() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.released
 }
 
 // recorded returns the statements issued and the outcomes they recorded.
@@ -107,5 +117,28 @@ func TestSettlerFlushCutsTheLingerShort(t *testing.T) {
 	}
 	if statements, outcomes := store.recorded(); statements != 1 || outcomes != 1 {
 		t.Fatalf("after the flush: %d statements recording %d outcomes, want 1 and 1", statements, outcomes)
+	}
+}
+
+// Releases do not wait for the outcomes' linger: a writer whose committed
+// events found the hot path full hands them back after its commit, and
+// must not wait out the linger for room in the release queue.
+func TestSettlerWritesReleasesDuringTheLinger(t *testing.T) {
+	store := &instantStore{}
+	st := newSettler(store, "relay", watermill.NopLogger{}, func(...string) {})
+	defer st.close()
+	st.linger = time.Hour // set before the first outcome is sent, which the settler reads it after
+	st.update(outbox.Done("event-1"))
+
+	st.release([]releaseItem{{id: "event-2", topic: "orders"}})
+	deadline := time.Now().Add(10 * time.Second)
+	for store.releasedCount() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the release waited for the outcomes' linger")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if statements, _ := store.recorded(); statements != 0 {
+		t.Fatalf("%d outcome statements during an hour's linger, want 0", statements)
 	}
 }
