@@ -50,8 +50,7 @@ type settler struct {
 
 	updates  chan outbox.StatusUpdate
 	linger   time.Duration
-	full     chan struct{} // signalled when updates is half full: end the linger
-	hurry    chan struct{} // signalled by flush: end the linger
+	cut      chan struct{} // signalled when updates is half full or a flush is asked for: end the linger
 	releases chan []releaseItem
 	flushes  chan chan struct{} // unbuffered: a request sent is a request taken
 	stopping chan struct{}      // closed by stop: failing flushes give up
@@ -69,8 +68,7 @@ func newSettler(store outbox.Store, owner string, logger watermill.LoggerAdapter
 		released: released,
 		updates:  make(chan outbox.StatusUpdate, maxSettleBatch),
 		linger:   settleLinger,
-		full:     make(chan struct{}, 1),
-		hurry:    make(chan struct{}, 1),
+		cut:      make(chan struct{}, 1),
 		releases: make(chan []releaseItem, 64),
 		flushes:  make(chan chan struct{}),
 		stopping: make(chan struct{}),
@@ -88,7 +86,7 @@ func (st *settler) update(u outbox.StatusUpdate) {
 	select {
 	case st.updates <- u:
 		if len(st.updates) >= maxSettleBatch/2 {
-			signal(st.full)
+			signal(st.cut)
 		}
 	case <-st.done:
 	}
@@ -108,7 +106,7 @@ func (st *settler) release(items []releaseItem) {
 // closing its channel: a Watermill router's Close returns when the
 // channels are closed, and the application closes the database next.
 func (st *settler) flush() {
-	signal(st.hurry)
+	signal(st.cut)
 	done := make(chan struct{})
 	select {
 	case st.flushes <- done:
@@ -129,8 +127,8 @@ func (st *settler) run() {
 		case flushed := <-st.flushes:
 			st.drain()
 			close(flushed)
-			select { // this flush's signal, if no linger took it
-			case <-st.hurry:
+			select { // a signal no linger took: the queue is empty now
+			case <-st.cut:
 			default:
 			}
 		case <-st.quit:
@@ -149,20 +147,16 @@ func (st *settler) run() {
 func (st *settler) gather(batch []outbox.StatusUpdate) []outbox.StatusUpdate {
 	linger := time.NewTimer(st.linger)
 	defer linger.Stop()
-wait:
 	for {
 		select {
 		case items := <-st.releases:
 			st.flushReleases(items)
+			continue
 		case <-linger.C:
-			break wait
-		case <-st.full:
-			break wait
-		case <-st.hurry:
-			break wait
+		case <-st.cut:
 		case <-st.quit:
-			break wait
 		}
+		break
 	}
 	for len(batch) < maxSettleBatch {
 		select {

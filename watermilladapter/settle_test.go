@@ -129,6 +129,9 @@ func TestSettlerWritesReleasesDuringTheLinger(t *testing.T) {
 	defer st.close()
 	st.linger = time.Hour // set before the first outcome is sent, which the settler reads it after
 	st.update(outbox.Done("event-1"))
+	// Let the settler take the outcome and begin its linger: queued
+	// together, the release could be taken first.
+	time.Sleep(20 * time.Millisecond)
 
 	st.release([]releaseItem{{id: "event-2", topic: "orders"}})
 	deadline := time.Now().Add(10 * time.Second)
