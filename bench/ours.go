@@ -10,6 +10,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -91,8 +92,7 @@ type relay struct {
 	sub      *watermilladapter.Subscriber
 	pub      *watermilladapter.Publisher[pgx.Tx]
 	listener *postgres.Listener
-	router   *message.Router
-	runErr   chan error
+	routing  *routing
 }
 
 func startRelay(ctx context.Context, pool *pgxpool.Pool, table postgres.Config, downstream message.Publisher, cfg watermilladapter.SubscriberConfig) (*relay, error) {
@@ -111,37 +111,16 @@ func startRelay(ctx context.Context, pool *pgxpool.Pool, table postgres.Config, 
 	if r.listener, err = postgres.Listen(pool, table, sub.Wake); err != nil {
 		return nil, errors.Join(err, sub.Close())
 	}
-	handler, err := forward.Handler(forward.Config{
-		Publisher: downstream,
-		Topic:     func(*message.Message) (string, error) { return sinkTopic, nil },
-	})
-	if err != nil {
+	if r.routing, err = startRouting(ctx, sub, downstream); err != nil {
 		return nil, errors.Join(err, r.close())
 	}
-	r.router, err = message.NewRouter(message.RouterConfig{CloseTimeout: 10 * time.Second}, watermill.NopLogger{})
-	if err != nil {
-		return nil, errors.Join(err, r.close())
-	}
-	r.router.AddMiddleware(outboxmw.RecordErrors)
-	r.router.AddConsumerHandler("forward", outboxTopic, sub, handler)
-	r.runErr = make(chan error, 1)
-	go func() { r.runErr <- r.router.Run(ctx) }()
-	select {
-	case <-r.router.Running():
-		return r, nil
-	case err := <-r.runErr:
-		r.runErr <- err
-		return nil, errors.Join(err, r.close())
-	}
+	return r, nil
 }
 
 func (r *relay) close() error {
 	var errs []error
-	if r.router != nil {
-		errs = append(errs, r.router.Close())
-		if r.runErr != nil {
-			errs = append(errs, <-r.runErr)
-		}
+	if r.routing != nil {
+		errs = append(errs, r.routing.close())
 	}
 	if r.listener != nil {
 		errs = append(errs, r.listener.Close())
@@ -152,6 +131,41 @@ func (r *relay) close() error {
 	errs = append(errs, r.sub.Close())
 	return errors.Join(errs...)
 }
+
+// routing is a Watermill router forwarding outboxTopic of a subscriber to
+// a downstream publisher through forward.Handler, behind
+// middleware.RecordErrors.
+type routing struct {
+	router *message.Router
+	runErr chan error
+}
+
+func startRouting(ctx context.Context, sub message.Subscriber, downstream message.Publisher) (*routing, error) {
+	handler, err := forward.Handler(forward.Config{
+		Publisher: downstream,
+		Topic:     func(*message.Message) (string, error) { return sinkTopic, nil },
+	})
+	if err != nil {
+		return nil, err
+	}
+	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: 10 * time.Second}, watermill.NopLogger{})
+	if err != nil {
+		return nil, err
+	}
+	router.AddMiddleware(outboxmw.RecordErrors)
+	router.AddConsumerHandler("forward", outboxTopic, sub, handler)
+	r := &routing{router: router, runErr: make(chan error, 1)}
+	go func() { r.runErr <- router.Run(ctx) }()
+	select {
+	case <-router.Running():
+		return r, nil
+	case err := <-r.runErr:
+		r.runErr <- err
+		return nil, errors.Join(err, r.close())
+	}
+}
+
+func (r *routing) close() error { return errors.Join(r.router.Close(), <-r.runErr) }
 
 // closeAll closes relays, concurrently: each Close drains its own
 // handlers.
@@ -168,11 +182,17 @@ func closeAll(relays []*relay) error {
 // writeSetting is what runs beside the writers of the write path: a relay
 // in their process forwarding to downstream, deleting delivered events
 // (postgres.Config.DeleteDone) or not; with no downstream, no relay at all
-// (the writer alone, its events left for another process).
+// (the writer alone, its events left for another process). With
+// routerOnly there is no relay either: each writer hands its message, once
+// committed, to a Watermill GoChannel that a router forwards to downstream
+// as the relay's router does. That is what delivering each commit through a
+// Watermill router costs with no outbox behind it: the floor of any relay
+// that delivers through one.
 type writeSetting struct {
 	name       string
 	downstream func(recv func(*message.Message)) (message.Publisher, func() error, error)
 	deleteDone bool
+	routerOnly bool
 }
 
 // oursWrite is the write path: writers, each writing one event per
@@ -186,39 +206,58 @@ func oursWrite(ctx context.Context, pool *pgxpool.Pool, n, writers int, setting 
 	defer drop()
 	table.DeleteDone = setting.deleteDone
 	t := newTally(n)
+	var down message.Publisher
+	if setting.downstream != nil {
+		var closeDown func() error
+		if down, closeDown, err = setting.downstream(t.recv); err != nil {
+			return window{}, err
+		}
+		defer func() { err = errors.Join(err, closeDown()) }()
+	}
 	var (
-		store *postgres.Store
-		pub   *watermilladapter.Publisher[pgx.Tx]
+		store     *postgres.Store
+		pub       *watermilladapter.Publisher[pgx.Tx]
+		committed = func(*message.Message) error { return nil }
 	)
-	if setting.downstream == nil {
+	if down != nil && !setting.routerOnly {
+		var r *relay
+		if r, err = startRelay(ctx, pool, table, down, watermilladapter.SubscriberConfig{}); err != nil {
+			return window{}, err
+		}
+		defer func() { err = errors.Join(err, r.close()) }()
+		store, pub = r.store, r.pub
+	} else {
 		if store, err = postgres.NewStore(pool, table); err != nil {
 			return window{}, err
 		}
 		if pub, err = watermilladapter.NewPublisher(store, watermilladapter.PublisherConfig{}); err != nil {
 			return window{}, err
 		}
-	} else {
-		down, closeDown, err := setting.downstream(t.recv)
-		if err != nil {
-			return window{}, err
+	}
+	if down != nil && setting.routerOnly {
+		in := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
+		var r *routing
+		if r, err = startRouting(ctx, in, down); err != nil {
+			return window{}, errors.Join(err, in.Close())
 		}
-		defer func() { err = errors.Join(err, closeDown()) }()
-		r, err := startRelay(ctx, pool, table, down, watermilladapter.SubscriberConfig{})
-		if err != nil {
-			return window{}, err
-		}
-		defer func() { err = errors.Join(err, r.close()) }()
-		store, pub = r.store, r.pub
+		defer func() { err = errors.Join(err, r.close(), in.Close()) }()
+		committed = func(msg *message.Message) error { return in.Publish(outboxTopic, msg) }
 	}
 
 	watch := startWatch(ctx, pool)
 	err = parallel(writers, n, func(i int) error {
-		return store.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
-			return pub.Publish(outboxTopic, benchMessage(ctx, i))
+		var msg *message.Message
+		err := store.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+			msg = benchMessage(ctx, i)
+			return pub.Publish(outboxTopic, msg)
 		})
+		if err != nil {
+			return err
+		}
+		return committed(msg)
 	})
 	w := watch.stop(n)
-	if err != nil || setting.downstream == nil {
+	if err != nil || down == nil {
 		return w, err
 	}
 	if err := t.wait(ctx, nil); err != nil {

@@ -86,7 +86,9 @@ func msf(d time.Duration) float64 { return float64(d) / float64(time.Millisecond
 // alternation, so that a shared machine's drift falls on all alike: with
 // the relay delivering to the sink, keeping delivered events and deleting
 // them; and, to tell where its cost lies, with the relay delivering to a
-// downstream that costs nothing, and with no relay at all.
+// downstream that costs nothing, with no relay at all, and with each
+// committed message delivered through a Watermill router with no outbox
+// relay (what any relay feeding a router costs at least).
 func (res *results) measureWrite(ctx context.Context, pool *pgxpool.Pool, sz sizes, rep *report) error {
 	raw := &series{name: fmt.Sprintf("1 raw: insert, 1 row per transaction, %d writers", writers),
 		measure: func() (window, error) { return rawInsert(ctx, pool, sz.writes, writers) }}
@@ -96,6 +98,8 @@ func (res *results) measureWrite(ctx context.Context, pool *pgxpool.Pool, sz siz
 		{name: "relay running, " + doneRows(true), downstream: toSink(ctx), deleteDone: true},
 		{name: "relay running, forwarding to a publisher that only counts, " + doneRows(false), downstream: toCounter},
 		{name: "no relay in the process (the writer alone)"},
+		{name: "no relay: each committed message forwarded to the sink by a Watermill router from a GoChannel (router delivery alone, no outbox)",
+			downstream: toSink(ctx), routerOnly: true},
 	} {
 		all = append(all, &series{
 			name: fmt.Sprintf("2 write: ours, 1 event per transaction, %d writers, %s", writers, s.name),
