@@ -233,15 +233,15 @@ func oursWrite(ctx context.Context, pool *pgxpool.Pool, n, writers int, setting 
 		if pub, err = watermilladapter.NewPublisher(store, watermilladapter.PublisherConfig{}); err != nil {
 			return window{}, err
 		}
-	}
-	if down != nil && setting.routerOnly {
-		in := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
-		var r *routing
-		if r, err = startRouting(ctx, in, down); err != nil {
-			return window{}, errors.Join(err, in.Close())
+		if down != nil { // router delivery alone
+			in := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
+			var r *routing
+			if r, err = startRouting(ctx, in, down); err != nil {
+				return window{}, errors.Join(err, in.Close())
+			}
+			defer func() { err = errors.Join(err, r.close(), in.Close()) }()
+			committed = func(msg *message.Message) error { return in.Publish(outboxTopic, msg) }
 		}
-		defer func() { err = errors.Join(err, r.close(), in.Close()) }()
-		committed = func(msg *message.Message) error { return in.Publish(outboxTopic, msg) }
 	}
 
 	watch := startWatch(ctx, pool)

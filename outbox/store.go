@@ -1,7 +1,9 @@
 package outbox
 
 import (
+	"cmp"
 	"context"
+	"strings"
 	"time"
 )
 
@@ -145,6 +147,12 @@ type ClaimCursor struct {
 	// zero before the first claim and after Reset.
 	DueAt time.Time
 	ID    string
+}
+
+// CompareDue orders events as [Store.Claim] returns them: by due time
+// (AvailableAt), then id. For slices.SortFunc.
+func CompareDue(a, b Event) int {
+	return cmp.Or(a.AvailableAt.Compare(b.AvailableAt), strings.Compare(a.ID, b.ID))
 }
 
 // Reset makes the next claim start from the earliest due event.

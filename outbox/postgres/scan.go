@@ -1,9 +1,7 @@
 package postgres
 
 import (
-	"cmp"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -46,9 +44,7 @@ func collectClaimed(rows pgx.Rows, limit int) ([]outbox.Event, outbox.ClaimCurso
 	}
 	// The order of the due index. A claim's rows usually come back in it
 	// already, which costs the sort little.
-	slices.SortFunc(claimed, func(a, b outbox.Event) int {
-		return cmp.Or(a.AvailableAt.Compare(b.AvailableAt), strings.Compare(a.ID, b.ID))
-	})
+	slices.SortFunc(claimed, outbox.CompareDue)
 	last := &claimed[len(claimed)-1]
 	return claimed, outbox.ClaimCursor{DueAt: last.AvailableAt, ID: last.ID}, nil
 }

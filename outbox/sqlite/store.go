@@ -1,7 +1,6 @@
 package sqlite
 
 import (
-	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -9,7 +8,6 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"strings"
 	"time"
 
 	modernc "modernc.org/sqlite" // registers the "sqlite" database/sql driver
@@ -255,9 +253,7 @@ func (s *Store) Claim(ctx context.Context, req outbox.ClaimRequest) ([]outbox.Ev
 		return nil, err
 	}
 	// RETURNING gives the rows in no set order.
-	slices.SortFunc(events, func(a, b outbox.Event) int {
-		return cmp.Or(a.AvailableAt.Compare(b.AvailableAt), strings.Compare(a.ID, b.ID))
-	})
+	slices.SortFunc(events, outbox.CompareDue)
 	return events, nil
 }
 
