@@ -460,6 +460,84 @@ func TestCommitInOneProcessWakesTheRelayOfAnother(t *testing.T) {
 	}
 }
 
+// claimCounter is a store that counts the claims made on it.
+type claimCounter struct {
+	outbox.Store
+	claims atomic.Int64
+}
+
+func (c *claimCounter) Claim(ctx context.Context, req outbox.ClaimRequest) ([]outbox.Event, error) {
+	c.claims.Add(1)
+	return c.Store.Claim(ctx, req)
+}
+
+// Wake-ups within WakeCooldown of a claim make one claim at its end, which
+// delivers what they announced: a stream of notifications costs a claim
+// per cooldown, not one each.
+func TestWakeUpsWithinCooldownMakeOneClaim(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t)
+	store, err := postgres.NewStore(pool, postgres.Config{})
+	require.NoError(t, err)
+	counted := &claimCounter{Store: store}
+	const cooldown = 500 * time.Millisecond
+	sub, err := watermilladapter.NewSubscriber(counted, watermilladapter.SubscriberConfig{
+		PollInterval: time.Hour, WakeCooldown: cooldown})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, sub.Close()) }()
+	msgs, err := sub.Subscribe(t.Context(), "orders")
+	require.NoError(t, err)
+	relaytest.Eventually(t, "the first claim", func() bool { return counted.claims.Load() == 1 })
+
+	writer, err := watermilladapter.NewPublisher(store, watermilladapter.PublisherConfig{})
+	require.NoError(t, err)
+	msg := newMsg("announced")
+	require.NoError(t, store.InTx(t.Context(), func(ctx context.Context, _ pgx.Tx) error {
+		msg.SetContext(ctx)
+		return writer.Publish("orders", msg)
+	}))
+	for range 20 {
+		sub.Wake("orders")
+	}
+	select {
+	case got := <-msgs:
+		require.Equal(t, "announced", string(got.Payload))
+		got.Ack()
+	case <-time.After(relaytest.WaitLimit):
+		t.Fatal("the woken claim delivered nothing")
+	}
+	time.Sleep(2 * cooldown) // room for claims that should not happen
+	require.EqualValues(t, 2, counted.claims.Load(), "the first claim, then one for all the wake-ups")
+}
+
+// Close does not wait for a cooldown to end.
+func TestCloseDuringWakeCooldown(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t)
+	store, err := postgres.NewStore(pool, postgres.Config{})
+	require.NoError(t, err)
+	counted := &claimCounter{Store: store}
+	sub, err := watermilladapter.NewSubscriber(counted, watermilladapter.SubscriberConfig{
+		PollInterval: time.Hour, WakeCooldown: time.Hour})
+	require.NoError(t, err)
+	msgs, err := sub.Subscribe(t.Context(), "orders")
+	require.NoError(t, err)
+	relaytest.Eventually(t, "the first claim", func() bool { return counted.claims.Load() == 1 })
+	sub.Wake("orders")
+
+	closed := make(chan error, 1)
+	go func() { closed <- sub.Close() }()
+	select {
+	case err := <-closed:
+		require.NoError(t, err)
+	case <-time.After(relaytest.WaitLimit):
+		t.Fatal("Close waited for the cooldown")
+	}
+	_, open := <-msgs
+	require.False(t, open)
+	require.EqualValues(t, 1, counted.claims.Load(), "no claim was woken within the cooldown")
+}
+
 // A relay that dies holding claims cannot release them; after the lease
 // another relay delivers the events.
 func TestCrashedRelaysClaimsAreRecoveredAfterLease(t *testing.T) {

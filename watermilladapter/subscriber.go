@@ -26,6 +26,7 @@ const (
 	DefaultColdQueueCapacity = 1000
 	DefaultBatchSize         = 50
 	DefaultPollInterval      = 5 * time.Second
+	DefaultWakeCooldown      = 5 * time.Millisecond
 	DefaultDrainTimeout      = 5 * time.Second
 	DefaultBacklogInterval   = 15 * time.Second
 )
@@ -51,6 +52,15 @@ type SubscriberConfig struct {
 	// PollInterval is how long the cold path waits when there is no
 	// backlog and nothing wakes it. Default 5s.
 	PollInterval time.Duration
+	// WakeCooldown is the least time between the start of a claim and a
+	// claim that a wake-up ([Subscriber.Wake], a postgres.Listener)
+	// brings: wake-ups within it wait for its end and make one claim
+	// together. Writers committing thousands of events a second in other
+	// processes then cost a claim of many events every few milliseconds
+	// rather than a claim per notification, at the price of up to this
+	// much latency on the cold path. Claims through a backlog, at the poll
+	// interval and for retries are not delayed. Default 5ms.
+	WakeCooldown time.Duration
 	// LockTimeout is the claim lease: an event claimed (or written for the
 	// hot path) by a relay that dies is due again this long after. Keep it
 	// well above the longest handler time plus queueing. Default 5m.
@@ -86,7 +96,8 @@ func (c SubscriberConfig) withDefaults() (SubscriberConfig, error) {
 		}
 	}
 	for name, v := range map[string]time.Duration{"PollInterval": c.PollInterval, "LockTimeout": c.LockTimeout,
-		"SkipRecent": c.SkipRecent, "DrainTimeout": c.DrainTimeout, "BacklogInterval": c.BacklogInterval} {
+		"SkipRecent": c.SkipRecent, "DrainTimeout": c.DrainTimeout, "BacklogInterval": c.BacklogInterval,
+		"WakeCooldown": c.WakeCooldown} {
 		if v < 0 {
 			return c, fmt.Errorf("%w: subscriber %s is negative", outbox.ErrInvalidRequest, name)
 		}
@@ -96,6 +107,7 @@ func (c SubscriberConfig) withDefaults() (SubscriberConfig, error) {
 	c.ColdQueueCapacity = cmpOr(c.ColdQueueCapacity, DefaultColdQueueCapacity)
 	c.BatchSize = min(cmpOr(c.BatchSize, DefaultBatchSize), c.ColdQueueCapacity)
 	c.PollInterval = cmpOr(c.PollInterval, DefaultPollInterval)
+	c.WakeCooldown = cmpOr(c.WakeCooldown, DefaultWakeCooldown)
 	c.LockTimeout = cmpOr(c.LockTimeout, outbox.DefaultLockTimeout)
 	c.DrainTimeout = cmpOr(c.DrainTimeout, DefaultDrainTimeout)
 	c.BacklogInterval = cmpOr(c.BacklogInterval, DefaultBacklogInterval)

@@ -155,7 +155,8 @@ const claimTimeout = 30 * time.Second
 const claimRescan = time.Second
 
 // claimLoop is the cold path: claim while there is backlog and room in the
-// cold queue; otherwise wait for the poll interval, a wake-up, room, or the
+// cold queue; otherwise wait for the poll interval, a wake-up (acted on no
+// sooner than WakeCooldown after the last claim started), room, or the
 // earliest retry this subscription scheduled.
 //
 // A claim is never cancelled half way: the server may commit a claim whose
@@ -169,11 +170,18 @@ func (sub *subscription) claimLoop() {
 		Topics: []string{sub.topic}, Cursor: &cursor}
 	timer := time.NewTimer(0)
 	defer timer.Stop()
+	var claimed time.Time // when the last claim started
 	for {
 		free := cap(sub.cold) - len(sub.cold)
-		wait := cfg.PollInterval
+		var room chan struct{} // nil unless the cold queue held the claim back
 		if free >= cfg.BatchSize || (free > 0 && len(sub.cold) == 0) {
 			req.Limit = min(cfg.BatchSize, free)
+			claimed = time.Now()
+			// This claim sees every commit announced so far.
+			select {
+			case <-sub.wakeCh:
+			default:
+			}
 			ctx, cancel := context.WithTimeout(context.Background(), claimTimeout)
 			events, err := sub.s.store.Claim(ctx, req)
 			cancel()
@@ -199,23 +207,39 @@ func (sub *subscription) claimLoop() {
 			if full {
 				continue // backlog: claim again at once
 			}
+		} else {
+			room = sub.spaceCh // a worker taking a cold event signals it
 		}
-		// With the queue full, a worker taking an event signals room.
-		wait = sub.untilRetry(wait)
-		timer.Reset(wait)
+		timer.Reset(sub.untilRetry(cfg.PollInterval))
+		woken := false
 		select {
 		case <-sub.stopCh:
 			return
 		case <-sub.wakeCh:
-		case <-sub.spaceCh:
+			woken = true
+		case <-room:
 		case <-timer.C:
 		}
-		if !timer.Stop() {
-			select {
-			case <-timer.C:
-			default:
-			}
+		if woken && !sub.coolDown(timer, claimed) {
+			return
 		}
+	}
+}
+
+// coolDown waits until WakeCooldown has passed since the claim that started
+// at claimed, and reports false if the subscription stops meanwhile.
+// Wake-ups that arrive during the wait are merged into the claim after it.
+func (sub *subscription) coolDown(timer *time.Timer, claimed time.Time) bool {
+	wait := sub.s.cfg.WakeCooldown - time.Since(claimed)
+	if wait <= 0 {
+		return true
+	}
+	timer.Reset(wait)
+	select {
+	case <-sub.stopCh:
+		return false
+	case <-timer.C:
+		return true
 	}
 }
 
