@@ -128,3 +128,40 @@ func ExampleStore_ReplayDead() {
 	// 1 1 schema registry unreachable
 	// 1 NEW 0 schema registry unreachable
 }
+
+// A writing service announces its commits; a relay in another process
+// hears of them at once instead of at its next poll. In a real relay the
+// wake function is the subscriber's Wake.
+func ExampleNotifier() {
+	url, drop := testdb.ForExample()
+	defer drop()
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		panic(err)
+	}
+	defer pool.Close()
+
+	// In the relay: a listener on a connection of its own. It wakes every
+	// topic once connected, since what was announced before is lost.
+	woken := make(chan []string, 2)
+	listener, err := postgres.Listen(pool, postgres.Config{}, func(topics ...string) { woken <- topics })
+	if err != nil {
+		panic(err)
+	}
+	defer listener.Close()
+	fmt.Println("listening, woken for:", <-woken)
+
+	// In the writer: a notifier, usually handed to the publisher as
+	// PublisherConfig.Notify, which calls it after each commit.
+	notifier, err := postgres.NewNotifier(pool, postgres.Config{})
+	if err != nil {
+		panic(err)
+	}
+	defer notifier.Close()
+	notifier.Notify([]string{"orders"})
+	fmt.Println("woken for:", <-woken)
+	// Output:
+	// listening, woken for: []
+	// woken for: [orders]
+}

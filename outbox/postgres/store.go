@@ -54,8 +54,16 @@ type Config struct {
 	// [Store.Get] and operator queries can no longer show. RETRY and DEAD
 	// are recorded as always. Rows already DONE are left to Purge.
 	DeleteDone bool
-	// Logger receives after-commit hook failures of [Store.InTx]. Default
-	// slog.Default().
+	// NotifyInterval is the least time between two notifications of a
+	// [Notifier]: topics committed within it are announced together at its
+	// end. Writers committing thousands of events a second then send a
+	// notification every few milliseconds instead of one per commit, each
+	// of which costs the server a transaction and a claim in every relay
+	// it wakes. The first commit after a quiet spell is announced at once.
+	// Default [DefaultNotifyInterval]; negative is invalid.
+	NotifyInterval time.Duration
+	// Logger receives after-commit hook failures of [Store.InTx] and the
+	// failures of a [Notifier] and a [Listener]. Default slog.Default().
 	Logger *slog.Logger
 }
 

@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -12,6 +13,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/wmoutbox/wmoutbox/outbox"
 )
 
 // Cross-process wake-up. A relay in another process learns of committed
@@ -23,8 +26,11 @@ import (
 // per process: PostgreSQL serialises the commits of all transactions that
 // sent NOTIFY on one database-wide lock, so a NOTIFY inside every business
 // transaction (or a trigger) would queue all writers behind each other.
-// Topics committed while a notification is on its way are merged into the
-// next one.
+// Topics committed while a notification is on its way, or within
+// Config.NotifyInterval of its start, are merged into the next one.
+
+// DefaultNotifyInterval is [Config.NotifyInterval] when it is zero.
+const DefaultNotifyInterval = 5 * time.Millisecond
 
 // notifyTimeout bounds one notification.
 const notifyTimeout = 5 * time.Second
@@ -64,9 +70,10 @@ func channelFor(schema, table string) string {
 // PublisherConfig.Notify, outbox.WriterConfig.Committed); relays receive it
 // through a [Listener]. It is safe for concurrent use.
 type Notifier struct {
-	db      DB
-	channel string
-	logger  *slog.Logger
+	db       DB
+	channel  string
+	interval time.Duration
+	logger   *slog.Logger
 
 	mu      sync.Mutex
 	pending map[string]struct{}
@@ -87,14 +94,18 @@ func NewNotifier(db DB, cfg Config) (*Notifier, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cfg.NotifyInterval < 0 {
+		return nil, fmt.Errorf("%w: postgres NotifyInterval is negative", outbox.ErrInvalidRequest)
+	}
 	n := &Notifier{
-		db:      db,
-		channel: channel,
-		logger:  cmpLogger(cfg.Logger),
-		pending: make(map[string]struct{}),
-		kick:    make(chan struct{}, 1),
-		quit:    make(chan struct{}),
-		done:    make(chan struct{}),
+		db:       db,
+		channel:  channel,
+		interval: cmp.Or(cfg.NotifyInterval, DefaultNotifyInterval),
+		logger:   cmpLogger(cfg.Logger),
+		pending:  make(map[string]struct{}),
+		kick:     make(chan struct{}, 1),
+		quit:     make(chan struct{}),
+		done:     make(chan struct{}),
 	}
 	go n.run()
 	return n, nil
@@ -127,12 +138,18 @@ func (n *Notifier) Close() error {
 
 func (n *Notifier) run() {
 	defer close(n.done)
+	defer n.send() // what is pending at Close
 	for {
 		select {
 		case <-n.kick:
-			n.send()
 		case <-n.quit:
-			n.send()
+			return
+		}
+		started := time.Now()
+		n.send()
+		select {
+		case <-time.After(n.interval - time.Since(started)):
+		case <-n.quit:
 			return
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/wmoutbox/wmoutbox/internal/testdb"
+	"github.com/wmoutbox/wmoutbox/outbox"
 	"github.com/wmoutbox/wmoutbox/outbox/postgres"
 )
 
@@ -67,6 +68,37 @@ func TestNotifierWakesListenersOfItsTableOnly(t *testing.T) {
 	require.NoError(t, otherNotifier.Close())
 	require.Equal(t, "invoices", other.next(t))
 	require.Empty(t, woken)
+}
+
+// A notifier announces the first commit after a quiet spell at once and
+// holds what follows within NotifyInterval, to send it together at the
+// interval's end, or at Close.
+func TestNotifierPacesNotifications(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t)
+	woken := make(wakeups, 16)
+	listener, err := postgres.Listen(pool, postgres.Config{}, woken.wake)
+	require.NoError(t, err)
+	defer listener.Close()
+	require.Equal(t, "*", woken.next(t))
+
+	notifier, err := postgres.NewNotifier(pool, postgres.Config{NotifyInterval: time.Hour})
+	require.NoError(t, err)
+	notifier.Notify([]string{"orders"})
+	require.Equal(t, "orders", woken.next(t), "the first notification is not held")
+	notifier.Notify([]string{"billing"})
+	notifier.Notify([]string{"invoices"})
+	time.Sleep(500 * time.Millisecond) // an unpaced notifier would have sent them
+	require.Empty(t, woken, "held within the interval")
+	require.NoError(t, notifier.Close())
+	require.ElementsMatch(t, []string{"billing", "invoices"}, []string{woken.next(t), woken.next(t)},
+		"sent at Close")
+}
+
+func TestNotifierRejectsNegativeInterval(t *testing.T) {
+	t.Parallel()
+	_, err := postgres.NewNotifier(testdb.New(t), postgres.Config{NotifyInterval: -time.Millisecond})
+	require.ErrorIs(t, err, outbox.ErrInvalidRequest)
 }
 
 func TestListenerReconnectsAndWakesEverything(t *testing.T) {
