@@ -183,22 +183,25 @@ func closeAll(relays []*relay) error {
 // in their process forwarding to downstream, deleting delivered events
 // (postgres.Config.DeleteDone) or not; with no downstream, no relay at all
 // (the writer alone, its events left for another process). With
-// routerOnly there is no relay either: each writer hands its message, once
-// committed, to a Watermill GoChannel that a router forwards to downstream
-// as the relay's router does. That is what delivering each commit through a
-// Watermill router costs with no outbox behind it: the floor of any relay
-// that delivers through one.
+// otherProcess the relay runs as another process's would, on a pool of its
+// own, and the writers' notifier wakes it (the cold path). With routerOnly
+// there is no relay: each writer hands its message, once committed, to a
+// Watermill GoChannel that a router forwards to downstream as the relay's
+// router does. That is what delivering each commit through a Watermill
+// router costs with no outbox behind it: the floor of any relay that
+// delivers through one.
 type writeSetting struct {
-	name       string
-	downstream func(recv func(*message.Message)) (message.Publisher, func() error, error)
-	deleteDone bool
-	routerOnly bool
+	name         string
+	downstream   func(recv func(*message.Message)) (message.Publisher, func() error, error)
+	deleteDone   bool
+	otherProcess bool
+	routerOnly   bool
 }
 
 // oursWrite is the write path: writers, each writing one event per
 // business transaction, beside what setting runs. Only the writes are
 // timed.
-func oursWrite(ctx context.Context, pool *pgxpool.Pool, n, writers int, setting writeSetting) (_ window, err error) {
+func oursWrite(ctx context.Context, db *database, pool *pgxpool.Pool, n, writers int, setting writeSetting) (_ window, err error) {
 	table, drop, err := freshTable(ctx, pool, "bench_write")
 	if err != nil {
 		return window{}, err
@@ -219,14 +222,34 @@ func oursWrite(ctx context.Context, pool *pgxpool.Pool, n, writers int, setting 
 		pub       *watermilladapter.Publisher[pgx.Tx]
 		committed = func(*message.Message) error { return nil }
 	)
-	if down != nil && !setting.routerOnly {
+	switch {
+	case down != nil && setting.otherProcess:
+		var (
+			relayPool *pgxpool.Pool
+			r         *relay
+			w         *writer
+		)
+		if relayPool, err = db.pool(ctx); err != nil {
+			return window{}, err
+		}
+		defer relayPool.Close()
+		if r, err = startRelay(ctx, relayPool, table, down, watermilladapter.SubscriberConfig{}); err != nil {
+			return window{}, err
+		}
+		defer func() { err = errors.Join(err, r.close()) }()
+		if w, err = newWriter(pool, table); err != nil {
+			return window{}, err
+		}
+		defer func() { err = errors.Join(err, w.close()) }()
+		store, pub = w.store, w.pub
+	case down != nil && !setting.routerOnly:
 		var r *relay
 		if r, err = startRelay(ctx, pool, table, down, watermilladapter.SubscriberConfig{}); err != nil {
 			return window{}, err
 		}
 		defer func() { err = errors.Join(err, r.close()) }()
 		store, pub = r.store, r.pub
-	} else {
+	default:
 		if store, err = postgres.NewStore(pool, table); err != nil {
 			return window{}, err
 		}

@@ -56,7 +56,7 @@ func run(ctx context.Context, server string, sz sizes, only string, quick bool) 
 		name string
 		run  func() error
 	}{
-		{"write", func() error { return res.measureWrite(ctx, pool, sz, rep) }},
+		{"write", func() error { return res.measureWrite(ctx, db, pool, sz, rep) }},
 		{"drain", func() error { return res.measureDrain(ctx, db, pool, sz, rep) }},
 		{"latency", func() error { return res.measureLatency(ctx, db, pool, sz, rep) }},
 		{"kafka", func() error { return res.measureKafka(ctx, db, pool, sz, rep) }},
@@ -85,11 +85,12 @@ func msf(d time.Duration) float64 { return float64(d) / float64(time.Millisecond
 // measureWrite times the raw single-row inserts and our write path, in
 // alternation, so that a shared machine's drift falls on all alike: with
 // the relay delivering to the sink, keeping delivered events and deleting
-// them; and, to tell where its cost lies, with the relay delivering to a
+// them; with the relay of another process, woken by the writers'
+// notifications, delivering to it; and, to tell where the cost lies, with the relay delivering to a
 // downstream that costs nothing, with no relay at all, and with each
 // committed message delivered through a Watermill router with no outbox
 // relay (what any relay feeding a router costs at least).
-func (res *results) measureWrite(ctx context.Context, pool *pgxpool.Pool, sz sizes, rep *report) error {
+func (res *results) measureWrite(ctx context.Context, db *database, pool *pgxpool.Pool, sz sizes, rep *report) error {
 	raw := &series{name: fmt.Sprintf("1 raw: insert, 1 row per transaction, %d writers", writers),
 		measure: func() (window, error) { return rawInsert(ctx, pool, sz.writes, writers) }}
 	all := []*series{raw}
@@ -97,6 +98,8 @@ func (res *results) measureWrite(ctx context.Context, pool *pgxpool.Pool, sz siz
 		{name: "relay running, " + doneRows(false), downstream: toSink(ctx)},
 		{name: "relay running, " + doneRows(true), downstream: toSink(ctx), deleteDone: true},
 		{name: "relay running, forwarding to a publisher that only counts, " + doneRows(false), downstream: toCounter},
+		{name: "relay running in another process, woken by the writers' notifications, " + doneRows(false),
+			downstream: toSink(ctx), otherProcess: true},
 		{name: "no relay in the process (the writer alone)"},
 		{name: "no relay: each committed message forwarded to the sink by a Watermill router from a GoChannel (router delivery alone, no outbox)",
 			downstream: toSink(ctx), routerOnly: true},
@@ -104,7 +107,7 @@ func (res *results) measureWrite(ctx context.Context, pool *pgxpool.Pool, sz siz
 		all = append(all, &series{
 			name: fmt.Sprintf("2 write: ours, 1 event per transaction, %d writers, %s", writers, s.name),
 			measure: func() (window, error) {
-				return oursWrite(ctx, pool, sz.writes, writers, s)
+				return oursWrite(ctx, db, pool, sz.writes, writers, s)
 			}})
 	}
 	if err := interleave(sz.reps, all...); err != nil {
