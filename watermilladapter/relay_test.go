@@ -471,23 +471,30 @@ func (c *claimCounter) Claim(ctx context.Context, req outbox.ClaimRequest) ([]ou
 	return c.Store.Claim(ctx, req)
 }
 
+// subscribeCounted subscribes to "orders" on a subscriber whose claims are
+// counted, once its first claim is made; the poll interval is an hour.
+func subscribeCounted(t *testing.T, wakeCooldown time.Duration) (*postgres.Store, *claimCounter, *watermilladapter.Subscriber, <-chan *message.Message) {
+	t.Helper()
+	store, err := postgres.NewStore(testdb.New(t), postgres.Config{})
+	require.NoError(t, err)
+	counted := &claimCounter{Store: store}
+	sub, err := watermilladapter.NewSubscriber(counted, watermilladapter.SubscriberConfig{
+		PollInterval: time.Hour, WakeCooldown: wakeCooldown})
+	require.NoError(t, err)
+	msgs, err := sub.Subscribe(t.Context(), "orders")
+	require.NoError(t, err)
+	relaytest.Eventually(t, "the first claim", func() bool { return counted.claims.Load() == 1 })
+	return store, counted, sub, msgs
+}
+
 // Wake-ups within WakeCooldown of a claim make one claim at its end, which
 // delivers what they announced: a stream of notifications costs a claim
 // per cooldown, not one each.
 func TestWakeUpsWithinCooldownMakeOneClaim(t *testing.T) {
 	t.Parallel()
-	pool := testdb.New(t)
-	store, err := postgres.NewStore(pool, postgres.Config{})
-	require.NoError(t, err)
-	counted := &claimCounter{Store: store}
 	const cooldown = 500 * time.Millisecond
-	sub, err := watermilladapter.NewSubscriber(counted, watermilladapter.SubscriberConfig{
-		PollInterval: time.Hour, WakeCooldown: cooldown})
-	require.NoError(t, err)
+	store, counted, sub, msgs := subscribeCounted(t, cooldown)
 	defer func() { require.NoError(t, sub.Close()) }()
-	msgs, err := sub.Subscribe(t.Context(), "orders")
-	require.NoError(t, err)
-	relaytest.Eventually(t, "the first claim", func() bool { return counted.claims.Load() == 1 })
 
 	writer, err := watermilladapter.NewPublisher(store, watermilladapter.PublisherConfig{})
 	require.NoError(t, err)
@@ -510,29 +517,27 @@ func TestWakeUpsWithinCooldownMakeOneClaim(t *testing.T) {
 	require.EqualValues(t, 2, counted.claims.Load(), "the first claim, then one for all the wake-ups")
 }
 
-// Close does not wait for a cooldown to end.
-func TestCloseDuringWakeCooldown(t *testing.T) {
-	t.Parallel()
-	pool := testdb.New(t)
-	store, err := postgres.NewStore(pool, postgres.Config{})
-	require.NoError(t, err)
-	counted := &claimCounter{Store: store}
-	sub, err := watermilladapter.NewSubscriber(counted, watermilladapter.SubscriberConfig{
-		PollInterval: time.Hour, WakeCooldown: time.Hour})
-	require.NoError(t, err)
-	msgs, err := sub.Subscribe(t.Context(), "orders")
-	require.NoError(t, err)
-	relaytest.Eventually(t, "the first claim", func() bool { return counted.claims.Load() == 1 })
-	sub.Wake("orders")
-
+// closeWithin closes sub, failing the test with why if that takes longer
+// than limit.
+func closeWithin(t *testing.T, sub *watermilladapter.Subscriber, limit time.Duration, why string) {
+	t.Helper()
 	closed := make(chan error, 1)
 	go func() { closed <- sub.Close() }()
 	select {
 	case err := <-closed:
 		require.NoError(t, err)
-	case <-time.After(relaytest.WaitLimit):
-		t.Fatal("Close waited for the cooldown")
+	case <-time.After(limit):
+		t.Fatal(why)
 	}
+}
+
+// Close does not wait for a cooldown to end.
+func TestCloseDuringWakeCooldown(t *testing.T) {
+	t.Parallel()
+	_, counted, sub, msgs := subscribeCounted(t, time.Hour)
+	sub.Wake("orders")
+
+	closeWithin(t, sub, relaytest.WaitLimit, "Close waited for the cooldown")
 	_, open := <-msgs
 	require.False(t, open)
 	require.EqualValues(t, 1, counted.claims.Load(), "no claim was woken within the cooldown")
@@ -803,14 +808,7 @@ func TestCloseEndsWhileOutcomesCannotBeRecorded(t *testing.T) {
 		t.Fatal("the event was not delivered")
 	}
 
-	closed := make(chan error, 1)
-	go func() { closed <- sub.Close() }()
-	select {
-	case err := <-closed:
-		require.NoError(t, err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("Close still waits for an outcome the database cannot take")
-	}
+	closeWithin(t, sub, 30*time.Second, "Close still waits for an outcome the database cannot take")
 	e, err := store.Get(t.Context(), id)
 	require.NoError(t, err)
 	require.Equal(t, outbox.StatusNew, e.Status, "the outcome was not recorded: the lease brings the event back")

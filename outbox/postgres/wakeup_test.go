@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/wmoutbox/wmoutbox/internal/testdb"
@@ -36,18 +37,23 @@ func (w wakeups) next(t *testing.T) string {
 	}
 }
 
+// listen starts a listener for cfg's table, closed at cleanup, that records
+// its wake-ups.
+func listen(t *testing.T, pool *pgxpool.Pool, cfg postgres.Config) (wakeups, *postgres.Listener) {
+	t.Helper()
+	woken := make(wakeups, 16)
+	listener, err := postgres.Listen(pool, cfg, woken.wake)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, listener.Close()) })
+	return woken, listener
+}
+
 func TestNotifierWakesListenersOfItsTableOnly(t *testing.T) {
 	t.Parallel()
 	pool := testdb.New(t)
 
-	woken := make(wakeups, 16)
-	listener, err := postgres.Listen(pool, postgres.Config{}, woken.wake)
-	require.NoError(t, err)
-	defer listener.Close()
-	other := make(wakeups, 16)
-	otherListener, err := postgres.Listen(pool, postgres.Config{Table: "other_outbox"}, other.wake)
-	require.NoError(t, err)
-	defer otherListener.Close()
+	woken, _ := listen(t, pool, postgres.Config{})
+	other, _ := listen(t, pool, postgres.Config{Table: "other_outbox"})
 	require.Equal(t, "*", woken.next(t), "listening: every topic is woken once")
 	require.Equal(t, "*", other.next(t))
 
@@ -76,10 +82,7 @@ func TestNotifierWakesListenersOfItsTableOnly(t *testing.T) {
 func TestNotifierPacesNotifications(t *testing.T) {
 	t.Parallel()
 	pool := testdb.New(t)
-	woken := make(wakeups, 16)
-	listener, err := postgres.Listen(pool, postgres.Config{}, woken.wake)
-	require.NoError(t, err)
-	defer listener.Close()
+	woken, _ := listen(t, pool, postgres.Config{})
 	require.Equal(t, "*", woken.next(t))
 
 	notifier, err := postgres.NewNotifier(pool, postgres.Config{NotifyInterval: time.Hour})
@@ -105,9 +108,7 @@ func TestListenerReconnectsAndWakesEverything(t *testing.T) {
 	t.Parallel()
 	pool := testdb.New(t)
 
-	woken := make(wakeups, 16)
-	listener, err := postgres.Listen(pool, postgres.Config{}, woken.wake)
-	require.NoError(t, err)
+	woken, listener := listen(t, pool, postgres.Config{})
 	require.Equal(t, "*", woken.next(t))
 
 	var killed int
