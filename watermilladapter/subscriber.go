@@ -312,7 +312,8 @@ func (s *Subscriber) serves(topic string) bool {
 }
 
 // Wake makes the cold paths of topics claim now instead of at their next
-// poll; with no topic, every subscription's. Events committed by another
+// poll, or at the end of WakeCooldown if they claimed less than that ago;
+// with no topic, every subscription's. Events committed by another
 // process are due: a postgres.Listener calls Wake when that process's
 // Notifier says so. Topics this subscriber does not serve are ignored. It
 // never blocks.
