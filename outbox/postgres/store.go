@@ -60,7 +60,8 @@ type Config struct {
 	// notification every few milliseconds instead of one per commit, each
 	// of which costs the server a transaction and a claim in every relay
 	// it wakes. The first commit after a quiet spell is announced at once.
-	// Default [DefaultNotifyInterval]; negative is invalid.
+	// Default [DefaultNotifyInterval]; a nanosecond sends as soon as the
+	// previous notification is done; negative is invalid.
 	NotifyInterval time.Duration
 	// Logger receives after-commit hook failures of [Store.InTx] and the
 	// failures of a [Notifier] and a [Listener]. Default slog.Default().

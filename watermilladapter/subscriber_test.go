@@ -1,0 +1,40 @@
+package watermilladapter_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/wmoutbox/wmoutbox/outbox"
+	"github.com/wmoutbox/wmoutbox/watermilladapter"
+)
+
+func TestNewSubscriberRejectsBadConfig(t *testing.T) {
+	t.Parallel()
+	store := struct{ outbox.Store }{} // never called: the configuration fails first
+	for name, cfg := range map[string]watermilladapter.SubscriberConfig{
+		"WorkerCount":       {WorkerCount: -1},
+		"HotQueueCapacity":  {HotQueueCapacity: -1},
+		"ColdQueueCapacity": {ColdQueueCapacity: -1},
+		"BatchSize":         {BatchSize: -1},
+		"PollInterval":      {PollInterval: -time.Second},
+		"WakeCooldown":      {WakeCooldown: -time.Millisecond},
+		"LockTimeout":       {LockTimeout: -time.Second},
+		"SkipRecent":        {SkipRecent: -time.Second},
+		"DrainTimeout":      {DrainTimeout: -time.Second},
+		"BacklogInterval":   {BacklogInterval: -time.Second},
+		"owner":             {Owner: strings.Repeat("o", outbox.MaxOwnerLen+1)},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			sub, err := watermilladapter.NewSubscriber(store, cfg)
+			require.ErrorIs(t, err, outbox.ErrInvalidRequest)
+			require.ErrorContains(t, err, name)
+			require.Nil(t, sub)
+		})
+	}
+	_, err := watermilladapter.NewSubscriber(nil, watermilladapter.SubscriberConfig{})
+	require.ErrorIs(t, err, outbox.ErrInvalidRequest)
+}
