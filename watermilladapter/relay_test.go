@@ -492,7 +492,8 @@ func subscribeCounted(t *testing.T, wakeCooldown time.Duration) (*postgres.Store
 // per cooldown, not one each.
 func TestWakeUpsWithinCooldownMakeOneClaim(t *testing.T) {
 	t.Parallel()
-	const cooldown = 500 * time.Millisecond
+	// Long enough for the write and the wake-ups to fall within it.
+	const cooldown = 2 * time.Second
 	store, counted, sub, msgs := subscribeCounted(t, cooldown)
 	defer func() { require.NoError(t, sub.Close()) }()
 
@@ -513,7 +514,7 @@ func TestWakeUpsWithinCooldownMakeOneClaim(t *testing.T) {
 	case <-time.After(relaytest.WaitLimit):
 		t.Fatal("the woken claim delivered nothing")
 	}
-	time.Sleep(2 * cooldown) // room for claims that should not happen
+	time.Sleep(cooldown * 3 / 2) // room for claims that should not happen
 	require.EqualValues(t, 2, counted.claims.Load(), "the first claim, then one for all the wake-ups")
 }
 
