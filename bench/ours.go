@@ -179,6 +179,39 @@ func closeAll(relays []*relay) error {
 	return errors.Join(errs...)
 }
 
+// startOutbox starts a relay on table forwarding to downstream and returns
+// the store and publisher to write with, and what closes them: the relay's
+// own, whose hot path is its subscriber; or, with otherProcess, a writer on
+// pool whose notifier wakes the relay, which runs on a pool of its own, as
+// another process's would.
+func startOutbox(ctx context.Context, db *database, pool *pgxpool.Pool, table postgres.Config, downstream message.Publisher, otherProcess bool) (*postgres.Store, *watermilladapter.Publisher[pgx.Tx], func() error, error) {
+	if !otherProcess {
+		r, err := startRelay(ctx, pool, table, downstream, watermilladapter.SubscriberConfig{})
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		return r.store, r.pub, r.close, nil
+	}
+	relayPool, err := db.pool(ctx)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	r, err := startRelay(ctx, relayPool, table, downstream, watermilladapter.SubscriberConfig{})
+	if err != nil {
+		relayPool.Close()
+		return nil, nil, nil, err
+	}
+	closeRelay := func() error {
+		defer relayPool.Close()
+		return r.close()
+	}
+	w, err := newWriter(pool, table)
+	if err != nil {
+		return nil, nil, nil, errors.Join(err, closeRelay())
+	}
+	return w.store, w.pub, func() error { return errors.Join(w.close(), closeRelay()) }, nil
+}
+
 // writeSetting is what runs beside the writers of the write path: a relay
 // in their process forwarding to downstream, deleting delivered events
 // (postgres.Config.DeleteDone) or not; with no downstream, no relay at all
@@ -222,34 +255,13 @@ func oursWrite(ctx context.Context, db *database, pool *pgxpool.Pool, n, writers
 		pub       *watermilladapter.Publisher[pgx.Tx]
 		committed = func(*message.Message) error { return nil }
 	)
-	switch {
-	case down != nil && setting.otherProcess:
-		var (
-			relayPool *pgxpool.Pool
-			r         *relay
-			w         *writer
-		)
-		if relayPool, err = db.pool(ctx); err != nil {
+	if down != nil && !setting.routerOnly {
+		var closeOutbox func() error
+		if store, pub, closeOutbox, err = startOutbox(ctx, db, pool, table, down, setting.otherProcess); err != nil {
 			return window{}, err
 		}
-		defer relayPool.Close()
-		if r, err = startRelay(ctx, relayPool, table, down, watermilladapter.SubscriberConfig{}); err != nil {
-			return window{}, err
-		}
-		defer func() { err = errors.Join(err, r.close()) }()
-		if w, err = newWriter(pool, table); err != nil {
-			return window{}, err
-		}
-		defer func() { err = errors.Join(err, w.close()) }()
-		store, pub = w.store, w.pub
-	case down != nil && !setting.routerOnly:
-		var r *relay
-		if r, err = startRelay(ctx, pool, table, down, watermilladapter.SubscriberConfig{}); err != nil {
-			return window{}, err
-		}
-		defer func() { err = errors.Join(err, r.close()) }()
-		store, pub = r.store, r.pub
-	default:
+		defer func() { err = errors.Join(err, closeOutbox()) }()
+	} else {
 		if store, err = postgres.NewStore(pool, table); err != nil {
 			return window{}, err
 		}
@@ -413,27 +425,11 @@ func oursLatency(ctx context.Context, db *database, pool *pgxpool.Pool, count in
 	}
 	defer func() { err = errors.Join(err, snk.close()) }()
 
-	relayPool := pool
-	if !hot {
-		if relayPool, err = db.pool(ctx); err != nil {
-			return nil, err
-		}
-		defer relayPool.Close()
-	}
-	r, err := startRelay(ctx, relayPool, table, snk.pub, watermilladapter.SubscriberConfig{})
+	store, pub, closeOutbox, err := startOutbox(ctx, db, pool, table, snk.pub, !hot)
 	if err != nil {
 		return nil, err
 	}
-	defer func() { err = errors.Join(err, r.close()) }()
-	store, pub := r.store, r.pub
-	if !hot {
-		w, err := newWriter(pool, table)
-		if err != nil {
-			return nil, err
-		}
-		defer func() { err = errors.Join(err, w.close()) }()
-		store, pub = w.store, w.pub
-	}
+	defer func() { err = errors.Join(err, closeOutbox()) }()
 
 	committed := make([]time.Time, count)
 	err = paced(ctx, count, func(i int) error {

@@ -86,10 +86,11 @@ func msf(d time.Duration) float64 { return float64(d) / float64(time.Millisecond
 // alternation, so that a shared machine's drift falls on all alike: with
 // the relay delivering to the sink, keeping delivered events and deleting
 // them; with the relay of another process, woken by the writers'
-// notifications, delivering to it; and, to tell where the cost lies, with the relay delivering to a
-// downstream that costs nothing, with no relay at all, and with each
-// committed message delivered through a Watermill router with no outbox
-// relay (what any relay feeding a router costs at least).
+// notifications, delivering to it; and, to tell where the cost lies, with
+// the relay delivering to a downstream that costs nothing, with no relay
+// at all, and with each committed message delivered through a Watermill
+// router with no outbox relay (what any relay feeding a router costs at
+// least).
 func (res *results) measureWrite(ctx context.Context, db *database, pool *pgxpool.Pool, sz sizes, rep *report) error {
 	raw := &series{name: fmt.Sprintf("1 raw: insert, 1 row per transaction, %d writers", writers),
 		measure: func() (window, error) { return rawInsert(ctx, pool, sz.writes, writers) }}

@@ -113,14 +113,5 @@ func TestUpgradeKeepsEarlierClaims(t *testing.T) {
 	cfg.Clock = clock
 	store, err := postgres.NewStore(pool, cfg)
 	require.NoError(t, err)
-	req := outbox.ClaimRequest{Owner: "new-relay", LockTimeout: time.Minute}
-	require.Equal(t, []string{"due"}, claimIDs(t, store, req), "the earlier relay's claim holds")
-	_, err = store.UpdateStatus(ctx, outbox.Done("due"))
-	require.NoError(t, err)
-	clock.Advance(time.Minute)
-	claimed, err := store.Claim(ctx, req)
-	require.NoError(t, err)
-	require.Equal(t, []string{"leased"}, storetest.IDs(claimed), "until its lease ends")
-	require.Equal(t, "new-relay", claimed[0].LockedBy)
-	require.Equal(t, start.Add(2*time.Minute), claimed[0].LockedUntil.UTC())
+	storetest.CheckEarlierClaimHolds(t, store, clock)
 }
