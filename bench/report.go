@@ -152,14 +152,29 @@ func (s *series) wal() string {
 	return walString(median(bytes))
 }
 
-// ratioTo is the median, over the repetitions, of s's rate divided by
-// base's rate in the same repetition.
-func (s *series) ratioTo(base *series) float64 {
+// ratios are s's rate divided by base's rate in the same repetition, one
+// per repetition.
+func (s *series) ratios(base *series) []float64 {
 	ratios := make([]float64, 0, len(s.windows))
 	for i, w := range s.windows {
 		if i < len(base.windows) && base.windows[i].rate() > 0 {
 			ratios = append(ratios, w.rate()/base.windows[i].rate())
 		}
 	}
-	return median(ratios)
+	return ratios
+}
+
+// ratioTo is the median of s's ratios to base.
+func (s *series) ratioTo(base *series) float64 { return median(s.ratios(base)) }
+
+// comparedTo formats the median ratio of s to base, which the text names,
+// and the range of the repetitions' ratios: how far a single repetition
+// could be trusted on this machine. "0.86× raw insert (0.81–0.92)".
+func (s *series) comparedTo(base *series, name string) string {
+	ratios := s.ratios(base)
+	text := fmt.Sprintf("%.2f× %s", median(ratios), name)
+	if len(ratios) > 1 {
+		text += fmt.Sprintf(" (%.2f–%.2f)", slices.Min(ratios), slices.Max(ratios))
+	}
+	return text
 }

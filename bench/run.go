@@ -49,6 +49,7 @@ func run(ctx context.Context, server string, sz sizes, only string, quick bool) 
 	fmt.Printf("wmoutbox bench (%s): %d CPUs, PostgreSQL %s, %d writers, medians of %d; ≈%d-byte JSON events\n\n",
 		mode, runtime.NumCPU(), version, writers, sz.reps, len(payload(0)))
 
+	cpuAtStart := readCPUTimes()
 	want := func(name string) bool { return only == "" || strings.Contains(name, only) }
 	rep := &report{}
 	var res results
@@ -72,6 +73,10 @@ func run(ctx context.Context, server string, sz sizes, only string, quick bool) 
 	}
 	fmt.Println()
 	rep.print(os.Stdout)
+	if stolen := readCPUTimes().stolenShare(cpuAtStart); stolen >= 0 {
+		fmt.Printf("\nsteal: a hypervisor held back %.0f%% of this machine's CPU time during the run; "+
+			"with much of it, compare ratios within this run, not figures across runs\n", 100*stolen)
+	}
 	if quick {
 		fmt.Printf("summary: write_ratio=%.2f drain_per_s=%.0f drain_ratio_vs_forwarder=%.2f hot_p50_ms=%.2f hot_p99_ms=%.2f cold_p99_ms=%.2f kafka_drain_per_s=%.0f\n",
 			res.writeRatio, res.drain1, res.drain1Ratio,
@@ -117,7 +122,7 @@ func (res *results) measureWrite(ctx context.Context, db *database, pool *pgxpoo
 	res.writeRatio = all[1].ratioTo(raw)
 	rep.add(raw, "ceiling of the write path")
 	for _, ours := range all[1:] {
-		rep.add(ours, fmt.Sprintf("%.2f× raw insert", ours.ratioTo(raw)))
+		rep.add(ours, ours.comparedTo(raw, "raw insert"))
 	}
 	return nil
 }
@@ -181,8 +186,8 @@ func (res *results) measureDrain(ctx context.Context, db *database, pool *pgxpoo
 		rep.add(f, "")
 	}
 	for _, o := range ours {
-		rep.add(o, fmt.Sprintf("%.2f× raw lease claim, %.2f× raw locking claim, %.2f× forwarder tuned, %.2f× forwarder default",
-			o.ratioTo(rawLease), o.ratioTo(rawLock), o.ratioTo(fwd[1]), o.ratioTo(fwd[0])))
+		rep.add(o, strings.Join([]string{o.comparedTo(rawLease, "raw lease claim"), o.comparedTo(rawLock, "raw locking claim"),
+			o.comparedTo(fwd[1], "forwarder tuned"), o.comparedTo(fwd[0], "forwarder default")}, ", "))
 	}
 	return nil
 }

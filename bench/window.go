@@ -83,28 +83,55 @@ func processCPU() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// machineCPU is the busy time of all CPUs from /proc/stat: user, nice,
-// system, irq and softirq; not idle, iowait, or the time a hypervisor
-// stole for other machines. 0 where /proc/stat cannot be read.
-func machineCPU() time.Duration {
+// machineCPU is the busy time of all CPUs; 0 where /proc/stat cannot be
+// read.
+func machineCPU() time.Duration { return readCPUTimes().busy }
+
+// cpuTimes are the first line of /proc/stat, summed over all CPUs: busy
+// (user, nice, system, irq, softirq), idle (idle and iowait), and the time
+// a hypervisor stole for other machines while this one had work to run.
+// All zero where /proc/stat cannot be read.
+type cpuTimes struct{ busy, idle, steal time.Duration }
+
+func readCPUTimes() cpuTimes {
 	stat, err := os.ReadFile("/proc/stat")
 	if err != nil {
-		return 0
+		return cpuTimes{}
 	}
 	line, _, _ := strings.Cut(string(stat), "\n")
 	fields := strings.Fields(line)
-	if len(fields) < 8 || fields[0] != "cpu" {
-		return 0
+	if len(fields) < 9 || fields[0] != "cpu" {
+		return cpuTimes{}
 	}
-	var ticks int64
-	for _, i := range []int{1, 2, 3, 6, 7} { // user nice system irq softirq
-		n, err := strconv.ParseInt(fields[i], 10, 64)
-		if err != nil {
-			return 0
+	sum := func(columns ...int) (time.Duration, bool) {
+		var ticks int64
+		for _, i := range columns {
+			n, err := strconv.ParseInt(fields[i], 10, 64)
+			if err != nil {
+				return 0, false
+			}
+			ticks += n
 		}
-		ticks += n
+		return time.Duration(ticks) * time.Second / clockTicks, true
 	}
-	return time.Duration(ticks) * time.Second / clockTicks
+	busy, ok1 := sum(1, 2, 3, 6, 7) // user nice system irq softirq
+	idle, ok2 := sum(4, 5)          // idle iowait
+	steal, ok3 := sum(8)
+	if !ok1 || !ok2 || !ok3 {
+		return cpuTimes{}
+	}
+	return cpuTimes{busy: busy, idle: idle, steal: steal}
+}
+
+// stolenShare is the share of the CPU time between start and t that a
+// hypervisor stole, -1 when unknown.
+func (t cpuTimes) stolenShare(start cpuTimes) float64 {
+	steal := t.steal - start.steal
+	all := t.busy - start.busy + t.idle - start.idle + steal
+	if all <= 0 {
+		return -1
+	}
+	return float64(steal) / float64(all)
 }
 
 // clockTicks is USER_HZ, the unit of /proc/stat: 100 on every Linux
