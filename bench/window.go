@@ -100,27 +100,21 @@ func readCPUTimes() cpuTimes {
 	}
 	line, _, _ := strings.Cut(string(stat), "\n")
 	fields := strings.Fields(line)
-	if len(fields) < 9 || fields[0] != "cpu" {
+	if len(fields) < 9 || fields[0] != "cpu" { // up to steal
 		return cpuTimes{}
 	}
-	sum := func(columns ...int) (time.Duration, bool) {
-		var ticks int64
-		for _, i := range columns {
-			n, err := strconv.ParseInt(fields[i], 10, 64)
-			if err != nil {
-				return 0, false
-			}
-			ticks += n
+	var ticks [9]int64 // cpu user nice system idle iowait irq softirq steal
+	for i := 1; i < len(ticks); i++ {
+		if ticks[i], err = strconv.ParseInt(fields[i], 10, 64); err != nil {
+			return cpuTimes{}
 		}
-		return time.Duration(ticks) * time.Second / clockTicks, true
 	}
-	busy, ok1 := sum(1, 2, 3, 6, 7) // user nice system irq softirq
-	idle, ok2 := sum(4, 5)          // idle iowait
-	steal, ok3 := sum(8)
-	if !ok1 || !ok2 || !ok3 {
-		return cpuTimes{}
+	d := func(n int64) time.Duration { return time.Duration(n) * time.Second / clockTicks }
+	return cpuTimes{
+		busy:  d(ticks[1] + ticks[2] + ticks[3] + ticks[6] + ticks[7]),
+		idle:  d(ticks[4] + ticks[5]),
+		steal: d(ticks[8]),
 	}
-	return cpuTimes{busy: busy, idle: idle, steal: steal}
 }
 
 // stolenShare is the share of the CPU time between start and t that a

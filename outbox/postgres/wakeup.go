@@ -113,8 +113,8 @@ func NewNotifier(db DB, cfg Config) (*Notifier, error) {
 
 // Notify asks for the relays of topics to be woken: at once, or with the
 // next notification when one was sent less than Config.NotifyInterval
-// ago. It never blocks and never fails: a notification that cannot be sent is logged, and the
-// relays find the events at their next poll.
+// ago. It never blocks and never fails: a notification that cannot be
+// sent is logged, and the relays find the events at their next poll.
 func (n *Notifier) Notify(topics []string) {
 	if len(topics) == 0 {
 		return
