@@ -47,7 +47,8 @@ type SubscriberConfig struct {
 	// ColdQueueCapacity bounds the claimed events waiting for a worker, per
 	// subscription; claims never exceed the free space. Default 1000.
 	ColdQueueCapacity int
-	// BatchSize is the most events one claim takes. Default 50.
+	// BatchSize is the most events one claim takes, at most 10,000 (the
+	// stores' limit). Default 50.
 	BatchSize int
 	// PollInterval is how long the cold path waits when there is no
 	// backlog and nothing wakes it. Default 5s.
@@ -125,10 +126,20 @@ func (c SubscriberConfig) withDefaults() (SubscriberConfig, error) {
 	if c.Owner == "" {
 		c.Owner = defaultOwner()
 	}
-	if len(c.Owner) > outbox.MaxOwnerLen {
-		return c, fmt.Errorf("%w: subscriber owner longer than %d", outbox.ErrInvalidRequest, outbox.MaxOwnerLen)
+	// Every claim would fail the same way, only logged, and leave the
+	// cold path dead: reject now what the store would reject then.
+	probe := c.claimRequest("")
+	probe.Limit = c.BatchSize
+	if _, err := probe.Normalize(); err != nil {
+		return c, fmt.Errorf("subscriber owner or BatchSize: %w", err)
 	}
 	return c, nil
+}
+
+// claimRequest is the claim of topic's subscription, without its limit.
+func (c *SubscriberConfig) claimRequest(topic string) outbox.ClaimRequest {
+	return outbox.ClaimRequest{Owner: c.Owner, LockTimeout: c.LockTimeout, SkipRecent: c.SkipRecent,
+		Topics: []string{topic}}
 }
 
 func cmpOr[T int | time.Duration](v, def T) T {

@@ -166,8 +166,8 @@ func (sub *subscription) claimLoop() {
 	cfg := &sub.s.cfg
 	var cursor outbox.ClaimCursor
 	rescan := cfg.Clock.Now().Add(claimRescan)
-	req := outbox.ClaimRequest{Owner: sub.s.owner, LockTimeout: cfg.LockTimeout, SkipRecent: cfg.SkipRecent,
-		Topics: []string{sub.topic}, Cursor: &cursor}
+	req := cfg.claimRequest(sub.topic)
+	req.Cursor = &cursor
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	var claimed time.Time // when the last claim started

@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"fmt"
 	"slices"
 	"time"
 
@@ -11,7 +12,8 @@ import (
 )
 
 // collectEvents scans rows of eventColumns. A row whose headers cannot be
-// decoded comes back with Malformed set instead of failing the batch.
+// decoded, or whose times are not times, comes back with Malformed set
+// instead of failing the batch.
 func collectEvents(rows pgx.Rows) ([]outbox.Event, error) {
 	defer rows.Close()
 	s := newEventScanner()
@@ -57,14 +59,14 @@ func collectClaimed(rows pgx.Rows, limit int) ([]outbox.Event, outbox.ClaimCurso
 type eventScanner struct {
 	id, eventType, topic, aggregateType, aggregateID,
 	tenantID, lastError, lockedBy repeated
-	payload                                       []byte
-	headers                                       pgtype.DriverBytes
-	isJSON                                        bool
-	status                                        int16
-	attempts                                      int
-	occurredAt, availableAt, createdAt, updatedAt time.Time
-	doneAt, lockedAt, lockedUntil                 pgtype.Timestamptz
-	dest                                          []any
+	payload  []byte
+	headers  pgtype.DriverBytes
+	isJSON   bool
+	status   int16
+	attempts int
+	occurredAt, availableAt, createdAt, updatedAt,
+	doneAt, lockedAt, lockedUntil pgtype.Timestamptz
+	dest []any
 }
 
 func newEventScanner() *eventScanner {
@@ -80,26 +82,27 @@ func (s *eventScanner) scan(rows pgx.Rows) (outbox.Event, error) {
 	if err := rows.Scan(s.dest...); err != nil {
 		return outbox.Event{}, err
 	}
+	var notTime error
 	e := outbox.Event{
 		Envelope: outbox.Envelope{
 			ID:            string(s.id),
 			Type:          outbox.EventType(s.eventType),
 			Topic:         string(s.topic),
-			OccurredAt:    s.occurredAt,
+			OccurredAt:    finite("occurred_at", s.occurredAt, &notTime),
 			AggregateType: outbox.AggregateType(s.aggregateType),
 			AggregateID:   string(s.aggregateID),
 			TenantID:      string(s.tenantID),
 		},
 		Status:      outbox.Status(s.status),
 		Attempts:    s.attempts,
-		AvailableAt: s.availableAt,
-		CreatedAt:   s.createdAt,
-		UpdatedAt:   s.updatedAt,
-		DoneAt:      s.doneAt.Time,
+		AvailableAt: finite("available_at", s.availableAt, &notTime),
+		CreatedAt:   finite("created_at", s.createdAt, &notTime),
+		UpdatedAt:   finite("updated_at", s.updatedAt, &notTime),
+		DoneAt:      finite("done_at", s.doneAt, &notTime),
 		LastError:   string(s.lastError),
 		LockedBy:    string(s.lockedBy),
-		LockedAt:    s.lockedAt.Time,
-		LockedUntil: s.lockedUntil.Time,
+		LockedAt:    finite("locked_at", s.lockedAt, &notTime),
+		LockedUntil: finite("locked_until", s.lockedUntil, &notTime),
 	}
 	payload := s.payload
 	if payload == nil {
@@ -111,7 +114,22 @@ func (s *eventScanner) scan(rows pgx.Rows) (outbox.Event, error) {
 		e.PayloadBytes = payload
 	}
 	e.Headers, e.Malformed = outbox.DecodeHeaders(s.headers)
+	if e.Malformed == nil {
+		e.Malformed = notTime
+	}
 	return e, nil
+}
+
+// finite returns the time of ts, the zero time for NULL. PostgreSQL also
+// stores ±infinity, which no writer of this package writes but a hand or
+// another program may: such a row is malformed (the relay marks it DEAD),
+// and *notTime says why, rather than a scan error that would fail every
+// row of a claim, leaving them all claimed and undelivered.
+func finite(column string, ts pgtype.Timestamptz, notTime *error) time.Time {
+	if ts.Valid && ts.InfinityModifier != pgtype.Finite && *notTime == nil {
+		*notTime = fmt.Errorf("%s is %s, not a time", column, ts.InfinityModifier)
+	}
+	return ts.Time
 }
 
 // repeated is a text column whose value is often the same as in the row

@@ -184,3 +184,30 @@ func TestBookkeepingCommitsAsynchronouslyUnlessAsked(t *testing.T) {
 		require.Equal(t, want, setting(), "after a claim")
 	}
 }
+
+// TestInfiniteTimesDoNotBreakTheBatch: PostgreSQL stores ±infinity in a
+// timestamptz, which a hand or another program may write. Such a row comes
+// back malformed (the relay marks it DEAD); the rows claimed with it come
+// back whole, instead of the whole claim failing and staying claimed.
+func TestInfiniteTimesDoNotBreakTheBatch(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t)
+	store, err := postgres.NewStore(pool, postgres.Config{})
+	require.NoError(t, err)
+	written := writeEvents(t, store, 3)
+	_, err = pool.Exec(t.Context(), `UPDATE outbox_event SET occurred_at = 'infinity' WHERE event_id = $1`, written[1])
+	require.NoError(t, err)
+
+	claimed, err := store.Claim(t.Context(), outbox.ClaimRequest{Owner: "me"})
+	require.NoError(t, err)
+	require.Equal(t, written, storetest.IDs(claimed))
+	require.NoError(t, claimed[0].Malformed)
+	require.EqualError(t, claimed[1].Malformed, "occurred_at is infinity, not a time")
+	require.NoError(t, claimed[2].Malformed)
+
+	_, err = pool.Exec(t.Context(), `UPDATE outbox_event SET done_at = '-infinity' WHERE event_id = $1`, written[2])
+	require.NoError(t, err)
+	e, err := store.Get(t.Context(), written[2])
+	require.NoError(t, err, "Get reports a malformed row in the event, not as an error")
+	require.EqualError(t, e.Malformed, "done_at is -infinity, not a time")
+}
