@@ -520,15 +520,18 @@ func TestWakeUpsWithinCooldownMakeOneClaim(t *testing.T) {
 
 // closeWithin closes sub, failing the test with why if that takes longer
 // than limit.
-func closeWithin(t *testing.T, sub *watermilladapter.Subscriber, limit time.Duration, why string) {
+// closeWithin returns what sub.Close returns, failing the test if that
+// takes longer than limit.
+func closeWithin(t *testing.T, sub *watermilladapter.Subscriber, limit time.Duration, why string) error {
 	t.Helper()
 	closed := make(chan error, 1)
 	go func() { closed <- sub.Close() }()
 	select {
 	case err := <-closed:
-		require.NoError(t, err)
+		return err
 	case <-time.After(limit):
 		t.Fatal(why)
+		return nil
 	}
 }
 
@@ -538,7 +541,7 @@ func TestCloseDuringWakeCooldown(t *testing.T) {
 	_, counted, sub, msgs := subscribeCounted(t, time.Hour)
 	sub.Wake("orders")
 
-	closeWithin(t, sub, relaytest.WaitLimit, "Close waited for the cooldown")
+	require.NoError(t, closeWithin(t, sub, relaytest.WaitLimit, "Close waited for the cooldown"))
 	_, open := <-msgs
 	require.False(t, open)
 	require.EqualValues(t, 1, counted.claims.Load(), "no claim was woken within the cooldown")
@@ -786,7 +789,7 @@ func (outcomesFail) UpdateStatus(context.Context, ...outbox.StatusUpdate) (int64
 
 // Close waits for the outcomes to be recorded, but not forever: with the
 // database down it gives up after a bounded time, leaving the events to
-// their leases.
+// their leases, and says so.
 func TestCloseEndsWhileOutcomesCannotBeRecorded(t *testing.T) {
 	t.Parallel()
 	pool := testdb.New(t)
@@ -809,8 +812,41 @@ func TestCloseEndsWhileOutcomesCannotBeRecorded(t *testing.T) {
 		t.Fatal("the event was not delivered")
 	}
 
-	closeWithin(t, sub, 30*time.Second, "Close still waits for an outcome the database cannot take")
+	err = closeWithin(t, sub, 30*time.Second, "Close still waits for an outcome the database cannot take")
+	require.ErrorIs(t, err, watermilladapter.ErrNotRecorded)
+	require.ErrorContains(t, err, ": 1 outcomes and releases")
 	e, err := store.Get(t.Context(), id)
 	require.NoError(t, err)
 	require.Equal(t, outbox.StatusNew, e.Status, "the outcome was not recorded: the lease brings the event back")
+}
+
+// A transaction that wrote hot-path events while the subscriber served
+// their topic, and commits after Close returned, hands them back at once:
+// they were written claimed by this relay, and would otherwise wait out
+// the lease before another relay could take them.
+func TestHotEventsCommittedAfterCloseAreReleased(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t)
+	store, err := postgres.NewStore(pool, postgres.Config{})
+	require.NoError(t, err)
+	sub, err := watermilladapter.NewSubscriber(store, watermilladapter.SubscriberConfig{})
+	require.NoError(t, err)
+	_, err = sub.Subscribe(t.Context(), "orders")
+	require.NoError(t, err)
+	pub, err := watermilladapter.NewPublisher(store, watermilladapter.PublisherConfig{HotPath: sub})
+	require.NoError(t, err)
+
+	require.NoError(t, store.InTx(t.Context(), func(ctx context.Context, tx pgx.Tx) error {
+		msg := newMsg("late")
+		msg.SetContext(ctx)
+		require.NoError(t, pub.Publish("orders", msg))
+		var owner *string
+		require.NoError(t, tx.QueryRow(ctx, `SELECT locked_by FROM outbox_event`).Scan(&owner))
+		require.NotNil(t, owner, "written claimed by the relay, for the hot path")
+		return sub.Close()
+	}))
+
+	var owner *string
+	require.NoError(t, pool.QueryRow(t.Context(), `SELECT locked_by FROM outbox_event`).Scan(&owner))
+	require.Nil(t, owner, "released when the commit found the relay closed")
 }

@@ -2,6 +2,7 @@ package watermilladapter
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -27,13 +28,16 @@ const settleLinger = 50 * time.Millisecond
 // A failed flush is retried after settleRetry, doubling up to
 // settleRetryMax, for as long as the subscriber runs: a database that is
 // down for minutes must not leave claims held until their leases end.
-// Once Close begins, a flush keeps trying for settleGiveUp only. Outcomes not
-// recorded are not lost: the leases expire and the events are delivered
-// again.
+// Once Close begins, the settler keeps trying until settleGiveUp after the
+// first failure, for all its statements together, and each statement left
+// after that gets one attempt of at most settleLastChance: Close then ends
+// in about settleGiveUp however much is queued. Outcomes not recorded are
+// not lost: the leases expire and the events are delivered again.
 const (
-	settleRetry    = 50 * time.Millisecond
-	settleRetryMax = 2 * time.Second
-	settleGiveUp   = 10 * time.Second
+	settleRetry      = 50 * time.Millisecond
+	settleRetryMax   = 2 * time.Second
+	settleGiveUp     = 10 * time.Second
+	settleLastChance = time.Second
 )
 
 // releaseItem is a claim to hand back, and the topic to wake for it.
@@ -50,6 +54,7 @@ type settler struct {
 
 	updates  chan outbox.StatusUpdate
 	linger   time.Duration
+	giveUp   time.Duration
 	cut      chan struct{} // signalled when updates is half full or a flush is asked for: end the linger
 	releases chan []releaseItem
 	flushes  chan chan struct{} // unbuffered: a request sent is a request taken
@@ -58,6 +63,16 @@ type settler struct {
 	done     chan struct{}
 	stopOnce sync.Once
 	quitOnce sync.Once
+
+	// Owned by run: when failing statements are given up, and how many
+	// outcomes and releases were.
+	giveUpAt    time.Time
+	notRecorded int
+
+	// closed is set, under the write lock, before run drains for the last
+	// time: a release sent under the read lock while it is false is drained.
+	mu     sync.RWMutex
+	closed bool
 }
 
 func newSettler(store outbox.Store, owner string, logger watermill.LoggerAdapter, released func(...string)) *settler {
@@ -68,6 +83,7 @@ func newSettler(store outbox.Store, owner string, logger watermill.LoggerAdapter
 		released: released,
 		updates:  make(chan outbox.StatusUpdate, maxSettleBatch),
 		linger:   settleLinger,
+		giveUp:   settleGiveUp,
 		cut:      make(chan struct{}, 1),
 		releases: make(chan []releaseItem, 64),
 		flushes:  make(chan chan struct{}),
@@ -92,12 +108,23 @@ func (st *settler) update(u outbox.StatusUpdate) {
 	}
 }
 
-// release queues claims to hand back; after close, the leases expire
-// instead.
+// release queues claims to hand back. After close, it releases them
+// itself, in one attempt: a transaction that commits after Close still
+// hands the events it wrote claimed to the other relays at once, rather
+// than at the end of their lease.
 func (st *settler) release(items []releaseItem) {
-	select {
-	case st.releases <- items:
-	case <-st.done:
+	st.mu.RLock()
+	if !st.closed {
+		st.releases <- items
+		st.mu.RUnlock()
+		return
+	}
+	st.mu.RUnlock()
+	ctx, cancel := context.WithTimeout(context.Background(), settleLastChance)
+	defer cancel()
+	if err := st.releaseOp(items)(ctx); err != nil {
+		st.logger.Error("outbox: cannot release claims after Close; they will expire and the events be delivered again",
+			err, watermill.LogFields{"events": len(items)})
 	}
 }
 
@@ -169,9 +196,11 @@ func (st *settler) gather(batch []outbox.StatusUpdate) []outbox.StatusUpdate {
 	return batch
 }
 
-// drain records everything queued, in batches like run does.
+// drain records everything queued, the outcomes in batches like run
+// does and the releases in one statement.
 func (st *settler) drain() {
 	var batch []outbox.StatusUpdate
+	var released []releaseItem
 	for {
 		select {
 		case u := <-st.updates:
@@ -180,8 +209,11 @@ func (st *settler) drain() {
 				batch = batch[:0]
 			}
 		case items := <-st.releases:
-			st.flushReleases(items)
+			released = append(released, items...)
 		default:
+			if len(released) > 0 {
+				st.flushReleases(released)
+			}
 			if len(batch) > 0 {
 				st.flushUpdates(batch)
 			}
@@ -191,22 +223,14 @@ func (st *settler) drain() {
 }
 
 func (st *settler) flushUpdates(batch []outbox.StatusUpdate) {
-	st.retry("record outcomes", func(ctx context.Context) error {
+	st.retry("record outcomes", len(batch), func(ctx context.Context) error {
 		_, err := st.store.UpdateStatus(ctx, batch...)
 		return err
 	})
 }
 
 func (st *settler) flushReleases(items []releaseItem) {
-	ids := make([]string, len(items))
-	for i, it := range items {
-		ids[i] = it.id
-	}
-	ok := st.retry("release claims", func(ctx context.Context) error {
-		_, err := st.store.Release(ctx, st.owner, ids)
-		return err
-	})
-	if !ok {
+	if !st.retry("release claims", len(items), st.releaseOp(items)) {
 		return
 	}
 	woken := map[string]bool{}
@@ -218,24 +242,40 @@ func (st *settler) flushReleases(items []releaseItem) {
 	}
 }
 
-// retry runs op until it succeeds or, once the settler is stopping,
-// settleGiveUp has passed; it reports whether op succeeded.
-func (st *settler) retry(what string, op func(ctx context.Context) error) bool {
-	var deadline time.Time
+func (st *settler) releaseOp(items []releaseItem) func(ctx context.Context) error {
+	ids := make([]string, len(items))
+	for i, it := range items {
+		ids[i] = it.id
+	}
+	return func(ctx context.Context) error {
+		_, err := st.store.Release(ctx, st.owner, ids)
+		return err
+	}
+}
+
+// retry runs op, which records n outcomes or releases, until it succeeds
+// or, once the settler is stopping, the settler gives up (see
+// settleGiveUp); it reports whether op succeeded.
+func (st *settler) retry(what string, n int, op func(ctx context.Context) error) bool {
 	pause := settleRetry
 	for {
-		ctx, cancel := context.WithTimeout(context.Background(), settleGiveUp)
+		timeout := st.giveUp
+		if !st.giveUpAt.IsZero() && !time.Now().Before(st.giveUpAt) {
+			timeout = min(timeout, settleLastChance)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		err := op(ctx)
 		cancel()
 		if err == nil {
 			return true
 		}
-		if deadline.IsZero() && st.isStopping() {
-			deadline = time.Now().Add(settleGiveUp)
+		if st.giveUpAt.IsZero() && st.isStopping() {
+			st.giveUpAt = time.Now().Add(st.giveUp)
 		}
-		if !deadline.IsZero() && time.Now().After(deadline) {
+		if !st.giveUpAt.IsZero() && !time.Now().Before(st.giveUpAt) {
 			st.logger.Error("outbox: giving up; the claims will expire and the events be delivered again", err,
-				watermill.LogFields{"operation": what})
+				watermill.LogFields{"operation": what, "events": n})
+			st.notRecorded += n
 			return false
 		}
 		st.logger.Error("outbox: retrying", err, watermill.LogFields{"operation": what, "pause": pause})
@@ -259,10 +299,17 @@ func (st *settler) isStopping() bool {
 // them, end while the database is down.
 func (st *settler) stop() { st.stopOnce.Do(func() { close(st.stopping) }) }
 
-// close records everything queued and stops.
+// close records everything queued and stops. It returns [ErrNotRecorded]
+// if it gave up on any of it.
 func (st *settler) close() error {
 	st.stop()
+	st.mu.Lock()
+	st.closed = true
+	st.mu.Unlock()
 	st.quitOnce.Do(func() { close(st.quit) })
 	<-st.done
+	if st.notRecorded > 0 {
+		return fmt.Errorf("%w: %d outcomes and releases", ErrNotRecorded, st.notRecorded)
+	}
 	return nil
 }

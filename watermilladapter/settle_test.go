@@ -2,12 +2,14 @@ package watermilladapter
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
+	"github.com/stretchr/testify/require"
 
 	"github.com/wmoutbox/wmoutbox/outbox"
 )
@@ -144,4 +146,60 @@ func TestSettlerWritesReleasesDuringTheLinger(t *testing.T) {
 	if statements, _ := store.recorded(); statements != 0 {
 		t.Fatalf("%d outcome statements during an hour's linger, want 0", statements)
 	}
+}
+
+// downStore fails every statement, as a database that went away, and
+// counts them.
+type downStore struct {
+	outbox.Store
+	mu         sync.Mutex
+	statements int
+}
+
+func (s *downStore) fail() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.statements++
+	return errors.New("database unreachable")
+}
+
+func (s *downStore) UpdateStatus(context.Context, ...outbox.StatusUpdate) (int64, error) {
+	return 0, s.fail()
+}
+
+func (s *downStore) Release(context.Context, string, []string) (int64, error) { return 0, s.fail() }
+
+func (s *downStore) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.statements
+}
+
+// Once Close began, the settler gives up on everything queued by one
+// deadline, not one per statement: each statement after it gets a single
+// attempt, so Close takes about settleGiveUp however much is queued, and
+// reports what it gave up on. (With a deadline per statement, each of the
+// releases below would be tried 3 times.)
+func TestSettlerGivesUpOnEverythingByOneDeadline(t *testing.T) {
+	t.Parallel()
+	store := &downStore{}
+	st := newSettler(store, "me", watermill.NopLogger{}, func(...string) {})
+	st.giveUp = 100 * time.Millisecond // set before the first statement is sent, which the settler reads it after
+	st.stop()
+	const n = 10
+	for i := range n {
+		st.release([]releaseItem{{id: fmt.Sprint("released-", i), topic: "orders"}})
+	}
+	st.update(outbox.Done("done"))
+	for len(st.releases) > 0 || len(st.updates) > 0 { // each taken and tried on its own
+		time.Sleep(10 * time.Millisecond)
+	}
+	err := st.close()
+	require.ErrorIs(t, err, ErrNotRecorded)
+	require.ErrorContains(t, err, fmt.Sprintf(": %d outcomes and releases", n+1))
+	tried := store.count()
+	require.LessOrEqual(t, tried, 3+n, "statements tried: 3 for the first, 1 for each after it")
+
+	st.release([]releaseItem{{id: "committed-after-close", topic: "orders"}})
+	require.Equal(t, tried+1, store.count(), "a release after close is tried at once, once")
 }

@@ -19,6 +19,12 @@ import (
 // ErrSubscriberClosed is returned by [Subscriber.Subscribe] after Close.
 var ErrSubscriberClosed = errors.New("watermilladapter: subscriber closed")
 
+// ErrNotRecorded is returned by [Subscriber.Close] when it gave up on
+// recording outcomes or releasing claims because the database kept
+// failing. Nothing is lost: those events are delivered again once their
+// leases end.
+var ErrNotRecorded = errors.New("watermilladapter: outcomes or releases not recorded before Close gave up")
+
 // Defaults of [SubscriberConfig].
 const (
 	DefaultWorkerCount       = 4
@@ -257,7 +263,9 @@ func (s *Subscriber) remove(sub *subscription) {
 // Close stops claiming, waits up to DrainTimeout for messages in handlers,
 // releases every claim not finished so another relay takes it at once,
 // records pending outcomes, and closes the output channels. Every call,
-// concurrent ones included, returns once all of that is done.
+// concurrent ones included, returns once all of that is done. With the
+// database failing, it gives up on the outcomes and releases about 10 s
+// after the first failure and returns [ErrNotRecorded].
 func (s *Subscriber) Close() error {
 	s.closeOnce.Do(func() { s.closeErr = s.close() })
 	return s.closeErr
