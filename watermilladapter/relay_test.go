@@ -850,3 +850,41 @@ func TestHotEventsCommittedAfterCloseAreReleased(t *testing.T) {
 	require.NoError(t, pool.QueryRow(t.Context(), `SELECT locked_by FROM outbox_event`).Scan(&owner))
 	require.Nil(t, owner, "released when the commit found the relay closed")
 }
+
+// Retries do not wait for a poll (an hour here): neither one due before
+// the settler has recorded it (the claim its wake-up brings must come
+// after the record, or it finds the event still held), nor one due after
+// another retry of the subscription (each retry time is kept, not only the
+// earliest).
+func TestRetriesAreClaimedWhenDueNotAtThePoll(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t)
+	delays := map[string]time.Duration{"soon": time.Millisecond, "first": 200 * time.Millisecond, "second": 600 * time.Millisecond}
+	var mu sync.Mutex
+	tries := map[string]int{}
+	redelivered := make(chan string, len(delays))
+	r := relaytest.Start(t, pool, watermilladapter.SubscriberConfig{PollInterval: time.Hour}, relaytest.Handlers{"orders": func(msg *message.Message) error {
+		name := string(msg.Payload)
+		mu.Lock()
+		tries[name]++
+		first := tries[name] == 1
+		mu.Unlock()
+		if first {
+			return outbox.RetryAfter(delays[name], errors.New("not yet"))
+		}
+		redelivered <- name
+		return nil
+	}})
+	for name := range delays {
+		r.Publish(t, "orders", newMsg(name))
+	}
+	got := map[string]bool{}
+	for range delays {
+		select {
+		case name := <-redelivered:
+			got[name] = true
+		case <-time.After(relaytest.WaitLimit):
+			t.Fatalf("redelivered only %v of %d retries before the poll", got, len(delays))
+		}
+	}
+}

@@ -43,6 +43,15 @@ const (
 // releaseItem is a claim to hand back, and the topic to wake for it.
 type releaseItem struct{ id, topic string }
 
+// outcome is a status update to record and, for a RETRY or a deferral,
+// the subscription to wake when the event is due again. It is told once
+// the update is recorded: a claim before that would find the event still
+// held by this relay, and the event would wait for a poll.
+type outcome struct {
+	update outbox.StatusUpdate
+	retry  *subscription
+}
+
 // settler records outcomes for every worker of a Subscriber: whatever has
 // queued while the previous statement ran, or arrives within settleLinger,
 // goes into the next one.
@@ -52,7 +61,8 @@ type settler struct {
 	logger   watermill.LoggerAdapter
 	released func(topics ...string)
 
-	updates  chan outbox.StatusUpdate
+	updates  chan outcome
+	statuses []outbox.StatusUpdate // owned by run: the batch being recorded
 	linger   time.Duration
 	giveUp   time.Duration
 	cut      chan struct{} // signalled when updates is half full or a flush is asked for: end the linger
@@ -81,7 +91,7 @@ func newSettler(store outbox.Store, owner string, logger watermill.LoggerAdapter
 		owner:    owner,
 		logger:   logger,
 		released: released,
-		updates:  make(chan outbox.StatusUpdate, maxSettleBatch),
+		updates:  make(chan outcome, maxSettleBatch),
 		linger:   settleLinger,
 		giveUp:   settleGiveUp,
 		cut:      make(chan struct{}, 1),
@@ -95,12 +105,13 @@ func newSettler(store outbox.Store, owner string, logger watermill.LoggerAdapter
 	return st
 }
 
-// update queues an outcome; it blocks while the queue is full, which slows
-// the workers down to what the database records. After close it drops the
-// outcome: the lease expires and the event is delivered again.
-func (st *settler) update(u outbox.StatusUpdate) {
+// update queues an outcome, and the subscription to wake when a RETRY or
+// deferral is due (nil for none); it blocks while the queue is full, which
+// slows the workers down to what the database records. After close it
+// drops the outcome: the lease expires and the event is delivered again.
+func (st *settler) update(u outbox.StatusUpdate, retry *subscription) {
 	select {
-	case st.updates <- u:
+	case st.updates <- outcome{update: u, retry: retry}:
 		if len(st.updates) >= maxSettleBatch/2 {
 			signal(st.cut)
 		}
@@ -144,7 +155,7 @@ func (st *settler) flush() {
 
 func (st *settler) run() {
 	defer close(st.done)
-	batch := make([]outbox.StatusUpdate, 0, maxSettleBatch)
+	batch := make([]outcome, 0, maxSettleBatch)
 	for {
 		select {
 		case u := <-st.updates:
@@ -171,7 +182,7 @@ func (st *settler) run() {
 // closes. Releases are written meanwhile: a writer whose committed events
 // found the hot path full waits for room in the release queue, and other
 // relays wait for the release to claim them.
-func (st *settler) gather(batch []outbox.StatusUpdate) []outbox.StatusUpdate {
+func (st *settler) gather(batch []outcome) []outcome {
 	linger := time.NewTimer(st.linger)
 	defer linger.Stop()
 	for {
@@ -199,7 +210,7 @@ func (st *settler) gather(batch []outbox.StatusUpdate) []outbox.StatusUpdate {
 // drain records everything queued, the outcomes in batches like run
 // does and the releases in one statement.
 func (st *settler) drain() {
-	var batch []outbox.StatusUpdate
+	var batch []outcome
 	var released []releaseItem
 	for {
 		select {
@@ -222,11 +233,23 @@ func (st *settler) drain() {
 	}
 }
 
-func (st *settler) flushUpdates(batch []outbox.StatusUpdate) {
-	st.retry("record outcomes", len(batch), func(ctx context.Context) error {
-		_, err := st.store.UpdateStatus(ctx, batch...)
+func (st *settler) flushUpdates(batch []outcome) {
+	st.statuses = st.statuses[:0]
+	for _, o := range batch {
+		st.statuses = append(st.statuses, o.update)
+	}
+	recorded := st.retry("record outcomes", len(batch), func(ctx context.Context) error {
+		_, err := st.store.UpdateStatus(ctx, st.statuses...)
 		return err
 	})
+	if !recorded {
+		return
+	}
+	for _, o := range batch {
+		if o.retry != nil {
+			o.retry.scheduleRetry(o.update.NextAt)
+		}
+	}
 }
 
 func (st *settler) flushReleases(items []releaseItem) {

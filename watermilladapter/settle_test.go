@@ -71,7 +71,7 @@ func TestSettlerRecordsOutcomesArrivingWithinTheLingerInOneStatement(t *testing.
 	const outcomes = 20
 	start := time.Now()
 	for i := range outcomes {
-		st.update(outbox.Done(fmt.Sprint("event-", i)))
+		st.update(outbox.Done(fmt.Sprint("event-", i)), nil)
 		time.Sleep(100 * time.Microsecond)
 	}
 	spread := time.Since(start)
@@ -102,7 +102,7 @@ func TestSettlerFlushCutsTheLingerShort(t *testing.T) {
 	st.linger = time.Hour // set before the first outcome is sent, which the settler reads it after
 	st.flush()            // nothing queued: its signal must not cut the next linger short
 
-	st.update(outbox.Done("event-1"))
+	st.update(outbox.Done("event-1"), nil)
 	time.Sleep(50 * time.Millisecond)
 	if statements, _ := store.recorded(); statements != 0 {
 		t.Fatalf("%d statements 50 ms into an hour's linger, want 0", statements)
@@ -130,7 +130,7 @@ func TestSettlerWritesReleasesDuringTheLinger(t *testing.T) {
 	st := newSettler(store, "relay", watermill.NopLogger{}, func(...string) {})
 	defer st.close()
 	st.linger = time.Hour // set before the first outcome is sent, which the settler reads it after
-	st.update(outbox.Done("event-1"))
+	st.update(outbox.Done("event-1"), nil)
 	// Let the settler take the outcome and begin its linger: queued
 	// together, the release could be taken first.
 	time.Sleep(20 * time.Millisecond)
@@ -190,7 +190,7 @@ func TestSettlerGivesUpOnEverythingByOneDeadline(t *testing.T) {
 	for i := range n {
 		st.release([]releaseItem{{id: fmt.Sprint("released-", i), topic: "orders"}})
 	}
-	st.update(outbox.Done("done"))
+	st.update(outbox.Done("done"), nil)
 	for len(st.releases) > 0 || len(st.updates) > 0 { // each taken and tried on its own
 		time.Sleep(10 * time.Millisecond)
 	}

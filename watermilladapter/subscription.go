@@ -1,8 +1,10 @@
 package watermilladapter
 
 import (
+	"cmp"
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"time"
 
@@ -33,8 +35,8 @@ type subscription struct {
 	abandon   context.Context // cancelled when in-flight messages are given up
 	cancel    context.CancelFunc
 
-	mu      sync.Mutex
-	retryAt time.Time // earliest retry this subscription scheduled
+	mu       sync.Mutex
+	retryAts []time.Time // when retries this subscription recorded are due, earliest first
 }
 
 func newSubscription(s *Subscriber, topic string) *subscription {
@@ -282,33 +284,44 @@ func (sub *subscription) observe() {
 	}
 }
 
-// scheduleRetry wakes the cold path when a retried or deferred event of
-// this subscription is due, so that retries do not wait for a poll.
+// maxRetryWakes bounds the retry times a subscription keeps: past it, the
+// latest are forgotten, and those events are claimed by a poll instead,
+// up to PollInterval after they are due.
+const maxRetryWakes = 1024
+
+// scheduleRetry makes the cold path claim when a retried or deferred event
+// of this subscription, whose outcome is recorded, is due, so that retries
+// do not wait for a poll.
 func (sub *subscription) scheduleRetry(at time.Time) {
 	sub.mu.Lock()
-	if sub.retryAt.IsZero() || at.Before(sub.retryAt) {
-		sub.retryAt = at
-		sub.mu.Unlock()
-		sub.wake()
-		return
+	i, _ := slices.BinarySearchFunc(sub.retryAts, at, time.Time.Compare)
+	if i < maxRetryWakes {
+		sub.retryAts = slices.Insert(sub.retryAts, i, at)
+		sub.retryAts = sub.retryAts[:min(len(sub.retryAts), maxRetryWakes)]
 	}
 	sub.mu.Unlock()
+	if i == 0 {
+		sub.wake() // the claim loop's wait may end too late now
+	}
 }
 
-// untilRetry shortens wait to the earliest scheduled retry, and forgets
-// retries that are due now (the coming claim takes them).
+// untilRetry shortens wait to the earliest scheduled retry. Retries due
+// now are forgotten, and make it 0: the coming claim takes them.
 func (sub *subscription) untilRetry(wait time.Duration) time.Duration {
 	sub.mu.Lock()
 	defer sub.mu.Unlock()
-	if sub.retryAt.IsZero() {
-		return wait
-	}
-	d := sub.retryAt.Sub(sub.s.cfg.Clock.Now())
-	if d <= 0 {
-		sub.retryAt = time.Time{}
+	now := sub.s.cfg.Clock.Now()
+	due, _ := slices.BinarySearchFunc(sub.retryAts, now, func(at, now time.Time) int {
+		return cmp.Or(at.Compare(now), -1) // at == now is due
+	})
+	if due > 0 {
+		sub.retryAts = slices.Delete(sub.retryAts, 0, due)
 		return 0
 	}
-	return min(wait, d)
+	if len(sub.retryAts) == 0 {
+		return wait
+	}
+	return min(wait, sub.retryAts[0].Sub(now))
 }
 
 // take returns the next event, 2:1 hot before cold so that a busy hot path
@@ -365,7 +378,7 @@ func (sub *subscription) process(item queued) {
 	defer s.inflight.Release(e.ID)
 	if e.Malformed != nil {
 		s.cfg.Logger.Error("outbox event cannot be decoded: DEAD", e.Malformed, watermill.LogFields{"event_id": e.ID})
-		s.settler.update(outbox.Dead(e.ID, e.Malformed))
+		s.settler.update(outbox.Dead(e.ID, e.Malformed), nil)
 		s.cfg.Metrics.Dead(sub.topic)
 		return
 	}
@@ -384,7 +397,7 @@ func (sub *subscription) process(item queued) {
 	}
 	select {
 	case <-msg.Acked():
-		s.settler.update(outbox.Done(e.ID))
+		s.settler.update(outbox.Done(e.ID), nil)
 		s.cfg.Metrics.Delivered(sub.topic, s.cfg.Clock.Now().Sub(item.since))
 	case <-msg.Nacked():
 		update := outbox.Decide(e.ID, e.Attempts+1, slot.errOr(errNacked), s.cfg.RetryPolicy, s.cfg.Clock.Now())
@@ -393,11 +406,12 @@ func (sub *subscription) process(item queued) {
 			s.cfg.Logger.Error("outbox event is DEAD", errors.New(update.Error), watermill.LogFields{
 				"event_id": e.ID, "topic": sub.topic, "attempts": e.Attempts + 1})
 		}
-		s.settler.update(update)
+		var retry *subscription
 		if !update.NextAt.IsZero() {
 			s.cfg.Metrics.Failed(sub.topic)
-			sub.scheduleRetry(update.NextAt)
+			retry = sub
 		}
+		s.settler.update(update, retry)
 	case <-sub.abandon.Done():
 		s.settler.release([]releaseItem{{id: e.ID, topic: sub.topic}})
 	}
