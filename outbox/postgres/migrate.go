@@ -6,7 +6,9 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+
 	"github.com/wmoutbox/wmoutbox/internal/migrationfiles"
+	"github.com/wmoutbox/wmoutbox/outbox"
 )
 
 //go:embed migrations/*.sql
@@ -33,13 +35,25 @@ func Migrations(cfg Config) ([]Migration, error) {
 // Migrate applies the migrations cfg's table lacks, in one transaction on
 // db, and records them in the wmoutbox_migration table beside it. It is
 // safe to call at every start and from several processes at once: an
-// advisory lock makes them take turns. The schema itself must exist.
+// advisory lock makes them take turns. The schema itself must exist. The
+// transaction is READ COMMITTED whatever the server's default, when db
+// can begin one with options (a pool or a connection can).
 func Migrate(ctx context.Context, db DB, cfg Config) error {
-	return pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error { return MigrateTx(ctx, tx, cfg) })
+	migrate := func(tx pgx.Tx) error { return MigrateTx(ctx, tx, cfg) }
+	if db, ok := db.(interface {
+		BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error)
+	}); ok {
+		return pgx.BeginTxFunc(ctx, db, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, migrate)
+	}
+	return pgx.BeginFunc(ctx, db, migrate)
 }
 
 // MigrateTx is [Migrate] inside the caller's transaction, which the caller
-// commits. The advisory lock is held until then.
+// commits. The advisory lock is held until then. The transaction must be
+// READ COMMITTED (PostgreSQL's default), or MigrateTx returns
+// [outbox.ErrInvalidRequest]: a transaction with one snapshot would take
+// it before waiting for the lock, miss the migrations of the process it
+// waited for, and apply them again.
 func MigrateTx(ctx context.Context, tx pgx.Tx, cfg Config) error {
 	t, err := newTable(cfg)
 	if err != nil {
@@ -48,6 +62,13 @@ func MigrateTx(ctx context.Context, tx pgx.Tx, cfg Config) error {
 	migrations, err := t.migrations()
 	if err != nil {
 		return err
+	}
+	var isolation string
+	if err := tx.QueryRow(ctx, `SELECT current_setting('transaction_isolation')`).Scan(&isolation); err != nil {
+		return fmt.Errorf("postgres: migrate: read isolation level: %w", err)
+	}
+	if isolation != "read committed" {
+		return fmt.Errorf("%w: migrations need a READ COMMITTED transaction, not %s", outbox.ErrInvalidRequest, isolation)
 	}
 	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, migrationLockKey); err != nil {
 		return fmt.Errorf("postgres: migrate: lock: %w", err)

@@ -211,3 +211,28 @@ func TestInfiniteTimesDoNotBreakTheBatch(t *testing.T) {
 	require.NoError(t, err, "Get reports a malformed row in the event, not as an error")
 	require.EqualError(t, e.Malformed, "done_at is -infinity, not a time")
 }
+
+// Migrations need READ COMMITTED: a migrator with one snapshot for its
+// transaction would take it before waiting for the advisory lock and apply
+// again what the migrator it waited for applied. Migrate begins its own
+// transaction so whatever the server's default; MigrateTx refuses another
+// level instead of failing half way.
+func TestMigrateIsReadCommittedWhateverTheDefault(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	cfg, err := pgx.ParseConfig(testdb.New(t).Config().ConnString())
+	require.NoError(t, err)
+	cfg.RuntimeParams["default_transaction_isolation"] = "serializable"
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	require.NoError(t, err)
+	defer conn.Close(context.Background())
+
+	require.NoError(t, postgres.Migrate(ctx, conn, postgres.Config{}))
+
+	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	err = postgres.MigrateTx(ctx, tx, postgres.Config{Table: "other"})
+	require.ErrorIs(t, err, outbox.ErrInvalidRequest)
+	require.ErrorContains(t, err, "not repeatable read")
+}
