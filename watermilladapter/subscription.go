@@ -161,9 +161,11 @@ const claimRescan = time.Second
 // sooner than WakeCooldown after the last claim started), room, or the
 // earliest retry this subscription scheduled.
 //
-// A claim is never cancelled half way: the server may commit a claim whose
-// client gave up, and nobody would release those rows before their lease
-// ends. Stopping is checked between claims instead.
+// Stopping does not cancel a claim half way: the server may commit a claim
+// whose client gave up, and nobody would release those rows before their
+// lease ends. Stopping is checked between claims instead; only a claim
+// that hangs for claimTimeout is given up, leaving what it may have
+// claimed to the lease.
 func (sub *subscription) claimLoop() {
 	cfg := &sub.s.cfg
 	var cursor outbox.ClaimCursor
