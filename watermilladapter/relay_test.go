@@ -518,10 +518,8 @@ func TestWakeUpsWithinCooldownMakeOneClaim(t *testing.T) {
 	require.EqualValues(t, 2, counted.claims.Load(), "the first claim, then one for all the wake-ups")
 }
 
-// closeWithin closes sub, failing the test with why if that takes longer
-// than limit.
-// closeWithin returns what sub.Close returns, failing the test if that
-// takes longer than limit.
+// closeWithin closes sub and returns what Close returns, failing the test
+// with why if that takes longer than limit.
 func closeWithin(t *testing.T, sub *watermilladapter.Subscriber, limit time.Duration, why string) error {
 	t.Helper()
 	closed := make(chan error, 1)

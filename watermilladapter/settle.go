@@ -283,7 +283,7 @@ func (st *settler) retry(what string, n int, op func(ctx context.Context) error)
 	pause := settleRetry
 	for {
 		timeout := st.giveUp
-		if !st.giveUpAt.IsZero() && !time.Now().Before(st.giveUpAt) {
+		if st.gaveUp() {
 			timeout = min(timeout, settleLastChance)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
@@ -295,7 +295,7 @@ func (st *settler) retry(what string, n int, op func(ctx context.Context) error)
 		if st.giveUpAt.IsZero() && st.isStopping() {
 			st.giveUpAt = time.Now().Add(st.giveUp)
 		}
-		if !st.giveUpAt.IsZero() && !time.Now().Before(st.giveUpAt) {
+		if st.gaveUp() {
 			st.logger.Error("outbox: giving up; the claims will expire and the events be delivered again", err,
 				watermill.LogFields{"operation": what, "events": n})
 			st.notRecorded += n
@@ -305,6 +305,12 @@ func (st *settler) retry(what string, n int, op func(ctx context.Context) error)
 		time.Sleep(pause)
 		pause = min(2*pause, settleRetryMax)
 	}
+}
+
+// gaveUp reports whether the settler's deadline for failing statements
+// has passed. Only run calls it.
+func (st *settler) gaveUp() bool {
+	return !st.giveUpAt.IsZero() && !time.Now().Before(st.giveUpAt)
 }
 
 func (st *settler) isStopping() bool {
