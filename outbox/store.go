@@ -40,14 +40,24 @@ type Store interface {
 	// returns how many claims were released.
 	Release(ctx context.Context, owner string, ids []string) (int64, error)
 
-	// UpdateStatus records delivery outcomes, in one statement (two when a
-	// store that deletes delivered events gets DONE and other outcomes
-	// together). Updates never change a DONE row, so recording DONE twice
-	// is harmless; a repeated RETRY or DEAD counts one more failed attempt.
-	// Every update clears the claim. A store configured to delete
-	// delivered events deletes the row instead of marking it DONE. It
-	// returns how many rows changed or were deleted.
-	UpdateStatus(ctx context.Context, updates ...StatusUpdate) (int64, error)
+	// UpdateStatus records delivery outcomes reported by owner, the relay
+	// that claimed the events, in one statement (two when a store that
+	// deletes delivered events gets DONE and other outcomes together).
+	//
+	// DONE applies to every event not DONE already, whoever holds it: the
+	// event was delivered. RETRY, DEAD and deferrals apply only to a
+	// pending (NEW or RETRY) event that owner still claims, its lease
+	// running or run out while no other relay claimed the event since;
+	// with owner "", the caller holds no claim, and they apply only to a
+	// pending event under no running lease. Any other outcome is stale (a
+	// relay slower than its lease, whose event another relay now delivers;
+	// an outcome recorded already; an event since DEAD or replayed) and
+	// changes nothing: it would clear another relay's lease, revive a
+	// DEAD event or count an attempt twice. Every update applied clears
+	// the claim. A store configured to delete delivered events deletes the
+	// row instead of marking it DONE. It returns how many rows changed or
+	// were deleted.
+	UpdateStatus(ctx context.Context, owner string, updates ...StatusUpdate) (int64, error)
 
 	// QueryDead lists DEAD events matching q, ordered by event id.
 	QueryDead(ctx context.Context, q DeadQuery) ([]Event, error)
@@ -361,13 +371,16 @@ func PrepareUpdates(updates []StatusUpdate) ([]StatusUpdate, error) {
 }
 
 // RecordOutcomes is how a dialect's UpdateStatus applies a batch: it
-// prepares it ([PrepareUpdates]), passes the ids of its DONE outcomes to
-// deleteDone, a statement that deletes those rows, when the store is
-// configured to delete delivered events (nil otherwise), and the other
-// outcomes, or all of them, to update. Neither is called with an empty
-// batch. It returns the rows they changed; on an error, those changed
-// before it.
-func RecordOutcomes(updates []StatusUpdate, deleteDone func(ids []string) (int64, error), update func([]StatusUpdate) (int64, error)) (int64, error) {
+// checks the owner, prepares the batch ([PrepareUpdates]), passes the ids
+// of its DONE outcomes to deleteDone, a statement that deletes those rows,
+// when the store is configured to delete delivered events (nil otherwise),
+// and the other outcomes, or all of them, to update. Neither is called
+// with an empty batch. It returns the rows they changed; on an error,
+// those changed before it.
+func RecordOutcomes(owner string, updates []StatusUpdate, deleteDone func(ids []string) (int64, error), update func([]StatusUpdate) (int64, error)) (int64, error) {
+	if reason := checkText(owner, MaxOwnerLen); reason != "" {
+		return 0, invalidRequest("outcome owner: %s", reason)
+	}
 	updates, err := PrepareUpdates(updates)
 	if err != nil {
 		return 0, err

@@ -781,7 +781,7 @@ func TestRouterCloseReturnsOnceOutcomesAreRecorded(t *testing.T) {
 // the database goes away between the two.
 type outcomesFail struct{ *postgres.Store }
 
-func (outcomesFail) UpdateStatus(context.Context, ...outbox.StatusUpdate) (int64, error) {
+func (outcomesFail) UpdateStatus(context.Context, string, ...outbox.StatusUpdate) (int64, error) {
 	return 0, errors.New("database unreachable")
 }
 
@@ -885,4 +885,52 @@ func TestRetriesAreClaimedWhenDueNotAtThePoll(t *testing.T) {
 			t.Fatalf("redelivered only %v of %d retries before the poll", got, len(delays))
 		}
 	}
+}
+
+// A handler that outlives its lease: another relay claims the event and
+// delivers it again. The first relay's late Nack must then change nothing:
+// not the second relay's lease, which would let a third take the event
+// while the second still works on it, nor the attempts.
+func TestOutcomeAfterTheLeaseLeavesTheNewClaimAlone(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t)
+	writer := relaytest.Start(t, pool, watermilladapter.SubscriberConfig{}, nil)
+	tx, err := pool.Begin(t.Context())
+	require.NoError(t, err)
+	require.NoError(t, writer.Pub.WithTx(tx).Publish("orders", newMsg("slow")))
+	require.NoError(t, tx.Commit(t.Context()))
+
+	subscribe := func(cfg watermilladapter.SubscriberConfig) (*watermilladapter.Subscriber, <-chan *message.Message) {
+		sub, err := watermilladapter.NewSubscriber(writer.Store, cfg)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = sub.Close() })
+		msgs, err := sub.Subscribe(t.Context(), "orders")
+		require.NoError(t, err)
+		return sub, msgs
+	}
+	next := func(msgs <-chan *message.Message) *message.Message {
+		select {
+		case msg := <-msgs:
+			return msg
+		case <-time.After(relaytest.WaitLimit):
+			t.Fatal("no message delivered in time")
+			return nil
+		}
+	}
+	slow, slowMsgs := subscribe(watermilladapter.SubscriberConfig{LockTimeout: 300 * time.Millisecond, PollInterval: time.Hour})
+	late := next(slowMsgs)
+	second, secondMsgs := subscribe(watermilladapter.SubscriberConfig{PollInterval: 50 * time.Millisecond})
+	again := next(secondMsgs)
+
+	late.Nack()
+	require.NoError(t, slow.Close(), "Close records the outcome")
+	e := eventStatus(t, writer.Store, late)
+	require.Equal(t, outbox.StatusNew, e.Status)
+	require.Zero(t, e.Attempts)
+	require.Equal(t, second.Owner(), e.LockedBy, "the second relay's lease holds")
+
+	again.Ack()
+	relaytest.Eventually(t, "the second relay's DONE", func() bool {
+		return eventStatus(t, writer.Store, late).Status == outbox.StatusDone
+	})
 }

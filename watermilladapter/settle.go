@@ -239,7 +239,7 @@ func (st *settler) flushUpdates(batch []outcome) {
 		st.statuses = append(st.statuses, o.update)
 	}
 	recorded := st.retry("record outcomes", len(batch), func(ctx context.Context) error {
-		_, err := st.store.UpdateStatus(ctx, st.statuses...)
+		_, err := st.store.UpdateStatus(ctx, st.owner, st.statuses...)
 		return err
 	})
 	if !recorded {

@@ -24,7 +24,7 @@ type instantStore struct {
 	released int
 }
 
-func (s *instantStore) UpdateStatus(_ context.Context, updates ...outbox.StatusUpdate) (int64, error) {
+func (s *instantStore) UpdateStatus(_ context.Context, _ string, updates ...outbox.StatusUpdate) (int64, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.batches = append(s.batches, len(updates))
@@ -163,7 +163,7 @@ func (s *downStore) fail() error {
 	return errors.New("database unreachable")
 }
 
-func (s *downStore) UpdateStatus(context.Context, ...outbox.StatusUpdate) (int64, error) {
+func (s *downStore) UpdateStatus(context.Context, string, ...outbox.StatusUpdate) (int64, error) {
 	return 0, s.fail()
 }
 

@@ -71,7 +71,9 @@ type SubscriberConfig struct {
 	WakeCooldown time.Duration
 	// LockTimeout is the claim lease: an event claimed (or written for the
 	// hot path) by a relay that dies is due again this long after. Keep it
-	// well above the longest handler time plus queueing. Default 5m.
+	// well above the longest handler time plus queueing: an event whose
+	// handler outlives it may be claimed and delivered by another relay,
+	// and the late outcome then counts only if it is an Ack. Default 5m.
 	LockTimeout time.Duration
 	// SkipRecent leaves events younger than this to the hot path. Default
 	// 0: hot-path events are written claimed, so the cold path cannot race

@@ -62,6 +62,7 @@ func Run[Tx any](t *testing.T, newHarness func(t *testing.T) Harness[Tx]) {
 		{"DuplicateEventID", testDuplicateEventID[Tx]},
 		{"StatusTransitions", testStatusTransitions[Tx]},
 		{"UpdateStatusLastUpdatePerEventWins", testUpdateStatusLastUpdatePerEventWins[Tx]},
+		{"StaleOutcomesChangeNothing", testStaleOutcomesChangeNothing[Tx]},
 		{"DeleteDoneDeletesOnlyDeliveredEvents", testDeleteDoneDeletesOnlyDeliveredEvents[Tx]},
 		{"DelayedEventsInvisibleUntilDue", testDelayedEventsInvisibleUntilDue[Tx]},
 		{"RetryAndDeferredDueAgainAtNextTime", testRetryAndDeferredDueAgainAtNextTime[Tx]},
@@ -383,7 +384,7 @@ func testStatusTransitions[Tx any](t *testing.T, f *fixture[Tx]) {
 	f.Clock.Advance(time.Second)
 	now := f.Clock.Now()
 	long := strings.Repeat("é", 5000)
-	n, err := f.Store.UpdateStatus(ctx,
+	n, err := f.Store.UpdateStatus(ctx, "me",
 		outbox.Done(done),
 		outbox.Retry(retried, now.Add(time.Minute), errors.New(long)),
 		outbox.Dead(dead, errors.New("poison")),
@@ -423,7 +424,7 @@ func testStatusTransitions[Tx any](t *testing.T, f *fixture[Tx]) {
 
 	// Idempotence, and DONE is final.
 	f.Clock.Advance(time.Second)
-	n, err = f.Store.UpdateStatus(ctx, outbox.Done(done), outbox.Retry(done, now, errors.New("late")), outbox.Dead(done, nil))
+	n, err = f.Store.UpdateStatus(ctx, "me", outbox.Done(done), outbox.Retry(done, now, errors.New("late")), outbox.Dead(done, nil))
 	require.NoError(t, err)
 	require.Zero(t, n)
 	e = f.get(t, done)
@@ -431,33 +432,114 @@ func testStatusTransitions[Tx any](t *testing.T, f *fixture[Tx]) {
 	require.Equal(t, now, e.DoneAt.UTC(), "a DONE row is never rewritten")
 	require.Equal(t, now, e.UpdatedAt.UTC())
 
-	n, err = f.Store.UpdateStatus(ctx, outbox.Retry(retried, now.Add(2*time.Minute), errors.New("again")))
+	// The relay's claim ended with its first outcome: the same RETRY sent
+	// again (a statement retried after a timeout) spends no second attempt.
+	n, err = f.Store.UpdateStatus(ctx, "me", outbox.Retry(retried, now.Add(2*time.Minute), errors.New("again")))
+	require.NoError(t, err)
+	require.Zero(t, n)
+	require.Equal(t, 1, f.get(t, retried).Attempts)
+	// Without an owner, an outcome applies to any event under no lease.
+	n, err = f.Store.UpdateStatus(ctx, "", outbox.Retry(retried, now.Add(2*time.Minute), errors.New("again")))
 	require.NoError(t, err)
 	require.EqualValues(t, 1, n)
 	e = f.get(t, retried)
 	require.Equal(t, 2, e.Attempts)
 	require.Equal(t, "again", e.LastError)
 
-	n, err = f.Store.UpdateStatus(ctx, outbox.Done(retried))
+	n, err = f.Store.UpdateStatus(ctx, "me", outbox.Done(retried))
 	require.NoError(t, err)
 	require.EqualValues(t, 1, n)
 	e = f.get(t, retried)
 	require.Equal(t, outbox.StatusDone, e.Status)
 	require.Equal(t, "again", e.LastError, "the last failure stays readable after success")
 
-	_, err = f.Store.UpdateStatus(ctx, outbox.StatusUpdate{ID: dead, Status: outbox.StatusRetry})
+	_, err = f.Store.UpdateStatus(ctx, "me", outbox.StatusUpdate{ID: dead, Status: outbox.StatusRetry})
 	require.ErrorIs(t, err, outbox.ErrInvalidRequest)
-	n, err = f.Store.UpdateStatus(ctx, outbox.Done("no-such-event"))
+	n, err = f.Store.UpdateStatus(ctx, "me", outbox.Done("no-such-event"))
 	require.NoError(t, err)
 	require.Zero(t, n)
-	n, err = f.Store.UpdateStatus(ctx)
+	n, err = f.Store.UpdateStatus(ctx, "me")
 	require.NoError(t, err)
 	require.Zero(t, n)
+	for _, owner := range []string{"bad\x00owner", "bad\xffowner", strings.Repeat("o", outbox.MaxOwnerLen+1)} {
+		_, err = f.Store.UpdateStatus(ctx, owner, outbox.Done(retried))
+		require.ErrorIs(t, err, outbox.ErrInvalidRequest, "owner %q", owner)
+	}
+}
+
+// An outcome counts only from the relay that holds the event: a relay
+// slower than its lease, whose event another relay claimed since, or whose
+// event went DEAD, must not clear the other's lease, revive the event, or
+// spend its attempts. DONE is the exception: the event was delivered.
+func testStaleOutcomesChangeNothing[Tx any](t *testing.T, f *fixture[Tx]) {
+	ctx := t.Context()
+	written := f.write(t, JSONEvent(1), JSONEvent(2), JSONEvent(3), JSONEvent(4))
+	retried, dead, deferred, delivered := written[0], written[1], written[2], written[3]
+	require.Len(t, f.claim(t, outbox.ClaimRequest{Owner: "slow", LockTimeout: time.Minute}), 4)
+	f.Clock.Advance(2 * time.Minute)
+	require.Len(t, f.claim(t, outbox.ClaimRequest{Owner: "b", LockTimeout: time.Minute}), 4)
+
+	now := f.Clock.Now()
+	late := []outbox.StatusUpdate{
+		outbox.Retry(retried, now.Add(time.Hour), errors.New("late")),
+		outbox.Dead(dead, errors.New("late")),
+		outbox.Defer(deferred, now.Add(time.Hour), errors.New("late")),
+	}
+	for _, owner := range []string{"slow", ""} {
+		n, err := f.Store.UpdateStatus(ctx, owner, late...)
+		require.NoError(t, err)
+		require.Zero(t, n, "outcomes from %q while b's lease runs", owner)
+	}
+	for _, id := range written[:3] {
+		e := f.get(t, id)
+		require.Equal(t, outbox.StatusNew, e.Status)
+		require.Zero(t, e.Attempts)
+		require.Empty(t, e.LastError)
+		require.Equal(t, "b", e.LockedBy, "b's lease holds")
+		require.Equal(t, now.Add(time.Minute), e.LockedUntil.UTC())
+	}
+
+	// DEAD stays DEAD until replayed, whoever sends a late outcome.
+	n, err := f.Store.UpdateStatus(ctx, "b", outbox.Dead(dead, errors.New("poison")))
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n)
+	for _, owner := range []string{"b", "slow", ""} {
+		n, err = f.Store.UpdateStatus(ctx, owner, outbox.Retry(dead, now, errors.New("late")),
+			outbox.Defer(dead, now, nil), outbox.Dead(dead, errors.New("late")))
+		require.NoError(t, err)
+		require.Zero(t, n, "outcomes from %q after DEAD", owner)
+	}
+	e := f.get(t, dead)
+	require.Equal(t, outbox.StatusDead, e.Status)
+	require.Equal(t, 1, e.Attempts)
+	require.Equal(t, "poison", e.LastError)
+
+	// A lease that ran out still lets its owner record, as long as no other
+	// relay claimed the event since; without an owner, so does any lease
+	// that ran out.
+	f.Clock.Advance(2 * time.Minute)
+	n, err = f.Store.UpdateStatus(ctx, "slow", late[0])
+	require.NoError(t, err)
+	require.Zero(t, n, "b claimed it after slow")
+	n, err = f.Store.UpdateStatus(ctx, "b", late[0])
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n, "b's own lease, run out")
+	n, err = f.Store.UpdateStatus(ctx, "", late[2])
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n, "no running lease")
+	require.Equal(t, now.Add(time.Hour), f.get(t, deferred).AvailableAt.UTC())
+
+	// A late success is recorded: the event was delivered.
+	n, err = f.Store.UpdateStatus(ctx, "slow", outbox.Done(delivered), outbox.Done(dead))
+	require.NoError(t, err)
+	require.EqualValues(t, 2, n)
+	require.Equal(t, outbox.StatusDone, f.get(t, delivered).Status)
+	require.Equal(t, outbox.StatusDone, f.get(t, dead).Status)
 }
 
 func testUpdateStatusLastUpdatePerEventWins[Tx any](t *testing.T, f *fixture[Tx]) {
 	id := f.write(t, JSONEvent(1))[0]
-	n, err := f.Store.UpdateStatus(t.Context(),
+	n, err := f.Store.UpdateStatus(t.Context(), "",
 		outbox.Retry(id, Start.Add(time.Minute), errors.New("first")), outbox.Dead(id, errors.New("second")))
 	require.NoError(t, err)
 	require.EqualValues(t, 1, n)
@@ -475,13 +557,13 @@ func testDeleteDoneDeletesOnlyDeliveredEvents[Tx any](t *testing.T, f *fixture[T
 	written := f.write(t, JSONEvent(1), JSONEvent(2), JSONEvent(3), JSONEvent(4), JSONEvent(5), JSONEvent(6))
 	delivered, retried, dead, deferred, doneBefore, lateSuccess := written[0], written[1], written[2], written[3], written[4], written[5]
 	require.Len(t, f.claim(t, outbox.ClaimRequest{Owner: "me"}), 6)
-	n, err := f.Store.UpdateStatus(ctx, outbox.Done(doneBefore))
+	n, err := f.Store.UpdateStatus(ctx, "me", outbox.Done(doneBefore))
 	require.NoError(t, err)
 	require.EqualValues(t, 1, n)
 
 	f.Clock.Advance(time.Second)
 	now := f.Clock.Now()
-	n, err = f.DeleteDone.UpdateStatus(ctx,
+	n, err = f.DeleteDone.UpdateStatus(ctx, "me",
 		outbox.Done(delivered),
 		outbox.Retry(retried, now.Add(time.Minute), errors.New("refused")),
 		outbox.Dead(dead, errors.New("poison")),
@@ -514,14 +596,14 @@ func testDeleteDoneDeletesOnlyDeliveredEvents[Tx any](t *testing.T, f *fixture[T
 	require.Equal(t, Start, e.DoneAt.UTC())
 
 	// Recording again is harmless, and only DONE outcomes delete.
-	n, err = f.DeleteDone.UpdateStatus(ctx, outbox.Done(delivered), outbox.Done(doneBefore))
+	n, err = f.DeleteDone.UpdateStatus(ctx, "me", outbox.Done(delivered), outbox.Done(doneBefore))
 	require.NoError(t, err)
 	require.Zero(t, n)
-	n, err = f.DeleteDone.UpdateStatus(ctx, outbox.Retry(retried, now, errors.New("again")))
+	n, err = f.DeleteDone.UpdateStatus(ctx, "", outbox.Retry(retried, now, errors.New("again")))
 	require.NoError(t, err)
 	require.EqualValues(t, 1, n)
 	require.Equal(t, 2, f.get(t, retried).Attempts)
-	n, err = f.DeleteDone.UpdateStatus(ctx, outbox.Done(retried), outbox.Done(dead))
+	n, err = f.DeleteDone.UpdateStatus(ctx, "me", outbox.Done(retried), outbox.Done(dead))
 	require.NoError(t, err)
 	require.EqualValues(t, 2, n)
 	require.Equal(t, 2, f.Count(t), "the deferred event and the DONE row are left")
@@ -543,7 +625,7 @@ func testDelayedEventsInvisibleUntilDue[Tx any](t *testing.T, f *fixture[Tx]) {
 
 func testRetryAndDeferredDueAgainAtNextTime[Tx any](t *testing.T, f *fixture[Tx]) {
 	written := f.write(t, JSONEvent(1), JSONEvent(2))
-	_, err := f.Store.UpdateStatus(t.Context(),
+	_, err := f.Store.UpdateStatus(t.Context(), "",
 		outbox.Retry(written[0], Start.Add(time.Second), errors.New("down")),
 		outbox.Defer(written[1], Start.Add(2*time.Second), nil))
 	require.NoError(t, err)
@@ -611,7 +693,7 @@ func testReleaseLetsOthersClaimAtOnce[Tx any](t *testing.T, f *fixture[Tx]) {
 	require.Equal(t, Start, e.AvailableAt.UTC(), "due at once, at the time it was due before")
 	require.Equal(t, written[:1], f.claim(t, outbox.ClaimRequest{Owner: "b"}))
 
-	_, err = f.Store.UpdateStatus(ctx, outbox.Done(written[1]))
+	_, err = f.Store.UpdateStatus(ctx, "a", outbox.Done(written[1]))
 	require.NoError(t, err)
 	n, err = f.Store.Release(ctx, "a", written[1:])
 	require.NoError(t, err)
@@ -633,7 +715,7 @@ func testClaimEndKeepsDueOrder[Tx any](t *testing.T, f *fixture[Tx]) {
 	require.EqualValues(t, 1, n)
 	require.Equal(t, first[1:], f.claim(t, outbox.ClaimRequest{Owner: "b", Limit: 1}),
 		"the released event comes before the one written after it")
-	_, err = f.Store.UpdateStatus(ctx, outbox.Done(first[1]))
+	_, err = f.Store.UpdateStatus(ctx, "b", outbox.Done(first[1]))
 	require.NoError(t, err)
 
 	f.Clock.Advance(time.Minute)
@@ -698,7 +780,7 @@ func testClaimReturnsDueOrderNotIDOrder[Tx any](t *testing.T, f *fixture[Tx]) {
 	older := f.write(t, JSONEvent(1))[0]
 	f.Clock.Advance(time.Second)
 	newer := f.write(t, JSONEvent(2))[0]
-	_, err := f.Store.UpdateStatus(t.Context(), outbox.Retry(older, f.Clock.Now().Add(time.Second), errors.New("down")))
+	_, err := f.Store.UpdateStatus(t.Context(), "", outbox.Retry(older, f.Clock.Now().Add(time.Second), errors.New("down")))
 	require.NoError(t, err)
 	f.Clock.Advance(2 * time.Second)
 
@@ -738,10 +820,10 @@ func testDeadEventsQueryCountReplay[Tx any](t *testing.T, f *fixture[Tx]) {
 		return outbox.Envelope{Type: typ, Topic: topic, PayloadJSON: []byte(`{}`)}
 	}
 	written := f.write(t, mk("A", "t1"), mk("A", "t2"), mk("B", "t1"), mk("A", "t1"), mk("A", "t1"))
-	_, err := f.Store.UpdateStatus(ctx, outbox.Dead(written[0], errors.New("e0")), outbox.Dead(written[1], errors.New("e1")))
+	_, err := f.Store.UpdateStatus(ctx, "", outbox.Dead(written[0], errors.New("e0")), outbox.Dead(written[1], errors.New("e1")))
 	require.NoError(t, err)
 	f.Clock.Advance(time.Hour)
-	_, err = f.Store.UpdateStatus(ctx, outbox.Dead(written[2], errors.New("e2")), outbox.Dead(written[3], errors.New("e3")))
+	_, err = f.Store.UpdateStatus(ctx, "", outbox.Dead(written[2], errors.New("e2")), outbox.Dead(written[3], errors.New("e3")))
 	require.NoError(t, err)
 	// written[4] stays NEW.
 
@@ -810,11 +892,11 @@ func testPurgeDeletesOnlyOldTerminalRows[Tx any](t *testing.T, f *fixture[Tx]) {
 	for _, id := range written[15:20] {
 		updates = append(updates, outbox.Retry(id, Start.Add(time.Hour), errors.New("retry")))
 	}
-	_, err := f.Store.UpdateStatus(ctx, updates...)
+	_, err := f.Store.UpdateStatus(ctx, "", updates...)
 	require.NoError(t, err)
 	f.Clock.Advance(48 * time.Hour)
 	// Recently finished rows are kept.
-	_, err = f.Store.UpdateStatus(ctx, outbox.Done(written[20]), outbox.Dead(written[21], nil))
+	_, err = f.Store.UpdateStatus(ctx, "", outbox.Done(written[20]), outbox.Dead(written[21], nil))
 	require.NoError(t, err)
 
 	n, err := f.Store.Purge(ctx, outbox.PurgeRequest{OlderThan: 24 * time.Hour, BatchSize: 4, Statuses: []outbox.Status{outbox.StatusDone}})
@@ -869,7 +951,7 @@ func testBatchReadsEqualSingleReads[Tx any](t *testing.T, f *fixture[Tx]) {
 	written := f.write(t, full, outbox.NewBytes("Bare", []byte{9}), other, JSONEvent(4))
 	req := outbox.ClaimRequest{Owner: "me", LockTimeout: time.Minute}
 	require.Len(t, f.claim(t, req), 4)
-	_, err := f.Store.UpdateStatus(ctx,
+	_, err := f.Store.UpdateStatus(ctx, "me",
 		outbox.Retry(written[0], f.Clock.Now(), errors.New("first failure")),
 		outbox.Retry(written[2], f.Clock.Now(), nil))
 	require.NoError(t, err)
@@ -905,7 +987,7 @@ func testBacklog[Tx any](t *testing.T, f *fixture[Tx]) {
 	written := f.write(t, JSONEvent(1))
 	f.Clock.Advance(time.Minute)
 	f.write(t, JSONEvent(2), JSONEvent(3))
-	_, err = f.Store.UpdateStatus(ctx, outbox.Done(written[0]))
+	_, err = f.Store.UpdateStatus(ctx, "", outbox.Done(written[0]))
 	require.NoError(t, err)
 	n, oldest, err = f.Store.Backlog(ctx, "OrderCreated")
 	require.NoError(t, err)

@@ -24,7 +24,7 @@ func CheckEarlierClaimHolds(t *testing.T, store outbox.Store, clock *clocktest.C
 	claimed, err := store.Claim(ctx, req)
 	require.NoError(t, err)
 	require.Equal(t, []string{"due"}, IDs(claimed), "the earlier relay's claim holds")
-	_, err = store.UpdateStatus(ctx, outbox.Done("due"))
+	_, err = store.UpdateStatus(ctx, "new-relay", outbox.Done("due"))
 	require.NoError(t, err)
 	clock.Advance(time.Minute)
 	claimed, err = store.Claim(ctx, req)

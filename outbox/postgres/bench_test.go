@@ -107,11 +107,11 @@ func claimAndMarkDone(b *testing.B, store *postgres.Store, req outbox.ClaimReque
 	}
 	if perEvent {
 		for _, u := range done {
-			if _, err := store.UpdateStatus(ctx, u); err != nil {
+			if _, err := store.UpdateStatus(ctx, req.Owner, u); err != nil {
 				b.Fatal(err)
 			}
 		}
-	} else if _, err := store.UpdateStatus(ctx, done...); err != nil {
+	} else if _, err := store.UpdateStatus(ctx, req.Owner, done...); err != nil {
 		b.Fatal(err)
 	}
 	return len(claimed)

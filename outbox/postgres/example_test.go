@@ -70,7 +70,7 @@ func Example() {
 	}
 	for _, e := range events {
 		fmt.Printf("deliver %s %s/%s %s\n", e.Type, e.AggregateType, e.AggregateID, e.PayloadJSON)
-		if _, err := store.UpdateStatus(ctx, outbox.Done(e.ID)); err != nil {
+		if _, err := store.UpdateStatus(ctx, "relay-1", outbox.Done(e.ID)); err != nil {
 			panic(err)
 		}
 	}
@@ -113,7 +113,7 @@ func ExampleStore_ReplayDead() {
 	if err != nil {
 		panic(err)
 	}
-	if _, err := store.UpdateStatus(ctx, outbox.Dead(ids[0], errors.New("schema registry unreachable"))); err != nil {
+	if _, err := store.UpdateStatus(ctx, "", outbox.Dead(ids[0], errors.New("schema registry unreachable"))); err != nil {
 		panic(err)
 	}
 

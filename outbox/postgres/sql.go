@@ -128,8 +128,12 @@ UPDATE {table} SET locked_by = NULL, locked_at = NULL, locked_until = NULL
 FROM (SELECT 1) AS one {async}
 WHERE event_id = ANY($1::text[]) AND locked_by = $2 AND status IN (0, 2)`
 
-// sqlUpdateStatus applies a batch of outcomes: status 0 keeps the current
-// status (a deferral). DONE rows are never touched.
+// sqlUpdateStatus applies a batch of outcomes reported by owner $7: status
+// 0 keeps the current status (a deferral). DONE rows are never touched.
+// Only DONE applies whoever holds the row; the other outcomes need a
+// pending row that $7 still holds or, from no owner, one under no running
+// lease (see outbox.Store.UpdateStatus). The row lock an UPDATE takes
+// makes the check see a concurrent claim once it commits.
 const sqlUpdateStatus = `
 UPDATE {table} AS o SET
     status       = CASE WHEN u.status = 0 THEN o.status ELSE u.status END,
@@ -143,7 +147,9 @@ UPDATE {table} AS o SET
     locked_until = NULL
 FROM unnest($2::text[], $3::smallint[], $4::integer[], $5::timestamptz[], $6::text[])
     AS u(event_id, status, spent, next_at, error) {async}
-WHERE o.event_id = u.event_id AND o.status <> 1`
+WHERE o.event_id = u.event_id AND o.status <> 1
+    AND (u.status = 1 OR o.status IN (0, 2) AND (o.locked_by = $7
+        OR $7 = '' AND (o.locked_until IS NULL OR o.locked_until <= $1)))`
 
 // sqlDeleteDone records DONE outcomes under Config.DeleteDone: deleting a
 // row writes neither a row version nor index entries. Like

@@ -329,7 +329,7 @@ func (s *Store) Release(ctx context.Context, owner string, ids []string) (int64,
 // UpdateStatus implements [outbox.Store]: one statement for the whole
 // batch, or under [Config.DeleteDone] one for its DONE outcomes and one
 // for the rest. When an id appears more than once, its last update wins.
-func (s *Store) UpdateStatus(ctx context.Context, updates ...outbox.StatusUpdate) (int64, error) {
+func (s *Store) UpdateStatus(ctx context.Context, owner string, updates ...outbox.StatusUpdate) (int64, error) {
 	var deleteDone func(ids []string) (int64, error)
 	if s.t.sql.deleteDone != "" {
 		deleteDone = func(ids []string) (int64, error) {
@@ -340,7 +340,7 @@ func (s *Store) UpdateStatus(ctx context.Context, updates ...outbox.StatusUpdate
 			return tag.RowsAffected(), nil
 		}
 	}
-	return outbox.RecordOutcomes(updates, deleteDone, func(updates []outbox.StatusUpdate) (int64, error) {
+	return outbox.RecordOutcomes(owner, updates, deleteDone, func(updates []outbox.StatusUpdate) (int64, error) {
 		n := len(updates)
 		ids, statuses, spent := make([]string, n), make([]int16, n), make([]int32, n)
 		nextAt, errs := make([]*time.Time, n), make([]string, n)
@@ -353,7 +353,7 @@ func (s *Store) UpdateStatus(ctx context.Context, updates ...outbox.StatusUpdate
 				nextAt[i] = &u.NextAt
 			}
 		}
-		tag, err := s.db.Exec(ctx, s.t.sql.updateStatus, s.clock.Now(), ids, statuses, spent, nextAt, errs)
+		tag, err := s.db.Exec(ctx, s.t.sql.updateStatus, s.clock.Now(), ids, statuses, spent, nextAt, errs, owner)
 		if err != nil {
 			return 0, fmt.Errorf("postgres: update status of %d events: %w", n, err)
 		}

@@ -66,7 +66,7 @@ func Example() {
 	}
 	for _, e := range events {
 		fmt.Printf("deliver %s %s/%s %s\n", e.Type, e.AggregateType, e.AggregateID, e.PayloadJSON)
-		if _, err := store.UpdateStatus(ctx, outbox.Done(e.ID)); err != nil {
+		if _, err := store.UpdateStatus(ctx, "relay-1", outbox.Done(e.ID)); err != nil {
 			panic(err)
 		}
 	}

@@ -109,9 +109,12 @@ const sqlRelease = `
 UPDATE {table} SET locked_by = NULL, locked_at = NULL, locked_until = NULL
 WHERE event_id IN (SELECT value FROM json_each(?1)) AND locked_by = ?2 AND status IN (0, 2)`
 
-// sqlUpdateStatus applies a batch of outcomes, given as a JSON array of
-// {"id", "status", "spent", "next_at", "error"} objects: status 0 keeps the
-// current status (a deferral). DONE rows are never touched.
+// sqlUpdateStatus applies a batch of outcomes reported by owner ?3, given
+// as a JSON array of {"id", "status", "spent", "next_at", "error"} objects:
+// status 0 keeps the current status (a deferral). DONE rows are never
+// touched. Only DONE applies whoever holds the row; the other outcomes
+// need a pending row that ?3 still holds or, from no owner, one under no
+// running lease (see outbox.Store.UpdateStatus).
 const sqlUpdateStatus = `
 UPDATE {table} AS o SET
     status       = CASE WHEN u.status = 0 THEN o.status ELSE u.status END,
@@ -128,7 +131,9 @@ FROM (
         value ->> '$.next_at' AS next_at, value ->> '$.error' AS error
     FROM json_each(?2)
 ) AS u
-WHERE o.event_id = u.event_id AND o.status <> 1`
+WHERE o.event_id = u.event_id AND o.status <> 1
+    AND (u.status = 1 OR o.status IN (0, 2) AND (o.locked_by = ?3
+        OR ?3 = '' AND (o.locked_until IS NULL OR o.locked_until <= ?1)))`
 
 // sqlDeleteDone records DONE outcomes under Config.DeleteDone, given as a
 // JSON array of ids. Like sqlUpdateStatus, it leaves DONE rows alone.

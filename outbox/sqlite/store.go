@@ -303,14 +303,14 @@ type statusRow struct {
 // UpdateStatus implements [outbox.Store]: one statement for the whole
 // batch, or under [Config.DeleteDone] one for its DONE outcomes and one
 // for the rest. When an id appears more than once, its last update wins.
-func (s *Store) UpdateStatus(ctx context.Context, updates ...outbox.StatusUpdate) (int64, error) {
+func (s *Store) UpdateStatus(ctx context.Context, owner string, updates ...outbox.StatusUpdate) (int64, error) {
 	var deleteDone func(ids []string) (int64, error)
 	if s.t.sql.deleteDone != "" {
 		deleteDone = func(ids []string) (int64, error) {
 			return s.exec(ctx, fmt.Sprintf("delete %d delivered events", len(ids)), s.t.sql.deleteDone, jsonArray(ids))
 		}
 	}
-	return outbox.RecordOutcomes(updates, deleteDone, func(updates []outbox.StatusUpdate) (int64, error) {
+	return outbox.RecordOutcomes(owner, updates, deleteDone, func(updates []outbox.StatusUpdate) (int64, error) {
 		rows := make([]statusRow, len(updates))
 		for i, u := range updates {
 			rows[i] = statusRow{ID: u.ID, Status: int(u.Status), Error: outbox.CutError(u.Error)}
@@ -326,7 +326,7 @@ func (s *Store) UpdateStatus(ctx context.Context, updates ...outbox.StatusUpdate
 		if err != nil {
 			return 0, fmt.Errorf("sqlite: update status of %d events: %w", len(rows), err)
 		}
-		return s.exec(ctx, fmt.Sprintf("update status of %d events", len(rows)), s.t.sql.updateStatus, micros(s.clock.Now()), string(batch))
+		return s.exec(ctx, fmt.Sprintf("update status of %d events", len(rows)), s.t.sql.updateStatus, micros(s.clock.Now()), string(batch), owner)
 	})
 }
 

@@ -195,7 +195,7 @@ func TestWritersAndClaimersTakeTurns(t *testing.T) {
 			for i, e := range batch {
 				updates[i] = outbox.Done(e.ID)
 			}
-			if _, err := store.UpdateStatus(ctx, updates...); err != nil {
+			if _, err := store.UpdateStatus(ctx, "relay", updates...); err != nil {
 				errs <- err
 				return
 			}
