@@ -2,6 +2,7 @@ package watermilladapter
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -278,7 +279,9 @@ func (st *settler) releaseOp(items []releaseItem) func(ctx context.Context) erro
 
 // retry runs op, which records n outcomes or releases, until it succeeds
 // or, once the settler is stopping, the settler gives up (see
-// settleGiveUp); it reports whether op succeeded.
+// settleGiveUp); a request the store refuses as invalid is given up at
+// once, since sending it again cannot help. It reports whether op
+// succeeded.
 func (st *settler) retry(what string, n int, op func(ctx context.Context) error) bool {
 	pause := settleRetry
 	for {
@@ -295,7 +298,7 @@ func (st *settler) retry(what string, n int, op func(ctx context.Context) error)
 		if st.giveUpAt.IsZero() && st.isStopping() {
 			st.giveUpAt = time.Now().Add(st.giveUp)
 		}
-		if st.gaveUp() {
+		if st.gaveUp() || errors.Is(err, outbox.ErrInvalidRequest) {
 			st.logger.Error("outbox: giving up; the claims will expire and the events be delivered again", err,
 				watermill.LogFields{"operation": what, "events": n})
 			st.notRecorded += n

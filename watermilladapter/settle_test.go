@@ -148,10 +148,11 @@ func TestSettlerWritesReleasesDuringTheLinger(t *testing.T) {
 	}
 }
 
-// downStore fails every statement, as a database that went away, and
-// counts them.
+// downStore fails every statement, with err or as a database that went
+// away, and counts them.
 type downStore struct {
 	outbox.Store
+	err        error
 	mu         sync.Mutex
 	statements int
 }
@@ -160,6 +161,9 @@ func (s *downStore) fail() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.statements++
+	if s.err != nil {
+		return s.err
+	}
 	return errors.New("database unreachable")
 }
 
@@ -202,4 +206,20 @@ func TestSettlerGivesUpOnEverythingByOneDeadline(t *testing.T) {
 
 	st.release([]releaseItem{{id: "committed-after-close", topic: "orders"}})
 	require.Equal(t, tried+1, store.count(), "a release after close is tried at once, once")
+}
+
+// A statement the store refuses as invalid fails the same way however
+// often it is sent: the settler gives it up at once instead of retrying it
+// until Close.
+func TestSettlerGivesUpOnInvalidRequests(t *testing.T) {
+	t.Parallel()
+	store := &downStore{err: fmt.Errorf("postgres: %w", outbox.ErrInvalidRequest)}
+	st := newSettler(store, "me", watermill.NopLogger{}, func(...string) {})
+	st.update(outbox.Done("done"), nil)
+	for store.count() == 0 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(4 * settleRetry) // time enough for two more attempts
+	require.ErrorIs(t, st.close(), ErrNotRecorded)
+	require.Equal(t, 1, store.count())
 }
