@@ -3,6 +3,7 @@ package outbox
 import (
 	"cmp"
 	"context"
+	"iter"
 	"strings"
 	"time"
 )
@@ -92,12 +93,14 @@ type TxStore[Tx any] interface {
 // Inserter writes events in a business transaction of type Tx.
 type Inserter[Tx any] interface {
 	// Insert writes envelopes prepared by [Prepare] in tx, in one round
-	// trip. With a non-zero lease the rows are written already claimed by
-	// lease.Owner, so that no other relay takes them while the writing
-	// process delivers them on its hot path; the claim expires like any
-	// other. Events with a DeliverAfter time are never written claimed.
-	// Insert does not commit.
-	Insert(ctx context.Context, tx Tx, events []Envelope, lease Lease) error
+	// trip: the hot ones, which the writing process delivers on its hot
+	// path after commit, already claimed by lease.Owner, so that no other
+	// relay takes them meanwhile (the claim expires like any other), and
+	// the cold ones unclaimed, for the relays' claims. With the zero
+	// lease, or for an event with a DeliverAfter time, no row is written
+	// claimed. Insert writes every event or, when it fails, none, and
+	// does not commit.
+	Insert(ctx context.Context, tx Tx, hot, cold []Envelope, lease Lease) error
 }
 
 // Lease is a claim on events: who holds it and for how long. Claims are
@@ -109,6 +112,25 @@ type Lease struct {
 	Owner string
 	// Duration is how long the claim holds. Default [DefaultLockTimeout].
 	Duration time.Duration
+}
+
+// InsertRows is how a dialect's Insert walks its events: those of hot,
+// then those of cold, each with whether its row is written claimed by
+// lease.Owner. Only hot events are, under a lease with an owner, and
+// never a delayed one: its claim would run out before it is due.
+func InsertRows(hot, cold []Envelope, lease Lease) iter.Seq2[*Envelope, bool] {
+	return func(yield func(*Envelope, bool) bool) {
+		for i := range hot {
+			if !yield(&hot[i], lease.Owner != "" && hot[i].DeliverAfter.IsZero()) {
+				return
+			}
+		}
+		for i := range cold {
+			if !yield(&cold[i], false) {
+				return
+			}
+		}
+	}
 }
 
 // Default values of the request fields whose zero value means "default".

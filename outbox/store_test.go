@@ -222,3 +222,28 @@ func TestStatusUpdateValidate(t *testing.T) {
 		})
 	}
 }
+
+func TestInsertRows(t *testing.T) {
+	t.Parallel()
+	delayed := outbox.Envelope{ID: "delayed", DeliverAfter: time.Now().Add(time.Hour)}
+	hot := []outbox.Envelope{{ID: "h1"}, delayed, {ID: "h2"}}
+	cold := []outbox.Envelope{{ID: "c1"}}
+	rows := func(lease outbox.Lease) map[string]bool {
+		got := map[string]bool{}
+		var order []string
+		for e, claimed := range outbox.InsertRows(hot, cold, lease) {
+			got[e.ID] = claimed
+			order = append(order, e.ID)
+		}
+		require.Equal(t, []string{"h1", "delayed", "h2", "c1"}, order, "hot, then cold")
+		return got
+	}
+	require.Equal(t, map[string]bool{"h1": true, "delayed": false, "h2": true, "c1": false}, rows(outbox.Lease{Owner: "relay"}),
+		"hot events claimed, except a delayed one")
+	require.Equal(t, map[string]bool{"h1": false, "delayed": false, "h2": false, "c1": false}, rows(outbox.Lease{}),
+		"no owner, no claim")
+	for e := range outbox.InsertRows(hot, cold, outbox.Lease{}) {
+		require.Equal(t, "h1", e.ID)
+		break
+	}
+}

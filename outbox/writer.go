@@ -93,7 +93,7 @@ func (w *Writer[Tx]) Write(ctx context.Context, tx Tx, events ...Envelope) ([]st
 		return nil, err
 	}
 	hot, cold := w.hotEvents(ctx, tx, prepared)
-	if err := w.insert(ctx, tx, prepared, hot, cold); err != nil {
+	if err := w.insert(ctx, tx, hot, cold); err != nil {
 		return nil, fmt.Errorf("outbox: write %d events: %w", len(prepared), err)
 	}
 	if err := w.afterCommit(ctx, tx, hot, cold); err != nil {
@@ -107,19 +107,14 @@ func (w *Writer[Tx]) Write(ctx context.Context, tx Tx, events ...Envelope) ([]st
 	return ids, nil
 }
 
-// insert writes the events in one round trip, or in two when some go to a
-// claiming hot path and others do not.
-func (w *Writer[Tx]) insert(ctx context.Context, tx Tx, all, hot, cold []Envelope) error {
-	if len(hot) == 0 || w.cfg.ClaimOwner == "" {
-		return w.store.Insert(ctx, tx, all, Lease{})
+// insert writes the events in one round trip, the hot ones claimed by
+// the hot path's owner when there is one.
+func (w *Writer[Tx]) insert(ctx context.Context, tx Tx, hot, cold []Envelope) error {
+	var lease Lease
+	if len(hot) > 0 && w.cfg.ClaimOwner != "" {
+		lease = Lease{Owner: w.cfg.ClaimOwner, Duration: w.cfg.ClaimTimeout}
 	}
-	if err := w.store.Insert(ctx, tx, hot, Lease{Owner: w.cfg.ClaimOwner, Duration: w.cfg.ClaimTimeout}); err != nil {
-		return err
-	}
-	if len(cold) == 0 {
-		return nil
-	}
-	return w.store.Insert(ctx, tx, cold, Lease{})
+	return w.store.Insert(ctx, tx, hot, cold, lease)
 }
 
 // afterCommit registers the hooks that hand hot events to the hot path

@@ -3,6 +3,7 @@ package outbox_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -15,11 +16,12 @@ import (
 	"github.com/wmoutbox/wmoutbox/outbox"
 )
 
-// insertCall is one call of fakeInserter.Insert.
+// insertCall is one call of fakeInserter.Insert: its hot and cold
+// events, and all its events, hot then cold.
 type insertCall struct {
-	tx     *fakeTx
-	events []outbox.Envelope
-	lease  outbox.Lease
+	tx                *fakeTx
+	hot, cold, events []outbox.Envelope
+	lease             outbox.Lease
 }
 
 // fakeInserter records inserts and fails them with err when set.
@@ -29,10 +31,10 @@ type fakeInserter struct {
 	err   error
 }
 
-func (f *fakeInserter) Insert(_ context.Context, tx *fakeTx, events []outbox.Envelope, lease outbox.Lease) error {
+func (f *fakeInserter) Insert(_ context.Context, tx *fakeTx, hot, cold []outbox.Envelope, lease outbox.Lease) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.calls = append(f.calls, insertCall{tx: tx, events: events, lease: lease})
+	f.calls = append(f.calls, insertCall{tx: tx, hot: hot, cold: cold, events: slices.Concat(hot, cold), lease: lease})
 	return f.err
 }
 
@@ -127,7 +129,7 @@ func TestWriterNilTx(t *testing.T) {
 // countingInserter counts inserts, for any transaction type.
 type countingInserter[Tx any] struct{ n atomic.Int32 }
 
-func (c *countingInserter[Tx]) Insert(context.Context, Tx, []outbox.Envelope, outbox.Lease) error {
+func (c *countingInserter[Tx]) Insert(context.Context, Tx, []outbox.Envelope, []outbox.Envelope, outbox.Lease) error {
 	c.n.Add(1)
 	return nil
 }
@@ -387,11 +389,10 @@ func TestWriterHookSkipsDelayedEvents(t *testing.T) {
 	})
 	require.NoError(t, err)
 
-	written := 0
-	for _, c := range b.inserter.Calls() {
-		written += len(c.events)
-	}
-	require.Equal(t, 3, written, "delayed events are written")
+	inserts := b.inserter.Calls()
+	require.Len(t, inserts, 1, "hot and cold events are one write")
+	require.Len(t, inserts[0].events, 3, "delayed events are written")
+	require.Equal(t, []string{ids[0], ids[2]}, []string{inserts[0].hot[0].ID, inserts[0].hot[1].ID})
 	calls := b.hook.Calls()
 	require.Len(t, calls, 1)
 	require.Len(t, calls[0], 2, "but never delivered on the hot path")
@@ -413,19 +414,19 @@ func TestWriterClaimedBy(t *testing.T) {
 		inRunInTx bool
 		topicOff  bool
 		events    []outbox.Envelope
-		want      []string // the lease owner of each insert, in order
+		claimed   int // how many of the events are written claimed by relay-1
 		wantHook  bool
 	}{
-		{name: "hot path", owner: "relay-1", inRunInTx: true, events: []outbox.Envelope{now}, want: []string{"relay-1"}, wantHook: true},
+		{name: "hot path", owner: "relay-1", inRunInTx: true, events: []outbox.Envelope{now}, claimed: 1, wantHook: true},
 		{
 			name: "hot path with some delayed events", owner: "relay-1", inRunInTx: true, events: []outbox.Envelope{later, now},
-			want: []string{"relay-1", ""}, wantHook: true,
+			claimed: 1, wantHook: true,
 		},
-		{name: "only delayed events", owner: "relay-1", inRunInTx: true, events: []outbox.Envelope{later, later}, want: []string{""}},
-		{name: "topic the hot path does not take", owner: "relay-1", inRunInTx: true, topicOff: true, events: []outbox.Envelope{now}, want: []string{""}},
-		{name: "no hook", noHook: true, owner: "relay-1", inRunInTx: true, events: []outbox.Envelope{now}, want: []string{""}},
-		{name: "caller-owned transaction", owner: "relay-1", events: []outbox.Envelope{now}, want: []string{""}},
-		{name: "no owner", inRunInTx: true, events: []outbox.Envelope{now}, want: []string{""}, wantHook: true},
+		{name: "only delayed events", owner: "relay-1", inRunInTx: true, events: []outbox.Envelope{later, later}},
+		{name: "topic the hot path does not take", owner: "relay-1", inRunInTx: true, topicOff: true, events: []outbox.Envelope{now}},
+		{name: "no hook", noHook: true, owner: "relay-1", inRunInTx: true, events: []outbox.Envelope{now}},
+		{name: "caller-owned transaction", owner: "relay-1", events: []outbox.Envelope{now}},
+		{name: "no owner", inRunInTx: true, events: []outbox.Envelope{now}, wantHook: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -448,11 +449,16 @@ func TestWriterClaimedBy(t *testing.T) {
 				require.NoError(t, write(t.Context(), &fakeTx{}))
 			}
 
-			var owners []string
-			for _, c := range b.inserter.Calls() {
-				owners = append(owners, c.lease.Owner)
+			calls := b.inserter.Calls()
+			require.Len(t, calls, 1, "one insert for the batch")
+			claimed := 0
+			for _, isClaimed := range outbox.InsertRows(calls[0].hot, calls[0].cold, calls[0].lease) {
+				if isClaimed {
+					claimed++
+					require.Equal(t, "relay-1", calls[0].lease.Owner)
+				}
 			}
-			require.Equal(t, tt.want, owners)
+			require.Equal(t, tt.claimed, claimed)
 			if tt.wantHook {
 				require.Len(t, b.hook.Calls(), 1)
 			} else {

@@ -192,7 +192,7 @@ func testWriteWithoutTransactionFailsFast[Tx any](t *testing.T, f *fixture[Tx]) 
 	var none Tx
 	_, err := f.writer.Write(t.Context(), none, JSONEvent(1))
 	require.ErrorIs(t, err, outbox.ErrNoTransaction)
-	require.ErrorIs(t, f.Store.Insert(t.Context(), none, []outbox.Envelope{JSONEvent(1)}, outbox.Lease{}), outbox.ErrNoTransaction)
+	require.ErrorIs(t, f.Store.Insert(t.Context(), none, nil, []outbox.Envelope{JSONEvent(1)}, outbox.Lease{}), outbox.ErrNoTransaction)
 }
 
 func testAfterCommitHooksRunOnlyOnCommitInOrder[Tx any](t *testing.T, f *fixture[Tx]) {
@@ -373,6 +373,23 @@ func testDuplicateEventID[Tx any](t *testing.T, f *fixture[Tx]) {
 		_ = f.Tx.Rollback(ctx, tx)
 	}
 	require.Equal(t, 1, f.Count(t), "a failed batch is all or nothing")
+
+	// The same with a hot path, whose events are written claimed and the
+	// others not: the duplicate among the others undoes the claimed ones.
+	hotWriter, err := outbox.NewWriter(f.Store, outbox.WriterConfig{
+		Clock:       f.Clock,
+		ClaimOwner:  "relay-a",
+		AfterCommit: func(context.Context, []outbox.Envelope) error { return nil },
+	})
+	require.NoError(t, err)
+	delayed := e
+	delayed.DeliverAfter = Start.Add(time.Hour)
+	_ = f.Store.InTx(ctx, func(ctx context.Context, tx Tx) error {
+		_, err := hotWriter.Write(ctx, tx, JSONEvent(4), delayed)
+		require.ErrorIs(t, err, outbox.ErrDuplicateEvent)
+		return nil // and commit
+	})
+	require.Equal(t, 1, f.Count(t), "no row of the batch written, claimed or not")
 }
 
 func testStatusTransitions[Tx any](t *testing.T, f *fixture[Tx]) {

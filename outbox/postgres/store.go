@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"log/slog"
 	"time"
 
@@ -143,11 +144,11 @@ func InTx(ctx context.Context, db DB, logger *slog.Logger, fn func(ctx context.C
 // Insert implements [outbox.Inserter]: one statement for any number of
 // events, run in tx. Events must come from [outbox.Prepare] (the
 // [outbox.Writer] does this).
-func (s *Store) Insert(ctx context.Context, tx pgx.Tx, events []outbox.Envelope, lease outbox.Lease) error {
+func (s *Store) Insert(ctx context.Context, tx pgx.Tx, hot, cold []outbox.Envelope, lease outbox.Lease) error {
 	if tx == nil {
 		return outbox.ErrNoTransaction
 	}
-	if len(events) == 0 {
+	if len(hot)+len(cold) == 0 {
 		return nil
 	}
 	if lease.Duration <= 0 {
@@ -159,11 +160,14 @@ func (s *Store) Insert(ctx context.Context, tx pgx.Tx, events []outbox.Envelope,
 		owner = &lease.Owner
 	}
 	until := now.Add(lease.Duration)
+	rows := outbox.InsertRows(hot, cold, lease)
 	var err error
-	if len(events) == 1 {
-		err = s.insertOne(ctx, tx, &events[0], now, owner, until)
+	if n := len(hot) + len(cold); n == 1 {
+		for e, claimed := range rows {
+			err = s.insertOne(ctx, tx, e, claimed, now, owner, until)
+		}
 	} else {
-		err = s.insertMany(ctx, tx, events, now, owner, until)
+		err = s.insertMany(ctx, tx, rows, n, now, owner, until)
 	}
 	if isUniqueViolation(err) {
 		return fmt.Errorf("postgres: insert into %s: %w: %w", s.t.qualified, outbox.ErrDuplicateEvent, err)
@@ -175,22 +179,21 @@ func (s *Store) Insert(ctx context.Context, tx pgx.Tx, events []outbox.Envelope,
 }
 
 // insertOne inserts e with sqlInsertOne: most business transactions write
-// one event, which takes scalars, not arrays. With an owner, the row is
-// written claimed by it until until, unless it is delayed.
-func (s *Store) insertOne(ctx context.Context, tx pgx.Tx, e *outbox.Envelope, now time.Time, owner *string, until time.Time) error {
-	r, err := newRow(e, now, owner != nil)
+// one event, which takes scalars, not arrays. A claimed row is written
+// claimed by owner until until.
+func (s *Store) insertOne(ctx context.Context, tx pgx.Tx, e *outbox.Envelope, claimed bool, now time.Time, owner *string, until time.Time) error {
+	r, err := newRow(e, now)
 	if err != nil {
 		return err
 	}
 	_, err = tx.Exec(ctx, s.t.sql.insertOne, now, owner, e.ID, string(e.Type), e.Topic, string(e.AggregateType),
-		e.AggregateID, e.TenantID, e.Payload(), e.IsJSON(), r.headers, e.OccurredAt, r.available, r.claimed, until)
+		e.AggregateID, e.TenantID, e.Payload(), e.IsJSON(), r.headers, e.OccurredAt, r.available, claimed, until)
 	return err
 }
 
-// insertMany inserts events with sqlInsert, one array per column, claimed
-// as insertOne claims.
-func (s *Store) insertMany(ctx context.Context, tx pgx.Tx, events []outbox.Envelope, now time.Time, owner *string, until time.Time) error {
-	n := len(events)
+// insertMany inserts the n rows with sqlInsert, one array per column,
+// claimed as insertOne claims.
+func (s *Store) insertMany(ctx context.Context, tx pgx.Tx, rows iter.Seq2[*outbox.Envelope, bool], n int, now time.Time, owner *string, until time.Time) error {
 	var (
 		ids, types, topics, aggTypes, aggIDs, tenants = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 		payloads                                      = make([][]byte, n)
@@ -198,16 +201,17 @@ func (s *Store) insertMany(ctx context.Context, tx pgx.Tx, events []outbox.Envel
 		headers                                       = make([]*string, n)
 		occurred, available                           = make([]time.Time, n), make([]time.Time, n)
 	)
-	for i := range events {
-		e := &events[i]
-		r, err := newRow(e, now, owner != nil)
+	i := 0
+	for e, claim := range rows {
+		r, err := newRow(e, now)
 		if err != nil {
 			return err
 		}
 		ids[i], types[i], topics[i] = e.ID, string(e.Type), e.Topic
 		aggTypes[i], aggIDs[i], tenants[i] = string(e.AggregateType), e.AggregateID, e.TenantID
 		payloads[i], isJSON[i] = e.Payload(), e.IsJSON()
-		headers[i], occurred[i], available[i], claimed[i] = r.headers, e.OccurredAt, r.available, r.claimed
+		headers[i], occurred[i], available[i], claimed[i] = r.headers, e.OccurredAt, r.available, claim
+		i++
 	}
 	_, err := tx.Exec(ctx, s.t.sql.insert, now, owner, ids, types, topics, aggTypes, aggIDs, tenants,
 		payloads, isJSON, headers, occurred, available, claimed, until)
@@ -215,17 +219,14 @@ func (s *Store) insertMany(ctx context.Context, tx pgx.Tx, events []outbox.Envel
 }
 
 // row is what the store computes for an event's row: its stored headers
-// (nil: NULL), whether it is written claimed by the lease's owner, and
-// when it is due.
+// (nil: NULL) and when it is due.
 type row struct {
 	headers   *string
-	claimed   bool
 	available time.Time
 }
 
-// newRow computes e's row; with claiming, the row is written claimed
-// unless e is delayed.
-func newRow(e *outbox.Envelope, now time.Time, claiming bool) (row, error) {
+// newRow computes e's row.
+func newRow(e *outbox.Envelope, now time.Time) (row, error) {
 	var r row
 	h, err := outbox.EncodeHeaders(e.Headers)
 	if err != nil {
@@ -235,7 +236,6 @@ func newRow(e *outbox.Envelope, now time.Time, claiming bool) (row, error) {
 		text := string(h)
 		r.headers = &text
 	}
-	r.claimed = claiming && e.DeliverAfter.IsZero()
 	r.available = now
 	if e.DeliverAfter.After(now) {
 		r.available = e.DeliverAfter

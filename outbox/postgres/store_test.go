@@ -170,7 +170,7 @@ func TestBookkeepingCommitsAsynchronouslyUnlessAsked(t *testing.T) {
 		require.NoError(t, err)
 		event, err := outbox.Prepare([]outbox.Envelope{storetest.JSONEvent(1)}, time.Now())
 		require.NoError(t, err)
-		require.NoError(t, store.Insert(t.Context(), tx, event, outbox.Lease{}))
+		require.NoError(t, store.Insert(t.Context(), tx, nil, event, outbox.Lease{}))
 		setting := func() string {
 			var s string
 			require.NoError(t, tx.QueryRow(t.Context(), `SHOW synchronous_commit`).Scan(&s))

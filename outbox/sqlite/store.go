@@ -144,23 +144,21 @@ func InTx(ctx context.Context, db *sql.DB, logger *slog.Logger, fn func(ctx cont
 // or, when a row fails, none of it (SQLite, unlike PostgreSQL, keeps a
 // transaction usable after a failed statement). Events must come from
 // [outbox.Prepare] (the [outbox.Writer] does this).
-func (s *Store) Insert(ctx context.Context, tx *sql.Tx, events []outbox.Envelope, lease outbox.Lease) (err error) {
+func (s *Store) Insert(ctx context.Context, tx *sql.Tx, hot, cold []outbox.Envelope, lease outbox.Lease) (err error) {
 	if tx == nil {
 		return outbox.ErrNoTransaction
 	}
-	if len(events) == 0 {
+	if len(hot)+len(cold) == 0 {
 		return nil
 	}
 	if lease.Duration <= 0 {
 		lease.Duration = outbox.DefaultLockTimeout
 	}
 	now := s.clock.Now()
-	// The claim columns (locked_by, locked_at, locked_until) of the rows:
-	// NULL without a lease owner, and for delayed events.
-	var unclaimed, claimed [3]any
-	if lease.Owner != "" {
-		claimed = [3]any{lease.Owner, micros(now), micros(now.Add(lease.Duration))}
-	}
+	// The claim columns (locked_by, locked_at, locked_until) of a row
+	// written claimed, and of one written unclaimed: NULL.
+	var unclaimed [3]any
+	claimed := [3]any{lease.Owner, micros(now), micros(now.Add(lease.Duration))}
 	if _, err := tx.ExecContext(ctx, sqlInsertSavepoint); err != nil {
 		return fmt.Errorf("sqlite: insert into %s: %w", s.t.name, err)
 	}
@@ -177,8 +175,7 @@ func (s *Store) Insert(ctx context.Context, tx *sql.Tx, events []outbox.Envelope
 		return fmt.Errorf("sqlite: insert into %s: %w", s.t.name, err)
 	}
 	defer stmt.Close()
-	for i := range events {
-		e := &events[i]
+	for e, claiming := range outbox.InsertRows(hot, cold, lease) {
 		headers, err := outbox.EncodeHeaders(e.Headers)
 		if err != nil {
 			return err
@@ -196,7 +193,7 @@ func (s *Store) Insert(ctx context.Context, tx *sql.Tx, events []outbox.Envelope
 			available = e.DeliverAfter
 		}
 		claim := unclaimed
-		if e.DeliverAfter.IsZero() {
+		if claiming {
 			claim = claimed
 		}
 		_, err = stmt.ExecContext(ctx, e.ID, string(e.Type), e.Topic, string(e.AggregateType), e.AggregateID, e.TenantID,
