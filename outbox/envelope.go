@@ -52,8 +52,10 @@ type Envelope struct {
 	Type EventType
 	// Topic is where the event is routed: the Watermill topic. Default: Type.
 	Topic string
-	// OccurredAt is when the business fact happened. Default: the writer's
-	// clock at the time of the write.
+	// OccurredAt is when the business fact happened, in the years 1 to
+	// 9999 (what RFC 3339 metadata can carry). It is kept to the
+	// microsecond, as the stores keep it. Default: the writer's clock at
+	// the time of the write.
 	OccurredAt time.Time
 	// AggregateType defaults to [GlobalAggregate].
 	AggregateType AggregateType
@@ -69,7 +71,8 @@ type Envelope struct {
 	// non-nil slice is an empty payload.
 	PayloadBytes []byte
 	// DeliverAfter delays delivery: the event is not handed out before this
-	// time. Zero (or a time in the past) means at once.
+	// time. Zero (or a time in the past) means at once. Like OccurredAt, it
+	// lies in the years 1 to 9999 and is kept to the microsecond.
 	DeliverAfter time.Time
 }
 
@@ -124,6 +127,9 @@ func Prepare(envelopes []Envelope, now time.Time) ([]Envelope, error) {
 		if e.OccurredAt.IsZero() {
 			e.OccurredAt = now
 		}
+		// What the hot path hands out then equals what a claim reads back.
+		e.OccurredAt = e.OccurredAt.Truncate(time.Microsecond)
+		e.DeliverAfter = e.DeliverAfter.Truncate(time.Microsecond)
 		if e.AggregateType == "" {
 			e.AggregateType = GlobalAggregate
 		}
@@ -191,6 +197,14 @@ func (e *Envelope) validate() *ValidationError {
 	}
 	if e.PayloadJSON != nil && !json.Valid(e.PayloadJSON) {
 		return fail("PayloadJSON", "not valid JSON")
+	}
+	for _, t := range []struct {
+		field string
+		value time.Time
+	}{{"OccurredAt", e.OccurredAt}, {"DeliverAfter", e.DeliverAfter}} {
+		if year := t.value.UTC().Year(); !t.value.IsZero() && (year < 1 || year > 9999) {
+			return fail(t.field, "year %d is outside 1 to 9999", year)
+		}
 	}
 	return nil
 }

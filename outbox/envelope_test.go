@@ -67,6 +67,16 @@ func TestPrepareValidation(t *testing.T) {
 		{"invalid UTF-8 in header key", func(e *outbox.Envelope) { e.Headers = map[string]string{invalid: "x"} }, "Headers"},
 		{"invalid UTF-8 in header value", func(e *outbox.Envelope) { e.Headers = map[string]string{"a": invalid} }, "Headers"},
 
+		{"occurred in year 9999", func(e *outbox.Envelope) { e.OccurredAt = time.Date(9999, 12, 31, 23, 0, 0, 0, time.UTC) }, ""},
+		{"occurred in year 10000", func(e *outbox.Envelope) { e.OccurredAt = time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC) }, "OccurredAt"},
+		{"occurred in year 0", func(e *outbox.Envelope) { e.OccurredAt = time.Date(0, 12, 31, 0, 0, 0, 0, time.UTC) }, "OccurredAt"},
+		{"occurred in year 1", func(e *outbox.Envelope) { e.OccurredAt = time.Date(1, 1, 1, 0, 0, 1, 0, time.UTC) }, ""},
+		{"delivered in year 10000 by UTC", func(e *outbox.Envelope) {
+			e.DeliverAfter = time.Date(9999, 12, 31, 23, 0, 0, 0, time.FixedZone("", -2*3600))
+		}, "DeliverAfter"},
+		{"delivered past what microseconds since 1970 can count", func(e *outbox.Envelope) {
+			e.DeliverAfter = time.Date(300000, 1, 1, 0, 0, 0, 0, time.UTC)
+		}, "DeliverAfter"},
 		{"NUL in AggregateID", func(e *outbox.Envelope) { e.AggregateID = "order\x0042" }, "AggregateID"},
 		{"NUL in ID", func(e *outbox.Envelope) { e.ID = "\x00" }, "ID"},
 		{"NUL in Type", func(e *outbox.Envelope) { e.Type = "Order\x00Created" }, "Type"},
@@ -163,7 +173,7 @@ func TestPrepareDefaults(t *testing.T) {
 	require.NoError(t, err, "default id is a ULID")
 	require.Equal(t, outbox.EventType("OrderCreated"), e.Type)
 	require.Equal(t, "OrderCreated", e.Topic, "topic defaults to the type")
-	require.Equal(t, prepareNow, e.OccurredAt)
+	require.Equal(t, prepareNow.Truncate(time.Microsecond), e.OccurredAt, "the writer's clock, to the microsecond")
 	require.Equal(t, outbox.GlobalAggregate, e.AggregateType)
 	require.Equal(t, outbox.AggregateType("__GLOBAL__"), e.AggregateType)
 	require.Empty(t, e.AggregateID)
@@ -194,6 +204,19 @@ func TestPrepareKeepsGivenValues(t *testing.T) {
 	prepared, err := outbox.Prepare([]outbox.Envelope{in}, prepareNow)
 	require.NoError(t, err)
 	require.Equal(t, in, prepared[0])
+}
+
+// The stores keep times to the microsecond: the hot path, which hands out
+// the prepared envelopes, must carry the same times as the rows.
+func TestPrepareKeepsTimesToTheMicrosecond(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2026, 1, 2, 3, 4, 5, 123456789, time.UTC)
+	e := validEnvelope()
+	e.OccurredAt, e.DeliverAfter = at, at.Add(time.Hour)
+	prepared, err := outbox.Prepare([]outbox.Envelope{e}, prepareNow)
+	require.NoError(t, err)
+	require.Equal(t, time.Date(2026, 1, 2, 3, 4, 5, 123456000, time.UTC), prepared[0].OccurredAt)
+	require.Equal(t, time.Date(2026, 1, 2, 4, 4, 5, 123456000, time.UTC), prepared[0].DeliverAfter)
 }
 
 func TestPrepareIDsAreMonotonic(t *testing.T) {

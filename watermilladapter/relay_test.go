@@ -107,6 +107,7 @@ func TestCommitDeliversOnHotPathRollbackDeliversNothing(t *testing.T) {
 	committed := newMsg(`{"order":  1}`)
 	committed.Metadata.Set("traceparent", "00-abc-01")
 	committed.Metadata.Set(watermilladapter.MetadataAggregateID, "order-1")
+	committed.Metadata.Set(watermilladapter.MetadataOccurredAt, "2026-01-02T03:04:05.123456789Z")
 	r.Publish(t, "orders", committed)
 
 	// The hot path is FIFO: had the rolled-back message gone anywhere, it
@@ -120,6 +121,9 @@ func TestCommitDeliversOnHotPathRollbackDeliversNothing(t *testing.T) {
 	require.Equal(t, watermilladapter.SourceHot, msg.Metadata.Get(watermilladapter.MetadataSource))
 	require.Equal(t, "1", msg.Metadata.Get(watermilladapter.MetadataAttempt))
 	require.NotEmpty(t, msg.Metadata.Get(watermilladapter.MetadataEventID))
+	require.Equal(t, "2026-01-02T03:04:05.123456Z", msg.Metadata.Get(watermilladapter.MetadataOccurredAt),
+		"to the microsecond, as the row keeps it and a cold delivery would carry it")
+	require.True(t, eventStatus(t, r.Store, msg).OccurredAt.Equal(time.Date(2026, 1, 2, 3, 4, 5, 123456000, time.UTC)))
 
 	relaytest.Eventually(t, "DONE", func() bool { return eventStatus(t, r.Store, msg).Status == outbox.StatusDone })
 	require.Equal(t, 1, rowCount(t, pool), "the rolled-back message left no row")
