@@ -51,7 +51,10 @@
 // Delivery is at least once: a crash between a handler's success and the
 // DONE record means a second delivery after the claim's lease
 // (SubscriberConfig.LockTimeout). Consumers deduplicate by
-// [MetadataEventID], which forwarders should pass downstream.
+// [MetadataEventID], which forwarders should pass downstream. A handler
+// that outlives the lease may see its event claimed and delivered by
+// another relay meanwhile; its Ack still records DONE, but its Nack
+// changes nothing, so that the other relay's claim holds.
 //
 // # Routing rule
 //
