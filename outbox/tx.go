@@ -13,6 +13,11 @@ type TxFuncs[Tx any] struct {
 	Begin    func(ctx context.Context) (Tx, error)
 	Commit   func(ctx context.Context, tx Tx) error
 	Rollback func(ctx context.Context, tx Tx) error
+	// Within is the transaction Begin starts a savepoint in, when it does
+	// (a pgx.Tx's Begin does); nil when Begin starts a transaction of its
+	// own. Nothing a savepoint holds is committed before Within is, so its
+	// after-commit hooks wait for that commit: see [RunInTx].
+	Within any
 }
 
 // RunInTx begins a transaction, runs fn in it and commits when fn returns
@@ -25,12 +30,24 @@ type TxFuncs[Tx any] struct {
 //
 // The context given to fn carries the transaction ([TxFromContext]) and the
 // hook list. Dialects wrap this in their own InTx helper.
+//
+// A savepoint (funcs.Within set) commits nothing: its hooks go to the
+// RunInTx running funcs.Within, to run after that commits. When no RunInTx
+// in ctx runs it, nothing reports that commit, so fn gets no hook list:
+// [AfterCommit] returns [ErrNoCommitHooks], and a [Writer] leaves the
+// events to the pollers.
 func RunInTx[Tx any](ctx context.Context, funcs TxFuncs[Tx], logger *slog.Logger, fn func(ctx context.Context, tx Tx) error) (err error) {
 	tx, err := funcs.Begin(ctx)
 	if err != nil {
 		return fmt.Errorf("outbox: begin transaction: %w", err)
 	}
-	hooks := &commitHooks{}
+	hooks := &commitHooks{tx: tx}
+	var enclosing *commitHooks
+	if funcs.Within != nil {
+		if enclosing = hooksFrom(ctx); enclosing == nil || !sameTx(enclosing.tx, funcs.Within) {
+			enclosing, hooks = nil, nil
+		}
+	}
 	txCtx := context.WithValue(context.WithValue(ctx, commitHooksKey{}, hooks), txKey{}, tx)
 
 	committed := false
@@ -51,6 +68,14 @@ func RunInTx[Tx any](ctx context.Context, funcs TxFuncs[Tx], logger *slog.Logger
 	if err := funcs.Commit(ctx, tx); err != nil {
 		return fmt.Errorf("outbox: commit: %w", err)
 	}
+	if enclosing != nil {
+		for _, fn := range registered {
+			if !enclosing.add(fn) {
+				loggerOrDefault(logger).ErrorContext(ctx, "outbox: the enclosing transaction ended before its savepoint; after-commit hook dropped, the poller will deliver")
+			}
+		}
+		return nil
+	}
 	runHooks(context.WithoutCancel(ctx), registered, logger)
 	return nil
 }
@@ -59,11 +84,16 @@ func RunInTx[Tx any](ctx context.Context, funcs TxFuncs[Tx], logger *slog.Logger
 // must come from [RunInTx] (or a dialect's InTx) whose function is still
 // running; otherwise it returns [ErrNoCommitHooks].
 func AfterCommit(ctx context.Context, fn func(ctx context.Context) error) error {
-	hooks, ok := ctx.Value(commitHooksKey{}).(*commitHooks)
-	if !ok || !hooks.add(fn) {
+	if !hooksFrom(ctx).add(fn) {
 		return ErrNoCommitHooks
 	}
 	return nil
+}
+
+// hooksFrom returns the hook list in ctx, nil when there is none.
+func hooksFrom(ctx context.Context) *commitHooks {
+	hooks, _ := ctx.Value(commitHooksKey{}).(*commitHooks)
+	return hooks
 }
 
 // ContextWithTx returns a context carrying tx, for APIs that find the
@@ -84,14 +114,21 @@ type (
 	txKey          struct{}
 )
 
+// commitHooks are the hooks to run after tx commits. A nil list takes
+// none: nothing reports the commit.
 type commitHooks struct {
+	tx     any
 	mu     sync.Mutex
 	fns    []func(ctx context.Context) error
 	closed bool // the transaction has ended: no more hooks
 }
 
-// add registers fn, or reports false when the transaction has ended.
+// add registers fn, or reports false when the transaction has ended or h
+// is nil.
 func (h *commitHooks) add(fn func(ctx context.Context) error) bool {
+	if h == nil {
+		return false
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed {
@@ -103,6 +140,9 @@ func (h *commitHooks) add(fn func(ctx context.Context) error) bool {
 
 // close ends registration and returns the hooks registered so far.
 func (h *commitHooks) close() []func(ctx context.Context) error {
+	if h == nil {
+		return nil
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.closed = true

@@ -278,3 +278,56 @@ func TestTxFromContext(t *testing.T) {
 		require.Same(t, inner, got, "the innermost transaction wins")
 	})
 }
+
+// A savepoint commits nothing: the hooks registered in it run after the
+// enclosing transaction commits, and not at all when it rolls back.
+func TestRunInTxSavepointHooksWaitForTheEnclosingCommit(t *testing.T) {
+	t.Parallel()
+
+	for _, outerFails := range []bool{false, true} {
+		outer, inner := &txLog{}, &txLog{}
+		err := outbox.RunInTx(t.Context(), outer.funcs(), nil, func(ctx context.Context, tx *fakeTx) error {
+			savepoint := inner.funcs()
+			savepoint.Within = tx
+			require.NoError(t, outbox.RunInTx(ctx, savepoint, nil, func(ctx context.Context, _ *fakeTx) error {
+				return outbox.AfterCommit(ctx, outer.hook("savepoint hook"))
+			}))
+			require.Equal(t, []string{"begin", "commit"}, inner.Calls(), "released")
+			require.Equal(t, []string{"begin"}, outer.Calls(), "the hook waits for the enclosing commit")
+			if outerFails {
+				return errors.New("business rule")
+			}
+			return nil
+		})
+		if outerFails {
+			require.Error(t, err)
+			require.Equal(t, []string{"begin", "rollback"}, outer.Calls())
+		} else {
+			require.NoError(t, err)
+			require.Equal(t, []string{"begin", "commit", "savepoint hook"}, outer.Calls())
+		}
+	}
+}
+
+// A savepoint in a transaction whose commit no RunInTx reports (the
+// caller's own) can take no hooks, even inside a RunInTx of another
+// transaction.
+func TestRunInTxSavepointOfAnUnreportedTransactionTakesNoHooks(t *testing.T) {
+	t.Parallel()
+
+	callers := &fakeTx{id: 7}
+	inSavepoint := func(ctx context.Context) error {
+		log := &txLog{}
+		savepoint := log.funcs()
+		savepoint.Within = callers
+		return outbox.RunInTx(ctx, savepoint, nil, func(ctx context.Context, _ *fakeTx) error {
+			return outbox.AfterCommit(ctx, log.hook("hook"))
+		})
+	}
+	require.ErrorIs(t, inSavepoint(t.Context()), outbox.ErrNoCommitHooks)
+	other := &txLog{}
+	require.NoError(t, outbox.RunInTx(t.Context(), other.funcs(), nil, func(ctx context.Context, _ *fakeTx) error {
+		require.ErrorIs(t, inSavepoint(ctx), outbox.ErrNoCommitHooks)
+		return nil
+	}))
+}

@@ -148,13 +148,10 @@ func dueTopics(events []Envelope) []string {
 
 // commitReported reports whether tx is the very transaction whose commit
 // the InTx helper in ctx reports: a savepoint or another connection may
-// roll back on its own.
+// roll back on its own, even when a context carries it ([ContextWithTx]).
 func (w *Writer[Tx]) commitReported(ctx context.Context, tx Tx) bool {
-	if _, ok := ctx.Value(commitHooksKey{}).(*commitHooks); !ok {
-		return false
-	}
-	ctxTx, ok := TxFromContext[Tx](ctx)
-	return ok && sameTx(ctxTx, tx)
+	hooks := hooksFrom(ctx)
+	return hooks != nil && sameTx(hooks.tx, tx)
 }
 
 // hotEvents splits events into those the hot path will deliver after

@@ -938,3 +938,51 @@ func TestOutcomeAfterTheLeaseLeavesTheNewClaimAlone(t *testing.T) {
 		return eventStatus(t, writer.Store, late).Status == outbox.StatusDone
 	})
 }
+
+// Only a commit delivers on the hot path. A savepoint that a context
+// carries (outbox.ContextWithTx, as a CQRS bus needs) can roll back while
+// its transaction commits; an InTx on a transaction (a savepoint in it)
+// commits nothing until that transaction does.
+func TestHotPathDeliversOnlyWhatTheDatabaseCommitted(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t)
+	got := newReceived()
+	r := relaytest.Start(t, pool, watermilladapter.SubscriberConfig{PollInterval: time.Hour},
+		relaytest.Handlers{"orders": got.handler})
+	publishIn := func(ctx context.Context, tx pgx.Tx, payload string) error {
+		msg := newMsg(payload)
+		msg.SetContext(outbox.ContextWithTx(ctx, tx))
+		return r.Pub.Publish("orders", msg)
+	}
+
+	require.NoError(t, r.Store.InTx(t.Context(), func(ctx context.Context, tx pgx.Tx) error {
+		savepoint, err := tx.Begin(ctx)
+		require.NoError(t, err)
+		require.NoError(t, publishIn(ctx, savepoint, "rolled back to its savepoint"))
+		return savepoint.Rollback(ctx)
+	}))
+	outer, err := pool.Begin(t.Context())
+	require.NoError(t, err)
+	require.NoError(t, postgres.InTx(t.Context(), outer, nil, func(ctx context.Context, tx pgx.Tx) error {
+		return publishIn(ctx, tx, "in a transaction rolled back")
+	}))
+	require.NoError(t, outer.Rollback(t.Context()))
+	require.Zero(t, rowCount(t, pool))
+
+	// Nested in an InTx that commits, the savepoint's events are delivered
+	// after that commit.
+	require.NoError(t, r.Store.InTx(t.Context(), func(ctx context.Context, tx pgx.Tx) error {
+		require.NoError(t, postgres.InTx(ctx, tx, nil, func(ctx context.Context, savepoint pgx.Tx) error {
+			return publishIn(ctx, savepoint, "committed")
+		}))
+		select {
+		case msg := <-got.ch:
+			t.Fatalf("%q delivered before its transaction committed", msg.Payload)
+		case <-time.After(100 * time.Millisecond):
+		}
+		return nil
+	}))
+	msg := got.next(t)
+	require.Equal(t, "committed", string(msg.Payload), "the hot path is FIFO: nothing rolled back came first")
+	require.Equal(t, watermilladapter.SourceHot, msg.Metadata.Get(watermilladapter.MetadataSource))
+}

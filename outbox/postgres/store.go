@@ -133,12 +133,20 @@ func (s *Store) InTx(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx
 // the hooks fn registered with [outbox.AfterCommit]; their failures go to
 // logger (nil: slog.Default()). The context given to fn carries tx, so an
 // outbox Watermill publisher given that context writes in it.
+//
+// When db is a pgx.Tx, tx is a savepoint in it, and the hooks wait for
+// db's commit: they run after it when an InTx running db is in ctx, and
+// are not taken otherwise (the events then go to the pollers).
 func InTx(ctx context.Context, db DB, logger *slog.Logger, fn func(ctx context.Context, tx pgx.Tx) error) error {
-	return outbox.RunInTx(ctx, outbox.TxFuncs[pgx.Tx]{
+	funcs := outbox.TxFuncs[pgx.Tx]{
 		Begin:    db.Begin,
 		Commit:   func(ctx context.Context, tx pgx.Tx) error { return tx.Commit(ctx) },
 		Rollback: func(ctx context.Context, tx pgx.Tx) error { return tx.Rollback(ctx) },
-	}, logger, fn)
+	}
+	if outer, ok := db.(pgx.Tx); ok {
+		funcs.Within = outer
+	}
+	return outbox.RunInTx(ctx, funcs, logger, fn)
 }
 
 // Insert implements [outbox.Inserter]: one statement for any number of
