@@ -71,8 +71,9 @@ type Envelope struct {
 	// non-nil slice is an empty payload.
 	PayloadBytes []byte
 	// DeliverAfter delays delivery: the event is not handed out before this
-	// time. Zero (or a time in the past) means at once. Like OccurredAt, it
-	// lies in the years 1 to 9999 and is kept to the microsecond.
+	// time. Zero (or a time not after the write, which [Prepare] makes
+	// zero) means at once. Like OccurredAt, it lies in the years 1 to 9999
+	// and is kept to the microsecond.
 	DeliverAfter time.Time
 }
 
@@ -130,6 +131,9 @@ func Prepare(envelopes []Envelope, now time.Time) ([]Envelope, error) {
 		// What the hot path hands out then equals what a claim reads back.
 		e.OccurredAt = e.OccurredAt.Truncate(time.Microsecond)
 		e.DeliverAfter = e.DeliverAfter.Truncate(time.Microsecond)
+		if !e.DeliverAfter.After(now) {
+			e.DeliverAfter = time.Time{} // due at once: the hot path takes it
+		}
 		if e.AggregateType == "" {
 			e.AggregateType = GlobalAggregate
 		}

@@ -219,6 +219,19 @@ func TestPrepareKeepsTimesToTheMicrosecond(t *testing.T) {
 	require.Equal(t, time.Date(2026, 1, 2, 4, 4, 5, 123456000, time.UTC), prepared[0].DeliverAfter)
 }
 
+// A DeliverAfter not after the write is due at once, as if zero: the hot
+// path takes the event, and the relays are told of it.
+func TestPrepareDeliverAfterInThePastIsAtOnce(t *testing.T) {
+	t.Parallel()
+	for _, at := range []time.Time{prepareNow.Add(-time.Hour), prepareNow} {
+		e := validEnvelope()
+		e.DeliverAfter = at
+		prepared, err := outbox.Prepare([]outbox.Envelope{e}, prepareNow)
+		require.NoError(t, err)
+		require.True(t, prepared[0].DeliverAfter.IsZero(), "%v", at)
+	}
+}
+
 func TestPrepareIDsAreMonotonic(t *testing.T) {
 	t.Parallel()
 	batch := make([]outbox.Envelope, 1000)

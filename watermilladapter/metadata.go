@@ -13,7 +13,8 @@ import (
 // Metadata keys. On Publish, the Envelope keys set the outbox envelope's
 // fields and are not stored as headers; every other metadata entry is
 // stored as a header and comes back as metadata. On delivery the
-// subscriber sets all of them.
+// subscriber sets all of them but [MetadataDeliverAfter]: by then the
+// event is due, and a message forwarded with it would be delayed again.
 const (
 	// MetadataEventType sets the event type. Default: the topic.
 	MetadataEventType = "outbox_event_type"

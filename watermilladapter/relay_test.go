@@ -344,6 +344,13 @@ func TestDelayedDeliverySkipsHotPath(t *testing.T) {
 	require.False(t, time.Now().Before(due), "not before its time")
 	require.Equal(t, watermilladapter.SourceCold, delivered.Metadata.Get(watermilladapter.MetadataSource))
 
+	past := newMsg("due an hour ago")
+	past.Metadata.Set(watermilladapter.MetadataDeliverAfter, time.Now().Add(-time.Hour).Format(time.RFC3339Nano))
+	r.Publish(t, "orders", past)
+	delivered = got.next(t)
+	require.Equal(t, "due an hour ago", string(delivered.Payload))
+	require.Equal(t, watermilladapter.SourceHot, delivered.Metadata.Get(watermilladapter.MetadataSource), "a past time is at once")
+
 	bad := newMsg("x")
 	bad.Metadata.Set(watermilladapter.MetadataDeliverAfter, "tomorrow")
 	err := r.Store.InTx(t.Context(), func(ctx context.Context, tx pgx.Tx) error {
