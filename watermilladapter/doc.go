@@ -29,10 +29,11 @@
 // SKIP LOCKED, in batches, while there is backlog and room, and otherwise
 // every PollInterval or when woken (a release, a scheduled retry). Through
 // a backlog, each claim starts where the previous one ended (an
-// outbox.ClaimCursor); a claim that comes back short, and the first claim
-// after a second of backlog, start again from the earliest due event, so
-// that an event that became due behind the cursor (its transaction
-// committed late) waits a second at most.
+// outbox.ClaimCursor); a claim that comes back short is followed at once
+// by one from the earliest due event, and so is the first claim after a
+// second of backlog, so that an event that became due behind the cursor
+// (its transaction committed late, its claim was released or ran out)
+// waits a second at most, and no more than the end of the backlog.
 //
 // Ack records DONE, or deletes the event's row when the store is
 // configured to delete delivered events (postgres.Config.DeleteDone).

@@ -993,3 +993,55 @@ func TestHotPathDeliversOnlyWhatTheDatabaseCommitted(t *testing.T) {
 	require.Equal(t, "committed", string(msg.Payload), "the hot path is FIFO: nothing rolled back came first")
 	require.Equal(t, watermilladapter.SourceHot, msg.Metadata.Get(watermilladapter.MetadataSource))
 }
+
+// An event behind the claim cursor, here one written before a backlog and
+// committed after the cursor passed it, is claimed when its wake-up comes,
+// not at the next poll: a short claim after the cursor is followed at once
+// by one from the earliest due event.
+func TestWokenClaimFindsWhatTheCursorPassed(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t)
+	store, err := postgres.NewStore(pool, postgres.Config{})
+	require.NoError(t, err)
+	writer, err := outbox.NewWriter(store, outbox.WriterConfig{}) // another process: no hot path
+	require.NoError(t, err)
+	event := func(name string) outbox.Envelope {
+		e := outbox.NewBytes("OrderCreated", []byte(name))
+		e.Topic = "orders"
+		return e
+	}
+	late, err := pool.Begin(t.Context())
+	require.NoError(t, err)
+	defer func() { _ = late.Rollback(context.Background()) }()
+	_, err = writer.Write(t.Context(), late, event("late"))
+	require.NoError(t, err)
+	time.Sleep(2 * time.Millisecond) // due after "late"
+	require.NoError(t, store.InTx(t.Context(), func(ctx context.Context, tx pgx.Tx) error {
+		_, err := writer.Write(ctx, tx, event("b0"), event("b1"), event("b2"))
+		return err
+	}))
+
+	sub, err := watermilladapter.NewSubscriber(store, watermilladapter.SubscriberConfig{
+		BatchSize: 2, ColdQueueCapacity: 2, WorkerCount: 1, PollInterval: time.Hour})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, sub.Close()) })
+	msgs, err := sub.Subscribe(t.Context(), "orders")
+	require.NoError(t, err)
+	first := <-msgs // a full claim of b0 and b1: the cursor is at b1
+	require.Equal(t, "b0", string(first.Payload))
+	require.NoError(t, late.Commit(t.Context()))
+	sub.Wake("orders")
+	first.Ack()
+
+	var rest []string
+	for len(rest) < 3 {
+		select {
+		case msg := <-msgs:
+			rest = append(rest, string(msg.Payload))
+			msg.Ack()
+		case <-time.After(relaytest.WaitLimit):
+			t.Fatalf("woken, but got only %v before the poll", rest)
+		}
+	}
+	require.ElementsMatch(t, []string{"b1", "b2", "late"}, rest)
+}

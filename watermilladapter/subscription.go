@@ -186,6 +186,7 @@ func (sub *subscription) claimLoop() {
 			case <-sub.wakeCh:
 			default:
 			}
+			fromCursor := !cursor.IsZero()
 			ctx, cancel := context.WithTimeout(context.Background(), claimTimeout)
 			events, err := sub.s.store.Claim(ctx, req)
 			cancel()
@@ -208,8 +209,13 @@ func (sub *subscription) claimLoop() {
 				cursor.Reset()
 				rescan = now.Add(claimRescan)
 			}
-			if full {
-				continue // backlog: claim again at once
+			if full || (err == nil && fromCursor) {
+				// Backlog: claim again at once. After a short claim that
+				// followed the cursor, the next starts from the earliest
+				// due event, at once too: what the cursor passed over (a
+				// commit a wake-up announced, a release, a lease run out)
+				// must not wait for the poll.
+				continue
 			}
 		} else {
 			room = sub.spaceCh // a worker taking a cold event signals it
