@@ -10,6 +10,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill-amqp/v3/pkg/amqp"
+	"github.com/ThreeDotsLabs/watermill/message"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/wmoutbox/wmoutbox/outbox"
@@ -54,11 +55,55 @@ func WatermillConfig(url string, cfg Config) amqp.Config {
 	c.Publish.ConfirmDelivery = true
 	// Persistent delivery mode is DefaultMarshaler's default; said here
 	// so that nobody turns it off by accident.
-	c.Marshaler = amqp.DefaultMarshaler{
+	c.Marshaler = marshaler{amqp.DefaultMarshaler{
 		NotPersistentDeliveryMode: false,
 		PostprocessPublishing:     setProperties,
-	}
+		PreprocessDelivery:        stringHeaders,
+	}}
 	return c
+}
+
+// maxShortString is the most bytes of an AMQP short string: a header key,
+// the Type property. The outbox counts characters, so a valid event type
+// can be longer.
+const maxShortString = 255
+
+// marshaler is watermill-amqp's DefaultMarshaler, refusing what it would
+// lose or what AMQP cannot carry, as permanent errors: the event goes DEAD
+// with the reason instead of being retried in vain. (amqp091-go fails an
+// over-long short string by closing the whole connection, failing every
+// publish in flight.)
+type marshaler struct{ amqp.DefaultMarshaler }
+
+func (m marshaler) Marshal(msg *message.Message) (amqp091.Publishing, error) {
+	if _, reserved := msg.Metadata[amqp.DefaultMessageUUIDHeaderKey]; reserved {
+		return amqp091.Publishing{}, outbox.Permanent(fmt.Errorf(
+			"amqpforward: metadata %s is reserved for the message UUID", amqp.DefaultMessageUUIDHeaderKey))
+	}
+	for k := range msg.Metadata {
+		if len(k) > maxShortString {
+			return amqp091.Publishing{}, outbox.Permanent(fmt.Errorf(
+				"amqpforward: metadata key %.40q... is %d bytes, AMQP header keys hold %d", k, len(k), maxShortString))
+		}
+	}
+	if n := len(msg.Metadata.Get(watermilladapter.MetadataEventType)); n > maxShortString {
+		return amqp091.Publishing{}, outbox.Permanent(fmt.Errorf(
+			"amqpforward: event type is %d bytes, the AMQP type property holds %d", n, maxShortString))
+	}
+	return m.DefaultMarshaler.Marshal(msg)
+}
+
+// stringHeaders turns the headers that are not strings into strings: the
+// broker adds some (a quorum queue's x-delivery-count, x-death after
+// dead-lettering), and DefaultMarshaler refuses a message with any, so a
+// consumer could never read such a message again.
+func stringHeaders(d amqp091.Delivery) amqp091.Delivery {
+	for k, v := range d.Headers {
+		if _, ok := v.(string); !ok {
+			d.Headers[k] = fmt.Sprint(v)
+		}
+	}
+	return d
 }
 
 // setProperties copies the outbox envelope into the AMQP properties that

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -237,4 +238,69 @@ func TestWatermillConfig(t *testing.T) {
 	require.Equal(t, "orders", c.Publish.GenerateRoutingKey("orders"))
 	require.Empty(t, c.Exchange.GenerateName("orders"), "the default exchange")
 	require.Equal(t, "quorum", c.Queue.Arguments["x-queue-type"])
+}
+
+// What AMQP cannot carry, or what watermill-amqp would overwrite, is
+// refused before it reaches the connection, as a permanent error: the
+// outbox counts characters where AMQP short strings count bytes, and
+// amqp091-go fails an over-long one by closing the whole connection.
+func TestMarshalerRefusesWhatAMQPCannotCarry(t *testing.T) {
+	t.Parallel()
+	m := amqpforward.WatermillConfig("amqp://127.0.0.1/", amqpforward.Config{}).Marshaler
+	valid := func() *message.Message {
+		msg := message.NewMessage(watermill.NewUUID(), []byte(`{}`))
+		msg.Metadata.Set(watermilladapter.MetadataEventType, strings.Repeat("订", 85)) // 255 bytes
+		msg.Metadata.Set(strings.Repeat("k", 255), "v")
+		return msg
+	}
+	_, err := m.Marshal(valid())
+	require.NoError(t, err)
+	for name, spoil := range map[string]func(*message.Message){
+		"event type of 256 bytes": func(msg *message.Message) {
+			msg.Metadata.Set(watermilladapter.MetadataEventType, strings.Repeat("订", 85)+"x")
+		},
+		"metadata key of 256 bytes": func(msg *message.Message) { msg.Metadata.Set(strings.Repeat("k", 256), "v") },
+		"the UUID header":           func(msg *message.Message) { msg.Metadata.Set(amqp.DefaultMessageUUIDHeaderKey, "user value") },
+	} {
+		msg := valid()
+		spoil(msg)
+		_, err := m.Marshal(msg)
+		require.Error(t, err, name)
+		require.True(t, outbox.IsPermanent(err), name)
+	}
+}
+
+// A quorum queue adds x-delivery-count, an integer, to a message it
+// delivers again, and dead-lettering adds x-death: a Subscriber built from
+// WatermillConfig reads such a message, instead of refusing it forever.
+func TestSubscriberFromWatermillConfigReadsRedeliveries(t *testing.T) {
+	t.Parallel()
+	url, conn := testamqp.Broker(t)
+	queue := queueName(t, conn)
+	cfg := amqpforward.Config{Queues: []string{queue}, QueueArguments: amqp091.Table{"x-queue-type": "quorum"}}
+	pub, err := amqpforward.NewPublisher(url, cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, pub.Close()) })
+	sent := message.NewMessage(watermill.NewUUID(), []byte(`{}`))
+	require.NoError(t, pub.Publish(queue, sent))
+
+	sub, err := amqp.NewSubscriber(amqpforward.WatermillConfig(url, cfg), watermill.NopLogger{})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, sub.Close()) })
+	msgs, err := sub.Subscribe(t.Context(), queue)
+	require.NoError(t, err)
+	next := func() *message.Message {
+		select {
+		case msg := <-msgs:
+			require.Equal(t, sent.UUID, msg.UUID)
+			return msg
+		case <-time.After(relaytest.WaitLimit):
+			t.Fatal("not delivered")
+			return nil
+		}
+	}
+	next().Nack()
+	again := next()
+	require.Equal(t, "1", again.Metadata.Get("x-delivery-count"))
+	again.Ack()
 }

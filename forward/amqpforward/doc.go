@@ -45,7 +45,12 @@
 // strings, plus watermill-amqp's _watermill_message_uuid holding the
 // message UUID. Properties: MessageId is the outbox event id (the key
 // consumers deduplicate by), Type the event type, Timestamp the time the
-// event occurred (to the second).
+// event occurred (to the second). A message AMQP cannot carry (an event
+// type or a metadata key over 255 bytes) or whose metadata uses
+// _watermill_message_uuid is refused with an outbox.Permanent error, so
+// the event goes DEAD with the reason. A Subscriber built from
+// [WatermillConfig] reads the headers the broker adds that are not strings
+// (x-delivery-count, x-death) as their text.
 //
 // # Connecting
 //

@@ -6,6 +6,8 @@ import (
 	"github.com/IBM/sarama"
 	"github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
 	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/wmoutbox/wmoutbox/outbox"
 )
 
 // recordMarshaler builds the record watermill-kafka's partitioning
@@ -17,7 +19,7 @@ type recordMarshaler struct{}
 
 func (recordMarshaler) Marshal(topic string, msg *message.Message) (*sarama.ProducerMessage, error) {
 	if _, reserved := msg.Metadata[kafka.UUIDHeaderKey]; reserved {
-		return nil, fmt.Errorf("kafkaforward: metadata %s is reserved for the message UUID", kafka.UUIDHeaderKey)
+		return nil, outbox.Permanent(fmt.Errorf("kafkaforward: metadata %s is reserved for the message UUID", kafka.UUIDHeaderKey))
 	}
 	key, err := PartitionKey(topic, msg)
 	if err != nil {

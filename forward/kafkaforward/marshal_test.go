@@ -8,6 +8,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/stretchr/testify/require"
 
+	"github.com/wmoutbox/wmoutbox/outbox"
 	"github.com/wmoutbox/wmoutbox/watermilladapter"
 )
 
@@ -92,6 +93,7 @@ func TestRecordMarshalerRejectsTheReservedKey(t *testing.T) {
 	msg.Metadata.Set(kafka.UUIDHeaderKey, "spoofed")
 	_, err := recordMarshaler{}.Marshal("orders", msg)
 	require.ErrorContains(t, err, kafka.UUIDHeaderKey)
+	require.True(t, outbox.IsPermanent(err), "sending it again cannot help: DEAD at once")
 }
 
 func BenchmarkMarshal(b *testing.B) {
