@@ -254,3 +254,54 @@ func TestLazyConnectsOnFirstUseAndRetriesAFailedConnect(t *testing.T) {
 	require.Equal(t, 1, down.closed, "the downstream publisher is closed once")
 	require.ErrorIs(t, lazy.Publish("orders", outboxMessage([]byte("3"))), forward.ErrPublisherClosed)
 }
+
+// blockingPublisher holds each Publish until release is closed, and
+// records whether it was closed while one ran.
+type blockingPublisher struct {
+	entered, release chan struct{}
+	mu               sync.Mutex
+	running          int
+	closedWhileBusy  bool
+}
+
+func (p *blockingPublisher) Publish(string, ...*message.Message) error {
+	p.mu.Lock()
+	p.running++
+	p.mu.Unlock()
+	p.entered <- struct{}{}
+	<-p.release
+	p.mu.Lock()
+	p.running--
+	p.mu.Unlock()
+	return nil
+}
+
+func (p *blockingPublisher) Close() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.closedWhileBusy = p.running > 0
+	return nil
+}
+
+// Close waits for the publishes in flight: downstream publishers (such as
+// watermill-kafka's) are not safe to close under a running Publish.
+func TestLazyCloseWaitsForPublishesInFlight(t *testing.T) {
+	t.Parallel()
+	down := &blockingPublisher{entered: make(chan struct{}), release: make(chan struct{})}
+	lazy := forward.Lazy(func() (message.Publisher, error) { return down, nil })
+	published := make(chan error, 1)
+	go func() { published <- lazy.Publish("orders", outboxMessage([]byte("1"))) }()
+	<-down.entered
+	closed := make(chan error, 1)
+	go func() { closed <- lazy.Close() }()
+	select {
+	case <-closed:
+		t.Fatal("Close returned while a Publish was in flight")
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(down.release)
+	require.NoError(t, <-published)
+	require.NoError(t, <-closed)
+	require.False(t, down.closedWhileBusy)
+	require.ErrorIs(t, lazy.Publish("orders", outboxMessage([]byte("2"))), forward.ErrPublisherClosed)
+}

@@ -12,7 +12,10 @@ import (
 type LazyPublisher struct {
 	connect func() (message.Publisher, error)
 
-	mu     sync.Mutex
+	// mu is held for reading by each Publish to the downstream publisher,
+	// and for writing while connecting and closing: Close waits for the
+	// publishes in flight.
+	mu     sync.RWMutex
 	pub    message.Publisher
 	closed bool
 }
@@ -33,8 +36,9 @@ var _ message.Publisher = (*LazyPublisher)(nil)
 //	})
 //
 // Publish and Close are safe for concurrent use; a Publish that connects
-// holds up the others until connect returns. Close is idempotent and
-// closes the downstream publisher if one was built.
+// holds up the others until connect returns. Close is idempotent, waits
+// for the publishes in flight, and closes the downstream publisher if one
+// was built.
 func Lazy(connect func() (message.Publisher, error)) *LazyPublisher {
 	return &LazyPublisher{connect: connect}
 }
@@ -42,35 +46,44 @@ func Lazy(connect func() (message.Publisher, error)) *LazyPublisher {
 // Publish connects if needed, then publishes msgs on topic downstream. A
 // connect failure is returned wrapped, naming the operation.
 func (l *LazyPublisher) Publish(topic string, msgs ...*message.Message) error {
-	pub, err := l.publisher()
-	if err != nil {
+	l.mu.RLock()
+	pub, closed := l.pub, l.closed
+	if pub != nil && !closed {
+		defer l.mu.RUnlock()
+		return pub.Publish(topic, msgs...)
+	}
+	l.mu.RUnlock()
+	if closed {
+		return ErrPublisherClosed
+	}
+	if err := l.connectOnce(); err != nil {
 		return err
 	}
-	return pub.Publish(topic, msgs...)
+	return l.Publish(topic, msgs...)
 }
 
-func (l *LazyPublisher) publisher() (message.Publisher, error) {
+// connectOnce builds the downstream publisher unless another Publish did
+// meanwhile, or Close came first.
+func (l *LazyPublisher) connectOnce() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.closed {
-		return nil, ErrPublisherClosed
-	}
-	if l.pub != nil {
-		return l.pub, nil
+	if l.closed || l.pub != nil {
+		return nil // Publish finds out which
 	}
 	pub, err := l.connect()
 	if err != nil {
-		return nil, fmt.Errorf("forward: connect downstream publisher: %w", err)
+		return fmt.Errorf("forward: connect downstream publisher: %w", err)
 	}
 	if pub == nil {
-		return nil, fmt.Errorf("forward: connect downstream publisher: connect returned no publisher")
+		return fmt.Errorf("forward: connect downstream publisher: connect returned no publisher")
 	}
 	l.pub = pub
-	return pub, nil
+	return nil
 }
 
-// Close closes the downstream publisher, if one was built, and makes
-// further Publish calls fail with [ErrPublisherClosed].
+// Close waits for the publishes in flight, closes the downstream
+// publisher, if one was built, and makes further Publish calls fail with
+// [ErrPublisherClosed].
 func (l *LazyPublisher) Close() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -1,6 +1,7 @@
 package middleware
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -15,9 +16,15 @@ type Interceptor struct {
 	// handler error (RETRY or DEAD), and the handler does not run.
 	Before func(msg *message.Message) error
 	// After runs after the handler, or after a failed Before, with the
-	// outcome (nil on success). A panic in it is logged, never propagated.
+	// outcome (nil on success); when the handler or a Before panics, with
+	// [ErrPanicked], before the panic goes on (to Watermill's Recoverer,
+	// say). A panic in it is logged, never propagated.
 	After func(msg *message.Message, err error)
 }
+
+// ErrPanicked is the outcome the After hooks see when the handler or a
+// Before hook panicked.
+var ErrPanicked = errors.New("outbox: handler panicked")
 
 // Intercept returns middleware running the Before hooks in the order
 // given and the After hooks in reverse order. logger receives After
@@ -28,6 +35,13 @@ func Intercept(logger watermill.LoggerAdapter, interceptors ...Interceptor) mess
 	}
 	return func(h message.HandlerFunc) message.HandlerFunc {
 		return func(msg *message.Message) (produced []*message.Message, err error) {
+			returned := false
+			defer func() {
+				// Not recovered: the panic goes on with its own stack.
+				if !returned {
+					runAfters(logger, interceptors, msg, ErrPanicked)
+				}
+			}()
 			for _, ic := range interceptors {
 				if ic.Before == nil {
 					continue
@@ -40,12 +54,18 @@ func Intercept(logger watermill.LoggerAdapter, interceptors ...Interceptor) mess
 			if err == nil {
 				produced, err = h(msg)
 			}
-			for i := len(interceptors) - 1; i >= 0; i-- {
-				if after := interceptors[i].After; after != nil {
-					runAfter(logger, after, msg, err)
-				}
-			}
+			returned = true
+			runAfters(logger, interceptors, msg, err)
 			return produced, err
+		}
+	}
+}
+
+// runAfters runs the After hooks in reverse order.
+func runAfters(logger watermill.LoggerAdapter, interceptors []Interceptor, msg *message.Message, err error) {
+	for i := len(interceptors) - 1; i >= 0; i-- {
+		if after := interceptors[i].After; after != nil {
+			runAfter(logger, after, msg, err)
 		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
+	wmmw "github.com/ThreeDotsLabs/watermill/message/router/middleware"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
@@ -79,4 +80,25 @@ func errString(err error) string {
 		return "<nil>"
 	}
 	return err.Error()
+}
+
+// A panic in the handler or in a Before hook still reaches every After
+// hook, as a failed outcome, and then goes on to Watermill's Recoverer,
+// which the documented order puts outside Intercept.
+func TestInterceptAfterSeesPanics(t *testing.T) {
+	t.Parallel()
+	for name, panicky := range map[string]outboxmw.Interceptor{
+		"handler":     {},
+		"before hook": {Before: func(*message.Message) error { panic("before hook bug") }},
+	} {
+		var outcomes []error
+		after := func(_ *message.Message, err error) { outcomes = append(outcomes, err) }
+		handler := func(*message.Message) ([]*message.Message, error) { panic("handler bug") }
+		h := wmmw.Recoverer(outboxmw.Intercept(nil,
+			outboxmw.Interceptor{After: after}, panicky, outboxmw.Interceptor{After: after})(handler))
+		_, err := h(message.NewMessage(watermill.NewUUID(), nil))
+		var recovered wmmw.RecoveredPanicError
+		require.ErrorAs(t, err, &recovered, name)
+		require.Equal(t, []error{outboxmw.ErrPanicked, outboxmw.ErrPanicked}, outcomes, name)
+	}
 }
