@@ -1045,3 +1045,57 @@ func TestWokenClaimFindsWhatTheCursorPassed(t *testing.T) {
 	}
 	require.ElementsMatch(t, []string{"b1", "b2", "late"}, rest)
 }
+
+// With SkipRecent, the claim a wake-up brings leaves the commit it
+// announced for later; a claim comes when that commit is old enough, not
+// at the next poll.
+func TestWokenCommitTooRecentIsClaimedOnceOldEnough(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t)
+	store, err := postgres.NewStore(pool, postgres.Config{})
+	require.NoError(t, err)
+	sub, err := watermilladapter.NewSubscriber(store, watermilladapter.SubscriberConfig{
+		SkipRecent: 300 * time.Millisecond, PollInterval: time.Hour})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, sub.Close()) })
+	msgs, err := sub.Subscribe(t.Context(), "orders")
+	require.NoError(t, err)
+	other, err := watermilladapter.NewPublisher(store, watermilladapter.PublisherConfig{}) // another process's
+	require.NoError(t, err)
+	msg := newMsg("announced")
+	require.NoError(t, store.InTx(t.Context(), func(ctx context.Context, _ pgx.Tx) error {
+		msg.SetContext(ctx)
+		return other.Publish("orders", msg)
+	}))
+	sub.Wake("orders") // as its notification would
+	select {
+	case got := <-msgs:
+		require.Equal(t, msg.UUID, got.UUID)
+		got.Ack()
+	case <-time.After(relaytest.WaitLimit):
+		t.Fatal("the announced event waits for the poll")
+	}
+}
+
+// hangingBacklog is a store whose backlog query hangs until its context
+// ends, as on a database that stopped answering.
+type hangingBacklog struct{ outbox.Store }
+
+func (hangingBacklog) Backlog(ctx context.Context, _ string) (int64, time.Time, error) {
+	<-ctx.Done()
+	return 0, time.Time{}, ctx.Err()
+}
+
+// Close cancels the backlog query of the metrics, a read, instead of
+// waiting for its 30-second timeout.
+func TestCloseDoesNotWaitForTheBacklogQuery(t *testing.T) {
+	t.Parallel()
+	store, err := postgres.NewStore(testdb.New(t), postgres.Config{})
+	require.NoError(t, err)
+	sub, err := watermilladapter.NewSubscriber(hangingBacklog{store}, watermilladapter.SubscriberConfig{})
+	require.NoError(t, err)
+	_, err = sub.Subscribe(t.Context(), "orders")
+	require.NoError(t, err)
+	time.Sleep(100 * time.Millisecond) // the backlog query is hanging
+	require.NoError(t, closeWithin(t, sub, 10*time.Second, "Close waited for the backlog query"))
+}

@@ -75,9 +75,10 @@ type SubscriberConfig struct {
 	// handler outlives it may be claimed and delivered by another relay,
 	// and the late outcome then counts only if it is an Ack. Default 5m.
 	LockTimeout time.Duration
-	// SkipRecent leaves events younger than this to the hot path. Default
-	// 0: hot-path events are written claimed, so the cold path cannot race
-	// them anyway.
+	// SkipRecent leaves events younger than this to the hot path; after a
+	// wake-up, a claim follows once the commits it announced are this old.
+	// Default 0: hot-path events are written claimed, so the cold path
+	// cannot race them anyway.
 	SkipRecent time.Duration
 	// RetryPolicy decides RETRY or DEAD after a Nack. Default
 	// [outbox.Backoff]{} (200 ms, 60 s, 10 attempts, jitter).

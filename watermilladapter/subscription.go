@@ -28,19 +28,21 @@ type subscription struct {
 	out   chan *message.Message
 
 	hot, cold chan queued
-	wakeCh    chan struct{} // claim now
-	spaceCh   chan struct{} // a worker took a cold event
-	stopCh    chan struct{} // stop claiming and taking events
-	stopOnce  sync.Once
+	wakeCh    chan struct{}   // claim now
+	spaceCh   chan struct{}   // a worker took a cold event
+	stopped   context.Context // cancelled to stop claiming and taking events
+	stop      context.CancelFunc
+	stopCh    <-chan struct{} // stopped.Done()
 	abandon   context.Context // cancelled when in-flight messages are given up
 	cancel    context.CancelFunc
 
 	mu       sync.Mutex
-	retryAts []time.Time // when retries this subscription recorded are due, earliest first
+	retryAts []time.Time // when to claim, earliest first: retries recorded, commits too recent for a claim
 }
 
 func newSubscription(s *Subscriber, topic string) *subscription {
 	abandon, cancel := context.WithCancel(context.Background())
+	stopped, stop := context.WithCancel(context.Background())
 	return &subscription{
 		s:       s,
 		topic:   topic,
@@ -49,13 +51,13 @@ func newSubscription(s *Subscriber, topic string) *subscription {
 		cold:    make(chan queued, s.cfg.ColdQueueCapacity),
 		wakeCh:  make(chan struct{}, 1),
 		spaceCh: make(chan struct{}, 1),
-		stopCh:  make(chan struct{}),
+		stopped: stopped,
+		stop:    stop,
+		stopCh:  stopped.Done(),
 		abandon: abandon,
 		cancel:  cancel,
 	}
 }
-
-func (sub *subscription) stop() { sub.stopOnce.Do(func() { close(sub.stopCh) }) }
 
 func (sub *subscription) stopping() bool {
 	select {
@@ -175,17 +177,24 @@ func (sub *subscription) claimLoop() {
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	var claimed time.Time // when the last claim started
+	woken := false        // a wake-up came since the last claim
 	for {
 		free := cap(sub.cold) - len(sub.cold)
 		var room chan struct{} // nil unless the cold queue held the claim back
 		if free >= cfg.BatchSize || (free > 0 && len(sub.cold) == 0) {
 			req.Limit = min(cfg.BatchSize, free)
 			claimed = time.Now()
-			// This claim sees every commit announced so far.
+			// This claim sees every commit announced so far, except those
+			// younger than SkipRecent: another claim comes when they are not.
 			select {
 			case <-sub.wakeCh:
+				woken = true
 			default:
 			}
+			if woken && cfg.SkipRecent > 0 {
+				sub.claimAt(cfg.Clock.Now().Add(cfg.SkipRecent))
+			}
+			woken = false
 			fromCursor := !cursor.IsZero()
 			ctx, cancel := context.WithTimeout(context.Background(), claimTimeout)
 			events, err := sub.s.store.Claim(ctx, req)
@@ -221,7 +230,6 @@ func (sub *subscription) claimLoop() {
 			room = sub.spaceCh // a worker taking a cold event signals it
 		}
 		timer.Reset(sub.untilRetry(cfg.PollInterval))
-		woken := false
 		select {
 		case <-sub.stopCh:
 			return
@@ -272,7 +280,8 @@ func (sub *subscription) observe() {
 	defer ticker.Stop()
 	for {
 		cfg.Metrics.QueueDepths(sub.topic, len(sub.hot), len(sub.cold))
-		ctx, cancel := context.WithTimeout(context.Background(), claimTimeout)
+		// A read: stopping cancels it, so that Close does not wait for it.
+		ctx, cancel := context.WithTimeout(sub.stopped, claimTimeout)
 		pending, oldest, err := sub.s.store.Backlog(ctx, sub.topic)
 		cancel()
 		if err != nil {
@@ -301,16 +310,22 @@ const maxRetryWakes = 1024
 // of this subscription, whose outcome is recorded, is due, so that retries
 // do not wait for a poll.
 func (sub *subscription) scheduleRetry(at time.Time) {
+	if sub.claimAt(at) {
+		sub.wake() // the claim loop's wait may end too late now
+	}
+}
+
+// claimAt makes the cold path claim at, and reports whether it is the
+// earliest such time.
+func (sub *subscription) claimAt(at time.Time) bool {
 	sub.mu.Lock()
+	defer sub.mu.Unlock()
 	i, _ := slices.BinarySearchFunc(sub.retryAts, at, time.Time.Compare)
 	if i < maxRetryWakes {
 		sub.retryAts = slices.Insert(sub.retryAts, i, at)
 		sub.retryAts = sub.retryAts[:min(len(sub.retryAts), maxRetryWakes)]
 	}
-	sub.mu.Unlock()
-	if i == 0 {
-		sub.wake() // the claim loop's wait may end too late now
-	}
+	return i == 0
 }
 
 // untilRetry shortens wait to the earliest scheduled retry. Retries due
