@@ -43,11 +43,18 @@ func (rc *received) handler(msg *message.Message) error {
 
 func (rc *received) next(t *testing.T) *message.Message {
 	t.Helper()
+	return nextMessage(t, rc.ch, "no message delivered in time")
+}
+
+// nextMessage returns the next message of msgs, failing the test with why
+// after WaitLimit.
+func nextMessage(t *testing.T, msgs <-chan *message.Message, why string) *message.Message {
+	t.Helper()
 	select {
-	case m := <-rc.ch:
+	case m := <-msgs:
 		return m
 	case <-time.After(relaytest.WaitLimit):
-		t.Fatal("no message delivered in time")
+		t.Fatal(why)
 		return nil
 	}
 }
@@ -518,13 +525,9 @@ func TestWakeUpsWithinCooldownMakeOneClaim(t *testing.T) {
 	for range 20 {
 		sub.Wake("orders")
 	}
-	select {
-	case got := <-msgs:
-		require.Equal(t, "announced", string(got.Payload))
-		got.Ack()
-	case <-time.After(relaytest.WaitLimit):
-		t.Fatal("the woken claim delivered nothing")
-	}
+	got := nextMessage(t, msgs, "the woken claim delivered nothing")
+	require.Equal(t, "announced", string(got.Payload))
+	got.Ack()
 	time.Sleep(cooldown * 3 / 2) // room for claims that should not happen
 	require.EqualValues(t, 2, counted.claims.Load(), "the first claim, then one for all the wake-ups")
 }
@@ -812,14 +815,9 @@ func TestCloseEndsWhileOutcomesCannotBeRecorded(t *testing.T) {
 	require.NoError(t, err)
 	out, err := sub.Subscribe(t.Context(), "orders")
 	require.NoError(t, err)
-	var id string
-	select {
-	case msg := <-out:
-		id = msg.Metadata.Get(watermilladapter.MetadataEventID)
-		msg.Ack()
-	case <-time.After(relaytest.WaitLimit):
-		t.Fatal("the event was not delivered")
-	}
+	msg := nextMessage(t, out, "the event was not delivered")
+	id := msg.Metadata.Get(watermilladapter.MetadataEventID)
+	msg.Ack()
 
 	err = closeWithin(t, sub, 30*time.Second, "Close still waits for an outcome the database cannot take")
 	require.ErrorIs(t, err, watermilladapter.ErrNotRecorded)
@@ -919,19 +917,10 @@ func TestOutcomeAfterTheLeaseLeavesTheNewClaimAlone(t *testing.T) {
 		require.NoError(t, err)
 		return sub, msgs
 	}
-	next := func(msgs <-chan *message.Message) *message.Message {
-		select {
-		case msg := <-msgs:
-			return msg
-		case <-time.After(relaytest.WaitLimit):
-			t.Fatal("no message delivered in time")
-			return nil
-		}
-	}
 	slow, slowMsgs := subscribe(watermilladapter.SubscriberConfig{LockTimeout: 300 * time.Millisecond, PollInterval: time.Hour})
-	late := next(slowMsgs)
+	late := nextMessage(t, slowMsgs, "the first relay delivered nothing")
 	second, secondMsgs := subscribe(watermilladapter.SubscriberConfig{PollInterval: 50 * time.Millisecond})
-	again := next(secondMsgs)
+	again := nextMessage(t, secondMsgs, "the second relay delivered nothing after the lease")
 
 	late.Nack()
 	require.NoError(t, slow.Close(), "Close records the outcome")
@@ -1035,13 +1024,9 @@ func TestWokenClaimFindsWhatTheCursorPassed(t *testing.T) {
 
 	var rest []string
 	for len(rest) < 3 {
-		select {
-		case msg := <-msgs:
-			rest = append(rest, string(msg.Payload))
-			msg.Ack()
-		case <-time.After(relaytest.WaitLimit):
-			t.Fatalf("woken, but got only %v before the poll", rest)
-		}
+		msg := nextMessage(t, msgs, "woken, but the event the cursor passed waits for the poll")
+		rest = append(rest, string(msg.Payload))
+		msg.Ack()
 	}
 	require.ElementsMatch(t, []string{"b1", "b2", "late"}, rest)
 }
@@ -1068,13 +1053,9 @@ func TestWokenCommitTooRecentIsClaimedOnceOldEnough(t *testing.T) {
 		return other.Publish("orders", msg)
 	}))
 	sub.Wake("orders") // as its notification would
-	select {
-	case got := <-msgs:
-		require.Equal(t, msg.UUID, got.UUID)
-		got.Ack()
-	case <-time.After(relaytest.WaitLimit):
-		t.Fatal("the announced event waits for the poll")
-	}
+	got := nextMessage(t, msgs, "the announced event waits for the poll")
+	require.Equal(t, msg.UUID, got.UUID)
+	got.Ack()
 }
 
 // hangingBacklog is a store whose backlog query hangs until its context

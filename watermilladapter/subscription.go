@@ -32,12 +32,11 @@ type subscription struct {
 	spaceCh   chan struct{}   // a worker took a cold event
 	stopped   context.Context // cancelled to stop claiming and taking events
 	stop      context.CancelFunc
-	stopCh    <-chan struct{} // stopped.Done()
 	abandon   context.Context // cancelled when in-flight messages are given up
 	cancel    context.CancelFunc
 
 	mu       sync.Mutex
-	retryAts []time.Time // when to claim, earliest first: retries recorded, commits too recent for a claim
+	claimAts []time.Time // when to claim, earliest first: retries recorded, commits too recent for a claim
 }
 
 func newSubscription(s *Subscriber, topic string) *subscription {
@@ -53,7 +52,6 @@ func newSubscription(s *Subscriber, topic string) *subscription {
 		spaceCh: make(chan struct{}, 1),
 		stopped: stopped,
 		stop:    stop,
-		stopCh:  stopped.Done(),
 		abandon: abandon,
 		cancel:  cancel,
 	}
@@ -61,7 +59,7 @@ func newSubscription(s *Subscriber, topic string) *subscription {
 
 func (sub *subscription) stopping() bool {
 	select {
-	case <-sub.stopCh:
+	case <-sub.stopped.Done():
 		return true
 	default:
 		return false
@@ -110,7 +108,7 @@ func (sub *subscription) run(ctx context.Context) {
 	select {
 	case <-ctx.Done():
 		sub.stop()
-	case <-sub.stopCh:
+	case <-sub.stopped.Done():
 	}
 	claimer.Wait()
 
@@ -161,7 +159,7 @@ const claimRescan = time.Second
 // claimLoop is the cold path: claim while there is backlog and room in the
 // cold queue; otherwise wait for the poll interval, a wake-up (acted on no
 // sooner than WakeCooldown after the last claim started), room, or the
-// earliest retry this subscription scheduled.
+// earliest claim time this subscription keeps (retries, recent commits).
 //
 // Stopping does not cancel a claim half way: the server may commit a claim
 // whose client gave up, and nobody would release those rows before their
@@ -229,9 +227,9 @@ func (sub *subscription) claimLoop() {
 		} else {
 			room = sub.spaceCh // a worker taking a cold event signals it
 		}
-		timer.Reset(sub.untilRetry(cfg.PollInterval))
+		timer.Reset(sub.untilClaim(cfg.PollInterval))
 		select {
-		case <-sub.stopCh:
+		case <-sub.stopped.Done():
 			return
 		case <-sub.wakeCh:
 			woken = true
@@ -254,7 +252,7 @@ func (sub *subscription) coolDown(timer *time.Timer, claimed time.Time) bool {
 	}
 	timer.Reset(wait)
 	select {
-	case <-sub.stopCh:
+	case <-sub.stopped.Done():
 		return false
 	case <-timer.C:
 		return true
@@ -294,17 +292,17 @@ func (sub *subscription) observe() {
 			cfg.Metrics.Backlog(sub.topic, pending, age)
 		}
 		select {
-		case <-sub.stopCh:
+		case <-sub.stopped.Done():
 			return
 		case <-ticker.C:
 		}
 	}
 }
 
-// maxRetryWakes bounds the retry times a subscription keeps: past it, the
+// maxClaimAts bounds the claim times a subscription keeps: past it, the
 // latest are forgotten, and those events are claimed by a poll instead,
 // up to PollInterval after they are due.
-const maxRetryWakes = 1024
+const maxClaimAts = 1024
 
 // scheduleRetry makes the cold path claim when a retried or deferred event
 // of this subscription, whose outcome is recorded, is due, so that retries
@@ -320,31 +318,31 @@ func (sub *subscription) scheduleRetry(at time.Time) {
 func (sub *subscription) claimAt(at time.Time) bool {
 	sub.mu.Lock()
 	defer sub.mu.Unlock()
-	i, _ := slices.BinarySearchFunc(sub.retryAts, at, time.Time.Compare)
-	if i < maxRetryWakes {
-		sub.retryAts = slices.Insert(sub.retryAts, i, at)
-		sub.retryAts = sub.retryAts[:min(len(sub.retryAts), maxRetryWakes)]
+	i, _ := slices.BinarySearchFunc(sub.claimAts, at, time.Time.Compare)
+	if i < maxClaimAts {
+		sub.claimAts = slices.Insert(sub.claimAts, i, at)
+		sub.claimAts = sub.claimAts[:min(len(sub.claimAts), maxClaimAts)]
 	}
 	return i == 0
 }
 
-// untilRetry shortens wait to the earliest scheduled retry. Retries due
-// now are forgotten, and make it 0: the coming claim takes them.
-func (sub *subscription) untilRetry(wait time.Duration) time.Duration {
+// untilClaim shortens wait to the earliest claim time. Times due now are
+// forgotten, and make it 0: the coming claim is theirs.
+func (sub *subscription) untilClaim(wait time.Duration) time.Duration {
 	sub.mu.Lock()
 	defer sub.mu.Unlock()
 	now := sub.s.cfg.Clock.Now()
-	due, _ := slices.BinarySearchFunc(sub.retryAts, now, func(at, now time.Time) int {
+	due, _ := slices.BinarySearchFunc(sub.claimAts, now, func(at, now time.Time) int {
 		return cmp.Or(at.Compare(now), -1) // at == now is due
 	})
 	if due > 0 {
-		sub.retryAts = slices.Delete(sub.retryAts, 0, due)
+		sub.claimAts = slices.Delete(sub.claimAts, 0, due)
 		return 0
 	}
-	if len(sub.retryAts) == 0 {
+	if len(sub.claimAts) == 0 {
 		return wait
 	}
-	return min(wait, sub.retryAts[0].Sub(now))
+	return min(wait, sub.claimAts[0].Sub(now))
 }
 
 // take returns the next event, 2:1 hot before cold so that a busy hot path
@@ -366,7 +364,7 @@ func (sub *subscription) take(turn int) (queued, bool) {
 		return item, true
 	case item := <-sub.cold:
 		return sub.took(item), true
-	case <-sub.stopCh:
+	case <-sub.stopped.Done():
 		return queued{}, false
 	}
 }
@@ -414,7 +412,7 @@ func (sub *subscription) process(item queued) {
 
 	select {
 	case sub.out <- msg:
-	case <-sub.stopCh:
+	case <-sub.stopped.Done():
 		s.settler.release([]releaseItem{{id: e.ID, topic: sub.topic}})
 		return
 	}
