@@ -46,12 +46,6 @@ fuzz: ## Run each Fuzz target for FUZZTIME (20s)
 		$(GO) test -run='^$$' -fuzz="^$$name\$$" -fuzztime=$(FUZZTIME) "$$pkg"; \
 	done <<< "$$targets"
 
-# The fault-injection suite (faults/, build tag faults) runs with the race
-# detector, except the RabbitMQ scenario: watermill-amqp v3.1.0 races on its
-# own reconnection (ThreeDotsLabs/watermill#693), which that scenario causes
-# on purpose.
-FAULTS_NORACE := ^TestRabbitMQConnectionCut$$
-
 # FAULTS_SUMMARY passes go test -v output through and ends it with
 # "N passed, N failed" over the top-level tests. Tests a timeout stopped
 # count as failed, and a run that failed with no failed test (a build
@@ -66,12 +60,7 @@ FAULTS_SUMMARY := awk '{ print } \
 	END { if (failedRun && !fail) fail = 1; printf "%d passed, %d failed\n", pass, fail }'
 
 faults: ## Run the fault-injection suite (crashes, outages, bad input; a few minutes); ends with "N passed, N failed"
-	@{ status=0; \
-	set -x; \
-	$(GO) test -tags faults -race -count=1 -v -timeout 4m -skip '$(FAULTS_NORACE)' ./faults || status=$$?; \
-	$(GO) test -tags faults -count=1 -v -timeout 2m -run '$(FAULTS_NORACE)' ./faults || status=$$?; \
-	{ set +x; } 2>/dev/null; \
-	exit $$status; } 2>&1 | $(FAULTS_SUMMARY)
+	$(GO) test -tags faults -race -count=1 -v -timeout 4m ./faults 2>&1 | $(FAULTS_SUMMARY)
 
 tidy: ## go mod tidy
 	$(GO) mod tidy

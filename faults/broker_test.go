@@ -201,14 +201,11 @@ const amqpCuts = 5
 
 // TestRabbitMQConnectionCut has RabbitMQ close the relay's connection
 // (rabbitmqctl close_connection) five times while writers write and the
-// relay forwards. The publisher reconnects on its own; the events whose
-// publish failed are retried with backoff, none goes DEAD, and every
-// committed event ends up in the queue. Duplicates are publishes the
-// broker took but could not confirm before the connection went.
-//
-// Run it without -race (make faults does): watermill-amqp v3.1.0's
-// reconnection races with Publish (ThreeDotsLabs/watermill#693), which
-// the race detector reports.
+// relay forwards. The publisher dials again on the next publish; the
+// events whose publish failed are retried with backoff, none goes DEAD,
+// and every committed event ends up in the queue. Duplicates are
+// publishes the broker took but could not confirm before the connection
+// went.
 func TestRabbitMQConnectionCut(t *testing.T) {
 	t.Parallel()
 	url, conn := testamqp.Broker(t)

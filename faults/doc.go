@@ -7,10 +7,6 @@
 //
 //	make faults   # go test -tags faults -race -count=1 -v ./faults, then "N passed, N failed"
 //
-// make faults runs the RabbitMQ scenario in a second go test without -race:
-// watermill-amqp v3.1.0's reconnection races with Publish
-// (ThreeDotsLabs/watermill#693), and that scenario makes it reconnect.
-//
 // The suite needs what the other tests need: PostgreSQL (TEST_DATABASE_URL,
 // default postgres://postgres@127.0.0.1:5432/postgres) where the user may
 // create databases (it then owns them, so it may refuse their connections

@@ -112,8 +112,8 @@ func run(ctx context.Context, databaseURL, amqpURL string, orders int) error {
 	}
 
 	// The forwarder connects on its first publish (forward.Lazy), and
-	// declares the queue then (Config.Queues): RabbitMQ would confirm and
-	// drop a message sent to a queue that does not exist.
+	// declares the queue then (Config.Queues): until a queue exists, its
+	// events fail with amqpforward.ErrUnroutable and wait in the outbox.
 	amqpPub := forward.Lazy(func() (message.Publisher, error) {
 		return amqpforward.NewPublisher(amqpURL, amqpforward.Config{
 			Queues: []string{queue},

@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill-amqp/v3/pkg/amqp"
 	"github.com/ThreeDotsLabs/watermill/message"
 	amqp091 "github.com/rabbitmq/amqp091-go"
@@ -18,7 +17,8 @@ import (
 )
 
 // Config configures [NewPublisher] and [WatermillConfig]. The zero value
-// declares no queue and dials with amqp091-go's defaults.
+// declares no queue, dials with amqp091-go's defaults and publishes on up
+// to 64 channels.
 type Config struct {
 	// Queues are the downstream topics, declared as durable queues when
 	// the publisher connects (an existing queue is left as it is if its
@@ -37,30 +37,40 @@ type Config struct {
 	// connection name. Default: amqp091-go's defaults and the URL's.
 	Dial *amqp091.Config
 
-	// Logger receives watermill-amqp's logs. Default: none.
-	Logger watermill.LoggerAdapter
+	// Channels is the most publishes in flight at once, each on an AMQP
+	// channel of its own; more wait for one. Give it at least the
+	// relay's WorkerCount. Default: 64.
+	Channels int
 }
 
-// WatermillConfig returns the watermill-amqp configuration NewPublisher
-// uses: amqp.NewDurableQueueConfig with publisher confirms on, persistent
-// messages with the properties described in the package documentation,
-// and cfg's dial settings and queue arguments. Build a watermill-amqp
-// Subscriber from it to consume what the forwarder sends.
+const defaultChannels = 64
+
+// WatermillConfig returns a watermill-amqp configuration matching what
+// the Publisher sends: amqp.NewDurableQueueConfig with publisher confirms
+// on, the Publisher's marshaler (persistent messages with the properties
+// described in the package documentation), and cfg's dial settings and
+// queue arguments. Build a watermill-amqp Subscriber from it to consume
+// what the forwarder sends.
 func WatermillConfig(url string, cfg Config) amqp.Config {
 	c := amqp.NewDurableQueueConfig(url)
 	c.Connection.AmqpConfig = cfg.Dial
 	c.Queue.Arguments = cfg.QueueArguments
-	// Publish returns only once the broker confirmed the message: nil
-	// then means RabbitMQ has it, and the outbox may record DONE.
 	c.Publish.ConfirmDelivery = true
+	c.Marshaler = newMarshaler()
+	return c
+}
+
+// newMarshaler is watermill-amqp's DefaultMarshaler with the properties
+// set and the broker's headers read as text, refusing what AMQP cannot
+// carry.
+func newMarshaler() marshaler {
 	// Persistent delivery mode is DefaultMarshaler's default; said here
 	// so that nobody turns it off by accident.
-	c.Marshaler = marshaler{amqp.DefaultMarshaler{
+	return marshaler{amqp.DefaultMarshaler{
 		NotPersistentDeliveryMode: false,
 		PostprocessPublishing:     setProperties,
 		PreprocessDelivery:        stringHeaders,
 	}}
-	return c
 }
 
 // maxShortString is the most bytes of an AMQP short string: a header key,
@@ -121,15 +131,14 @@ func setProperties(p amqp091.Publishing) amqp091.Publishing {
 	return p
 }
 
-// NewPublisher connects to the broker at url and returns a watermill-amqp
-// publisher built from [WatermillConfig], after declaring cfg.Queues. It
-// fails with the dial error wrapped when the broker cannot be reached
-// (errors.Is(err, syscall.ECONNREFUSED) when nothing listens), and with
-// the broker's error when a queue cannot be declared. Errors name the
+// NewPublisher connects to the broker at url, declares cfg.Queues, and
+// returns the publisher. It fails with ErrInvalidRequest for an invalid
+// URL or Config, with the dial error wrapped when the broker cannot be
+// reached (errors.Is(err, syscall.ECONNREFUSED) when nothing listens), and
+// with the broker's error when a queue cannot be declared. Errors name the
 // broker by host, port and virtual host, never with the URL's
-// credentials. Close the publisher when done; Publish is safe for
-// concurrent use.
-func NewPublisher(url string, cfg Config) (*amqp.Publisher, error) {
+// credentials. Close the publisher when done.
+func NewPublisher(url string, cfg Config) (*Publisher, error) {
 	uri, err := amqp091.ParseURI(url)
 	if err != nil {
 		var ue *neturl.Error
@@ -139,42 +148,26 @@ func NewPublisher(url string, cfg Config) (*amqp.Publisher, error) {
 		return nil, fmt.Errorf("%w: amqpforward: broker URL (not shown, it may hold a password): %w; "+
 			"percent-encode reserved characters of the user name and password", outbox.ErrInvalidRequest, err)
 	}
+	if cfg.Channels < 0 {
+		return nil, fmt.Errorf("%w: amqpforward: Channels is %d, want 0 (the default, %d) or more",
+			outbox.ErrInvalidRequest, cfg.Channels, defaultChannels)
+	}
+	if cfg.Channels == 0 {
+		cfg.Channels = defaultChannels
+	}
 	where := net.JoinHostPort(uri.Host, strconv.Itoa(uri.Port))
 	if uri.Vhost != "/" {
 		where += " vhost " + strconv.Quote(uri.Vhost)
 	}
-	logger := cfg.Logger
-	if logger == nil {
-		// Not nil: watermill-amqp's Publisher.Close calls the logger it was
-		// given without a nil check.
-		logger = watermill.NopLogger{}
+	p := &Publisher{
+		url:       url,
+		where:     where,
+		cfg:       cfg,
+		marshaler: newMarshaler(),
+		slots:     make(chan struct{}, cfg.Channels),
 	}
-	pub, err := amqp.NewPublisher(WatermillConfig(url, cfg), logger)
-	if err != nil {
-		return nil, fmt.Errorf("amqpforward: connect to %s: %w", where, err)
+	if _, err := p.connection(); err != nil {
+		return nil, err
 	}
-	if err := declareQueues(pub.Connection(), cfg); err != nil {
-		_ = pub.Close()
-		return nil, fmt.Errorf("amqpforward: %s: %w", where, err)
-	}
-	return pub, nil
-}
-
-func declareQueues(conn *amqp091.Connection, cfg Config) error {
-	if len(cfg.Queues) == 0 {
-		return nil
-	}
-	ch, err := conn.Channel()
-	if err != nil {
-		return fmt.Errorf("open channel: %w", err)
-	}
-	defer func() { _ = ch.Close() }()
-	for _, q := range cfg.Queues {
-		// The same declaration as watermill-amqp's durable queue
-		// subscriber: durable, not auto-deleted, not exclusive.
-		if _, err := ch.QueueDeclare(q, true, false, false, false, cfg.QueueArguments); err != nil {
-			return fmt.Errorf("declare queue %q: %w", q, err)
-		}
-	}
-	return nil
+	return p, nil
 }

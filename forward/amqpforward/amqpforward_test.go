@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -29,7 +30,7 @@ import (
 )
 
 // queueName is a queue name of this test alone, deleted at cleanup.
-func queueName(t *testing.T, conn *amqp091.Connection) string {
+func queueName(t testing.TB, conn *amqp091.Connection) string {
 	t.Helper()
 	b := make([]byte, 6)
 	_, _ = rand.Read(b)
@@ -303,4 +304,119 @@ func TestSubscriberFromWatermillConfigReadsRedeliveries(t *testing.T) {
 	again := next()
 	require.Equal(t, "1", again.Metadata.Get("x-delivery-count"))
 	again.Ack()
+}
+
+// RabbitMQ confirms a message it routed to no queue and drops it: the
+// publisher publishes mandatory, so the broker returns the message first,
+// and Publish fails instead of reporting it delivered. The channel stays
+// usable, and the return is not taken for the next message's.
+func TestUnroutableMessageIsAnError(t *testing.T) {
+	t.Parallel()
+	url, conn := testamqp.Broker(t)
+	queue := queueName(t, conn)
+	missing := queueName(t, conn)
+	pub, err := amqpforward.NewPublisher(url, amqpforward.Config{Queues: []string{queue}, Channels: 1})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, pub.Close()) })
+
+	err = pub.Publish(missing, message.NewMessage(watermill.NewUUID(), []byte(`{}`)))
+	require.ErrorIs(t, err, amqpforward.ErrUnroutable)
+	require.False(t, outbox.IsPermanent(err), "the queue may be declared later")
+	require.ErrorContains(t, err, fmt.Sprintf("publish to queue %q on 127.0.0.1:5672", missing))
+	require.ErrorContains(t, err, "NO_ROUTE")
+
+	sent := message.NewMessage(watermill.NewUUID(), []byte(`{}`))
+	require.NoError(t, pub.Publish(queue, sent))
+	got := consume(t, conn, queue, 1)
+	require.Equal(t, sent.UUID, got[0].Headers[amqp.DefaultMessageUUIDHeaderKey])
+}
+
+// Concurrent publishes, half of them to a queue that does not exist, on
+// fewer channels than publishers: exactly those fail.
+func TestUnroutableMessagesAmongConcurrentPublishes(t *testing.T) {
+	t.Parallel()
+	url, conn := testamqp.Broker(t)
+	queue := queueName(t, conn)
+	missing := queueName(t, conn)
+	pub, err := amqpforward.NewPublisher(url, amqpforward.Config{Queues: []string{queue}, Channels: 3})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, pub.Close()) })
+
+	const n = 200
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		topic := queue
+		if i%2 == 1 {
+			topic = missing
+		}
+		wg.Go(func() { errs[i] = pub.Publish(topic, message.NewMessage(watermill.NewUUID(), []byte(`{}`))) })
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if i%2 == 1 {
+			require.ErrorIs(t, err, amqpforward.ErrUnroutable, "publish %d", i)
+		} else {
+			require.NoError(t, err, "publish %d", i)
+		}
+	}
+	consume(t, conn, queue, n/2)
+}
+
+// An event for a queue that does not exist stays in the outbox, retried
+// with the reason in last_error, and is delivered once the queue exists.
+func TestEventForAMissingQueueWaitsForIt(t *testing.T) {
+	t.Parallel()
+	url, conn := testamqp.Broker(t)
+	queue := queueName(t, conn)
+	pool := testdb.New(t)
+	pub, err := amqpforward.NewPublisher(url, amqpforward.Config{})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, pub.Close()) })
+	fwd, err := forward.Handler(forward.Config{Publisher: pub})
+	require.NoError(t, err)
+	r := relaytest.Start(t, pool, watermilladapter.SubscriberConfig{
+		RetryPolicy: outbox.Backoff{Base: 20 * time.Millisecond, Max: 50 * time.Millisecond, MaxAttempts: 1000},
+	}, relaytest.Handlers{queue: fwd})
+	sent := message.NewMessage(watermill.NewUUID(), []byte(`{"order":1}`))
+	r.Publish(t, queue, sent)
+
+	relaytest.Eventually(t, "a few failed attempts", func() bool { return onlyEvent(t, r.Store, pool).Attempts >= 2 })
+	e := onlyEvent(t, r.Store, pool)
+	require.Equal(t, outbox.StatusRetry, e.Status)
+	require.Contains(t, e.LastError, "no queue took the message")
+
+	got := consume(t, conn, queue, 1) // declares the queue
+	require.Equal(t, sent.UUID, got[0].Headers[amqp.DefaultMessageUUIDHeaderKey])
+	relaytest.Eventually(t, "DONE", func() bool { return onlyEvent(t, r.Store, pool).Status == outbox.StatusDone })
+}
+
+func TestPublisherRefusesBadInput(t *testing.T) {
+	t.Parallel()
+	url, conn := testamqp.Broker(t)
+	queue := queueName(t, conn)
+
+	_, err := amqpforward.NewPublisher(url, amqpforward.Config{Channels: -1})
+	require.ErrorIs(t, err, outbox.ErrInvalidRequest)
+
+	pub, err := amqpforward.NewPublisher(url, amqpforward.Config{Queues: []string{queue}})
+	require.NoError(t, err)
+	msg := func() *message.Message { return message.NewMessage(watermill.NewUUID(), []byte(`{}`)) }
+	err = pub.Publish(strings.Repeat("q", 256), msg())
+	require.True(t, outbox.IsPermanent(err), "a routing key of 256 bytes: %v", err)
+	spoilt := msg()
+	spoilt.Metadata.Set(strings.Repeat("k", 256), "v")
+	err = pub.Publish(queue, msg(), spoilt)
+	require.True(t, outbox.IsPermanent(err), "a metadata key of 256 bytes: %v", err)
+	require.NoError(t, pub.Publish(queue), "nothing to publish")
+
+	require.NoError(t, pub.Close())
+	require.ErrorIs(t, pub.Publish(queue, msg()), amqpforward.ErrClosed)
+	require.NoError(t, pub.Close(), "twice")
+	deliveries, err := conn.Channel()
+	require.NoError(t, err)
+	defer deliveries.Close()
+	q, err := deliveries.QueueDeclarePassive(queue, true, false, false, false, nil)
+	require.NoError(t, err)
+	require.Zero(t, q.Messages, "nothing of a refused batch was sent")
 }

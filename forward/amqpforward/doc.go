@@ -1,9 +1,10 @@
-// Package amqpforward builds a watermill-amqp publisher set up for
-// forwarding outbox events to RabbitMQ (or another AMQP 0-9-1 broker):
-// durable queues, persistent messages, and publisher confirms.
+// Package amqpforward is a Watermill publisher for forwarding outbox
+// events to RabbitMQ (or another AMQP 0-9-1 broker): durable queues,
+// persistent messages, publisher confirms, and mandatory routing, so that
+// Publish returns nil only for a message a queue holds.
 //
 //	pub, err := amqpforward.NewPublisher("amqp://guest:guest@127.0.0.1:5672/", amqpforward.Config{
-//		Queues: []string{"orders"}, // declared now, so nothing forwarded is dropped
+//		Queues: []string{"orders"}, // declared at connect, so events find their queue
 //	})
 //	if err != nil { ... }
 //	defer pub.Close()
@@ -12,7 +13,7 @@
 //
 // # Topology
 //
-// The configuration is watermill-amqp's durable queue one
+// The topology is watermill-amqp's durable queue one
 // (amqp.NewDurableQueueConfig): a downstream topic is a durable queue of
 // the same name, published to through the default exchange with the topic
 // as routing key. A consumer reads the queue named after the topic, with
@@ -22,21 +23,25 @@
 // exchange of your own and use watermill-amqp's pub/sub configuration
 // instead.
 //
-// The publisher declares no queue when it publishes: RabbitMQ drops a
-// message routed to a queue that does not exist, and still confirms it. So
-// [NewPublisher] declares Config.Queues when it connects. Every topic the
-// forwarder may publish to must be listed there, or declared beforehand by
-// the consumers or by operations; otherwise events would be marked DONE
-// and lost.
+// [NewPublisher] declares Config.Queues when it connects, and again on
+// every reconnection. A topic with no queue (not listed there, and not
+// declared by the consumers or by operations) is not lost: RabbitMQ would
+// confirm such a message and drop it, but the publisher publishes
+// mandatory, the broker returns the message, and Publish fails with
+// [ErrUnroutable]. The event is then retried (RETRY, the error in
+// last_error) until the queue exists, or goes DEAD when the retry policy
+// gives up, to be replayed.
 //
 // # Durability
 //
 // Queues are durable, messages are persistent (delivery mode 2), and each
 // Publish waits for the broker's confirm: a publish returns nil only
-// once RabbitMQ has taken responsibility for the message (for a durable
-// queue, written it to disk). A negative confirm, or a channel closed
-// before the confirm came, is an error, and the outbox delivers the event
-// again.
+// once a queue holds the message and RabbitMQ has taken responsibility for
+// it (for a durable queue, written it to disk). A negative confirm, a
+// returned message, or a channel closed before the confirm came, is an
+// error, and the outbox delivers the event again. Each Publish in flight
+// has an AMQP channel of its own, up to Config.Channels, and its messages
+// go one at a time.
 //
 // # Messages
 //
@@ -46,9 +51,10 @@
 // message UUID. Properties: MessageId is the outbox event id (the key
 // consumers deduplicate by), Type the event type, Timestamp the time the
 // event occurred (to the second). A message AMQP cannot carry (an event
-// type or a metadata key over 255 bytes) or whose metadata uses
+// type, a metadata key or a topic over 255 bytes) or whose metadata uses
 // _watermill_message_uuid is refused with an outbox.Permanent error, so
-// the event goes DEAD with the reason. A Subscriber built from
+// the event goes DEAD with the reason; a Publish of several messages
+// refuses all of them before it sends any. A Subscriber built from
 // [WatermillConfig] reads the headers the broker adds that are not strings
 // (x-delivery-count, x-death) as their text.
 //
@@ -59,6 +65,8 @@
 // for a broker that is not running); the URL's credentials never appear in
 // errors. Wrap it in forward.Lazy for a relay that starts while RabbitMQ
 // is down: events then wait in the outbox, RETRY with the connection error
-// in last_error. After a lost connection watermill-amqp reconnects in the
-// background; meanwhile Publish fails and the events are retried.
+// in last_error. After a lost connection the next Publish dials again
+// (after a failed dial, Publish fails with its error for a second before
+// the next); the publishes that were in flight fail, and their events are
+// delivered again.
 package amqpforward

@@ -1,0 +1,312 @@
+package amqpforward
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	amqp091 "github.com/rabbitmq/amqp091-go"
+
+	"github.com/wmoutbox/wmoutbox/outbox"
+)
+
+// ErrUnroutable is returned by Publish when RabbitMQ routed a message to
+// no queue: no queue is named after the topic. The broker kept nothing, so
+// the outbox delivers the event again (RETRY, with this error in
+// last_error) until the queue exists or the retry policy gives up (DEAD,
+// to be replayed once it does).
+var ErrUnroutable = errors.New("amqpforward: no queue took the message")
+
+// ErrClosed is returned by Publish after Close.
+var ErrClosed = errors.New("amqpforward: publisher closed")
+
+// redialDelay is how long Publish fails with the last dial error before
+// dialling again, so that a broker that is down is not dialled once per
+// event.
+const redialDelay = time.Second
+
+// Publisher is a Watermill publisher to RabbitMQ made for forwarding: see
+// the package documentation for what it sends and when Publish returns
+// nil. It is safe for concurrent use; each Publish in flight has an AMQP
+// channel of its own.
+type Publisher struct {
+	url       string
+	where     string // the broker for errors, without credentials
+	cfg       Config
+	marshaler marshaler
+	// slots holds a token for each Publish in flight, up to
+	// Config.Channels.
+	slots chan struct{}
+
+	dialMu sync.Mutex // one dial at a time, outside mu
+
+	mu       sync.Mutex
+	conn     *amqp091.Connection
+	idle     []*confirmChannel
+	closed   bool
+	dialErr  error
+	dialedAt time.Time
+}
+
+// Publish sends each message to the queue named topic and returns once
+// the broker confirmed every one of them. It refuses, as outbox.Permanent,
+// a message AMQP cannot carry, before sending anything; it returns
+// ErrUnroutable when no queue took a message, and ErrClosed after Close.
+func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
+	if len(topic) > maxShortString {
+		return outbox.Permanent(fmt.Errorf(
+			"amqpforward: topic %.40q... is %d bytes, AMQP routing keys hold %d", topic, len(topic), maxShortString))
+	}
+	pubs := make([]amqp091.Publishing, len(msgs))
+	for i, msg := range msgs {
+		var err error
+		if pubs[i], err = p.marshaler.Marshal(msg); err != nil {
+			return err
+		}
+	}
+	if len(msgs) == 0 {
+		return nil
+	}
+	c, err := p.acquire(msgs[0].Context())
+	if err != nil {
+		return err
+	}
+	for i, pub := range pubs {
+		if err = c.publish(msgs[i].Context(), topic, pub); err != nil {
+			break
+		}
+	}
+	p.release(c, err)
+	if err != nil {
+		return fmt.Errorf("amqpforward: publish to queue %q on %s: %w", topic, p.where, err)
+	}
+	return nil
+}
+
+// Close closes the connection. Publishes in flight then fail, and their
+// events are delivered again.
+func (p *Publisher) Close() error {
+	p.mu.Lock()
+	conn := p.conn
+	p.closed, p.conn, p.idle = true, nil, nil
+	p.mu.Unlock()
+	if conn == nil {
+		return nil
+	}
+	if err := conn.Close(); err != nil && !errors.Is(err, amqp091.ErrClosed) {
+		return fmt.Errorf("amqpforward: close connection to %s: %w", p.where, err)
+	}
+	return nil
+}
+
+// acquire takes a slot and an open channel, waiting for a slot until ctx
+// ends.
+func (p *Publisher) acquire(ctx context.Context) (*confirmChannel, error) {
+	select {
+	case p.slots <- struct{}{}:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("amqpforward: wait for a channel: %w", ctx.Err())
+	}
+	c, err := p.channel()
+	if err != nil {
+		<-p.slots
+		return nil, err
+	}
+	return c, nil
+}
+
+// channel returns an idle channel of the current connection, or opens
+// one.
+func (p *Publisher) channel() (*confirmChannel, error) {
+	conn, err := p.connection()
+	if err != nil {
+		return nil, err
+	}
+	p.mu.Lock()
+	for len(p.idle) > 0 {
+		c := p.idle[len(p.idle)-1]
+		p.idle = p.idle[:len(p.idle)-1]
+		if c.conn == conn && !c.ch.IsClosed() {
+			p.mu.Unlock()
+			return c, nil
+		}
+	}
+	p.mu.Unlock()
+	c, err := openConfirmChannel(conn)
+	if err != nil {
+		return nil, fmt.Errorf("amqpforward: open channel on %s: %w", p.where, err)
+	}
+	return c, nil
+}
+
+// release gives back c's slot, and c for reuse when nothing about it is
+// left pending: after an error other than ErrUnroutable a confirm or a
+// return may still come on it, and would be taken for the next message's.
+func (p *Publisher) release(c *confirmChannel, err error) {
+	defer func() { <-p.slots }()
+	p.mu.Lock()
+	if (err == nil || errors.Is(err, ErrUnroutable)) && c.conn == p.conn && !p.closed {
+		p.idle = append(p.idle, c)
+		p.mu.Unlock()
+		return
+	}
+	p.mu.Unlock()
+	_ = c.ch.Close()
+}
+
+// connection returns the open connection, dialling when there is none.
+func (p *Publisher) connection() (*amqp091.Connection, error) {
+	p.mu.Lock()
+	conn, closed := p.conn, p.closed
+	p.mu.Unlock()
+	switch {
+	case closed:
+		return nil, ErrClosed
+	case conn != nil && !conn.IsClosed():
+		return conn, nil
+	}
+
+	p.dialMu.Lock()
+	defer p.dialMu.Unlock()
+	p.mu.Lock()
+	switch {
+	case p.closed:
+		p.mu.Unlock()
+		return nil, ErrClosed
+	case p.conn != nil && !p.conn.IsClosed():
+		// Dialled while this call waited for dialMu.
+		conn := p.conn
+		p.mu.Unlock()
+		return conn, nil
+	case p.dialErr != nil && time.Since(p.dialedAt) < redialDelay:
+		err := p.dialErr
+		p.mu.Unlock()
+		return nil, err
+	}
+	p.mu.Unlock()
+
+	conn, err := p.dial()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.dialErr, p.dialedAt = err, time.Now()
+	if err != nil {
+		return nil, err
+	}
+	if p.closed {
+		_ = conn.Close()
+		return nil, ErrClosed
+	}
+	p.conn = conn
+	return conn, nil
+}
+
+// dial connects and declares Config.Queues, on every connection: a broker
+// that lost them (a node replaced) gets them back.
+func (p *Publisher) dial() (*amqp091.Connection, error) {
+	var conn *amqp091.Connection
+	var err error
+	if p.cfg.Dial != nil {
+		conn, err = amqp091.DialConfig(p.url, *p.cfg.Dial)
+	} else {
+		conn, err = amqp091.Dial(p.url)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("amqpforward: connect to %s: %w", p.where, err)
+	}
+	if err := declareQueues(conn, p.cfg); err != nil {
+		_ = conn.Close()
+		return nil, fmt.Errorf("amqpforward: %s: %w", p.where, err)
+	}
+	return conn, nil
+}
+
+func declareQueues(conn *amqp091.Connection, cfg Config) error {
+	if len(cfg.Queues) == 0 {
+		return nil
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		return fmt.Errorf("open channel: %w", err)
+	}
+	defer func() { _ = ch.Close() }()
+	for _, q := range cfg.Queues {
+		// The same declaration as watermill-amqp's durable queue
+		// subscriber: durable, not auto-deleted, not exclusive.
+		if _, err := ch.QueueDeclare(q, true, false, false, false, cfg.QueueArguments); err != nil {
+			return fmt.Errorf("declare queue %q: %w", q, err)
+		}
+	}
+	return nil
+}
+
+// confirmChannel is an AMQP channel in confirm mode that carries one
+// message at a time, so that a returned message is the one in flight.
+type confirmChannel struct {
+	conn    *amqp091.Connection
+	ch      *amqp091.Channel
+	returns chan amqp091.Return
+	closes  chan *amqp091.Error
+}
+
+func openConfirmChannel(conn *amqp091.Connection) (*confirmChannel, error) {
+	ch, err := conn.Channel()
+	if err != nil {
+		return nil, err
+	}
+	if err := ch.Confirm(false); err != nil {
+		_ = ch.Close()
+		return nil, fmt.Errorf("confirm mode: %w", err)
+	}
+	return &confirmChannel{
+		conn:    conn,
+		ch:      ch,
+		returns: ch.NotifyReturn(make(chan amqp091.Return, 1)),
+		closes:  ch.NotifyClose(make(chan *amqp091.Error, 1)),
+	}, nil
+}
+
+// publish sends pub to the queue named topic, mandatory, and waits for
+// the broker's confirm.
+func (c *confirmChannel) publish(ctx context.Context, topic string, pub amqp091.Publishing) error {
+	confirm, err := c.ch.PublishWithDeferredConfirmWithContext(ctx, "", topic, true, false, pub)
+	if err != nil {
+		return err
+	}
+	var returned *amqp091.Return
+	for waiting := true; waiting; {
+		select {
+		case r := <-c.returns:
+			returned = &r
+		case <-confirm.Done():
+			waiting = false
+		case <-ctx.Done():
+			return fmt.Errorf("wait for the confirm: %w", ctx.Err())
+		}
+	}
+	// The broker returns a message before it confirms it, and amqp091-go
+	// hands the return to c.returns before it reads the confirm: a
+	// return not received above is buffered now.
+	select {
+	case r := <-c.returns:
+		returned = &r
+	default:
+	}
+	if !confirm.Acked() {
+		select {
+		case e := <-c.closes:
+			if e != nil {
+				return fmt.Errorf("not confirmed, channel closed: %w", e)
+			}
+		default:
+		}
+		return errors.New("not confirmed by the broker")
+	}
+	if returned != nil {
+		return fmt.Errorf("%w (%d %s): declare a queue named after the topic (Config.Queues)",
+			ErrUnroutable, returned.ReplyCode, returned.ReplyText)
+	}
+	return nil
+}
