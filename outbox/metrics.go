@@ -15,17 +15,22 @@ type Metrics interface {
 	HotDropped(topic string)
 	// ColdEnqueued counts n events claimed by the cold path.
 	ColdEnqueued(topic string, n int)
-	// Delivered records an acknowledged event and the time from its commit
-	// to the acknowledgement.
+	// Delivered records an acknowledged event and the time from when it
+	// became due (its commit, or its DeliverAfter or retry time) to the
+	// acknowledgement.
 	Delivered(topic string, latency time.Duration)
 	// Failed counts a failed delivery scheduled for another attempt
 	// (RETRY or deferred).
 	Failed(topic string)
 	// Dead counts an event that went DEAD.
 	Dead(topic string)
-	// QueueDepths records a subscription's queue lengths.
-	QueueDepths(topic string, hot, cold int)
-	// Backlog records a topic's pending events and the age of the oldest.
+	// AddQueueDepths adds to the lengths of a topic's hot and cold queues
+	// what a subscription's changed by since it last reported (negative
+	// when they shrank), so that the subscriptions of one topic add up; a
+	// subscription that stops takes back all it added.
+	AddQueueDepths(topic string, hot, cold int)
+	// Backlog records a topic's pending events (NEW and RETRY, due or
+	// not) and how long the earliest due one has been due.
 	Backlog(topic string, pending int64, oldest time.Duration)
 }
 
@@ -38,5 +43,5 @@ func (NopMetrics) ColdEnqueued(string, int)             {}
 func (NopMetrics) Delivered(string, time.Duration)      {}
 func (NopMetrics) Failed(string)                        {}
 func (NopMetrics) Dead(string)                          {}
-func (NopMetrics) QueueDepths(string, int, int)         {}
+func (NopMetrics) AddQueueDepths(string, int, int)      {}
 func (NopMetrics) Backlog(string, int64, time.Duration) {}

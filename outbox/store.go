@@ -70,7 +70,8 @@ type Store interface {
 	ReplayDead(ctx context.Context, f DeadFilter) (int64, error)
 
 	// Backlog counts the pending (NEW or RETRY) events of topic and
-	// returns the creation time of the oldest, zero when there is none.
+	// returns the earliest time one of them is due (AvailableAt; in the
+	// future when none is due yet), zero when there is none.
 	Backlog(ctx context.Context, topic string) (pending int64, oldest time.Time, err error)
 
 	// Purge deletes terminal events last updated more than req.OlderThan

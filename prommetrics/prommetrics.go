@@ -12,10 +12,16 @@
 //	outbox_delivered_total             acknowledged events
 //	outbox_failures_total              failed deliveries scheduled again (RETRY or deferred)
 //	outbox_dead_total                  events that went DEAD
-//	outbox_queue_depth{queue}          hot and cold queue lengths
+//	outbox_queue_depth{queue}          hot and cold queue lengths, summed over the subscriptions of the topic
 //	outbox_pending_count               NEW and RETRY rows of the topic (alert when it does not fall)
-//	outbox_oldest_pending_age_seconds  age of the oldest pending row (lag)
-//	outbox_delivery_latency_seconds    commit → acknowledgement histogram
+//	outbox_oldest_pending_age_seconds  how long the earliest due pending row has been due (lag)
+//	outbox_delivery_latency_seconds    due → acknowledgement histogram
+//
+// The queue depths are this process's. Pending count and age are the
+// table's, measured by each subscriber of the topic every BacklogInterval
+// (so aggregate them across instances with max, not sum); they hold the
+// last measurement once no subscription of the topic runs here. Topics
+// this process does not subscribe to have no backlog series.
 package prommetrics
 
 import (
@@ -31,8 +37,8 @@ import (
 type Config struct {
 	// Namespace prefixes every series. Default "outbox".
 	Namespace string
-	// LatencyBuckets are the histogram's upper bounds in seconds. Default:
-	// 0.5 ms to 60 s, roughly doubling.
+	// LatencyBuckets are the histogram's upper bounds in seconds, in
+	// increasing order. Default: 0.5 ms to 60 s, roughly doubling.
 	LatencyBuckets []float64
 }
 
@@ -47,7 +53,10 @@ type Metrics struct {
 
 var _ outbox.Metrics = (*Metrics)(nil)
 
-// New creates the collectors and registers them with reg.
+// New creates the collectors and registers them with reg. It fails with
+// outbox.ErrInvalidRequest for a nil reg or buckets out of order, and with
+// the registry's error when a collector cannot be registered (a series of
+// the same name exists); a failed New leaves nothing registered.
 func New(reg prometheus.Registerer, cfg Config) (*Metrics, error) {
 	if reg == nil {
 		return nil, fmt.Errorf("%w: prommetrics needs a registerer", outbox.ErrInvalidRequest)
@@ -59,6 +68,14 @@ func New(reg prometheus.Registerer, cfg Config) (*Metrics, error) {
 	buckets := cfg.LatencyBuckets
 	if len(buckets) == 0 {
 		buckets = []float64{.0005, .001, .002, .005, .01, .02, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}
+	}
+	for i := 1; i < len(buckets); i++ {
+		// Prometheus checks them only when the first latency is observed,
+		// on the delivery path, by panicking.
+		if !(buckets[i-1] < buckets[i]) {
+			return nil, fmt.Errorf("%w: prommetrics: LatencyBuckets %v are not in increasing order",
+				outbox.ErrInvalidRequest, buckets)
+		}
 	}
 	topic := []string{"topic"}
 	counter := func(name, help string) *prometheus.CounterVec {
@@ -74,16 +91,20 @@ func New(reg prometheus.Registerer, cfg Config) (*Metrics, error) {
 		delivered:    counter("delivered_total", "Acknowledged events."),
 		failures:     counter("failures_total", "Failed deliveries scheduled for another attempt."),
 		dead:         counter("dead_total", "Events that went DEAD."),
-		queueDepth:   gauge("queue_depth", "Events waiting in a subscription's queue.", "queue"),
+		queueDepth:   gauge("queue_depth", "Events waiting in the queues of the topic's subscriptions.", "queue"),
 		pending:      gauge("pending_count", "NEW and RETRY events of the topic."),
-		oldestAge:    gauge("oldest_pending_age_seconds", "Age of the oldest pending event of the topic."),
+		oldestAge:    gauge("oldest_pending_age_seconds", "How long the earliest due pending event of the topic has been due."),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Namespace: ns, Name: "delivery_latency_seconds", Help: "Time from commit to acknowledgement.", Buckets: buckets,
+			Namespace: ns, Name: "delivery_latency_seconds", Help: "Time from an event being due (its commit, unless scheduled or retried) to its acknowledgement.", Buckets: buckets,
 		}, topic),
 	}
-	for _, c := range []prometheus.Collector{m.hotEnqueued, m.hotDropped, m.coldEnqueued, m.delivered,
-		m.failures, m.dead, m.queueDepth, m.pending, m.oldestAge, m.latency} {
+	collectors := []prometheus.Collector{m.hotEnqueued, m.hotDropped, m.coldEnqueued, m.delivered,
+		m.failures, m.dead, m.queueDepth, m.pending, m.oldestAge, m.latency}
+	for i, c := range collectors {
 		if err := reg.Register(c); err != nil {
+			for _, registered := range collectors[:i] {
+				reg.Unregister(registered)
+			}
 			return nil, fmt.Errorf("prommetrics: register: %w", err)
 		}
 	}
@@ -101,9 +122,9 @@ func (m *Metrics) Delivered(topic string, latency time.Duration) {
 }
 func (m *Metrics) Failed(topic string) { m.failures.WithLabelValues(topic).Inc() }
 func (m *Metrics) Dead(topic string)   { m.dead.WithLabelValues(topic).Inc() }
-func (m *Metrics) QueueDepths(topic string, hot, cold int) {
-	m.queueDepth.WithLabelValues(topic, "hot").Set(float64(hot))
-	m.queueDepth.WithLabelValues(topic, "cold").Set(float64(cold))
+func (m *Metrics) AddQueueDepths(topic string, hot, cold int) {
+	m.queueDepth.WithLabelValues(topic, "hot").Add(float64(hot))
+	m.queueDepth.WithLabelValues(topic, "cold").Add(float64(cold))
 }
 func (m *Metrics) Backlog(topic string, pending int64, oldest time.Duration) {
 	m.pending.WithLabelValues(topic).Set(float64(pending))

@@ -1,6 +1,7 @@
 package prommetrics_test
 
 import (
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -25,7 +26,9 @@ func TestSeries(t *testing.T) {
 	m.Delivered("orders", 3*time.Millisecond)
 	m.Failed("orders")
 	m.Dead("payments")
-	m.QueueDepths("orders", 7, 9)
+	m.AddQueueDepths("orders", 7, 9)
+	m.AddQueueDepths("orders", 2, 3)
+	m.AddQueueDepths("orders", -2, -3)
 	m.Backlog("orders", 1234, 90*time.Second)
 
 	expected := `
@@ -41,14 +44,14 @@ outbox_cold_enqueued_total{topic="orders"} 50
 # HELP outbox_dead_total Events that went DEAD.
 # TYPE outbox_dead_total counter
 outbox_dead_total{topic="payments"} 1
-# HELP outbox_queue_depth Events waiting in a subscription's queue.
+# HELP outbox_queue_depth Events waiting in the queues of the topic's subscriptions.
 # TYPE outbox_queue_depth gauge
 outbox_queue_depth{queue="cold",topic="orders"} 9
 outbox_queue_depth{queue="hot",topic="orders"} 7
 # HELP outbox_pending_count NEW and RETRY events of the topic.
 # TYPE outbox_pending_count gauge
 outbox_pending_count{topic="orders"} 1234
-# HELP outbox_oldest_pending_age_seconds Age of the oldest pending event of the topic.
+# HELP outbox_oldest_pending_age_seconds How long the earliest due pending event of the topic has been due.
 # TYPE outbox_oldest_pending_age_seconds gauge
 outbox_oldest_pending_age_seconds{topic="orders"} 90
 `
@@ -62,4 +65,34 @@ outbox_oldest_pending_age_seconds{topic="orders"} 90
 	require.Error(t, err, "registering twice is refused")
 	_, err = prommetrics.New(nil, prommetrics.Config{})
 	require.ErrorIs(t, err, outbox.ErrInvalidRequest)
+}
+
+// Prometheus checks histogram buckets only at the first observation, by
+// panicking on the delivery path: New checks them.
+func TestBucketsOutOfOrderAreRefused(t *testing.T) {
+	t.Parallel()
+	for _, buckets := range [][]float64{{1, 0.5}, {0.1, 0.1}, {0.1, math.NaN()}} {
+		_, err := prommetrics.New(prometheus.NewPedanticRegistry(), prommetrics.Config{LatencyBuckets: buckets})
+		require.ErrorIs(t, err, outbox.ErrInvalidRequest, "%v", buckets)
+	}
+	m, err := prommetrics.New(prometheus.NewPedanticRegistry(), prommetrics.Config{LatencyBuckets: []float64{0.1, 1}})
+	require.NoError(t, err)
+	m.Delivered("orders", time.Millisecond)
+}
+
+// A New that fails on one collector unregisters those it registered, so
+// that a New after fixing the cause succeeds.
+func TestFailedNewLeavesNothingRegistered(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	// The same series as New's: the registry forgets the shape of a series
+	// it had only when all of its collectors are unregistered.
+	clash := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "outbox_delivered_total", Help: "Acknowledged events."}, []string{"topic"})
+	require.NoError(t, reg.Register(clash))
+	_, err := prommetrics.New(reg, prommetrics.Config{})
+	require.ErrorContains(t, err, "prommetrics: register")
+
+	require.True(t, reg.Unregister(clash))
+	_, err = prommetrics.New(reg, prommetrics.Config{})
+	require.NoError(t, err)
 }

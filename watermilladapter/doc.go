@@ -60,8 +60,8 @@
 // # Routing rule
 //
 // A subscription claims only its own topic. An event of a topic that no
-// subscription serves is never marked DEAD: it stays pending, visible in
-// the table's backlog, until a relay subscribes to the topic.
+// subscription serves is never marked DEAD: it stays pending in the table
+// until a relay subscribes to the topic.
 //
 // # Watermill contract
 //

@@ -1,12 +1,15 @@
 package watermilladapter_test
 
 import (
+	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/wmoutbox/wmoutbox/internal/relaytest"
@@ -43,7 +46,11 @@ func (m *recordingMetrics) HotDropped(string)            { m.add("dropped", 1) }
 func (m *recordingMetrics) ColdEnqueued(_ string, n int) { m.add("cold", n) }
 func (m *recordingMetrics) Failed(string)                { m.add("failed", 1) }
 func (m *recordingMetrics) Dead(string)                  { m.add("dead", 1) }
-func (m *recordingMetrics) QueueDepths(string, int, int) { m.add("depths", 1) }
+func (m *recordingMetrics) AddQueueDepths(_ string, hot, cold int) {
+	m.add("depths", 1)
+	m.add("hot depth", hot)
+	m.add("cold depth", cold)
+}
 func (m *recordingMetrics) Delivered(_ string, d time.Duration) {
 	m.add("delivered", 1)
 	m.mu.Lock()
@@ -88,4 +95,101 @@ func TestMetricsFollowDeliveries(t *testing.T) {
 		return m.counts["backlog"] > 1 && m.pending == 0
 	})
 	require.Positive(t, m.get("depths"))
+}
+
+// The queue depths of two subscriptions of one topic add up, and a
+// subscription that stops takes back what it reported: its events went
+// back to the table.
+func TestQueueDepthsAddUpAndStopWithTheSubscriptions(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t)
+	m := &recordingMetrics{}
+	r := relaytest.Start(t, pool, watermilladapter.SubscriberConfig{
+		Metrics: m, WorkerCount: 1, BacklogInterval: 10 * time.Millisecond, DrainTimeout: 10 * time.Millisecond,
+	}, nil)
+	// Nobody reads: each subscription's worker holds one event, and the
+	// rest wait in its hot queue.
+	for range 2 {
+		_, err := r.Sub.Subscribe(t.Context(), "orders")
+		require.NoError(t, err)
+	}
+	msgs := make([]*message.Message, 10)
+	for i := range msgs {
+		msgs[i] = newMsg("queued")
+	}
+	r.Publish(t, "orders", msgs...)
+	relaytest.Eventually(t, "8 events in the hot queues", func() bool { return m.get("hot depth") == 8 })
+
+	require.NoError(t, r.Sub.Close())
+	require.Zero(t, m.get("hot depth"), "after Close")
+	require.Zero(t, m.get("cold depth"), "after Close")
+}
+
+// backlogCounter counts the backlog queries of the store it wraps.
+type backlogCounter struct {
+	outbox.Store
+	queries atomic.Int64
+}
+
+func (s *backlogCounter) Backlog(ctx context.Context, topic string) (int64, time.Time, error) {
+	s.queries.Add(1)
+	return s.Store.Backlog(ctx, topic)
+}
+
+// Without Metrics nobody reads the backlog, so nothing counts it.
+func TestNoBacklogQueriesWithoutMetrics(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t)
+	r := relaytest.Start(t, pool, watermilladapter.SubscriberConfig{}, nil)
+	store := &backlogCounter{Store: r.Store}
+	for _, metrics := range []outbox.Metrics{nil, outbox.NopMetrics{}, &recordingMetrics{}} {
+		sub, err := watermilladapter.NewSubscriber(store, watermilladapter.SubscriberConfig{
+			Metrics: metrics, BacklogInterval: time.Millisecond, PollInterval: 10 * time.Millisecond, DrainTimeout: 10 * time.Millisecond,
+		})
+		require.NoError(t, err)
+		_, err = sub.Subscribe(t.Context(), "orders")
+		require.NoError(t, err)
+		// One claim comes after the subscription started observing.
+		r.Publish(t, "orders", newMsg("claimed"))
+		relaytest.Eventually(t, "claimed", func() bool {
+			var n int
+			require.NoError(t, pool.QueryRow(t.Context(), `SELECT count(*) FROM outbox_event WHERE locked_by IS NOT NULL`).Scan(&n))
+			return n > 0
+		})
+		require.NoError(t, sub.Close())
+		if _, ok := metrics.(*recordingMetrics); ok {
+			require.Positive(t, store.queries.Load(), "with metrics")
+		} else {
+			require.Zero(t, store.queries.Load(), "with %T", metrics)
+		}
+		_, err = pool.Exec(t.Context(), `DELETE FROM outbox_event`)
+		require.NoError(t, err)
+	}
+}
+
+// A cold event's latency counts from when it became due, not from its
+// write: an event replayed or scheduled long after its write was not late
+// by that much.
+func TestColdLatencyCountsFromTheDueTime(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t)
+	m := &recordingMetrics{}
+	r := relaytest.Start(t, pool, watermilladapter.SubscriberConfig{Metrics: m}, relaytest.Handlers{
+		"orders": func(*message.Message) error { return nil },
+	})
+	w, err := outbox.NewWriter(r.Store, outbox.WriterConfig{}) // no hot path
+	require.NoError(t, err)
+	require.NoError(t, r.Store.InTx(t.Context(), func(ctx context.Context, tx pgx.Tx) error {
+		e := outbox.NewBytes("OrderCreated", []byte("x"))
+		e.Topic = "orders"
+		e.DeliverAfter = time.Now().Add(300 * time.Millisecond)
+		_, err := w.Write(ctx, tx, e)
+		return err
+	}))
+	_, err = pool.Exec(t.Context(), `UPDATE outbox_event SET created_at = created_at - interval '1 hour'`)
+	require.NoError(t, err)
+	relaytest.Eventually(t, "delivered", func() bool { return m.get("delivered") == 1 })
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	require.Less(t, m.latencies[0], 30*time.Minute, "written an hour before it was due")
 }

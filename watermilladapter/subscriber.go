@@ -89,9 +89,10 @@ type SubscriberConfig struct {
 	// Metrics receives counters, queue depths, backlog and latency.
 	// Default [outbox.NopMetrics].
 	Metrics outbox.Metrics
-	// BacklogInterval is how often each subscription reads its topic's
-	// backlog (pending count, oldest age) for Metrics; each read is one
-	// query on the due index. Default 15s.
+	// BacklogInterval is how often each subscription reports its queue
+	// depths and reads its topic's backlog (pending count, oldest age)
+	// for Metrics; each read is one query on the due index. With no
+	// Metrics, nothing is read. Default 15s.
 	BacklogInterval time.Duration
 	// Logger receives errors and notices. Default: none.
 	Logger watermill.LoggerAdapter
@@ -181,8 +182,8 @@ func defaultOwner() string {
 // context ends when it is acked or nacked, or when the subscriber closes.
 //
 // Events of a topic that no subscription of this process serves are never
-// marked DEAD here: they stay pending for a relay that serves the topic,
-// and show in the backlog. Subscribe and Close are safe for concurrent use;
+// marked DEAD here: they stay pending in the table for a relay that
+// serves the topic. Subscribe and Close are safe for concurrent use;
 // Close is idempotent and closes the output channels before it returns.
 type Subscriber struct {
 	store    outbox.Store

@@ -18,7 +18,7 @@ import (
 type queued struct {
 	event  outbox.Event
 	source string
-	since  time.Time // commit (hot) or write (cold) time, for latency
+	since  time.Time // when it became due (commit, or a later due time), for latency
 }
 
 // subscription relays one topic to one output channel.
@@ -98,7 +98,9 @@ func (sub *subscription) run(ctx context.Context) {
 	defer sub.cancel()
 	var claimer sync.WaitGroup
 	claimer.Go(sub.claimLoop)
-	claimer.Go(sub.observe)
+	if _, discarded := sub.s.cfg.Metrics.(outbox.NopMetrics); !discarded {
+		claimer.Go(sub.observe)
+	}
 
 	var workers sync.WaitGroup
 	for range sub.s.cfg.WorkerCount {
@@ -206,7 +208,13 @@ func (sub *subscription) claimLoop() {
 				cfg.Logger.Error("outbox claim failed", err, watermill.LogFields{"topic": sub.topic})
 			}
 			for _, e := range events {
-				sub.cold <- queued{event: e, source: SourceCold, since: e.CreatedAt} // room was counted above
+				// A scheduled or retried event's latency counts from its
+				// due time, not from its write.
+				since := e.CreatedAt
+				if e.AvailableAt.After(since) {
+					since = e.AvailableAt
+				}
+				sub.cold <- queued{event: e, source: SourceCold, since: since} // room was counted above
 			}
 			if len(events) > 0 {
 				cfg.Metrics.ColdEnqueued(sub.topic, len(events))
@@ -271,13 +279,18 @@ func (sub *subscription) releaseEvents(events []outbox.Event) {
 }
 
 // observe reports queue depths and the topic's backlog every
-// BacklogInterval until the subscription stops.
+// BacklogInterval until the subscription stops, and then takes back the
+// depths it reported.
 func (sub *subscription) observe() {
 	cfg := &sub.s.cfg
 	ticker := time.NewTicker(cfg.BacklogInterval)
 	defer ticker.Stop()
+	var hot, cold int
+	defer func() { cfg.Metrics.AddQueueDepths(sub.topic, -hot, -cold) }()
 	for {
-		cfg.Metrics.QueueDepths(sub.topic, len(sub.hot), len(sub.cold))
+		h, c := len(sub.hot), len(sub.cold)
+		cfg.Metrics.AddQueueDepths(sub.topic, h-hot, c-cold)
+		hot, cold = h, c
 		// A read: stopping cancels it, so that Close does not wait for it.
 		ctx, cancel := context.WithTimeout(sub.stopped, claimTimeout)
 		pending, oldest, err := sub.s.store.Backlog(ctx, sub.topic)

@@ -167,7 +167,7 @@ WHERE event_id = ANY($1::text[]) AND status <> 1`
 const asyncCommit = `, (SELECT set_config('synchronous_commit', 'off', true)) AS async_commit`
 
 // sqlBacklog reads a topic's pending rows through the due index.
-const sqlBacklog = `SELECT count(*), min(created_at) FROM {table} WHERE status IN (0, 2) AND topic = $1`
+const sqlBacklog = `SELECT count(*), min(available_at) FROM {table} WHERE status IN (0, 2) AND topic = $1`
 
 // sqlNotify sends one notification per topic ($2) on channel $1, in the
 // statement's own transaction. That transaction need not wait for its

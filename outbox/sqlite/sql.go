@@ -141,7 +141,7 @@ const sqlDeleteDone = `
 DELETE FROM {table} WHERE event_id IN (SELECT value FROM json_each(?1)) AND status <> 1`
 
 // sqlBacklog reads a topic's pending rows through the due index.
-const sqlBacklog = `SELECT count(*), min(created_at) FROM {table} WHERE status IN (0, 2) AND topic = ?1`
+const sqlBacklog = `SELECT count(*), min(available_at) FROM {table} WHERE status IN (0, 2) AND topic = ?1`
 
 // sqlDeadFilter selects DEAD rows; each condition is off when its
 // parameter is NULL or empty. ?1 is a JSON array of ids. The literal status
