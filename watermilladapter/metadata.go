@@ -11,8 +11,10 @@ import (
 )
 
 // Metadata keys. On Publish, the Envelope keys set the outbox envelope's
-// fields and are not stored as headers; every other metadata entry is
-// stored as a header and comes back as metadata. On delivery the
+// fields and are not stored as headers, [MetadataAttempt] and
+// [MetadataSource] are dropped (a delivered message published again
+// starts afresh), and every other metadata entry is stored as a header
+// and comes back as metadata. On delivery the
 // subscriber sets all of them but [MetadataDeliverAfter]: by then the
 // event is due, and a message forwarded with it would be delayed again.
 const (

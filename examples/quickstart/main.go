@@ -123,19 +123,28 @@ func runOnPostgres(ctx context.Context, url string, brokers []string, orders int
 		return err
 	}
 	defer pool.Close()
-	if err := postgres.Migrate(ctx, pool, postgres.Config{}); err != nil {
+	// Tables of its own, emptied of what an earlier run left, so that
+	// reruns start clean and nothing else in the database is touched.
+	cfg := postgres.Config{Table: "example_quickstart_outbox"}
+	if err := postgres.Migrate(ctx, pool, cfg); err != nil {
 		return err
 	}
-	if _, err := pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS quickstart_orders (id text PRIMARY KEY, total_cents bigint NOT NULL)`); err != nil {
-		return err
+	for _, sql := range []string{
+		`CREATE TABLE IF NOT EXISTS example_quickstart_orders (id text PRIMARY KEY, total_cents bigint NOT NULL)`,
+		`DELETE FROM example_quickstart_orders`,
+		`DELETE FROM example_quickstart_outbox`,
+	} {
+		if _, err := pool.Exec(ctx, sql); err != nil {
+			return fmt.Errorf("prepare tables: %w", err)
+		}
 	}
-	store, err := postgres.NewStore(pool, postgres.Config{})
+	store, err := postgres.NewStore(pool, cfg)
 	if err != nil {
 		return err
 	}
-	fmt.Println("outbox: PostgreSQL")
+	fmt.Println("outbox: PostgreSQL, tables example_quickstart_outbox and example_quickstart_orders")
 	return relay(ctx, store, func(ctx context.Context, tx pgx.Tx, o order) error {
-		_, err := tx.Exec(ctx, `INSERT INTO quickstart_orders (id, total_cents) VALUES ($1, $2)`, o.ID, o.TotalCents)
+		_, err := tx.Exec(ctx, `INSERT INTO example_quickstart_orders (id, total_cents) VALUES ($1, $2)`, o.ID, o.TotalCents)
 		return err
 	}, brokers, orders)
 }

@@ -80,5 +80,6 @@
 //
 // Schema and table names are validated ([ValidateIdentifier]) and quoted;
 // every value is a bind parameter. A [Store] is safe for concurrent use.
-// Every statement is in sql.go and the migrations folder.
+// Every statement on the outbox table is in sql.go and the migrations
+// folder.
 package postgres
