@@ -6,21 +6,31 @@ package ident
 import (
 	"fmt"
 	"regexp"
+	"strings"
 )
 
 var pattern = regexp.MustCompile(`^[a-z_][a-z0-9_]*$`)
 
+// reserved are the prefixes a dialect keeps for itself: SQLite refuses to
+// create tables and indexes named so, PostgreSQL schemas.
+var reserved = []string{"sqlite_", "pg_"}
+
 // Validate reports whether name is a plain identifier: 1 to max characters
 // of lowercase ASCII letters, digits and underscores, not starting with a
-// digit. Such a name means the same quoted or not, in every dialect: no case
-// folding, no quoting, no injection. The error wraps invalid, the calling
-// dialect's sentinel.
+// digit or a reserved prefix (sqlite_, pg_). Such a name means the same
+// quoted or not, in every dialect: no case folding, no quoting, no
+// injection. The error wraps invalid, the calling dialect's sentinel.
 func Validate(name string, max int, invalid error) error {
 	if len(name) == 0 || len(name) > max {
 		return fmt.Errorf("%w: %q must be 1 to %d characters", invalid, name, max)
 	}
 	if !pattern.MatchString(name) {
 		return fmt.Errorf("%w: %q may hold only a-z, 0-9 and _, and not start with a digit", invalid, name)
+	}
+	for _, prefix := range reserved {
+		if strings.HasPrefix(name, prefix) {
+			return fmt.Errorf("%w: %q starts with %s, which a database keeps for itself", invalid, name, prefix)
+		}
 	}
 	return nil
 }

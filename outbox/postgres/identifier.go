@@ -12,7 +12,8 @@ const (
 
 // ValidateIdentifier reports whether name may be used as a schema or table
 // name: 1 to max characters of lowercase ASCII letters, digits and
-// underscores, not starting with a digit. Names are quoted in SQL as well;
+// underscores, not starting with a digit, sqlite_ or pg_ (prefixes the
+// databases keep for themselves). Names are quoted in SQL as well;
 // this rule keeps them free of surprises (case folding, quoting, injection).
 // Every dialect of the outbox applies the same rule.
 func ValidateIdentifier(name string, max int) error {

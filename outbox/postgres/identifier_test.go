@@ -52,6 +52,9 @@ func TestValidateIdentifier(t *testing.T) {
 		{"unicode lookalike", "outbox_evеnt", maxTableLen, false}, // Cyrillic е
 		{"NUL", "outbox\x00", maxTableLen, false},
 		{"invalid UTF-8", "outbox\xff", maxTableLen, false},
+		{"SQLite's prefix", "sqlite_outbox", maxTableLen, false},
+		{"PostgreSQL's prefix", "pg_outbox", maxSchemaLen, false},
+		{"a prefix inside", "outbox_pg_sqlite_", maxTableLen, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -122,7 +122,8 @@
 // # Names and safety
 //
 // The table name is validated (1 to 48 characters of a-z, 0-9 and _, not
-// starting with a digit, the rule of every wmoutbox dialect) and quoted;
-// every value is a bind parameter. A [Store] is safe for concurrent use.
-// Every statement is in sql.go and the migrations folder.
+// starting with a digit, sqlite_ or pg_, the rule of every wmoutbox
+// dialect) and quoted; every value is a bind parameter. A [Store] is safe
+// for concurrent use. Every statement on the outbox table is in sql.go and
+// the migrations folder.
 package sqlite

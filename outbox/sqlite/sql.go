@@ -11,7 +11,7 @@ import (
 // migrations folder). {table} and {migrations} stand for the quoted names;
 // every value is a bind parameter (?N is the N-th argument). Times are
 // INTEGER unix microseconds; lists travel as one JSON array, read with
-// json_each.
+// json_each, event ids in it as hex (see idArray).
 
 const migrationTable = "wmoutbox_migration"
 
@@ -104,13 +104,16 @@ const (
 	topicsMany = `AND topic IN (SELECT value FROM json_each(?%d))`
 )
 
+// sqlIDs reads the event ids of idArray(ids) passed as ?1.
+const sqlIDs = `SELECT CAST(unhex(value) AS TEXT) FROM json_each(?1)`
+
 // sqlRelease ends owner ?2's claims; the rows are due again in their place.
 const sqlRelease = `
 UPDATE {table} SET locked_by = NULL, locked_at = NULL, locked_until = NULL
-WHERE event_id IN (SELECT value FROM json_each(?1)) AND locked_by = ?2 AND status IN (0, 2)`
+WHERE event_id IN (` + sqlIDs + `) AND locked_by = ?2 AND status IN (0, 2)`
 
 // sqlUpdateStatus applies a batch of outcomes reported by owner ?3, given
-// as a JSON array of {"id", "status", "spent", "next_at", "error"} objects:
+// as a JSON array of {"id" (hex), "status", "spent", "next_at", "error"} objects:
 // status 0 keeps the current status (a deferral). DONE rows are never
 // touched. Only DONE applies whoever holds the row; the other outcomes
 // need a pending row that ?3 still holds or, from no owner, one under no
@@ -127,7 +130,7 @@ UPDATE {table} AS o SET
     locked_at    = NULL,
     locked_until = NULL
 FROM (
-    SELECT value ->> '$.id' AS event_id, value ->> '$.status' AS status, value ->> '$.spent' AS spent,
+    SELECT CAST(unhex(value ->> '$.id') AS TEXT) AS event_id, value ->> '$.status' AS status, value ->> '$.spent' AS spent,
         value ->> '$.next_at' AS next_at, value ->> '$.error' AS error
     FROM json_each(?2)
 ) AS u
@@ -138,7 +141,7 @@ WHERE o.event_id = u.event_id AND o.status <> 1
 // sqlDeleteDone records DONE outcomes under Config.DeleteDone, given as a
 // JSON array of ids. Like sqlUpdateStatus, it leaves DONE rows alone.
 const sqlDeleteDone = `
-DELETE FROM {table} WHERE event_id IN (SELECT value FROM json_each(?1)) AND status <> 1`
+DELETE FROM {table} WHERE event_id IN (` + sqlIDs + `) AND status <> 1`
 
 // sqlBacklog reads a topic's pending rows through the due index.
 const sqlBacklog = `SELECT count(*), min(available_at) FROM {table} WHERE status IN (0, 2) AND topic = ?1`
@@ -148,7 +151,7 @@ const sqlBacklog = `SELECT count(*), min(available_at) FROM {table} WHERE status
 // list is the finished index's condition, which SQLite's planner matches
 // term for term.
 const sqlDeadFilter = `status IN (1, 3) AND status = 3
-    AND (?1 IS NULL OR event_id IN (SELECT value FROM json_each(?1)))
+    AND (?1 IS NULL OR event_id IN (` + sqlIDs + `))
     AND (?2 = '' OR event_type = ?2)
     AND (?3 = '' OR topic = ?3)
     AND (?4 IS NULL OR updated_at < ?4)`

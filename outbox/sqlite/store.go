@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -29,8 +30,8 @@ const maxTableLen = 48
 // main database.
 type Config struct {
 	// Table is the outbox table's name. Default [DefaultTable]. 1 to 48
-	// characters of a-z, 0-9 and _, not starting with a digit; otherwise
-	// [ErrInvalidIdentifier].
+	// characters of a-z, 0-9 and _, not starting with a digit, sqlite_ or
+	// pg_; otherwise [ErrInvalidIdentifier].
 	Table string
 	// Clock stamps created/updated/done times and decides what is due.
 	// Default [outbox.SystemClock].
@@ -285,12 +286,12 @@ func (s *Store) Release(ctx context.Context, owner string, ids []string) (int64,
 	if len(ids) == 0 {
 		return 0, nil
 	}
-	return s.exec(ctx, fmt.Sprintf("release %d claims", len(ids)), s.t.sql.release, jsonArray(ids), owner)
+	return s.exec(ctx, fmt.Sprintf("release %d claims", len(ids)), s.t.sql.release, idArray(ids), owner)
 }
 
 // statusRow is one outcome as sqlUpdateStatus reads it from JSON.
 type statusRow struct {
-	ID     string `json:"id"`
+	ID     string `json:"id"` // hex, as in idArray
 	Status int    `json:"status"`
 	Spent  int    `json:"spent"`
 	NextAt *int64 `json:"next_at"`
@@ -304,13 +305,13 @@ func (s *Store) UpdateStatus(ctx context.Context, owner string, updates ...outbo
 	var deleteDone func(ids []string) (int64, error)
 	if s.t.sql.deleteDone != "" {
 		deleteDone = func(ids []string) (int64, error) {
-			return s.exec(ctx, fmt.Sprintf("delete %d delivered events", len(ids)), s.t.sql.deleteDone, jsonArray(ids))
+			return s.exec(ctx, fmt.Sprintf("delete %d delivered events", len(ids)), s.t.sql.deleteDone, idArray(ids))
 		}
 	}
 	return outbox.RecordOutcomes(owner, updates, deleteDone, func(updates []outbox.StatusUpdate) (int64, error) {
 		rows := make([]statusRow, len(updates))
 		for i, u := range updates {
-			rows[i] = statusRow{ID: u.ID, Status: int(u.Status), Error: outbox.CutError(u.Error)}
+			rows[i] = statusRow{ID: hex.EncodeToString([]byte(u.ID)), Status: int(u.Status), Error: outbox.CutError(u.Error)}
 			if u.AttemptSpent() {
 				rows[i].Spent = 1
 			}
@@ -354,7 +355,7 @@ func (s *Store) ReplayDead(ctx context.Context, f outbox.DeadFilter) (int64, err
 func deadArgs(f outbox.DeadFilter) []any {
 	var ids any // NULL: no id filter
 	if len(f.IDs) > 0 {
-		ids = jsonArray(f.IDs)
+		ids = idArray(f.IDs)
 	}
 	var diedBefore any // NULL
 	if !f.DiedBefore.IsZero() {
@@ -483,6 +484,24 @@ func fromMicros(v sql.NullInt64) time.Time {
 		return time.Time{}
 	}
 	return time.UnixMicro(v.Int64).UTC()
+}
+
+// idArray encodes event ids as the JSON array of their bytes in hex that
+// sqlIDs reads. Hex, because JSON would replace the bytes of an id that is
+// not valid UTF-8, which another writer may have stored (TEXT holds any
+// bytes), and the statement would then miss its row.
+func idArray(ids []string) string {
+	b := make([]byte, 0, 2+len(ids)*(2*26+3)) // room for ULIDs
+	b = append(b, '[')
+	for i, id := range ids {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, '"')
+		b = hex.AppendEncode(b, []byte(id))
+		b = append(b, '"')
+	}
+	return string(append(b, ']'))
 }
 
 // jsonArray encodes strings as the JSON array json_each reads.

@@ -416,3 +416,57 @@ func TestUpgradeKeepsEarlierClaims(t *testing.T) {
 	require.NoError(t, err)
 	storetest.CheckEarlierClaimHolds(t, store, clock)
 }
+
+// A row another writer stored with an event id that is not valid UTF-8
+// (TEXT holds any bytes; such rows are read and claimed like any other) is
+// settled like any other: released, recorded DEAD or DONE, found by id.
+// JSON would have replaced the bad bytes, and no statement taking a list
+// of ids would have matched the row: claimed again at every lease end.
+func TestOutcomesReachRowsWithInvalidUTF8IDs(t *testing.T) {
+	t.Parallel()
+	db := openDB(t)
+	store, err := sqlite.NewStore(db, sqlite.Config{})
+	require.NoError(t, err)
+	ctx := t.Context()
+	const id = "01J\xffFOREIGN"
+	_, err = db.ExecContext(ctx, `INSERT INTO outbox_event (event_id, event_type, topic, payload, occurred_at,
+		available_at, created_at, updated_at) VALUES (?1, 'T', 't', x'00', 0, 0, 0, 0)`, id)
+	require.NoError(t, err)
+	claimed, err := store.Claim(ctx, outbox.ClaimRequest{Owner: "relay"})
+	require.NoError(t, err)
+	require.Equal(t, []string{id}, storetest.IDs(claimed), "the row is claimed")
+
+	n, err := store.Release(ctx, "relay", []string{id})
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n, "Release reaches the row")
+	_, err = store.Claim(ctx, outbox.ClaimRequest{Owner: "relay"})
+	require.NoError(t, err)
+	n, err = store.UpdateStatus(ctx, "relay", outbox.Dead(id, errors.New("malformed")))
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n, "DEAD from the claiming relay is recorded")
+	dead, err := store.CountDead(ctx, outbox.DeadFilter{IDs: []string{id}})
+	require.NoError(t, err)
+	require.EqualValues(t, 1, dead, "an operator finds the DEAD row by id")
+	n, err = store.UpdateStatus(ctx, "relay", outbox.Done(id))
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n, "DONE is recorded")
+
+	_, err = db.ExecContext(ctx, `UPDATE outbox_event SET status = 0`)
+	require.NoError(t, err)
+	deleting, err := sqlite.NewStore(db, sqlite.Config{DeleteDone: true})
+	require.NoError(t, err)
+	n, err = deleting.UpdateStatus(ctx, "", outbox.Done(id))
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n, "DeleteDone deletes the row")
+}
+
+// SQLite reserves names that start with "sqlite_": refused up front, as
+// every invalid name is, not by Migrate's SQL.
+func TestReservedTableNameIsInvalidIdentifier(t *testing.T) {
+	t.Parallel()
+	db := openDB(t)
+	cfg := sqlite.Config{Table: "sqlite_outbox"}
+	_, err := sqlite.NewStore(db, cfg)
+	require.ErrorIs(t, err, sqlite.ErrInvalidIdentifier, "NewStore accepts a name Migrate cannot create")
+	require.ErrorIs(t, sqlite.Migrate(t.Context(), db, cfg), sqlite.ErrInvalidIdentifier)
+}
