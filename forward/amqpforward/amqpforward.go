@@ -1,6 +1,7 @@
 package amqpforward
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -53,7 +54,10 @@ const defaultChannels = 64
 // what the forwarder sends.
 func WatermillConfig(url string, cfg Config) amqp.Config {
 	c := amqp.NewDurableQueueConfig(url)
-	c.Connection.AmqpConfig = cfg.Dial
+	if cfg.Dial != nil {
+		dial := dialConfig(cfg.Dial)
+		c.Connection.AmqpConfig = &dial
+	}
 	c.Queue.Arguments = cfg.QueueArguments
 	c.Publish.ConfirmDelivery = true
 	c.Marshaler = newMarshaler()
@@ -166,7 +170,7 @@ func NewPublisher(url string, cfg Config) (*Publisher, error) {
 		marshaler: newMarshaler(),
 		slots:     make(chan struct{}, cfg.Channels),
 	}
-	if _, err := p.connection(); err != nil {
+	if _, err := p.connection(context.Background()); err != nil {
 		return nil, err
 	}
 	return p, nil

@@ -68,5 +68,8 @@
 // in last_error. After a lost connection the next Publish dials again
 // (after a failed dial, Publish fails with its error for a second before
 // the next); the publishes that were in flight fail, and their events are
-// delivered again.
+// delivered again. Publish waits for a channel, the connection and each
+// confirm only until the message's context ends, and Close waits at most
+// 2 s for the broker: a broker that stopped reading (a resource alarm)
+// holds up neither.
 package amqpforward

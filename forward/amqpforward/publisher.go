@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"sync"
 	"time"
 
@@ -28,6 +29,11 @@ var ErrClosed = errors.New("amqpforward: publisher closed")
 // event.
 const redialDelay = time.Second
 
+// closeTimeout is how long Close waits for the broker to confirm that the
+// connection is closed: a broker that stopped reading (a resource alarm)
+// never does.
+const closeTimeout = 2 * time.Second
+
 // Publisher is a Watermill publisher to RabbitMQ made for forwarding: see
 // the package documentation for what it sends and when Publish returns
 // nil. It is safe for concurrent use; each Publish in flight has an AMQP
@@ -41,14 +47,21 @@ type Publisher struct {
 	// Config.Channels.
 	slots chan struct{}
 
-	dialMu sync.Mutex // one dial at a time, outside mu
-
 	mu       sync.Mutex
 	conn     *amqp091.Connection
 	idle     []*confirmChannel
 	closed   bool
+	dialing  *dialing // the dial under way, nil when none is
 	dialErr  error
 	dialedAt time.Time
+}
+
+// dialing is a dial under way, which every Publish needing a connection
+// waits for, each until its own context ends.
+type dialing struct {
+	done chan struct{}
+	conn *amqp091.Connection // set before done is closed
+	err  error
 }
 
 // Publish sends each message to the queue named topic and returns once
@@ -96,7 +109,7 @@ func (p *Publisher) Close() error {
 	if conn == nil {
 		return nil
 	}
-	if err := conn.Close(); err != nil && !errors.Is(err, amqp091.ErrClosed) {
+	if err := conn.CloseDeadline(time.Now().Add(closeTimeout)); err != nil && !errors.Is(err, amqp091.ErrClosed) {
 		return fmt.Errorf("amqpforward: close connection to %s: %w", p.where, err)
 	}
 	return nil
@@ -110,7 +123,7 @@ func (p *Publisher) acquire(ctx context.Context) (*confirmChannel, error) {
 	case <-ctx.Done():
 		return nil, fmt.Errorf("amqpforward: wait for a channel: %w", ctx.Err())
 	}
-	c, err := p.channel()
+	c, err := p.channel(ctx)
 	if err != nil {
 		<-p.slots
 		return nil, err
@@ -120,8 +133,8 @@ func (p *Publisher) acquire(ctx context.Context) (*confirmChannel, error) {
 
 // channel returns an idle channel of the current connection, or opens
 // one.
-func (p *Publisher) channel() (*confirmChannel, error) {
-	conn, err := p.connection()
+func (p *Publisher) channel(ctx context.Context) (*confirmChannel, error) {
+	conn, err := p.connection(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -154,62 +167,69 @@ func (p *Publisher) release(c *confirmChannel, err error) {
 		return
 	}
 	p.mu.Unlock()
-	_ = c.ch.Close()
+	// Closing waits for the broker's answer, which a broker that stopped
+	// reading never sends; the connection's end ends the wait.
+	go func() { _ = c.ch.Close() }()
 }
 
-// connection returns the open connection, dialling when there is none.
-func (p *Publisher) connection() (*amqp091.Connection, error) {
-	p.mu.Lock()
-	conn, closed := p.conn, p.closed
-	p.mu.Unlock()
-	switch {
-	case closed:
-		return nil, ErrClosed
-	case conn != nil && !conn.IsClosed():
-		return conn, nil
-	}
-
-	p.dialMu.Lock()
-	defer p.dialMu.Unlock()
+// connection returns the open connection, or waits until ctx ends for a
+// dial, starting one when none is under way.
+func (p *Publisher) connection(ctx context.Context) (*amqp091.Connection, error) {
 	p.mu.Lock()
 	switch {
 	case p.closed:
 		p.mu.Unlock()
 		return nil, ErrClosed
 	case p.conn != nil && !p.conn.IsClosed():
-		// Dialled while this call waited for dialMu.
 		conn := p.conn
 		p.mu.Unlock()
 		return conn, nil
-	case p.dialErr != nil && time.Since(p.dialedAt) < redialDelay:
+	case p.dialing == nil && p.dialErr != nil && time.Since(p.dialedAt) < redialDelay:
 		err := p.dialErr
 		p.mu.Unlock()
 		return nil, err
 	}
+	d := p.dialing
+	if d == nil {
+		d = &dialing{done: make(chan struct{})}
+		p.dialing = d
+		go p.dial(d)
+	}
 	p.mu.Unlock()
-
-	conn, err := p.dial()
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.dialErr, p.dialedAt = err, time.Now()
-	if err != nil {
-		return nil, err
+	select {
+	case <-d.done:
+		return d.conn, d.err
+	case <-ctx.Done():
+		return nil, fmt.Errorf("amqpforward: wait for the connection to %s: %w", p.where, ctx.Err())
 	}
-	if p.closed {
-		_ = conn.Close()
-		return nil, ErrClosed
-	}
-	p.conn = conn
-	return conn, nil
 }
 
-// dial connects and declares Config.Queues, on every connection: a broker
+// dial connects for d and keeps the connection, unless the publisher was
+// closed meanwhile.
+func (p *Publisher) dial(d *dialing) {
+	conn, err := p.connect()
+	p.mu.Lock()
+	p.dialing, p.dialErr, p.dialedAt = nil, err, time.Now()
+	if err == nil {
+		if p.closed {
+			_ = conn.CloseDeadline(time.Now().Add(closeTimeout))
+			conn, err = nil, ErrClosed
+		} else {
+			p.conn = conn
+		}
+	}
+	d.conn, d.err = conn, err
+	p.mu.Unlock()
+	close(d.done)
+}
+
+// connect dials and declares Config.Queues, on every connection: a broker
 // that lost them (a node replaced) gets them back.
-func (p *Publisher) dial() (*amqp091.Connection, error) {
+func (p *Publisher) connect() (*amqp091.Connection, error) {
 	var conn *amqp091.Connection
 	var err error
 	if p.cfg.Dial != nil {
-		conn, err = amqp091.DialConfig(p.url, *p.cfg.Dial)
+		conn, err = amqp091.DialConfig(p.url, dialConfig(p.cfg.Dial))
 	} else {
 		conn, err = amqp091.Dial(p.url)
 	}
@@ -275,11 +295,22 @@ func (c *confirmChannel) publish(ctx context.Context, topic string, pub amqp091.
 	if err != nil {
 		return err
 	}
+	// amqp091-go closes returns when the channel closes: nil stops
+	// receiving from it, and the confirm then says whether the message
+	// was taken.
 	var returned *amqp091.Return
+	returns := c.returns
+	receive := func(r amqp091.Return, ok bool) {
+		if ok {
+			returned = &r
+		} else {
+			returns = nil
+		}
+	}
 	for waiting := true; waiting; {
 		select {
-		case r := <-c.returns:
-			returned = &r
+		case r, ok := <-returns:
+			receive(r, ok)
 		case <-confirm.Done():
 			waiting = false
 		case <-ctx.Done():
@@ -290,8 +321,8 @@ func (c *confirmChannel) publish(ctx context.Context, topic string, pub amqp091.
 	// hands the return to c.returns before it reads the confirm: a
 	// return not received above is buffered now.
 	select {
-	case r := <-c.returns:
-		returned = &r
+	case r, ok := <-returns:
+		receive(r, ok)
 	default:
 	}
 	if !confirm.Acked() {
@@ -309,4 +340,13 @@ func (c *confirmChannel) publish(ctx context.Context, topic string, pub amqp091.
 			ErrUnroutable, returned.ReplyCode, returned.ReplyText)
 	}
 	return nil
+}
+
+// dialConfig is a copy of cfg that amqp091-go may write to: it adds the
+// client's capabilities to Properties, which would race with every other
+// dial from the same Config.
+func dialConfig(cfg *amqp091.Config) amqp091.Config {
+	c := *cfg
+	c.Properties = maps.Clone(c.Properties)
+	return c
 }
