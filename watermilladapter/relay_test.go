@@ -565,12 +565,11 @@ func TestCrashedRelaysClaimsAreRecoveredAfterLease(t *testing.T) {
 	t.Parallel()
 	pool := testdb.New(t)
 	writer := relaytest.Start(t, pool, watermilladapter.SubscriberConfig{}, nil)
-	tx, err := pool.Begin(t.Context())
-	require.NoError(t, err)
-	for i := range 20 {
-		require.NoError(t, writer.Pub.WithTx(tx).Publish("orders", newMsg(fmt.Sprint(i))))
+	msgs := make([]*message.Message, 20)
+	for i := range msgs {
+		msgs[i] = newMsg(fmt.Sprint(i))
 	}
-	require.NoError(t, tx.Commit(t.Context()))
+	writer.Publish(t, "orders", msgs...)
 	const lease = 500 * time.Millisecond
 	crashedAt := time.Now()
 	claimed, err := writer.Store.Claim(t.Context(), outbox.ClaimRequest{Owner: "crashed-relay", LockTimeout: lease, Topics: []string{"orders"}})
@@ -904,10 +903,7 @@ func TestOutcomeAfterTheLeaseLeavesTheNewClaimAlone(t *testing.T) {
 	t.Parallel()
 	pool := testdb.New(t)
 	writer := relaytest.Start(t, pool, watermilladapter.SubscriberConfig{}, nil)
-	tx, err := pool.Begin(t.Context())
-	require.NoError(t, err)
-	require.NoError(t, writer.Pub.WithTx(tx).Publish("orders", newMsg("slow")))
-	require.NoError(t, tx.Commit(t.Context()))
+	writer.Publish(t, "orders", newMsg("slow"))
 
 	subscribe := func(cfg watermilladapter.SubscriberConfig) (*watermilladapter.Subscriber, <-chan *message.Message) {
 		sub, err := watermilladapter.NewSubscriber(writer.Store, cfg)
