@@ -23,7 +23,8 @@ type Interceptor struct {
 }
 
 // ErrPanicked is the outcome the After hooks see when the handler or a
-// Before hook panicked.
+// Before hook panicked, and the error [RecordErrors] records, for
+// last_error, when a panic passes through it.
 var ErrPanicked = errors.New("outbox: handler panicked")
 
 // Intercept returns middleware running the Before hooks in the order

@@ -11,9 +11,21 @@ import (
 // outbox.Permanent and outbox.RetryAfter. Without it a Nack is recorded as
 // a plain failure with a generic last_error. Add it first, so it sees the
 // error the other middleware let through.
+//
+// A panic passing through it (with no Watermill Recoverer inside it, the
+// router recovers it and nacks) is recorded as [ErrPanicked]; the panic
+// goes on with its own stack, which the router logs.
 func RecordErrors(h message.HandlerFunc) message.HandlerFunc {
-	return func(msg *message.Message) ([]*message.Message, error) {
-		produced, err := h(msg)
+	return func(msg *message.Message) (produced []*message.Message, err error) {
+		returned := false
+		defer func() {
+			// Not recovered: the panic goes on with its own stack.
+			if !returned {
+				watermilladapter.RecordError(msg, ErrPanicked)
+			}
+		}()
+		produced, err = h(msg)
+		returned = true
 		if err != nil {
 			watermilladapter.RecordError(msg, err)
 		}
