@@ -1,6 +1,8 @@
 package middleware
 
 import (
+	"errors"
+
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/wmoutbox/wmoutbox/watermilladapter"
@@ -14,7 +16,9 @@ import (
 //
 // A panic passing through it (with no Watermill Recoverer inside it, the
 // router recovers it and nacks) is recorded as [ErrPanicked]; the panic
-// goes on with its own stack, which the router logs.
+// goes on with its own stack, which the router logs. When the handler
+// returns no error it records [ErrNackedAfterSuccess], which only a Nack
+// that follows reads.
 func RecordErrors(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) (produced []*message.Message, err error) {
 		returned := false
@@ -28,7 +32,18 @@ func RecordErrors(h message.HandlerFunc) message.HandlerFunc {
 		returned = true
 		if err != nil {
 			watermilladapter.RecordError(msg, err)
+		} else {
+			// Replaces what an earlier try recorded (Watermill's Retry
+			// outside this middleware), so that it does not decide a Nack
+			// that follows a success.
+			watermilladapter.RecordError(msg, ErrNackedAfterSuccess)
 		}
 		return produced, err
 	}
 }
+
+// ErrNackedAfterSuccess is what [RecordErrors] records when the handler
+// returns no error: if the message is nacked all the same (the router
+// could not publish the messages the handler produced, or a middleware
+// outside RecordErrors failed it), last_error says so. An Ack ignores it.
+var ErrNackedAfterSuccess = errors.New("outbox: nacked although the handler returned no error (publishing the messages it produced failed, or a middleware outside RecordErrors failed it)")

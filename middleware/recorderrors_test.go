@@ -1,11 +1,15 @@
 package middleware_test
 
 import (
+	"context"
+	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
+	wmmw "github.com/ThreeDotsLabs/watermill/message/router/middleware"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -51,4 +55,75 @@ func TestRecordErrorsRecordsAPanic(t *testing.T) {
 	require.Equal(t, outbox.StatusRetry, e.Status)
 	require.Equal(t, 1, e.Attempts)
 	require.Equal(t, outboxmw.ErrPanicked.Error(), e.LastError)
+}
+
+// refusingPublisher is a router's publisher whose broker is down.
+type refusingPublisher struct{}
+
+func (refusingPublisher) Publish(string, ...*message.Message) error {
+	return errors.New("broker unreachable")
+}
+
+func (refusingPublisher) Close() error { return nil }
+
+// A handler that returns no error is nacked all the same when the router
+// cannot publish the messages it produced. RecordErrors saw no error then:
+// last_error must neither blame a missing RecordErrors nor keep an error
+// that an earlier try of the same delivery returned (Watermill's Retry
+// outside RecordErrors), which made the event DEAD.
+func TestRecordErrorsNackAfterHandlerSuccess(t *testing.T) {
+	t.Parallel()
+	for name, tc := range map[string]struct {
+		mw        []message.HandlerMiddleware
+		firstFail error // what the first try returns
+	}{
+		"RecordErrors outermost": {mw: []message.HandlerMiddleware{outboxmw.RecordErrors}},
+		"Retry outside RecordErrors": {
+			mw: []message.HandlerMiddleware{
+				wmmw.Retry{MaxRetries: 1, InitialInterval: time.Millisecond}.Middleware,
+				outboxmw.RecordErrors,
+			},
+			firstFail: outbox.Permanent(errors.New("schema not loaded yet")),
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			pool := testdb.New(t)
+			r := relaytest.Start(t, pool, slowRetries, nil)
+			router, err := message.NewRouter(message.RouterConfig{CloseTimeout: 10 * time.Second}, watermill.NopLogger{})
+			require.NoError(t, err)
+			router.AddMiddleware(tc.mw...)
+			var tries atomic.Int32
+			router.AddHandler("translate", "orders", r.Sub, "orders-out", refusingPublisher{},
+				func(msg *message.Message) ([]*message.Message, error) {
+					if tries.Add(1) == 1 && tc.firstFail != nil {
+						return nil, tc.firstFail
+					}
+					return []*message.Message{message.NewMessage(watermill.NewUUID(), msg.Payload)}, nil
+				})
+			runRouter(t, router)
+
+			r.Publish(t, "orders", message.NewMessage(watermill.NewUUID(), []byte("x")))
+			e := onlyEvent(t, pool, r.Store)
+			require.Equal(t, outbox.StatusRetry, e.Status, "last_error %q", e.LastError)
+			require.Equal(t, 1, e.Attempts)
+			require.Equal(t, outboxmw.ErrNackedAfterSuccess.Error(), e.LastError)
+		})
+	}
+}
+
+// runRouter runs router until the end of the test.
+func runRouter(t *testing.T, router *message.Router) {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- router.Run(context.Background()) }()
+	t.Cleanup(func() {
+		require.NoError(t, router.Close())
+		require.NoError(t, <-done)
+	})
+	select {
+	case <-router.Running():
+	case err := <-done:
+		t.Fatalf("router stopped: %v", err)
+	}
 }
