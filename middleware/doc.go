@@ -16,5 +16,7 @@
 //
 // Error classes come from package outbox: return outbox.Permanent(err) to
 // make an event DEAD at once, outbox.RetryAfter(d, err) to have it
-// delivered again after d without spending an attempt.
+// delivered again after d without spending an attempt. With Watermill's
+// Retry middleware, set its ShouldRetry to [ShouldRetry], so that Retry
+// does not retry those in the handler.
 package middleware
