@@ -48,15 +48,16 @@ func TestRunsEveryScenario(t *testing.T) {
 	}
 	server := testServer(t)
 	tiny := sizes{reps: 1, writes: 100, drain: 500, latencyEvents: 50, kafka: 500}
-	require.NoError(t, run(context.Background(), server, tiny, "", true))
+	name, err := run(context.Background(), server, tiny, "", true)
+	require.NoError(t, err)
 
 	conn, err := pgx.Connect(t.Context(), server)
 	require.NoError(t, err)
 	defer conn.Close(context.Background())
-	var left int
+	var left bool
 	require.NoError(t, conn.QueryRow(t.Context(),
-		`SELECT count(*) FROM pg_database WHERE datname LIKE 'wmoutbox_bench_%'`).Scan(&left))
-	require.Zero(t, left, "the program drops its database")
+		`SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)`, name).Scan(&left))
+	require.False(t, left, "the program drops its database %s", name)
 }
 
 // TestRawTableIsLikeTheOutboxTable: the raw limits run on a table of the

@@ -56,15 +56,38 @@ func (db *database) drop() error {
 }
 
 // pool opens a connection pool on the database, large enough for four
-// writers and a relay.
+// writers and a relay, with the connections they use already dialled, so
+// that no timed window pays for dialling them.
 func (db *database) pool(ctx context.Context) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(db.url)
 	if err != nil {
 		return nil, err
 	}
 	cfg.MaxConns = 16
-	return pgxpool.NewWithConfig(ctx, cfg)
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	conns := make([]*pgxpool.Conn, 0, warmConns)
+	defer func() {
+		for _, c := range conns {
+			c.Release()
+		}
+	}()
+	for range warmConns {
+		c, err := pool.Acquire(ctx)
+		if err != nil {
+			pool.Close()
+			return nil, fmt.Errorf("open connections: %w", err)
+		}
+		conns = append(conns, c)
+	}
+	return pool, nil
 }
+
+// warmConns is how many connections a pool opens at once: four writers
+// and a relay's claims, outcomes and listener.
+const warmConns = 8
 
 // freshTable creates an outbox table of its own for one repetition, so
 // that no repetition inherits another's dead rows.

@@ -28,6 +28,11 @@ type forwarderSetting struct {
 	name         string        // "default" or "tuned", printed in the table
 	pollInterval time.Duration // watermill-sql subscriber poll interval
 	batchSize    int           // rows the subscriber reads per query (the schema adapter's batch size)
+	// asyncCommit: the subscriber's transactions, which record the
+	// offsets, commit without waiting for the WAL flush, as our relay's
+	// bookkeeping does. A crash then loses the latest offsets, and their
+	// messages are delivered again.
+	asyncCommit bool
 }
 
 var (
@@ -36,7 +41,7 @@ var (
 	// falls back to SubscribeBatchSize 100 (schema_adapter_postgresql.go).
 	forwarderDefault = forwarderSetting{name: "default", pollInterval: time.Second, batchSize: 100}
 	// tuned: the best the baseline can be configured to do.
-	forwarderTuned = forwarderSetting{name: "tuned", pollInterval: 10 * time.Millisecond, batchSize: 1000}
+	forwarderTuned = forwarderSetting{name: "tuned", pollInterval: 10 * time.Millisecond, batchSize: 1000, asyncCommit: true}
 )
 
 const (
@@ -69,6 +74,7 @@ func fwdMessage(ctx context.Context, i int) *message.Message {
 // forwarder and sink.
 type fwdRig struct {
 	pool    *pgxpool.Pool
+	subPool *pgxpool.Pool // the subscriber's: pool, or one of its own for asyncCommit
 	topic   string
 	schema  wsql.DefaultPostgreSQLSchema
 	offsets wsql.DefaultPostgreSQLOffsetsAdapter
@@ -92,23 +98,35 @@ func newFwdRig(ctx context.Context, pool *pgxpool.Pool, s forwarderSetting) (*fw
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	r := &fwdRig{
-		pool:   pool,
-		topic:  "bench_fwd_" + hex.EncodeToString(b[:]),
-		schema: wsql.DefaultPostgreSQLSchema{SubscribeBatchSize: s.batchSize},
-		log:    &errLog{},
+		pool:    pool,
+		subPool: pool,
+		topic:   "bench_fwd_" + hex.EncodeToString(b[:]),
+		schema:  wsql.DefaultPostgreSQLSchema{SubscribeBatchSize: s.batchSize},
+		log:     &errLog{},
+	}
+	if s.asyncCommit {
+		cfg := pool.Config()
+		if cfg.ConnConfig.RuntimeParams == nil {
+			cfg.ConnConfig.RuntimeParams = map[string]string{}
+		}
+		cfg.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
+		var err error
+		if r.subPool, err = pgxpool.NewWithConfig(ctx, cfg); err != nil {
+			return nil, fmt.Errorf("forwarder: subscriber pool: %w", err)
+		}
 	}
 	sub, err := r.subscriber(s)
 	if err != nil {
-		return nil, err
+		return nil, errors.Join(err, r.close())
 	}
 	if err := sub.SubscribeInitialize(r.topic); err != nil {
-		return nil, fmt.Errorf("forwarder: initialize schema: %w", err)
+		return nil, errors.Join(fmt.Errorf("forwarder: initialize schema: %w", err), r.close())
 	}
 	return r, nil
 }
 
 func (r *fwdRig) subscriber(s forwarderSetting) (*wsql.Subscriber, error) {
-	sub, err := wsql.NewSubscriber(wsql.BeginnerFromPgx(r.pool), wsql.SubscriberConfig{
+	sub, err := wsql.NewSubscriber(wsql.BeginnerFromPgx(r.subPool), wsql.SubscriberConfig{
 		PollInterval:   s.pollInterval,
 		SchemaAdapter:  r.schema,
 		OffsetsAdapter: r.offsets,
@@ -167,16 +185,25 @@ func (r *fwdRig) start(ctx context.Context, s forwarderSetting, recv func(*messa
 	}
 }
 
-// close stops the forwarder (which closes its subscriber) and the sink, and
-// drops the topic's tables.
-func (r *fwdRig) close() error {
-	var errs []error
-	if r.fwd != nil {
-		errs = append(errs, r.fwd.Close())
-		if err := <-r.runErr; err != nil {
-			errs = append(errs, fmt.Errorf("forwarder: run: %w", err))
-		}
+// stop stops the forwarder, which closes its subscriber once the acked
+// messages' offsets are committed.
+func (r *fwdRig) stop() error {
+	if r.fwd == nil {
+		return nil
 	}
+	var errs []error
+	errs = append(errs, r.fwd.Close())
+	if err := <-r.runErr; err != nil {
+		errs = append(errs, fmt.Errorf("forwarder: run: %w", err))
+	}
+	r.fwd = nil
+	return errors.Join(errs...)
+}
+
+// close stops the forwarder and the sink, drops the topic's tables and
+// closes the subscriber's own pool.
+func (r *fwdRig) close() error {
+	errs := []error{r.stop()}
 	if r.sink != nil {
 		errs = append(errs, r.sink.close())
 	}
@@ -185,6 +212,9 @@ func (r *fwdRig) close() error {
 	_, err := r.pool.Exec(ctx, "DROP TABLE IF EXISTS "+r.schema.MessagesTable(r.topic)+", "+
 		r.offsets.MessagesOffsetsTable(r.topic))
 	errs = append(errs, err)
+	if r.subPool != r.pool {
+		r.subPool.Close()
+	}
 	return errors.Join(errs...)
 }
 
@@ -227,7 +257,12 @@ func forwarderDrain(ctx context.Context, pool *pgxpool.Pool, n int, s forwarderS
 	if err := tally.wait(ctx, r.log); err != nil {
 		return window{}, err
 	}
-	return watch.stop(n), tally.check("drain")
+	// As ours: the drain ends when the forwarder has stopped, every offset
+	// recorded.
+	if err := r.stop(); err != nil {
+		return window{}, err
+	}
+	return watch.stop(n), tally.check("forwarder drain")
 }
 
 // forwarderLatency runs the forwarder, then writes count events one per business transaction
@@ -244,7 +279,7 @@ func forwarderLatency(ctx context.Context, pool *pgxpool.Pool, rate float64, cou
 	}
 	defer func() { err = errors.Join(err, r.close()) }()
 
-	tally := newTally(count)
+	tally := newLatencyTally(count)
 	if err := r.start(ctx, s, tally.recv); err != nil {
 		return nil, err
 	}
@@ -275,7 +310,7 @@ func forwarderLatency(ctx context.Context, pool *pgxpool.Pool, rate float64, cou
 	if err := tally.wait(ctx, r.log); err != nil {
 		return nil, err
 	}
-	if err := tally.check("latency"); err != nil {
+	if err := tally.check("forwarder latency"); err != nil {
 		return nil, err
 	}
 	return tally.latencies(committed), nil

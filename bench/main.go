@@ -73,7 +73,7 @@ func main() {
 		}
 		defer stopProfile()
 	}
-	if err := run(ctx, *url, sz, *only, *quick); err != nil {
+	if _, err := run(ctx, *url, sz, *only, *quick); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}

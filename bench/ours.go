@@ -392,7 +392,32 @@ func oursDrain(ctx context.Context, db *database, pool *pgxpool.Pool, n, instanc
 	if err := t.wait(ctx, nil); err != nil {
 		return window{}, err
 	}
-	return watch.stop(n), t.check("drain")
+	// The drain ends when every outcome is recorded, as the raw loops'
+	// ends with their last marking: the relays hold the last outcomes for
+	// up to the settler's linger, and closing them writes those.
+	stopping := relays
+	relays = nil
+	if err := closeAll(stopping); err != nil {
+		return window{}, err
+	}
+	w := watch.stop(n)
+	if err := requireRecorded(ctx, pool, table.Table, n); err != nil {
+		return window{}, err
+	}
+	return w, t.check("drain")
+}
+
+// requireRecorded fails unless each of the n events of table was recorded
+// DONE (or deleted, as delivered).
+func requireRecorded(ctx context.Context, pool *pgxpool.Pool, table string, n int) error {
+	var pending int
+	if err := pool.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{table}.Sanitize()+" WHERE status <> 1").Scan(&pending); err != nil {
+		return err
+	}
+	if pending > 0 {
+		return fmt.Errorf("%d of %d delivered events not recorded DONE after the relays stopped", pending, n)
+	}
+	return nil
 }
 
 // toSink is a downstream for oursDrain and oursWrite: the GoChannel sink.
@@ -418,7 +443,7 @@ func oursLatency(ctx context.Context, db *database, pool *pgxpool.Pool, count in
 		return nil, err
 	}
 	defer drop()
-	t := newTally(count)
+	t := newLatencyTally(count)
 	snk, err := startSink(ctx, sinkTopic, t.recv)
 	if err != nil {
 		return nil, err

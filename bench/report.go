@@ -102,21 +102,49 @@ type series struct {
 	windows []window
 }
 
-// interleave runs every series once per repetition, rotating the order
-// from one repetition to the next, so that the drift of a shared machine's
-// speed falls on all of them alike.
-func interleave(reps int, all ...*series) error {
+// rotate runs each of n configurations once per repetition, rotating the
+// order from one repetition to the next, so that the drift of a shared
+// machine's speed falls on all of them alike.
+func rotate(reps, n int, run func(i int) error) error {
 	for rep := range reps {
-		for i := range all {
-			s := all[(rep+i)%len(all)]
-			w, err := s.measure()
-			if err != nil {
-				return fmt.Errorf("%s: %w", s.name, err)
+		for k := range n {
+			if err := run((rep + k) % n); err != nil {
+				return err
 			}
-			s.windows = append(s.windows, w)
 		}
 	}
 	return nil
+}
+
+// interleave runs every series once per repetition, in rotation.
+func interleave(reps int, all ...*series) error {
+	return rotate(reps, len(all), func(i int) error {
+		s := all[i]
+		w, err := s.measure()
+		if err != nil {
+			return fmt.Errorf("%s: %w", s.name, err)
+		}
+		s.windows = append(s.windows, w)
+		return nil
+	})
+}
+
+// latencySeries is one configuration of the latency scenario: measure
+// runs it once and returns every event's latency; runs collects the
+// percentiles of each repetition.
+type latencySeries struct {
+	name, note string
+	measure    func() ([]time.Duration, error)
+	runs       []percentiles
+}
+
+// median is the median over the repetitions of each percentile.
+func (l *latencySeries) median() percentiles {
+	var p50, p99, most []float64
+	for _, p := range l.runs {
+		p50, p99, most = append(p50, float64(p.p50)), append(p99, float64(p.p99)), append(most, float64(p.max))
+	}
+	return percentiles{p50: time.Duration(median(p50)), p99: time.Duration(median(p99)), max: time.Duration(median(most))}
 }
 
 // median is the median rate, events per second.

@@ -27,12 +27,18 @@ type results struct {
 	memoryElapsed                   time.Duration
 }
 
-func run(ctx context.Context, server string, sz sizes, only string, quick bool) (err error) {
+// run runs the scenarios of only (all with "") in a database of its own,
+// which it drops at the end, and returns that database's name.
+func run(ctx context.Context, server string, sz sizes, only string, quick bool) (dbName string, err error) {
 	db, err := createDatabase(ctx, server)
 	if err != nil {
-		return err
+		return "", err
 	}
 	defer func() { err = errors.Join(err, db.drop()) }()
+	return db.name, runIn(ctx, db, sz, only, quick)
+}
+
+func runIn(ctx context.Context, db *database, sz sizes, only string, quick bool) error {
 	pool, err := db.pool(ctx)
 	if err != nil {
 		return err
@@ -196,26 +202,38 @@ func (s forwarderSetting) describe() string {
 	return fmt.Sprintf("%s (poll %s, batch %d)", s.name, s.pollInterval, s.batchSize)
 }
 
+// measureLatency runs ours on the hot and the cold path and the forwarder
+// in rotation, and reports the median of each percentile over the
+// repetitions.
 func (res *results) measureLatency(ctx context.Context, db *database, pool *pgxpool.Pool, sz sizes, rep *report) error {
 	at := fmt.Sprintf("%d events at %d/s", sz.latencyEvents, latencyRate)
-	hot, err := oursLatency(ctx, db, pool, sz.latencyEvents, true)
-	if err != nil {
-		return err
+	all := []*latencySeries{
+		{name: "4 latency commit→sink: ours, hot path, " + at,
+			measure: func() ([]time.Duration, error) { return oursLatency(ctx, db, pool, sz.latencyEvents, true) }},
+		{name: "4 latency commit→sink: ours, cold path (other process, poll 5s), " + at, note: "woken by the writer's notification",
+			measure: func() ([]time.Duration, error) { return oursLatency(ctx, db, pool, sz.latencyEvents, false) }},
 	}
-	res.hot = latencyOf(hot)
-	rep.addValue("4 latency commit→sink: ours, hot path, "+at, res.hot.String(), "")
-	cold, err := oursLatency(ctx, db, pool, sz.latencyEvents, false)
-	if err != nil {
-		return err
-	}
-	res.cold = latencyOf(cold)
-	rep.addValue("4 latency commit→sink: ours, cold path (other process, poll 5s), "+at, res.cold.String(), "woken by the writer's notification")
 	for _, s := range []forwarderSetting{forwarderTuned, forwarderDefault} {
-		lat, err := forwarderLatency(ctx, pool, latencyRate, sz.latencyEvents, s)
+		all = append(all, &latencySeries{name: "4 latency commit→sink: forwarder " + s.describe() + ", " + at,
+			measure: func() ([]time.Duration, error) {
+				return forwarderLatency(ctx, pool, latencyRate, sz.latencyEvents, s)
+			}})
+	}
+	err := rotate(sz.reps, len(all), func(i int) error {
+		l := all[i]
+		lat, err := l.measure()
 		if err != nil {
-			return err
+			return fmt.Errorf("%s: %w", l.name, err)
 		}
-		rep.addValue("4 latency commit→sink: forwarder "+s.describe()+", "+at, latencyOf(lat).String(), "")
+		l.runs = append(l.runs, latencyOf(lat))
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	res.hot, res.cold = all[0].median(), all[1].median()
+	for _, l := range all {
+		rep.addValue(l.name, l.median().String(), l.note)
 	}
 	return nil
 }
