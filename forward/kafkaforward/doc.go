@@ -47,4 +47,11 @@
 //
 // NewPublisher connects at once and fails when no broker answers; wrap it
 // in forward.Lazy for a relay that starts while Kafka is down.
+//
+// # Closing
+//
+// [Publisher.Close] may run while handlers still publish (a router whose
+// CloseTimeout ran out): it waits for the publishes in flight, and later
+// ones fail with [ErrClosed], so their events are delivered again. Close
+// is idempotent.
 package kafkaforward

@@ -89,8 +89,8 @@ func PartitionKey(_ string, msg *message.Message) (string, error) {
 // [SaramaConfig]). It connects at once: with no broker reachable it fails,
 // wrapping Sarama's error (sarama.ErrOutOfBrokers). A configuration Sarama
 // rejects fails with a sarama.ConfigurationError. Close the publisher when
-// done; Publish is safe for concurrent use.
-func NewPublisher(brokers []string, cfg Config) (*kafka.Publisher, error) {
+// done; Publish and Close are safe for concurrent use.
+func NewPublisher(brokers []string, cfg Config) (*Publisher, error) {
 	if len(brokers) == 0 {
 		return nil, fmt.Errorf("%w: kafkaforward: no brokers", outbox.ErrInvalidRequest)
 	}
@@ -111,5 +111,5 @@ func NewPublisher(brokers []string, cfg Config) (*kafka.Publisher, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kafkaforward: %w", err)
 	}
-	return pub, nil
+	return &Publisher{pub: pub}, nil
 }
