@@ -32,10 +32,20 @@
 //
 // [SaramaConfig] waits for all in-sync replicas (acks=all), turns on the
 // idempotent producer (so Sarama's own retries write no duplicates), keeps
-// one request in flight per broker (ordering), and retries for a few
-// seconds before Publish gives up. What Sarama does not retry the outbox
-// does: the forward handler returns the error and the event is delivered
-// again later.
+// one request in flight per broker (ordering), and retries an error the
+// broker answers with (a leader election) for a few seconds before
+// Publish gives up. What Sarama does not retry the outbox does: the
+// forward handler returns the error and the event is delivered again
+// later.
+//
+// A broker that takes the connection but never answers holds each of
+// Sarama's tries for Net.ReadTimeout (30 s): minutes in all, longer than
+// the subscriber's default LockTimeout. [Publisher.Publish] stops waiting
+// when the message's context ends (the outbox subscriber ends it when it
+// gives up on a delivery at Close) and returns the context's error; the
+// record Sarama holds may still be written, so the event may reach Kafka
+// twice. Lower Net.ReadTimeout (keep it above Producer.Timeout) or raise
+// the LockTimeout if a stalled broker must not outlast the claim lease.
 //
 // Sarama refuses a record larger than Producer.MaxMessageBytes (1 MiB by
 // default) and so does the broker above its message.max.bytes; an outbox

@@ -1,6 +1,7 @@
 package kafkaforward_test
 
 import (
+	"context"
 	"sync"
 	"testing"
 	"time"
@@ -8,6 +9,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/wmoutbox/wmoutbox/forward/kafkaforward"
 	"github.com/wmoutbox/wmoutbox/internal/relaytest"
@@ -51,4 +54,53 @@ func TestCloseDuringPublish(t *testing.T) {
 		}
 	}
 	require.NoError(t, pub.Close(), "Close is idempotent")
+}
+
+// A broker that takes the connection but never answers a produce (a
+// stalled network, a broker stuck on its disk) holds a Sarama send for
+// Net.ReadTimeout on every retry. Publish must give up when the message's
+// context ends, as the outbox subscriber ends it when it gives up on the
+// delivery at Close, and not hold the handler and the router for that long.
+func TestPublishStopsWhenMessageContextEnds(t *testing.T) {
+	t.Parallel()
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.AllowAutoTopicCreation())
+	require.NoError(t, err)
+	defer cluster.Close()
+	sc := kafkaforward.SaramaConfig()
+	sc.Net.ReadTimeout = time.Hour // Sarama alone waits this long
+	pub, err := kafkaforward.NewPublisher(cluster.ListenAddrs(), kafkaforward.Config{Sarama: sc})
+	require.NoError(t, err)
+	const topic = "stalled"
+	require.NoError(t, pub.Publish(topic, message.NewMessage(watermill.NewUUID(), []byte("before"))))
+
+	stalled := make(chan struct{})
+	var once sync.Once
+	cluster.ControlKey(kmsg.Produce.Int16(), func(kmsg.Request) (kmsg.Response, error, bool) {
+		cluster.KeepControl()
+		once.Do(func() { close(stalled) })
+		return nil, nil, true // no answer
+	})
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	msg := message.NewMessage(watermill.NewUUID(), []byte("stalled"))
+	msg.SetContext(ctx)
+	published := make(chan error, 1)
+	go func() { published <- pub.Publish(topic, msg) }()
+	select {
+	case <-stalled:
+	case <-time.After(relaytest.WaitLimit):
+		t.Fatal("the produce request did not reach the broker")
+	}
+	cancel()
+	select {
+	case err := <-published:
+		require.ErrorIs(t, err, context.Canceled)
+	case <-time.After(relaytest.WaitLimit):
+		t.Fatal("Publish went on waiting for Kafka after its message's context ended")
+	}
+
+	// The send Publish gave up on ends when the broker goes away; Close
+	// waits for it.
+	cluster.Close()
+	require.NoError(t, pub.Close())
 }
