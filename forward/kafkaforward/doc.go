@@ -1,6 +1,7 @@
-// Package kafkaforward builds a watermill-kafka publisher set up for
-// forwarding outbox events: durable, idempotent, and keyed by aggregate so
-// that the events of one aggregate stay on one partition.
+// Package kafkaforward builds a Kafka publisher (Sarama, writing the
+// records watermill-kafka's publisher writes) set up for forwarding outbox
+// events: durable, idempotent, and keyed by aggregate so that the events
+// of one aggregate stay on one partition.
 //
 //	pub, err := kafkaforward.NewPublisher([]string{"kafka:9092"}, kafkaforward.Config{ClientID: "orders-relay"})
 //	if err != nil { ... }
@@ -55,8 +56,10 @@
 //
 // # Connecting
 //
-// NewPublisher connects at once and fails when no broker answers; wrap it
-// in forward.Lazy for a relay that starts while Kafka is down.
+// NewPublisher connects at once and fails when no broker answers, or when
+// the broker refuses the idempotent producer its id; it leaves nothing
+// connected when it fails. Wrap it in forward.Lazy for a relay that starts
+// while Kafka is down.
 //
 // # Closing
 //

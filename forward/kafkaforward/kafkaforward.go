@@ -6,7 +6,6 @@ import (
 
 	"github.com/IBM/sarama"
 	"github.com/ThreeDotsLabs/watermill"
-	"github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/wmoutbox/wmoutbox/outbox"
@@ -29,7 +28,8 @@ type Config struct {
 	// [DefaultClientID] (with the default Sarama config).
 	ClientID string
 
-	// Logger receives watermill-kafka's logs. Default: none.
+	// Logger receives a trace line for each record Kafka acknowledged.
+	// Default: none.
 	Logger watermill.LoggerAdapter
 }
 
@@ -84,12 +84,14 @@ func PartitionKey(_ string, msg *message.Message) (string, error) {
 	return msg.UUID, nil
 }
 
-// NewPublisher returns a watermill-kafka publisher on brokers that keys
-// records with [PartitionKey] and produces with cfg.Sarama (default
-// [SaramaConfig]). It connects at once: with no broker reachable it fails,
-// wrapping Sarama's error (sarama.ErrOutOfBrokers). A configuration Sarama
-// rejects fails with a sarama.ConfigurationError. Close the publisher when
-// done; Publish and Close are safe for concurrent use.
+// NewPublisher returns a publisher on brokers that produces with
+// cfg.Sarama (default [SaramaConfig]) records as watermill-kafka's
+// publisher writes them, keyed with [PartitionKey]. It connects at once:
+// with no broker reachable it fails, wrapping Sarama's error
+// (sarama.ErrOutOfBrokers). A configuration Sarama rejects fails with a
+// sarama.ConfigurationError. When it fails it leaves nothing connected.
+// Close the publisher when done; Publish and Close are safe for concurrent
+// use.
 func NewPublisher(brokers []string, cfg Config) (*Publisher, error) {
 	if len(brokers) == 0 {
 		return nil, fmt.Errorf("%w: kafkaforward: no brokers", outbox.ErrInvalidRequest)
@@ -103,13 +105,22 @@ func NewPublisher(brokers []string, cfg Config) (*Publisher, error) {
 		copied.ClientID = cfg.ClientID
 		sc = &copied
 	}
-	pub, err := kafka.NewPublisher(kafka.PublisherConfig{
-		Brokers:               brokers,
-		Marshaler:             recordMarshaler{},
-		OverwriteSaramaConfig: sc,
-	}, cfg.Logger)
+	logger := cfg.Logger
+	if logger == nil {
+		logger = watermill.NopLogger{}
+	}
+	// The client is ours, not the producer's: sarama.NewSyncProducer
+	// leaves the client it made connected when the producer then fails
+	// (an idempotent producer refused its producer id), and the broker
+	// connections and goroutines would outlive the error.
+	client, err := sarama.NewClient(brokers, sc)
 	if err != nil {
 		return nil, fmt.Errorf("kafkaforward: %w", err)
 	}
-	return &Publisher{pub: pub}, nil
+	producer, err := sarama.NewSyncProducerFromClient(client)
+	if err != nil {
+		_ = client.Close()
+		return nil, fmt.Errorf("kafkaforward: create producer: %w", err)
+	}
+	return &Publisher{client: client, producer: producer, logger: logger}, nil
 }

@@ -5,19 +5,24 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
+	"github.com/IBM/sarama"
+	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 )
 
-// Publisher is a watermill-kafka publisher made for forwarding, built by
-// [NewPublisher]. Publish and Close are safe for concurrent use; Close is
+// Publisher is a Watermill publisher to Kafka made for forwarding, built
+// by [NewPublisher]: see the package documentation for the records it
+// writes. Publish and Close are safe for concurrent use; Close is
 // idempotent.
 type Publisher struct {
+	client   sarama.Client
+	producer sarama.SyncProducer
+	logger   watermill.LoggerAdapter
+
 	// mu is held for reading by each send to Sarama, and for writing by
-	// Close: watermill-kafka's Publisher must not be closed during a
-	// Publish (Sarama panics sending on the input channel Close closed).
+	// Close: Sarama's producer must not be closed during a send (it
+	// panics sending on the input channel Close closed).
 	mu     sync.RWMutex
-	pub    *kafka.Publisher
 	closed bool
 }
 
@@ -43,15 +48,19 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 // Sarama's SyncProducer takes no context: the send runs on a goroutine of
 // its own, which Close waits for.
 func (p *Publisher) publish(topic string, msg *message.Message) error {
+	rec, err := recordMarshaler{}.Marshal(topic, msg)
+	if err != nil {
+		return fmt.Errorf("kafkaforward: message %s: %w", msg.UUID, err)
+	}
 	ctx := msg.Context()
 	if ctx.Done() == nil {
-		return p.send(topic, msg)
+		return p.send(msg.UUID, rec)
 	}
 	if ctx.Err() != nil {
 		return fmt.Errorf("kafkaforward: publish message %s to %s: %w", msg.UUID, topic, context.Cause(ctx))
 	}
 	done := make(chan error, 1)
-	go func() { done <- p.send(topic, msg) }()
+	go func() { done <- p.send(msg.UUID, rec) }()
 	select {
 	case err := <-done:
 		return err
@@ -60,21 +69,29 @@ func (p *Publisher) publish(topic string, msg *message.Message) error {
 	}
 }
 
-// send hands msg to watermill-kafka and waits for Kafka's answer.
-func (p *Publisher) send(topic string, msg *message.Message) error {
+// send hands rec, the record of message uuid, to Sarama and waits for
+// Kafka's answer.
+func (p *Publisher) send(uuid string, rec *sarama.ProducerMessage) error {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
 	if p.closed {
 		return ErrClosed
 	}
-	return p.pub.Publish(topic, msg)
+	partition, offset, err := p.producer.SendMessage(rec)
+	if err != nil {
+		return fmt.Errorf("kafkaforward: produce message %s to %s: %w", uuid, rec.Topic, err)
+	}
+	p.logger.Trace("Message sent to Kafka", watermill.LogFields{
+		"message_uuid": uuid, "topic": rec.Topic, "kafka_partition": partition, "kafka_partition_offset": offset,
+	})
+	return nil
 }
 
 // Close waits for the sends in flight, those of publishes that stopped
 // waiting included (Sarama settles every record it was given before it
-// closes, whatever Close does), then closes the producer.
-// Further calls to Close return nil; further calls to Publish fail with
-// [ErrClosed].
+// closes, whatever Close does), then closes the producer and its
+// connections. Further calls to Close return nil; further calls to
+// Publish fail with [ErrClosed].
 func (p *Publisher) Close() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -82,5 +99,13 @@ func (p *Publisher) Close() error {
 		return nil
 	}
 	p.closed = true
-	return p.pub.Close()
+	// The producer was made from the client and leaves it open.
+	if err := p.producer.Close(); err != nil {
+		_ = p.client.Close()
+		return fmt.Errorf("kafkaforward: close producer: %w", err)
+	}
+	if err := p.client.Close(); err != nil {
+		return fmt.Errorf("kafkaforward: close client: %w", err)
+	}
+	return nil
 }

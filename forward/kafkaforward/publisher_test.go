@@ -2,13 +2,17 @@ package kafkaforward_test
 
 import (
 	"context"
+	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/IBM/sarama"
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -103,4 +107,63 @@ func TestPublishStopsWhenMessageContextEnds(t *testing.T) {
 	// waits for it.
 	cluster.Close()
 	require.NoError(t, pub.Close())
+}
+
+// countingListener counts the connections it accepted that are still open
+// on the broker's side.
+type countingListener struct {
+	net.Listener
+	open *atomic.Int64
+}
+
+func (l countingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	l.open.Add(1)
+	return &countedConn{Conn: c, open: l.open}, nil
+}
+
+type countedConn struct {
+	net.Conn
+	open *atomic.Int64
+	once sync.Once
+}
+
+func (c *countedConn) Close() error {
+	c.once.Do(func() { c.open.Add(-1) })
+	return c.Conn.Close()
+}
+
+// A broker that refuses the idempotent producer its id (Kafka before 2.8
+// without the IdempotentWrite ACL, a coordinator still loading) makes
+// NewPublisher fail after Sarama's client connected. Nothing may stay
+// connected: behind forward.Lazy the connect is tried again for every
+// event, and each failure would keep a client, its connections and its
+// goroutines.
+func TestNewPublisherFailingAfterConnectLeavesNothingOpen(t *testing.T) {
+	t.Parallel()
+	var open atomic.Int64
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.AllowAutoTopicCreation(),
+		kfake.ListenFn(func(network, address string) (net.Listener, error) {
+			l, err := net.Listen(network, address)
+			if err != nil {
+				return nil, err
+			}
+			return countingListener{Listener: l, open: &open}, nil
+		}))
+	require.NoError(t, err)
+	t.Cleanup(cluster.Close)
+	cluster.ControlKey(kmsg.InitProducerID.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		cluster.KeepControl()
+		resp := req.(*kmsg.InitProducerIDRequest).ResponseKind().(*kmsg.InitProducerIDResponse)
+		resp.ErrorCode = kerr.ClusterAuthorizationFailed.Code
+		return resp, nil, true
+	})
+
+	_, err = kafkaforward.NewPublisher(cluster.ListenAddrs(), kafkaforward.Config{})
+	require.ErrorIs(t, err, sarama.ErrClusterAuthorizationFailed)
+	require.Positive(t, open.Load(), "NewPublisher connected before it failed")
+	relaytest.Eventually(t, "the failed publisher's connections closed", func() bool { return open.Load() == 0 })
 }
