@@ -21,7 +21,8 @@ type Config struct {
 	// Sarama replaces the producer configuration. Default [SaramaConfig].
 	// Start from SaramaConfig and change what you need (TLS, SASL, Version,
 	// compression) rather than from sarama.NewConfig, which is neither
-	// durable nor idempotent. It is used as given, except ClientID below.
+	// durable nor idempotent. It is used as given, except ClientID below
+	// and Producer.Return, which Publish needs on.
 	Sarama *sarama.Config
 
 	// ClientID, when set, overrides Sarama.ClientID. Default
@@ -55,8 +56,8 @@ func SaramaConfig() *sarama.Config {
 	// protocol version (2.1) is above it, and pinning it here keeps an
 	// older default from ever breaking idempotence.
 	c.Version = sarama.V2_1_0_0
-	// The SyncProducer behind watermill-kafka's Publisher waits on the
-	// success channel: without it Publish could not know the write landed.
+	// Publish waits for each record's answer (NewPublisher sets these
+	// whatever the config says).
 	c.Producer.Return.Successes = true
 	c.Producer.Return.Errors = true
 	// Ride out a leader election (a few seconds) inside one Publish;
@@ -100,16 +101,20 @@ func NewPublisher(brokers []string, cfg Config) (*Publisher, error) {
 	if sc == nil {
 		sc = SaramaConfig()
 	}
+	copied := *sc
 	if cfg.ClientID != "" {
-		copied := *sc
 		copied.ClientID = cfg.ClientID
-		sc = &copied
 	}
+	// Publish waits for each record's answer: without them it could not
+	// know whether the write landed.
+	copied.Producer.Return.Successes = true
+	copied.Producer.Return.Errors = true
+	sc = &copied
 	logger := cfg.Logger
 	if logger == nil {
 		logger = watermill.NopLogger{}
 	}
-	// The client is ours, not the producer's: sarama.NewSyncProducer
+	// The client is ours, not the producer's: sarama.NewAsyncProducer
 	// leaves the client it made connected when the producer then fails
 	// (an idempotent producer refused its producer id), and the broker
 	// connections and goroutines would outlive the error.
@@ -117,10 +122,10 @@ func NewPublisher(brokers []string, cfg Config) (*Publisher, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kafkaforward: %w", err)
 	}
-	producer, err := sarama.NewSyncProducerFromClient(client)
+	producer, err := sarama.NewAsyncProducerFromClient(client)
 	if err != nil {
 		_ = client.Close()
 		return nil, fmt.Errorf("kafkaforward: create producer: %w", err)
 	}
-	return &Publisher{client: client, producer: producer, logger: logger}, nil
+	return newPublisher(client, producer, logger), nil
 }

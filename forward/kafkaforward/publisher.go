@@ -14,19 +14,46 @@ import (
 // by [NewPublisher]: see the package documentation for the records it
 // writes. Publish and Close are safe for concurrent use; Close is
 // idempotent.
+//
+// It feeds Sarama's asynchronous producer and waits for each record's
+// answer on a channel of its own, which the record carries as its
+// Metadata, so that a Publish can stop waiting when its message's context
+// ends (Sarama's SyncProducer takes no context), with no goroutine per
+// record.
 type Publisher struct {
 	client   sarama.Client
-	producer sarama.SyncProducer
+	producer sarama.AsyncProducer
 	logger   watermill.LoggerAdapter
+	answers  sync.WaitGroup // the goroutines handing Sarama's answers to the records' channels
 
-	// mu is held for reading by each send to Sarama, and for writing by
-	// Close: Sarama's producer must not be closed during a send (it
-	// panics sending on the input channel Close closed).
+	// mu is held for reading while a record is handed to Sarama, and for
+	// writing by Close: the producer's input must not be written to once
+	// it shuts down (it panics sending on a closed channel).
 	mu     sync.RWMutex
 	closed bool
 }
 
 var _ message.Publisher = (*Publisher)(nil)
+
+// newPublisher starts the goroutines that hand the producer's answers to
+// the records' channels. producer must return successes and errors.
+func newPublisher(client sarama.Client, producer sarama.AsyncProducer, logger watermill.LoggerAdapter) *Publisher {
+	p := &Publisher{client: client, producer: producer, logger: logger}
+	p.answers.Go(func() {
+		for rec := range producer.Successes() {
+			rec.Metadata.(chan error) <- nil
+			p.logger.Trace("Message sent to Kafka", watermill.LogFields{
+				"topic": rec.Topic, "kafka_partition": rec.Partition, "kafka_partition_offset": rec.Offset,
+			})
+		}
+	})
+	p.answers.Go(func() {
+		for perr := range producer.Errors() {
+			perr.Msg.Metadata.(chan error) <- perr.Err
+		}
+	})
+	return p
+}
 
 // Publish sends msgs to topic, one after the other, and returns once
 // Kafka acknowledged each of them, or with the first error. It waits for
@@ -44,54 +71,54 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 	return nil
 }
 
-// publish sends msg and waits for the outcome until msg's context ends.
-// Sarama's SyncProducer takes no context: the send runs on a goroutine of
-// its own, which Close waits for.
 func (p *Publisher) publish(topic string, msg *message.Message) error {
 	rec, err := recordMarshaler{}.Marshal(topic, msg)
 	if err != nil {
 		return fmt.Errorf("kafkaforward: message %s: %w", msg.UUID, err)
 	}
+	// Buffered: the answer of a record whose Publish stopped waiting is
+	// dropped, not waited for.
+	answer := make(chan error, 1)
+	rec.Metadata = answer
 	ctx := msg.Context()
-	if ctx.Done() == nil {
-		return p.send(msg.UUID, rec)
+	if err := p.hand(ctx, rec); err != nil {
+		return fmt.Errorf("kafkaforward: publish message %s to %s: %w", msg.UUID, topic, err)
 	}
-	if ctx.Err() != nil {
-		return fmt.Errorf("kafkaforward: publish message %s to %s: %w", msg.UUID, topic, context.Cause(ctx))
-	}
-	done := make(chan error, 1)
-	go func() { done <- p.send(msg.UUID, rec) }()
 	select {
-	case err := <-done:
-		return err
+	case err := <-answer:
+		if err != nil {
+			return fmt.Errorf("kafkaforward: produce message %s to %s: %w", msg.UUID, topic, err)
+		}
+		return nil
 	case <-ctx.Done():
 		return fmt.Errorf("kafkaforward: publish message %s to %s: %w", msg.UUID, topic, context.Cause(ctx))
 	}
 }
 
-// send hands rec, the record of message uuid, to Sarama and waits for
-// Kafka's answer.
-func (p *Publisher) send(uuid string, rec *sarama.ProducerMessage) error {
+// hand gives rec to the producer, waiting for room in its input until ctx
+// ends.
+func (p *Publisher) hand(ctx context.Context, rec *sarama.ProducerMessage) error {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
 	if p.closed {
 		return ErrClosed
 	}
-	partition, offset, err := p.producer.SendMessage(rec)
-	if err != nil {
-		return fmt.Errorf("kafkaforward: produce message %s to %s: %w", uuid, rec.Topic, err)
+	if ctx.Err() != nil {
+		return context.Cause(ctx)
 	}
-	p.logger.Trace("Message sent to Kafka", watermill.LogFields{
-		"message_uuid": uuid, "topic": rec.Topic, "kafka_partition": partition, "kafka_partition_offset": offset,
-	})
-	return nil
+	select {
+	case p.producer.Input() <- rec:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
 }
 
-// Close waits for the sends in flight, those of publishes that stopped
-// waiting included (Sarama settles every record it was given before it
-// closes, whatever Close does), then closes the producer and its
-// connections. Further calls to Close return nil; further calls to
-// Publish fail with [ErrClosed].
+// Close waits for the records handed to Sarama, those of publishes that
+// stopped waiting included (Sarama settles every record it was given
+// before it shuts down), then closes the producer and its connections.
+// Further calls to Close return nil; further calls to Publish fail with
+// [ErrClosed].
 func (p *Publisher) Close() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -99,11 +126,12 @@ func (p *Publisher) Close() error {
 		return nil
 	}
 	p.closed = true
+	// The answers go to the records' channels, not to Close: Sarama's
+	// Close would read them itself, and a waiting Publish would miss its
+	// answer.
+	p.producer.AsyncClose()
+	p.answers.Wait()
 	// The producer was made from the client and leaves it open.
-	if err := p.producer.Close(); err != nil {
-		_ = p.client.Close()
-		return fmt.Errorf("kafkaforward: close producer: %w", err)
-	}
 	if err := p.client.Close(); err != nil {
 		return fmt.Errorf("kafkaforward: close client: %w", err)
 	}
