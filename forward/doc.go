@@ -42,7 +42,16 @@
 // last_error, and errors marked with outbox.Permanent or outbox.RetryAfter
 // (by a Topic function, say) keep their meaning.
 //
+// A downstream outage spends the attempts of the events that meet it:
+// with the default retry policy (10 attempts, backoff capped at 60 s) an
+// event goes DEAD about two minutes into an outage. Give the subscriber a
+// RetryPolicy whose attempts outlast the outages you plan for (attempts at
+// the 60 s cap, each a minute more), or replay the DEAD events once the
+// broker is back (ReplayDead on the store). They are never lost: DEAD
+// rows stay in the table until you replay or purge them.
+//
 // A downstream broker that is down when the relay starts need not stop it:
 // [Lazy] connects on first use, so the events wait in the table, RETRY
-// with the connection error in last_error, until the broker is back.
+// with the connection error in last_error, and are delivered once the
+// broker is back, as long as their attempts last.
 package forward

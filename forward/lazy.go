@@ -27,9 +27,11 @@ var _ message.Publisher = (*LazyPublisher)(nil)
 // to the publisher connect returned. Publishers such as kafkaforward's and
 // amqpforward's connect when they are built, and fail when the broker is
 // down; behind Lazy a relay starts anyway, and the [Handler] returns the
-// connection error for each event, which stays pending (RETRY, with the
-// error in last_error) until the broker answers. Reconnecting after the
-// first success is left to the downstream publisher.
+// connection error for each event, which is retried as for any failed
+// publish (RETRY, with the error in last_error) and goes DEAD when the
+// subscriber's retry policy has no attempt left: see the package
+// documentation. Reconnecting after the first success is left to the
+// downstream publisher.
 //
 //	pub := forward.Lazy(func() (message.Publisher, error) {
 //		return amqpforward.NewPublisher(url, amqpforward.Config{})
