@@ -32,7 +32,12 @@ const (
 	// the time of publishing.
 	MetadataOccurredAt = "outbox_occurred_at"
 	// MetadataEventID is the outbox event id, set on delivery: the key
-	// consumers deduplicate by. Setting it on Publish chooses the id.
+	// consumers deduplicate by. Setting it on Publish chooses the id, so a
+	// delivered message published again through a Publisher keeps its
+	// event id, and on the table it came from fails with
+	// outbox.ErrDuplicateEvent (Watermill's PoisonQueue middleware on an
+	// outbox Publisher, say): delete the key from the metadata first to
+	// write it as a new event.
 	MetadataEventID = "outbox_event_id"
 
 	// MetadataAttempt is the delivery attempt, 1 for the first, set on

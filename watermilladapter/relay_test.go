@@ -136,6 +136,30 @@ func TestCommitDeliversOnHotPathRollbackDeliversNothing(t *testing.T) {
 	require.Equal(t, 1, rowCount(t, pool), "the rolled-back message left no row")
 }
 
+// A delivered message published again (a handler passing it on, a
+// PoisonQueue on an outbox Publisher) keeps its event id, as documented:
+// on the same table that is a duplicate, and without the key it is a new
+// event.
+func TestDeliveredMessagePublishedAgainKeepsItsEventID(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t)
+	got := newReceived()
+	r := relaytest.Start(t, pool, watermilladapter.SubscriberConfig{}, relaytest.Handlers{"orders": got.handler})
+	r.Publish(t, "orders", newMsg(`{"order": 1}`))
+	delivered := got.next(t)
+	id := delivered.Metadata.Get(watermilladapter.MetadataEventID)
+
+	again := delivered.Copy()
+	err := r.Store.InTx(t.Context(), func(ctx context.Context, tx pgx.Tx) error {
+		return r.Pub.WithTx(tx).Publish("orders-poison", again)
+	})
+	require.ErrorIs(t, err, outbox.ErrDuplicateEvent)
+
+	delete(again.Metadata, watermilladapter.MetadataEventID)
+	r.Publish(t, "orders-poison", again)
+	require.Equal(t, 2, rowCount(t, pool), "a new event beside %s", id)
+}
+
 func TestPublishWithoutTransactionFailsFast(t *testing.T) {
 	t.Parallel()
 	pool := testdb.New(t)
