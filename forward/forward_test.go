@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -51,6 +52,12 @@ func (p *recordingPublisher) Close() error {
 	p.closed++
 	p.mu.Unlock()
 	return nil
+}
+
+func (p *recordingPublisher) closedCount() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.closed
 }
 
 func (p *recordingPublisher) published() []published {
@@ -303,5 +310,57 @@ func TestLazyCloseWaitsForPublishesInFlight(t *testing.T) {
 	require.NoError(t, <-published)
 	require.NoError(t, <-closed)
 	require.False(t, down.closedWhileBusy)
+	require.ErrorIs(t, lazy.Publish("orders", outboxMessage([]byte("2"))), forward.ErrPublisherClosed)
+}
+
+// A connect that hangs (a broker host that drops packets: a dial timeout
+// for each metadata retry) must not hold a delivery past its message's
+// context, nor Close; the publisher it builds at last is closed.
+func TestLazyConnectDoesNotHoldPublishOrClose(t *testing.T) {
+	t.Parallel()
+	down := &recordingPublisher{}
+	connecting, release := make(chan struct{}, 8), make(chan struct{})
+	var connects atomic.Int32
+	lazy := forward.Lazy(func() (message.Publisher, error) {
+		connects.Add(1)
+		connecting <- struct{}{}
+		<-release
+		return down, nil
+	})
+
+	ctx, cancel := context.WithCancel(t.Context())
+	const publishers = 4
+	published := make(chan error, publishers)
+	for range publishers {
+		go func() {
+			msg := outboxMessage([]byte("1"))
+			msg.SetContext(ctx)
+			published <- lazy.Publish("orders", msg)
+		}()
+	}
+	<-connecting
+	cancel()
+	for range publishers {
+		select {
+		case err := <-published:
+			require.ErrorIs(t, err, context.Canceled)
+		case <-time.After(waitLimit):
+			t.Fatal("Publish waited for the connect after its message's context ended")
+		}
+	}
+	require.EqualValues(t, 1, connects.Load(), "the publishes waited for one connect")
+
+	closed := make(chan error, 1)
+	go func() { closed <- lazy.Close() }()
+	select {
+	case err := <-closed:
+		require.NoError(t, err)
+	case <-time.After(waitLimit):
+		t.Fatal("Close waited for the connect")
+	}
+	close(release)
+	require.Eventually(t, func() bool { return down.closedCount() == 1 }, waitLimit, time.Millisecond,
+		"the publisher the late connect built is closed")
+	require.Empty(t, down.published())
 	require.ErrorIs(t, lazy.Publish("orders", outboxMessage([]byte("2"))), forward.ErrPublisherClosed)
 }

@@ -1,6 +1,8 @@
 package forward
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"sync"
 
@@ -13,11 +15,19 @@ type LazyPublisher struct {
 	connect func() (message.Publisher, error)
 
 	// mu is held for reading by each Publish to the downstream publisher,
-	// and for writing while connecting and closing: Close waits for the
-	// publishes in flight.
-	mu     sync.RWMutex
-	pub    message.Publisher
-	closed bool
+	// and for writing while the fields change and while closing: Close
+	// waits for the publishes in flight.
+	mu         sync.RWMutex
+	pub        message.Publisher
+	closed     bool
+	connecting *connectAttempt // the connect under way, if any
+}
+
+// connectAttempt is one call of connect, which every Publish arriving
+// meanwhile waits for.
+type connectAttempt struct {
+	done chan struct{}
+	err  error // set before done is closed
 }
 
 var _ message.Publisher = (*LazyPublisher)(nil)
@@ -37,10 +47,14 @@ var _ message.Publisher = (*LazyPublisher)(nil)
 //		return amqpforward.NewPublisher(url, amqpforward.Config{})
 //	})
 //
-// Publish and Close are safe for concurrent use; a Publish that connects
-// holds up the others until connect returns. Close is idempotent, waits
-// for the publishes in flight, and closes the downstream publisher if one
-// was built.
+// Publish and Close are safe for concurrent use. One connect runs at a
+// time, and the publishes that arrive meanwhile wait for it, each until
+// its first message's context ends (the outbox subscriber ends it when it
+// gives up on the delivery): a connect that hangs, on a broker host that
+// drops packets, holds no delivery longer than that. Close is idempotent,
+// waits for the publishes in flight, and closes the downstream publisher
+// if one was built; it does not wait for a connect under way, whose
+// publisher is closed when it returns.
 func Lazy(connect func() (message.Publisher, error)) *LazyPublisher {
 	return &LazyPublisher{connect: connect}
 }
@@ -48,39 +62,66 @@ func Lazy(connect func() (message.Publisher, error)) *LazyPublisher {
 // Publish connects if needed, then publishes msgs on topic downstream. A
 // connect failure is returned wrapped, naming the operation.
 func (l *LazyPublisher) Publish(topic string, msgs ...*message.Message) error {
-	l.mu.RLock()
-	pub, closed := l.pub, l.closed
-	if pub != nil && !closed {
-		defer l.mu.RUnlock()
-		return pub.Publish(topic, msgs...)
+	ctx := context.Background()
+	if len(msgs) > 0 {
+		ctx = msgs[0].Context()
 	}
-	l.mu.RUnlock()
-	if closed {
-		return ErrPublisherClosed
+	for {
+		l.mu.RLock()
+		if l.closed {
+			l.mu.RUnlock()
+			return ErrPublisherClosed
+		}
+		if l.pub != nil {
+			defer l.mu.RUnlock()
+			return l.pub.Publish(topic, msgs...)
+		}
+		l.mu.RUnlock()
+		attempt := l.startConnect()
+		select {
+		case <-attempt.done:
+			if attempt.err != nil {
+				return attempt.err
+			}
+		case <-ctx.Done():
+			return fmt.Errorf("forward: connect downstream publisher: %w", context.Cause(ctx))
+		}
 	}
-	if err := l.connectOnce(); err != nil {
-		return err
-	}
-	return l.Publish(topic, msgs...)
 }
 
-// connectOnce builds the downstream publisher unless another Publish did
-// meanwhile, or Close came first.
-func (l *LazyPublisher) connectOnce() error {
+// startConnect returns the connect under way, starting one if there is
+// none. A connect that returns after Close closes what it built.
+func (l *LazyPublisher) startConnect() *connectAttempt {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.connecting != nil {
+		return l.connecting
+	}
+	attempt := &connectAttempt{done: make(chan struct{})}
 	if l.closed || l.pub != nil {
-		return nil // Publish finds out which
+		close(attempt.done) // Publish finds out which
+		return attempt
 	}
-	pub, err := l.connect()
-	if err != nil {
-		return fmt.Errorf("forward: connect downstream publisher: %w", err)
-	}
-	if pub == nil {
-		return fmt.Errorf("forward: connect downstream publisher: connect returned no publisher")
-	}
-	l.pub = pub
-	return nil
+	l.connecting = attempt
+	go func() {
+		pub, err := l.connect()
+		if err == nil && pub == nil {
+			err = errors.New("connect returned no publisher")
+		}
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		switch {
+		case err != nil:
+			attempt.err = fmt.Errorf("forward: connect downstream publisher: %w", err)
+		case l.closed:
+			_ = pub.Close()
+		default:
+			l.pub = pub
+		}
+		l.connecting = nil
+		close(attempt.done)
+	}()
+	return attempt
 }
 
 // Close waits for the publishes in flight, closes the downstream
