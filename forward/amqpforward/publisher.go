@@ -148,7 +148,7 @@ func (p *Publisher) channel(ctx context.Context) (*confirmChannel, error) {
 		}
 	}
 	p.mu.Unlock()
-	c, err := openConfirmChannel(conn)
+	c, err := openConfirmChannel(ctx, conn)
 	if err != nil {
 		return nil, fmt.Errorf("amqpforward: open channel on %s: %w", p.where, err)
 	}
@@ -271,7 +271,33 @@ type confirmChannel struct {
 	closes  chan *amqp091.Error
 }
 
-func openConfirmChannel(conn *amqp091.Connection) (*confirmChannel, error) {
+// openConfirmChannel opens a channel in confirm mode on conn, waiting
+// until ctx ends: both are requests that a broker which stopped reading
+// never answers. A channel that opens after ctx ended is closed.
+func openConfirmChannel(ctx context.Context, conn *amqp091.Connection) (*confirmChannel, error) {
+	type opened struct {
+		c   *confirmChannel
+		err error
+	}
+	done := make(chan opened, 1)
+	go func() {
+		c, err := openChannel(conn)
+		done <- opened{c, err}
+	}()
+	select {
+	case o := <-done:
+		return o.c, o.err
+	case <-ctx.Done():
+		go func() {
+			if o := <-done; o.c != nil {
+				_ = o.c.ch.Close()
+			}
+		}()
+		return nil, ctx.Err()
+	}
+}
+
+func openChannel(conn *amqp091.Connection) (*confirmChannel, error) {
 	ch, err := conn.Channel()
 	if err != nil {
 		return nil, err

@@ -148,6 +148,23 @@ func TestCancelledPublishReturnsWhileTheBrokerStalls(t *testing.T) {
 	require.NoError(t, pub.Close())
 }
 
+// A message that needs a channel of its own while the broker does not
+// read (the only idle one is busy with a stalled publish): opening it and
+// turning on confirms are requests the broker must answer, and Publish
+// stops waiting for them when its context ends.
+func TestCancelledPublishReturnsWhileAChannelOpenStalls(t *testing.T) {
+	pub, proxy, queue := proxiedPublisher(t, amqpforward.Config{Channels: 2})
+	proxy.paused.Store(true)
+	first := make(chan error, 1)
+	go func() { first <- pub.Publish(queue, message.NewMessage(watermill.NewUUID(), []byte(`{}`))) }()
+	time.Sleep(100 * time.Millisecond) // the first publish holds the idle channel
+	publishWithDeadline(t, pub, queue, proxy)
+	proxy.paused.Store(false)
+	require.NoError(t, <-first)
+	require.NoError(t, pub.Publish(queue, message.NewMessage(watermill.NewUUID(), []byte(`{}`))), "a slot is free")
+	require.NoError(t, pub.Close())
+}
+
 // Close while the broker does not answer must not block the relay's
 // shutdown forever.
 func TestCloseReturnsWhileTheBrokerStalls(t *testing.T) {
