@@ -1,7 +1,6 @@
 package middleware_test
 
 import (
-	"context"
 	"errors"
 	"sync/atomic"
 	"testing"
@@ -101,7 +100,7 @@ func TestRecordErrorsNackAfterHandlerSuccess(t *testing.T) {
 					}
 					return []*message.Message{message.NewMessage(watermill.NewUUID(), msg.Payload)}, nil
 				})
-			runRouter(t, router)
+			relaytest.RunRouter(t, router)
 
 			r.Publish(t, "orders", message.NewMessage(watermill.NewUUID(), []byte("x")))
 			e := onlyEvent(t, pool, r.Store)
@@ -109,21 +108,5 @@ func TestRecordErrorsNackAfterHandlerSuccess(t *testing.T) {
 			require.Equal(t, 1, e.Attempts)
 			require.Equal(t, outboxmw.ErrNackedAfterSuccess.Error(), e.LastError)
 		})
-	}
-}
-
-// runRouter runs router until the end of the test.
-func runRouter(t *testing.T, router *message.Router) {
-	t.Helper()
-	done := make(chan error, 1)
-	go func() { done <- router.Run(context.Background()) }()
-	t.Cleanup(func() {
-		require.NoError(t, router.Close())
-		require.NoError(t, <-done)
-	})
-	select {
-	case <-router.Running():
-	case err := <-done:
-		t.Fatalf("router stopped: %v", err)
 	}
 }

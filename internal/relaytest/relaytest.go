@@ -63,20 +63,27 @@ func StartStore(t *testing.T, pool *pgxpool.Pool, storeCfg postgres.Config, cfg 
 	}
 	r := &Relay{Store: store, Sub: sub, Pub: pub, Router: router}
 	if len(hs) > 0 {
-		done := make(chan error, 1)
-		go func() { done <- router.Run(context.Background()) }()
-		t.Cleanup(func() {
-			require.NoError(t, router.Close())
-			require.NoError(t, <-done)
-		})
-		select {
-		case <-router.Running():
-		case err := <-done:
-			t.Fatalf("router stopped: %v", err)
-		}
+		RunRouter(t, router)
 	}
 	t.Cleanup(func() { require.NoError(t, sub.Close()) })
 	return r
+}
+
+// RunRouter runs router until the end of the test, and returns once it
+// runs.
+func RunRouter(t *testing.T, router *message.Router) {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- router.Run(context.Background()) }()
+	t.Cleanup(func() {
+		require.NoError(t, router.Close())
+		require.NoError(t, <-done)
+	})
+	select {
+	case <-router.Running():
+	case err := <-done:
+		t.Fatalf("router stopped: %v", err)
+	}
 }
 
 // ErrRollback is what PublishRollback's transaction fails with.
