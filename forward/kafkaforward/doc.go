@@ -54,6 +54,13 @@
 // and ends DEAD, with the size error in last_error: raise both limits if
 // you write payloads that large.
 //
+// A topic name Kafka never accepts (empty, longer than 249 bytes, "." or
+// "..", or with a character other than ASCII letters, digits, '.', '_'
+// and '-'; an aggregate type with a space behind forward.ByAggregateType,
+// say) fails as outbox.Permanent, so the event goes DEAD at once instead of
+// after its attempts. So does a message whose metadata sets
+// _watermill_message_uuid, which the record's UUID header takes.
+//
 // # Connecting
 //
 // NewPublisher connects at once and fails when no broker answers, or when

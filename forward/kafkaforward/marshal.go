@@ -18,6 +18,9 @@ import (
 type recordMarshaler struct{}
 
 func (recordMarshaler) Marshal(topic string, msg *message.Message) (*sarama.ProducerMessage, error) {
+	if err := validTopic(topic); err != nil {
+		return nil, outbox.Permanent(err)
+	}
 	if _, reserved := msg.Metadata[kafka.UUIDHeaderKey]; reserved {
 		return nil, outbox.Permanent(fmt.Errorf("kafkaforward: metadata %s is reserved for the message UUID", kafka.UUIDHeaderKey))
 	}
@@ -48,4 +51,22 @@ func (recordMarshaler) Marshal(topic string, msg *message.Message) (*sarama.Prod
 		Value:   sarama.ByteEncoder(msg.Payload),
 		Headers: headers,
 	}, nil
+}
+
+// maxTopicLength is the longest topic name Kafka accepts.
+const maxTopicLength = 249
+
+// validTopic applies Kafka's rule for topic names, which a broker would
+// refuse however often it is asked: 1 to 249 of ASCII letters, digits,
+// '.', '_' and '-', and not "." or "..".
+func validTopic(topic string) error {
+	if topic == "" || len(topic) > maxTopicLength || topic == "." || topic == ".." {
+		return fmt.Errorf("kafkaforward: invalid topic %q: Kafka takes 1 to %d characters, not . or ..", topic, maxTopicLength)
+	}
+	for _, c := range []byte(topic) {
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return fmt.Errorf("kafkaforward: invalid topic %q: Kafka takes only ASCII letters, digits, '.', '_' and '-'", topic)
+		}
+	}
+	return nil
 }

@@ -3,6 +3,7 @@ package kafkaforward_test
 import (
 	"context"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/wmoutbox/wmoutbox/forward/kafkaforward"
 	"github.com/wmoutbox/wmoutbox/internal/relaytest"
+	"github.com/wmoutbox/wmoutbox/outbox"
 )
 
 // A relay that shuts down closes the publisher while handlers may still
@@ -166,4 +168,24 @@ func TestNewPublisherFailingAfterConnectLeavesNothingOpen(t *testing.T) {
 	require.ErrorIs(t, err, sarama.ErrClusterAuthorizationFailed)
 	require.Positive(t, open.Load(), "NewPublisher connected before it failed")
 	relaytest.Eventually(t, "the failed publisher's connections closed", func() bool { return open.Load() == 0 })
+}
+
+// A topic name Kafka can never accept (ByAggregateType on an aggregate
+// type with a space, say) is no outage: retrying cannot fix it, and the
+// event goes DEAD at once instead of after its attempts.
+func TestInvalidTopicIsPermanent(t *testing.T) {
+	t.Parallel()
+	pub, err := kafkaforward.NewPublisher(newCluster(t), kafkaforward.Config{})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, pub.Close()) })
+	for _, topic := range []string{"shop.Order Line", "shop/Order", "..", strings.Repeat("t", 250), ""} {
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		msg := message.NewMessage(watermill.NewUUID(), []byte("x"))
+		msg.SetContext(ctx)
+		err := pub.Publish(topic, msg)
+		cancel()
+		require.Error(t, err, "topic %q", topic)
+		require.True(t, outbox.IsPermanent(err), "topic %q: %v", topic, err)
+	}
+	require.NoError(t, pub.Publish("shop.Order_Line-v2", message.NewMessage(watermill.NewUUID(), []byte("x"))))
 }
