@@ -172,7 +172,9 @@ func TestNewPublisherFailingAfterConnectLeavesNothingOpen(t *testing.T) {
 
 // A topic name Kafka can never accept (ByAggregateType on an aggregate
 // type with a space, say) is no outage: retrying cannot fix it, and the
-// event goes DEAD at once instead of after its attempts.
+// event goes DEAD at once instead of after its attempts. kfake creates
+// such topics where a broker answers INVALID_TOPIC_EXCEPTION, so the
+// publisher must refuse them itself.
 func TestInvalidTopicIsPermanent(t *testing.T) {
 	t.Parallel()
 	pub, err := kafkaforward.NewPublisher(newCluster(t), kafkaforward.Config{})
