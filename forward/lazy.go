@@ -78,6 +78,9 @@ func (l *LazyPublisher) Publish(topic string, msgs ...*message.Message) error {
 		}
 		l.mu.RUnlock()
 		attempt := l.startConnect()
+		if attempt == nil {
+			continue // connected or closed meanwhile
+		}
 		select {
 		case <-attempt.done:
 			if attempt.err != nil {
@@ -90,18 +93,18 @@ func (l *LazyPublisher) Publish(topic string, msgs ...*message.Message) error {
 }
 
 // startConnect returns the connect under way, starting one if there is
-// none. A connect that returns after Close closes what it built.
+// none, or nil when the publisher was connected or closed meanwhile. A
+// connect that returns after Close closes what it built.
 func (l *LazyPublisher) startConnect() *connectAttempt {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.connecting != nil {
+	switch {
+	case l.closed || l.pub != nil:
+		return nil
+	case l.connecting != nil:
 		return l.connecting
 	}
 	attempt := &connectAttempt{done: make(chan struct{})}
-	if l.closed || l.pub != nil {
-		close(attempt.done) // Publish finds out which
-		return attempt
-	}
 	l.connecting = attempt
 	go func() {
 		pub, err := l.connect()

@@ -306,20 +306,28 @@ func TestSubscriberFromWatermillConfigReadsRedeliveries(t *testing.T) {
 	again.Ack()
 }
 
+// publisherBesideMissingQueue is a publisher on channels channels that
+// declares a queue of the test's own, the broker connection, that queue,
+// and the name of a queue nobody declared.
+func publisherBesideMissingQueue(t *testing.T, channels int) (_ *amqpforward.Publisher, _ *amqp091.Connection, queue, missing string) {
+	t.Helper()
+	url, conn := testamqp.Broker(t)
+	queue, missing = queueName(t, conn), queueName(t, conn)
+	pub, err := amqpforward.NewPublisher(url, amqpforward.Config{Queues: []string{queue}, Channels: channels})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, pub.Close()) })
+	return pub, conn, queue, missing
+}
+
 // RabbitMQ confirms a message it routed to no queue and drops it: the
 // publisher publishes mandatory, so the broker returns the message first,
 // and Publish fails instead of reporting it delivered. The channel stays
 // usable, and the return is not taken for the next message's.
 func TestUnroutableMessageIsAnError(t *testing.T) {
 	t.Parallel()
-	url, conn := testamqp.Broker(t)
-	queue := queueName(t, conn)
-	missing := queueName(t, conn)
-	pub, err := amqpforward.NewPublisher(url, amqpforward.Config{Queues: []string{queue}, Channels: 1})
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, pub.Close()) })
+	pub, conn, queue, missing := publisherBesideMissingQueue(t, 1)
 
-	err = pub.Publish(missing, message.NewMessage(watermill.NewUUID(), []byte(`{}`)))
+	err := pub.Publish(missing, message.NewMessage(watermill.NewUUID(), []byte(`{}`)))
 	require.ErrorIs(t, err, amqpforward.ErrUnroutable)
 	require.False(t, outbox.IsPermanent(err), "the queue may be declared later")
 	require.ErrorContains(t, err, fmt.Sprintf("publish to queue %q on 127.0.0.1:5672", missing))
@@ -335,12 +343,7 @@ func TestUnroutableMessageIsAnError(t *testing.T) {
 // fewer channels than publishers: exactly those fail.
 func TestUnroutableMessagesAmongConcurrentPublishes(t *testing.T) {
 	t.Parallel()
-	url, conn := testamqp.Broker(t)
-	queue := queueName(t, conn)
-	missing := queueName(t, conn)
-	pub, err := amqpforward.NewPublisher(url, amqpforward.Config{Queues: []string{queue}, Channels: 3})
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, pub.Close()) })
+	pub, conn, queue, missing := publisherBesideMissingQueue(t, 3)
 
 	const n = 200
 	errs := make([]error, n)

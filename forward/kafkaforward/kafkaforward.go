@@ -109,7 +109,6 @@ func NewPublisher(brokers []string, cfg Config) (*Publisher, error) {
 	// know whether the write landed.
 	copied.Producer.Return.Successes = true
 	copied.Producer.Return.Errors = true
-	sc = &copied
 	logger := cfg.Logger
 	if logger == nil {
 		logger = watermill.NopLogger{}
@@ -118,7 +117,7 @@ func NewPublisher(brokers []string, cfg Config) (*Publisher, error) {
 	// leaves the client it made connected when the producer then fails
 	// (an idempotent producer refused its producer id), and the broker
 	// connections and goroutines would outlive the error.
-	client, err := sarama.NewClient(brokers, sc)
+	client, err := sarama.NewClient(brokers, &copied)
 	if err != nil {
 		return nil, fmt.Errorf("kafkaforward: %w", err)
 	}
