@@ -18,7 +18,12 @@ type Interceptor struct {
 	// After runs after the handler, or after a failed Before, with the
 	// outcome (nil on success); when the handler or a Before panics, with
 	// [ErrPanicked], before the panic goes on (to Watermill's Recoverer,
-	// say). A panic in it is logged, never propagated.
+	// say). A panic in it is logged, never propagated. The outcome is the
+	// handler's: a router with a publish topic publishes the messages the
+	// handler produced after every middleware has returned, so After sees
+	// nil when that publish then fails and nacks the message (the event is
+	// retried, with [ErrNackedAfterSuccess] as its last_error under
+	// [RecordErrors]).
 	After func(msg *message.Message, err error)
 }
 
