@@ -6,6 +6,9 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/wmoutbox/wmoutbox/internal/clocktest"
+	"github.com/wmoutbox/wmoutbox/outbox"
 )
 
 // Watermill's contract: a message's context ends when the message is
@@ -50,4 +53,59 @@ func TestMessageContextEndsOnAckNackAndClose(t *testing.T) {
 		t.Fatal(err)
 	}
 	ended("close", held)
+}
+
+// stalledOutcomes is an endless backlog whose outcome statements hang
+// until unblocked, as on a database that stopped answering for a while.
+type stalledOutcomes struct {
+	endlessBacklog
+	unblock chan struct{}
+}
+
+func (s *stalledOutcomes) UpdateStatus(ctx context.Context, _ string, _ ...outbox.StatusUpdate) (int64, error) {
+	select {
+	case <-s.unblock:
+		return 0, nil
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+}
+
+// A message's context ends on Ack even when its outcome must wait for room
+// in the settler's queue, as it does while the database does not answer.
+func TestMessageContextEndsOnAckWhileOutcomesWait(t *testing.T) {
+	store := &stalledOutcomes{unblock: make(chan struct{})}
+	store.clock = clocktest.New(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	sub, err := NewSubscriber(store, SubscriberConfig{BatchSize: 10, ColdQueueCapacity: 10, WorkerCount: 1,
+		Clock: store.clock, PollInterval: time.Hour, DrainTimeout: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		close(store.unblock)
+		_ = sub.Close()
+	})
+	msgs, err := sub.Subscribe(t.Context(), "orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Ack until the worker waits for room for an outcome: one batch is in
+	// the hanging statement and a full queue behind it.
+	for i := 0; ; i++ {
+		var msg *message.Message
+		select {
+		case msg = <-msgs:
+		case <-time.After(time.Second):
+			if i <= maxSettleBatch {
+				t.Fatalf("message %d not delivered", i)
+			}
+			return // the last outcome waits, and its message's context has ended
+		}
+		msg.Ack()
+		select {
+		case <-msg.Context().Done():
+		case <-time.After(2 * time.Second):
+			t.Fatalf("the context of acked message %d did not end while its outcome waited", i)
+		}
+	}
 }

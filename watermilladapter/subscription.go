@@ -429,11 +429,16 @@ func (sub *subscription) process(item queued) {
 		s.settler.release([]releaseItem{{id: e.ID, topic: sub.topic}})
 		return
 	}
+	// The context ends on Ack and Nack, as Watermill's contract says, not
+	// once the settler has room for the outcome, which may take as long as
+	// the database does.
 	select {
 	case <-msg.Acked():
+		cancel()
 		s.settler.update(outbox.Done(e.ID), nil)
 		s.cfg.Metrics.Delivered(sub.topic, s.cfg.Clock.Now().Sub(item.since))
 	case <-msg.Nacked():
+		cancel()
 		update := outbox.Decide(e.ID, e.Attempts+1, slot.errOr(errNacked), s.cfg.RetryPolicy, s.cfg.Clock.Now())
 		if update.Status == outbox.StatusDead {
 			s.cfg.Metrics.Dead(sub.topic)
