@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -162,7 +163,7 @@ func (st *settler) run() {
 		case u := <-st.updates:
 			st.flushUpdates(st.gather(append(batch[:0], u)))
 		case items := <-st.releases:
-			st.flushReleases(items)
+			st.flushReleases(st.queuedReleases(items))
 		case flushed := <-st.flushes:
 			st.drain()
 			close(flushed)
@@ -189,7 +190,7 @@ func (st *settler) gather(batch []outcome) []outcome {
 	for {
 		select {
 		case items := <-st.releases:
-			st.flushReleases(items)
+			st.flushReleases(st.queuedReleases(items))
 			continue
 		case <-linger.C:
 		case <-st.cut:
@@ -206,6 +207,19 @@ func (st *settler) gather(batch []outcome) []outcome {
 		}
 	}
 	return batch
+}
+
+// queuedReleases adds to items the releases queued behind them, to be
+// written in one statement: one each would cost the database a
+// transaction per committed write that found the hot path full, and at
+// Close, with the database not answering, settleLastChance per release.
+// Only run receives from releases, so what is queued now is there to take.
+func (st *settler) queuedReleases(items []releaseItem) []releaseItem {
+	items = slices.Clip(items) // appending must not write into the sender's array
+	for range len(st.releases) {
+		items = append(items, <-st.releases...)
+	}
+	return items
 }
 
 // drain records everything queued, the outcomes in batches like run

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -195,7 +196,7 @@ func TestSettlerGivesUpOnEverythingByOneDeadline(t *testing.T) {
 		st.release([]releaseItem{{id: fmt.Sprint("released-", i), topic: "orders"}})
 	}
 	st.update(outbox.Done("done"), nil)
-	for len(st.releases) > 0 || len(st.updates) > 0 { // each taken and tried on its own
+	for len(st.releases) > 0 || len(st.updates) > 0 { // everything taken and tried
 		time.Sleep(10 * time.Millisecond)
 	}
 	err := st.close()
@@ -222,4 +223,54 @@ func TestSettlerGivesUpOnInvalidRequests(t *testing.T) {
 	time.Sleep(4 * settleRetry) // time enough for two more attempts
 	require.ErrorIs(t, st.close(), ErrNotRecorded)
 	require.Equal(t, 1, store.count())
+}
+
+// hangingStore is a database that stopped answering: every statement
+// hangs until its context ends. It counts the statements.
+type hangingStore struct {
+	outbox.Store
+	statements atomic.Int64
+}
+
+func (s *hangingStore) hang(ctx context.Context) error {
+	s.statements.Add(1)
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+func (s *hangingStore) UpdateStatus(ctx context.Context, _ string, _ ...outbox.StatusUpdate) (int64, error) {
+	return 0, s.hang(ctx)
+}
+
+func (s *hangingStore) Release(ctx context.Context, _ string, _ []string) (int64, error) {
+	return 0, s.hang(ctx)
+}
+
+// Releases queued while a statement hangs go out together in the next
+// one, not one statement each: at Close, every handler given up on after
+// DrainTimeout and every subscription releases its claims, and with the
+// database not answering, each statement past the deadline waits up to
+// settleLastChance, so Close would take a second per release instead of
+// about settleGiveUp.
+func TestSettlerReleasesQueuedBehindAHangingStatementTogether(t *testing.T) {
+	t.Parallel()
+	store := &hangingStore{}
+	st := newSettler(store, "me", watermill.NopLogger{}, func(...string) {})
+	st.giveUp = 100 * time.Millisecond // set before the first statement is sent, which the settler reads it after
+	st.stop()
+	st.release([]releaseItem{{id: "first", topic: "orders"}})
+	for store.statements.Load() == 0 { // the first release hangs
+		time.Sleep(time.Millisecond)
+	}
+	const n = 10
+	for i := range n {
+		st.release([]releaseItem{{id: fmt.Sprint("released-", i), topic: "orders"}})
+	}
+	for len(st.releases) > 0 { // as between DrainTimeout and a subscription's flush
+		time.Sleep(10 * time.Millisecond)
+	}
+	err := st.close()
+	require.ErrorIs(t, err, ErrNotRecorded)
+	require.ErrorContains(t, err, fmt.Sprintf(": %d outcomes and releases", n+1))
+	require.LessOrEqual(t, store.statements.Load(), int64(3), "statements: 2 for the first release, 1 for the rest")
 }
