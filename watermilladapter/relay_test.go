@@ -1100,3 +1100,58 @@ func TestCloseDoesNotWaitForTheBacklogQuery(t *testing.T) {
 	time.Sleep(100 * time.Millisecond) // the backlog query is hanging
 	require.NoError(t, closeWithin(t, sub, 10*time.Second, "Close waited for the backlog query"))
 }
+
+// Slow handlers behind a full cold queue: the claims of the events at the
+// back of the queue run out before a worker takes them. Another relay
+// then claims and delivers them, and the first must not deliver them too:
+// nothing crashed, so nothing may be delivered twice.
+func TestEventWhoseClaimRanOutInTheQueueIsNotDeliveredAgain(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t)
+	store, err := postgres.NewStore(pool, postgres.Config{})
+	require.NoError(t, err)
+	pub, err := watermilladapter.NewPublisher(store, watermilladapter.PublisherConfig{OwnTransaction: true})
+	require.NoError(t, err)
+	const events = 30
+	msgs := make([]*message.Message, events)
+	for i := range msgs {
+		msgs[i] = newMsg(fmt.Sprint(i))
+	}
+	require.NoError(t, pub.Publish("orders", msgs...))
+
+	var (
+		mu         sync.Mutex
+		deliveries = map[string]int{}
+		wg         sync.WaitGroup
+	)
+	t.Cleanup(wg.Wait) // after the subscribers' Close, which ends the handlers' loops
+	for i := range 2 {
+		sub, err := watermilladapter.NewSubscriber(store, watermilladapter.SubscriberConfig{
+			Owner: fmt.Sprint("relay-", i), WorkerCount: 1, BatchSize: 10, ColdQueueCapacity: 10,
+			LockTimeout: 300 * time.Millisecond, PollInterval: 50 * time.Millisecond})
+		require.NoError(t, err)
+		t.Cleanup(func() { require.NoError(t, sub.Close()) })
+		out, err := sub.Subscribe(t.Context(), "orders")
+		require.NoError(t, err)
+		wg.Go(func() {
+			for msg := range out {
+				mu.Lock()
+				deliveries[msg.Metadata.Get(watermilladapter.MetadataEventID)]++
+				mu.Unlock()
+				time.Sleep(100 * time.Millisecond) // a slow handler, well within the lease
+				msg.Ack()
+			}
+		})
+	}
+	relaytest.Eventually(t, "every event DONE", func() bool {
+		var done int
+		require.NoError(t, pool.QueryRow(t.Context(), `SELECT count(*) FROM outbox_event WHERE status = 1`).Scan(&done))
+		return done == events
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, deliveries, events)
+	for id, n := range deliveries {
+		require.Equal(t, 1, n, "deliveries of %s", id)
+	}
+}

@@ -73,7 +73,10 @@ type SubscriberConfig struct {
 	// hot path) by a relay that dies is due again this long after. Keep it
 	// well above the longest handler time plus queueing: an event whose
 	// handler outlives it may be claimed and delivered by another relay,
-	// and the late outcome then counts only if it is an Ack. Default 5m.
+	// and the late outcome then counts only if it is an Ack. A claimed
+	// event that waited in the cold queue for half of it is not handed to
+	// a handler but left to a claim after its lease ends, so that its
+	// handler has at least half the lease. Default 5m.
 	LockTimeout time.Duration
 	// SkipRecent leaves events younger than this to the hot path; after a
 	// wake-up, a claim follows once the commits it announced are this old.
@@ -96,7 +99,9 @@ type SubscriberConfig struct {
 	BacklogInterval time.Duration
 	// Logger receives errors and notices. Default: none.
 	Logger watermill.LoggerAdapter
-	// Clock tells the time for retries. Default [outbox.SystemClock].
+	// Clock tells the time for retries, and how much of a claim is left
+	// against the lease end the store wrote: give it the store's clock.
+	// Default [outbox.SystemClock].
 	Clock outbox.Clock
 }
 

@@ -406,6 +406,18 @@ func (sub *subscription) work() {
 func (sub *subscription) process(item queued) {
 	s := sub.s
 	e := &item.event
+	if !e.LockedUntil.IsZero() && !s.cfg.Clock.Now().Before(e.LockedUntil.Add(-s.cfg.LockTimeout/2)) {
+		// Half the claim went by while the event waited for a worker:
+		// delivered now, its handler could outlive the claim, and another
+		// relay claim and deliver it meanwhile; once the claim ran out,
+		// another relay may be delivering it already. The claim's end
+		// makes it due again for any relay, this one included. Not a
+		// release: this relay may hold a newer claim of the event, queued
+		// behind this one, which a release would end too.
+		s.cfg.Logger.Info("outbox claim half spent in the cold queue: event left to the next claim (raise LockTimeout or lower ColdQueueCapacity)",
+			watermill.LogFields{"event_id": e.ID, "topic": sub.topic, "locked_until": e.LockedUntil})
+		return
+	}
 	if !s.inflight.TryAcquire(e.ID) {
 		return // being delivered by another worker, which records its outcome
 	}
