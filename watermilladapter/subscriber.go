@@ -40,8 +40,10 @@ const (
 // SubscriberConfig configures a [Subscriber]. Zero values mean the
 // defaults, which are the specification's.
 type SubscriberConfig struct {
-	// Owner identifies this relay in claims (locked_by). Default: host
-	// name, process id and a random suffix.
+	// Owner identifies this relay in claims (locked_by). Give every
+	// Subscriber an owner of its own: releases and failed outcomes apply to
+	// the rows their owner holds, so relays sharing one could end each
+	// other's claims. Default: host name, process id and a random suffix.
 	Owner string
 	// WorkerCount is how many events of one subscription are in flight at
 	// once: sent to the handler and not yet acked or nacked. Default 4.
