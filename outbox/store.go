@@ -55,9 +55,10 @@ type Store interface {
 	// an outcome recorded already; an event since DEAD or replayed) and
 	// changes nothing: it would clear another relay's lease, revive a
 	// DEAD event or count an attempt twice. Every update applied clears
-	// the claim. A store configured to delete delivered events deletes the
-	// row instead of marking it DONE. It returns how many rows changed or
-	// were deleted.
+	// the claim. Of several outcomes of one event in one call, a DONE
+	// counts, else the last. A store configured to delete delivered events
+	// deletes the row instead of marking it DONE. It returns how many rows
+	// changed or were deleted.
 	UpdateStatus(ctx context.Context, owner string, updates ...StatusUpdate) (int64, error)
 
 	// QueryDead lists DEAD events matching q, ordered by event id.
@@ -371,22 +372,27 @@ func (q DeadQuery) Normalize() (DeadQuery, error) {
 	return q, err
 }
 
-// PrepareUpdates validates updates and keeps only the last update of each
-// event id, in order: the batch a dialect's UpdateStatus writes.
+// PrepareUpdates validates updates and keeps one update of each event id,
+// in order: the batch a dialect's UpdateStatus writes. That is the last,
+// unless the event has a DONE among them: DONE is final in one batch as in
+// the table, where no later outcome changes a DONE row (an event delivered
+// twice, once acked and once nacked, was delivered).
 func PrepareUpdates(updates []StatusUpdate) ([]StatusUpdate, error) {
-	last := make(map[string]int, len(updates))
+	kept := make(map[string]int, len(updates))
 	for i, u := range updates {
 		if err := u.Validate(); err != nil {
 			return nil, err
 		}
-		last[u.ID] = i
+		if k, seen := kept[u.ID]; !seen || updates[k].Status != StatusDone {
+			kept[u.ID] = i
+		}
 	}
-	if len(last) == len(updates) {
+	if len(kept) == len(updates) {
 		return updates, nil
 	}
-	out := make([]StatusUpdate, 0, len(last))
+	out := make([]StatusUpdate, 0, len(kept))
 	for i, u := range updates {
-		if last[u.ID] == i {
+		if kept[u.ID] == i {
 			out = append(out, u)
 		}
 	}

@@ -61,7 +61,7 @@ func Run[Tx any](t *testing.T, newHarness func(t *testing.T) Harness[Tx]) {
 		{"PayloadSizeBoundary", testPayloadSizeBoundary[Tx]},
 		{"DuplicateEventID", testDuplicateEventID[Tx]},
 		{"StatusTransitions", testStatusTransitions[Tx]},
-		{"UpdateStatusLastUpdatePerEventWins", testUpdateStatusLastUpdatePerEventWins[Tx]},
+		{"UpdateStatusDoneOrLastUpdatePerEventWins", testUpdateStatusDoneOrLastUpdatePerEventWins[Tx]},
 		{"StaleOutcomesChangeNothing", testStaleOutcomesChangeNothing[Tx]},
 		{"DeleteDoneDeletesOnlyDeliveredEvents", testDeleteDoneDeletesOnlyDeliveredEvents[Tx]},
 		{"DelayedEventsInvisibleUntilDue", testDelayedEventsInvisibleUntilDue[Tx]},
@@ -554,7 +554,7 @@ func testStaleOutcomesChangeNothing[Tx any](t *testing.T, f *fixture[Tx]) {
 	require.Equal(t, outbox.StatusDone, f.get(t, dead).Status)
 }
 
-func testUpdateStatusLastUpdatePerEventWins[Tx any](t *testing.T, f *fixture[Tx]) {
+func testUpdateStatusDoneOrLastUpdatePerEventWins[Tx any](t *testing.T, f *fixture[Tx]) {
 	id := f.write(t, JSONEvent(1))[0]
 	n, err := f.Store.UpdateStatus(t.Context(), "",
 		outbox.Retry(id, Start.Add(time.Minute), errors.New("first")), outbox.Dead(id, errors.New("second")))
@@ -564,6 +564,15 @@ func testUpdateStatusLastUpdatePerEventWins[Tx any](t *testing.T, f *fixture[Tx]
 	require.Equal(t, outbox.StatusDead, e.Status)
 	require.Equal(t, 1, e.Attempts)
 	require.Equal(t, "second", e.LastError)
+
+	// A DONE is final in a batch as in the table: a nack of a second
+	// delivery in the same batch does not make a delivered event pending.
+	id = f.write(t, JSONEvent(2))[0]
+	n, err = f.Store.UpdateStatus(t.Context(), "",
+		outbox.Done(id), outbox.Retry(id, Start.Add(time.Minute), errors.New("second delivery failed")))
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n)
+	require.Equal(t, outbox.StatusDone, f.get(t, id).Status)
 }
 
 // A store configured to delete delivered events deletes the rows of DONE
