@@ -1155,3 +1155,57 @@ func TestEventWhoseClaimRanOutInTheQueueIsNotDeliveredAgain(t *testing.T) {
 		require.Equal(t, 1, n, "deliveries of %s", id)
 	}
 }
+
+// The same on the hot path: events committed faster than a slow handler
+// takes them wait in the hot queue, where the claims they were written
+// with run out; another relay's cold path then claims them while they
+// still wait.
+func TestHotEventWhoseClaimRanOutInTheQueueIsNotDeliveredAgain(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t)
+	store, err := postgres.NewStore(pool, postgres.Config{})
+	require.NoError(t, err)
+	const events = 30
+	var (
+		mu         sync.Mutex
+		deliveries = map[string]int{}
+		wg         sync.WaitGroup
+	)
+	t.Cleanup(wg.Wait) // after the subscribers' Close, which ends the handlers' loops
+	subs := make([]*watermilladapter.Subscriber, 2)
+	for i := range subs {
+		sub, err := watermilladapter.NewSubscriber(store, watermilladapter.SubscriberConfig{
+			Owner: fmt.Sprint("relay-", i), WorkerCount: 1, HotQueueCapacity: events,
+			LockTimeout: 300 * time.Millisecond, PollInterval: 50 * time.Millisecond})
+		require.NoError(t, err)
+		t.Cleanup(func() { require.NoError(t, sub.Close()) })
+		out, err := sub.Subscribe(t.Context(), "orders")
+		require.NoError(t, err)
+		subs[i] = sub
+		wg.Go(func() {
+			for msg := range out {
+				mu.Lock()
+				deliveries[msg.Metadata.Get(watermilladapter.MetadataEventID)]++
+				mu.Unlock()
+				time.Sleep(100 * time.Millisecond) // a slow handler, well within the lease
+				msg.Ack()
+			}
+		})
+	}
+	pub, err := watermilladapter.NewPublisher(store, watermilladapter.PublisherConfig{HotPath: subs[0], OwnTransaction: true})
+	require.NoError(t, err)
+	for i := range events {
+		require.NoError(t, pub.Publish("orders", newMsg(fmt.Sprint(i))))
+	}
+	relaytest.Eventually(t, "every event DONE", func() bool {
+		var done int
+		require.NoError(t, pool.QueryRow(t.Context(), `SELECT count(*) FROM outbox_event WHERE status = 1`).Scan(&done))
+		return done == events
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, deliveries, events)
+	for id, n := range deliveries {
+		require.Equal(t, 1, n, "deliveries of %s", id)
+	}
+}

@@ -75,9 +75,9 @@ type SubscriberConfig struct {
 	// hot path) by a relay that dies is due again this long after. Keep it
 	// well above the longest handler time plus queueing: an event whose
 	// handler outlives it may be claimed and delivered by another relay,
-	// and the late outcome then counts only if it is an Ack. A claimed
-	// event that waited in the cold queue for half of it is not handed to
-	// a handler but left to a claim after its lease ends, so that its
+	// and the late outcome then counts only if it is an Ack. An event that
+	// waited in the hot or cold queue for half of it is not handed to a
+	// handler but left to a claim after its lease ends, so that its
 	// handler has at least half the lease. Default 5m.
 	LockTimeout time.Duration
 	// SkipRecent leaves events younger than this to the hot path; after a

@@ -81,8 +81,12 @@ func (sub *subscription) offerHot(e outbox.Envelope, committed time.Time) bool {
 	if sub.stopping() {
 		return false
 	}
+	// The row was written claimed for LockTimeout, from a moment before
+	// the commit: its claim ends by committed+LockTimeout, usually a few
+	// milliseconds earlier, which process allows for like a claim's end.
+	event := outbox.Event{Envelope: e, Status: outbox.StatusNew, LockedUntil: committed.Add(sub.s.cfg.LockTimeout)}
 	select {
-	case sub.hot <- queued{event: outbox.Event{Envelope: e, Status: outbox.StatusNew}, source: SourceHot, since: committed}:
+	case sub.hot <- queued{event: event, source: SourceHot, since: committed}:
 		return true
 	default:
 		return false
@@ -414,8 +418,8 @@ func (sub *subscription) process(item queued) {
 		// makes it due again for any relay, this one included. Not a
 		// release: this relay may hold a newer claim of the event, queued
 		// behind this one, which a release would end too.
-		s.cfg.Logger.Info("outbox claim half spent in the cold queue: event left to the next claim (raise LockTimeout or lower ColdQueueCapacity)",
-			watermill.LogFields{"event_id": e.ID, "topic": sub.topic, "locked_until": e.LockedUntil})
+		s.cfg.Logger.Info("outbox claim half spent in the queue: event left to the next claim (raise LockTimeout or WorkerCount, or lower the queue capacities)",
+			watermill.LogFields{"event_id": e.ID, "topic": sub.topic, "source": item.source, "locked_until": e.LockedUntil})
 		return
 	}
 	if !s.inflight.TryAcquire(e.ID) {
