@@ -198,9 +198,13 @@ func Listen(pool *pgxpool.Pool, cfg Config, wake func(topics ...string)) (*Liste
 	if err != nil {
 		return nil, err
 	}
+	connConfig := pool.Config().ConnConfig
+	// The connection keeps notifications for WaitForNotification only when
+	// no handler takes them: one set for pool's connections would.
+	connConfig.OnNotification = nil
 	ctx, cancel := context.WithCancel(context.Background())
 	l := &Listener{cancel: cancel, done: make(chan struct{})}
-	go l.run(ctx, pool.Config().ConnConfig, channel, wake, cmpLogger(cfg.Logger))
+	go l.run(ctx, connConfig, channel, wake, cmpLogger(cfg.Logger))
 	return l, nil
 }
 

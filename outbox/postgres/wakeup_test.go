@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -146,4 +147,25 @@ func TestChannel(t *testing.T) {
 	require.Error(t, err)
 	_, err = postgres.Listen(nil, postgres.Config{}, func(...string) {})
 	require.Error(t, err)
+}
+
+// A pool whose connections hand notifications to a handler of their own
+// (ConnConfig.OnNotification, for the application's own LISTEN) does not
+// take them from the listener.
+func TestListenerOnPoolWithNotificationHandler(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t)
+	config := pool.Config()
+	config.ConnConfig.OnNotification = func(*pgconn.PgConn, *pgconn.Notification) {}
+	handled, err := pgxpool.NewWithConfig(t.Context(), config)
+	require.NoError(t, err)
+	t.Cleanup(handled.Close)
+
+	woken, _ := listen(t, handled, postgres.Config{})
+	require.Equal(t, "*", woken.next(t))
+	notifier, err := postgres.NewNotifier(pool, postgres.Config{})
+	require.NoError(t, err)
+	notifier.Notify([]string{"orders"})
+	require.NoError(t, notifier.Close())
+	require.Equal(t, "orders", woken.next(t))
 }
