@@ -187,9 +187,10 @@ type Listener struct {
 	done   chan struct{}
 }
 
-// Listen starts a listener on its own connection, configured like pool's
-// (it does not take one of pool's connections), for the table cfg names.
-// It reconnects by itself until Close.
+// Listen starts a listener on its own connection, opened with pool's
+// connection config and BeforeConnect hook (it does not take one of pool's
+// connections), for the table cfg names. It reconnects by itself until
+// Close.
 func Listen(pool *pgxpool.Pool, cfg Config, wake func(topics ...string)) (*Listener, error) {
 	if pool == nil || wake == nil {
 		return nil, errors.New("postgres: listener needs a pool and a wake function")
@@ -198,13 +199,9 @@ func Listen(pool *pgxpool.Pool, cfg Config, wake func(topics ...string)) (*Liste
 	if err != nil {
 		return nil, err
 	}
-	connConfig := pool.Config().ConnConfig
-	// The connection keeps notifications for WaitForNotification only when
-	// no handler takes them: one set for pool's connections would.
-	connConfig.OnNotification = nil
 	ctx, cancel := context.WithCancel(context.Background())
 	l := &Listener{cancel: cancel, done: make(chan struct{})}
-	go l.run(ctx, connConfig, channel, wake, cmpLogger(cfg.Logger))
+	go l.run(ctx, pool.Config(), channel, wake, cmpLogger(cfg.Logger))
 	return l, nil
 }
 
@@ -215,11 +212,11 @@ func (l *Listener) Close() error {
 	return nil
 }
 
-func (l *Listener) run(ctx context.Context, connConfig *pgx.ConnConfig, channel string, wake func(...string), logger *slog.Logger) {
+func (l *Listener) run(ctx context.Context, poolConfig *pgxpool.Config, channel string, wake func(...string), logger *slog.Logger) {
 	defer close(l.done)
 	pause := listenRetry
 	for {
-		err := listen(ctx, connConfig, channel, wake, func() { pause = listenRetry })
+		err := listen(ctx, poolConfig, channel, wake, func() { pause = listenRetry })
 		if ctx.Err() != nil {
 			return
 		}
@@ -234,8 +231,8 @@ func (l *Listener) run(ctx context.Context, connConfig *pgx.ConnConfig, channel 
 }
 
 // listen connects, listens and passes notifications on until an error.
-func listen(ctx context.Context, connConfig *pgx.ConnConfig, channel string, wake func(...string), connected func()) error {
-	conn, err := pgx.ConnectConfig(ctx, connConfig)
+func listen(ctx context.Context, poolConfig *pgxpool.Config, channel string, wake func(...string), connected func()) error {
+	conn, err := connect(ctx, poolConfig)
 	if err != nil {
 		return fmt.Errorf("connect: %w", err)
 	}
@@ -256,6 +253,23 @@ func listen(ctx context.Context, connConfig *pgx.ConnConfig, channel string, wak
 		}
 		wake(notification.Payload)
 	}
+}
+
+// connect opens a connection with poolConfig's connection config and
+// BeforeConnect hook, which may hand out credentials that change over
+// time; not its AfterConnect, which prepares connections for queries a
+// listener does not run.
+func connect(ctx context.Context, poolConfig *pgxpool.Config) (*pgx.Conn, error) {
+	connConfig := poolConfig.ConnConfig.Copy()
+	if poolConfig.BeforeConnect != nil {
+		if err := poolConfig.BeforeConnect(ctx, connConfig); err != nil {
+			return nil, fmt.Errorf("before connect: %w", err)
+		}
+	}
+	// The connection keeps notifications for WaitForNotification only when
+	// no handler takes them: one set for pool's connections would.
+	connConfig.OnNotification = nil
+	return pgx.ConnectConfig(ctx, connConfig)
 }
 
 func cmpLogger(l *slog.Logger) *slog.Logger {

@@ -1,10 +1,12 @@
 package postgres_test
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
@@ -168,4 +170,25 @@ func TestListenerOnPoolWithNotificationHandler(t *testing.T) {
 	notifier.Notify([]string{"orders"})
 	require.NoError(t, notifier.Close())
 	require.Equal(t, "orders", woken.next(t))
+}
+
+// The listener connects as the pool does, with what the pool's
+// BeforeConnect sets: here the user, as a hook handing out rotating
+// credentials would.
+func TestListenerConnectsThroughPoolsBeforeConnect(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t)
+	config := pool.Config()
+	user := config.ConnConfig.User
+	config.ConnConfig.User = "wmoutbox_no_such_role"
+	config.BeforeConnect = func(_ context.Context, cc *pgx.ConnConfig) error {
+		cc.User = user
+		return nil
+	}
+	hooked, err := pgxpool.NewWithConfig(t.Context(), config)
+	require.NoError(t, err)
+	t.Cleanup(hooked.Close)
+
+	woken, _ := listen(t, hooked, postgres.Config{})
+	require.Equal(t, "*", woken.next(t), "connected")
 }
