@@ -76,6 +76,19 @@
 // last row the previous claim took (a row comparison on (available_at,
 // event_id), which the index serves), so every claim costs the same.
 //
+// # Waking relays in other processes
+//
+// A relay claims the events another process commits at its next poll. A
+// [Notifier] in the writing process (its Notify handed to the publisher or
+// the writer as the after-commit callback) and a [Listener] in each relay
+// ([Listen], usually waking a Subscriber) make that immediate. The notifier
+// sends pg_notify after the business commit, from a short transaction of
+// its own that does not wait for the disk: PostgreSQL serialises the
+// commits of transactions that notified on one lock for the whole server,
+// which no business transaction then takes. A lost notification (a failed
+// send, a listener reconnecting) costs a poll interval, never an event.
+// Both sides must name the table alike ([Channel]).
+//
 // # Names and safety
 //
 // Schema and table names are validated ([ValidateIdentifier]) and quoted;

@@ -24,8 +24,9 @@ import (
 // The Notifier sends NOTIFY after the business transaction has committed,
 // from a short transaction of its own, and never more than one at a time
 // per process: PostgreSQL serialises the commits of all transactions that
-// sent NOTIFY on one database-wide lock, so a NOTIFY inside every business
-// transaction (or a trigger) would queue all writers behind each other.
+// sent NOTIFY on one lock for the whole server, so a NOTIFY inside every
+// business transaction (or a trigger) would queue all writers behind each
+// other.
 // Topics committed while a notification is on its way, or within
 // Config.NotifyInterval of its start, are merged into the next one.
 
@@ -43,7 +44,9 @@ const (
 
 // Channel returns the NOTIFY channel of the outbox table cfg names: one per
 // table, so that relays of different outboxes on one database do not wake
-// each other.
+// each other. It comes from Schema and Table as written, not from the table
+// they resolve to: give a [Notifier] and its [Listener]s the same names (an
+// empty Schema and "public" are different channels).
 func Channel(cfg Config) (string, error) {
 	t, err := newTable(cfg)
 	if err != nil {
