@@ -194,6 +194,12 @@ type Listener struct {
 // connection config and BeforeConnect hook (it does not take one of pool's
 // connections), for the table cfg names. It reconnects by itself until
 // Close.
+//
+// The connection must be a server session of its own: through a pooler in
+// transaction mode (PgBouncer's pool_mode=transaction) the LISTEN ends
+// with its transaction and no notification arrives, with no error. Give
+// Listen a pool configured to reach the server directly then; a pool
+// that is never used opens no connection unless its MinConns asks.
 func Listen(pool *pgxpool.Pool, cfg Config, wake func(topics ...string)) (*Listener, error) {
 	if pool == nil || wake == nil {
 		return nil, errors.New("postgres: listener needs a pool and a wake function")
