@@ -502,14 +502,97 @@ func TestCommitInOneProcessWakesTheRelayOfAnother(t *testing.T) {
 	}
 }
 
+// Claims a relay hands back at Close reach a relay of another process at
+// once when the closing relay's Notify announces them: that relay's first
+// claim found them all claimed, and its poll interval is an hour.
+func TestReleaseAtCloseWakesTheRelayOfAnother(t *testing.T) {
+	t.Parallel()
+	url := testdb.URL(t)
+	pools := make([]*pgxpool.Pool, 2)
+	for i := range pools {
+		pool, err := pgxpool.New(t.Context(), url)
+		require.NoError(t, err)
+		t.Cleanup(pool.Close)
+		pools[i] = pool
+	}
+	store, err := postgres.NewStore(pools[0], postgres.Config{})
+	require.NoError(t, err)
+	pub, err := watermilladapter.NewPublisher(store, watermilladapter.PublisherConfig{OwnTransaction: true})
+	require.NoError(t, err)
+	const events = 20
+	for i := range events {
+		require.NoError(t, pub.Publish("orders", newMsg(fmt.Sprint(i))))
+	}
+
+	notifier, err := postgres.NewNotifier(pools[0], postgres.Config{})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, notifier.Close()) })
+	closing, err := watermilladapter.NewSubscriber(store, watermilladapter.SubscriberConfig{
+		Owner: "closing", PollInterval: time.Hour, DrainTimeout: time.Millisecond, Notify: notifier.Notify})
+	require.NoError(t, err)
+	if _, err := closing.Subscribe(t.Context(), "orders"); err != nil { // never read: the events wait claimed
+		require.NoError(t, err)
+	}
+	claimedBy := func(owner string) int {
+		var n int
+		require.NoError(t, pools[0].QueryRow(t.Context(),
+			`SELECT count(*) FROM outbox_event WHERE locked_by = $1`, owner).Scan(&n))
+		return n
+	}
+	relaytest.Eventually(t, "every event claimed by the closing relay", func() bool { return claimedBy("closing") == events })
+
+	otherStore, err := postgres.NewStore(pools[1], postgres.Config{})
+	require.NoError(t, err)
+	counted := &claimCounter{Store: otherStore}
+	other, err := watermilladapter.NewSubscriber(counted, watermilladapter.SubscriberConfig{Owner: "other", PollInterval: time.Hour})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, other.Close()) })
+	msgs, err := other.Subscribe(t.Context(), "orders")
+	require.NoError(t, err)
+	listening := make(chan struct{}, 1)
+	listener, err := postgres.Listen(pools[1], postgres.Config{}, func(topics ...string) {
+		other.Wake(topics...)
+		select {
+		case listening <- struct{}{}:
+		default:
+		}
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, listener.Close()) })
+	select {
+	case <-listening:
+	case <-time.After(relaytest.WaitLimit):
+		t.Fatal("the listener did not listen")
+	}
+	// Every wake-up so far (the first claim, the listener's at its start,
+	// which would find the released events with no notification) is over
+	// once a claim that starts after this one has ended: claims of a
+	// subscription run one after another.
+	started := counted.claims.Load()
+	other.Wake("orders")
+	relaytest.Eventually(t, "a claim after the listener's first wake-up", func() bool { return counted.ended.Load() > started })
+	require.Equal(t, events, claimedBy("closing"))
+
+	require.NoError(t, closing.Close())
+	for range events {
+		select {
+		case msg := <-msgs:
+			msg.Ack()
+		case <-time.After(relaytest.WaitLimit):
+			t.Fatal("the released events did not reach the other relay")
+		}
+	}
+}
+
 // claimCounter is a store that counts the claims made on it.
 type claimCounter struct {
 	outbox.Store
-	claims atomic.Int64
+	claims, ended atomic.Int64 // started and ended
 }
 
 func (c *claimCounter) Claim(ctx context.Context, req outbox.ClaimRequest) ([]outbox.Event, error) {
 	c.claims.Add(1)
+	defer c.ended.Add(1)
 	return c.Store.Claim(ctx, req)
 }
 

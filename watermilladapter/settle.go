@@ -138,7 +138,9 @@ func (st *settler) release(items []releaseItem) {
 	if err := st.releaseOp(items)(ctx); err != nil {
 		st.logger.Error("outbox: cannot release claims after Close; they will expire and the events be delivered again",
 			err, watermill.LogFields{"events": len(items)})
+		return
 	}
+	st.released(releasedTopics(items)...)
 }
 
 // flush returns once every outcome and release queued before the call is
@@ -271,13 +273,18 @@ func (st *settler) flushReleases(items []releaseItem) {
 	if !st.retry("release claims", len(items), st.releaseOp(items)) {
 		return
 	}
-	woken := map[string]bool{}
+	st.released(releasedTopics(items)...)
+}
+
+// releasedTopics returns the distinct topics of items.
+func releasedTopics(items []releaseItem) []string {
+	var topics []string
 	for _, it := range items {
-		if !woken[it.topic] {
-			woken[it.topic] = true
-			st.released(it.topic)
+		if !slices.Contains(topics, it.topic) {
+			topics = append(topics, it.topic)
 		}
 	}
+	return topics
 }
 
 func (st *settler) releaseOp(items []releaseItem) func(ctx context.Context) error {

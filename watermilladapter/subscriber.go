@@ -101,6 +101,12 @@ type SubscriberConfig struct {
 	BacklogInterval time.Duration
 	// Logger receives errors and notices. Default: none.
 	Logger watermill.LoggerAdapter
+	// Notify, when set, is told the topics of the claims this subscriber
+	// hands back (at Close, and for events its hot path could not take),
+	// so that relays in other processes claim them at once rather than at
+	// their next poll: usually a postgres.Notifier's Notify. Relays of
+	// this process are woken either way. It must not block. Default: none.
+	Notify func(topics []string)
 	// Clock tells the time for retries, and how much of a claim is left
 	// against the lease end the store wrote: give it the store's clock.
 	// Default [outbox.SystemClock].
@@ -228,7 +234,7 @@ func NewSubscriber(store outbox.Store, cfg SubscriberConfig) (*Subscriber, error
 		subs:     make(map[string][]*subscription),
 		next:     make(map[string]int),
 	}
-	s.settler = newSettler(store, cfg.Owner, cfg.Logger, s.Wake)
+	s.settler = newSettler(store, cfg.Owner, cfg.Logger, s.released)
 	return s, nil
 }
 
@@ -272,11 +278,13 @@ func (s *Subscriber) remove(sub *subscription) {
 }
 
 // Close stops claiming, waits up to DrainTimeout for messages in handlers,
-// releases every claim not finished so another relay takes it at once,
-// records pending outcomes, and closes the output channels. Every call,
-// concurrent ones included, returns once all of that is done. With the
-// database failing, it gives up on the outcomes and releases about 10 s
-// after the first failure and returns [ErrNotRecorded].
+// releases every claim not finished so that another relay takes it at
+// once (relays of other processes when [SubscriberConfig.Notify] tells
+// them, else at their next poll), records pending outcomes, and closes the
+// output channels. Every call, concurrent ones included, returns once all
+// of that is done. With the database failing, it gives up on the outcomes
+// and releases about 10 s after the first failure and returns
+// [ErrNotRecorded].
 func (s *Subscriber) Close() error {
 	s.closeOnce.Do(func() { s.closeErr = s.close() })
 	return s.closeErr
@@ -340,6 +348,15 @@ func (s *Subscriber) serves(topic string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return !s.closed && len(s.subs[topic]) > 0
+}
+
+// released wakes the relays of topics whose claims were handed back: this
+// process's, and through Notify the others'.
+func (s *Subscriber) released(topics ...string) {
+	s.Wake(topics...)
+	if s.cfg.Notify != nil {
+		s.cfg.Notify(topics)
+	}
 }
 
 // Wake makes the cold paths of topics claim now instead of at their next
