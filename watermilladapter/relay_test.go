@@ -472,14 +472,7 @@ func TestUnservedTopicWaitsForARelayThatServesIt(t *testing.T) {
 // relay's Listener, whose poll interval alone would take an hour.
 func TestCommitInOneProcessWakesTheRelayOfAnother(t *testing.T) {
 	t.Parallel()
-	url := testdb.URL(t)
-	pools := make([]*pgxpool.Pool, 2)
-	for i := range pools {
-		pool, err := pgxpool.New(t.Context(), url)
-		require.NoError(t, err)
-		t.Cleanup(pool.Close)
-		pools[i] = pool
-	}
+	pools := twoProcesses(t)
 
 	got := newReceived()
 	relay := relaytest.Start(t, pools[0], watermilladapter.SubscriberConfig{PollInterval: time.Hour}, relaytest.Handlers{"orders": got.handler})
@@ -502,11 +495,9 @@ func TestCommitInOneProcessWakesTheRelayOfAnother(t *testing.T) {
 	}
 }
 
-// Claims a relay hands back at Close reach a relay of another process at
-// once when the closing relay's Notify announces them: that relay's first
-// claim found them all claimed, and its poll interval is an hour.
-func TestReleaseAtCloseWakesTheRelayOfAnother(t *testing.T) {
-	t.Parallel()
+// twoProcesses returns two pools on one fresh database, as two processes
+// would have.
+func twoProcesses(t *testing.T) []*pgxpool.Pool {
 	url := testdb.URL(t)
 	pools := make([]*pgxpool.Pool, 2)
 	for i := range pools {
@@ -515,6 +506,15 @@ func TestReleaseAtCloseWakesTheRelayOfAnother(t *testing.T) {
 		t.Cleanup(pool.Close)
 		pools[i] = pool
 	}
+	return pools
+}
+
+// Claims a relay hands back at Close reach a relay of another process at
+// once when the closing relay's Notify announces them: that relay's first
+// claim found them all claimed, and its poll interval is an hour.
+func TestReleaseAtCloseWakesTheRelayOfAnother(t *testing.T) {
+	t.Parallel()
+	pools := twoProcesses(t)
 	store, err := postgres.NewStore(pools[0], postgres.Config{})
 	require.NoError(t, err)
 	pub, err := watermilladapter.NewPublisher(store, watermilladapter.PublisherConfig{OwnTransaction: true})
@@ -1202,41 +1202,8 @@ func TestEventWhoseClaimRanOutInTheQueueIsNotDeliveredAgain(t *testing.T) {
 	}
 	require.NoError(t, pub.Publish("orders", msgs...))
 
-	var (
-		mu         sync.Mutex
-		deliveries = map[string]int{}
-		wg         sync.WaitGroup
-	)
-	t.Cleanup(wg.Wait) // after the subscribers' Close, which ends the handlers' loops
-	for i := range 2 {
-		sub, err := watermilladapter.NewSubscriber(store, watermilladapter.SubscriberConfig{
-			Owner: fmt.Sprint("relay-", i), WorkerCount: 1, BatchSize: 10, ColdQueueCapacity: 10,
-			LockTimeout: 300 * time.Millisecond, PollInterval: 50 * time.Millisecond})
-		require.NoError(t, err)
-		t.Cleanup(func() { require.NoError(t, sub.Close()) })
-		out, err := sub.Subscribe(t.Context(), "orders")
-		require.NoError(t, err)
-		wg.Go(func() {
-			for msg := range out {
-				mu.Lock()
-				deliveries[msg.Metadata.Get(watermilladapter.MetadataEventID)]++
-				mu.Unlock()
-				time.Sleep(100 * time.Millisecond) // a slow handler, well within the lease
-				msg.Ack()
-			}
-		})
-	}
-	relaytest.Eventually(t, "every event DONE", func() bool {
-		var done int
-		require.NoError(t, pool.QueryRow(t.Context(), `SELECT count(*) FROM outbox_event WHERE status = 1`).Scan(&done))
-		return done == events
-	})
-	mu.Lock()
-	defer mu.Unlock()
-	require.Len(t, deliveries, events)
-	for id, n := range deliveries {
-		require.Equal(t, 1, n, "deliveries of %s", id)
-	}
+	_, deliveries := startSlowRelays(t, store, watermilladapter.SubscriberConfig{BatchSize: 10, ColdQueueCapacity: 10})
+	deliveries.requireOnceEach(t, pool, events)
 }
 
 // The same on the hot path: events committed faster than a slow handler
@@ -1249,17 +1216,34 @@ func TestHotEventWhoseClaimRanOutInTheQueueIsNotDeliveredAgain(t *testing.T) {
 	store, err := postgres.NewStore(pool, postgres.Config{})
 	require.NoError(t, err)
 	const events = 30
-	var (
-		mu         sync.Mutex
-		deliveries = map[string]int{}
-		wg         sync.WaitGroup
-	)
+	subs, deliveries := startSlowRelays(t, store, watermilladapter.SubscriberConfig{HotQueueCapacity: events})
+	pub, err := watermilladapter.NewPublisher(store, watermilladapter.PublisherConfig{HotPath: subs[0], OwnTransaction: true})
+	require.NoError(t, err)
+	for i := range events {
+		require.NoError(t, pub.Publish("orders", newMsg(fmt.Sprint(i))))
+	}
+	deliveries.requireOnceEach(t, pool, events)
+}
+
+// deliveryCount counts deliveries by event id.
+type deliveryCount struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+// startSlowRelays starts two relays of "orders" configured by cfg, with a
+// lease of 300 ms, each handling one event at a time in 100 ms, well
+// within the lease.
+func startSlowRelays(t *testing.T, store outbox.Store, cfg watermilladapter.SubscriberConfig) ([]*watermilladapter.Subscriber, *deliveryCount) {
+	t.Helper()
+	cfg.WorkerCount, cfg.LockTimeout, cfg.PollInterval = 1, 300*time.Millisecond, 50*time.Millisecond
+	deliveries := &deliveryCount{n: map[string]int{}}
+	var wg sync.WaitGroup
 	t.Cleanup(wg.Wait) // after the subscribers' Close, which ends the handlers' loops
 	subs := make([]*watermilladapter.Subscriber, 2)
 	for i := range subs {
-		sub, err := watermilladapter.NewSubscriber(store, watermilladapter.SubscriberConfig{
-			Owner: fmt.Sprint("relay-", i), WorkerCount: 1, HotQueueCapacity: events,
-			LockTimeout: 300 * time.Millisecond, PollInterval: 50 * time.Millisecond})
+		cfg.Owner = fmt.Sprint("relay-", i)
+		sub, err := watermilladapter.NewSubscriber(store, cfg)
 		require.NoError(t, err)
 		t.Cleanup(func() { require.NoError(t, sub.Close()) })
 		out, err := sub.Subscribe(t.Context(), "orders")
@@ -1267,28 +1251,30 @@ func TestHotEventWhoseClaimRanOutInTheQueueIsNotDeliveredAgain(t *testing.T) {
 		subs[i] = sub
 		wg.Go(func() {
 			for msg := range out {
-				mu.Lock()
-				deliveries[msg.Metadata.Get(watermilladapter.MetadataEventID)]++
-				mu.Unlock()
-				time.Sleep(100 * time.Millisecond) // a slow handler, well within the lease
+				deliveries.mu.Lock()
+				deliveries.n[msg.Metadata.Get(watermilladapter.MetadataEventID)]++
+				deliveries.mu.Unlock()
+				time.Sleep(100 * time.Millisecond)
 				msg.Ack()
 			}
 		})
 	}
-	pub, err := watermilladapter.NewPublisher(store, watermilladapter.PublisherConfig{HotPath: subs[0], OwnTransaction: true})
-	require.NoError(t, err)
-	for i := range events {
-		require.NoError(t, pub.Publish("orders", newMsg(fmt.Sprint(i))))
-	}
+	return subs, deliveries
+}
+
+// requireOnceEach waits for the events of pool's outbox table to be DONE
+// and fails the test unless each was delivered once.
+func (d *deliveryCount) requireOnceEach(t *testing.T, pool *pgxpool.Pool, events int) {
+	t.Helper()
 	relaytest.Eventually(t, "every event DONE", func() bool {
 		var done int
 		require.NoError(t, pool.QueryRow(t.Context(), `SELECT count(*) FROM outbox_event WHERE status = 1`).Scan(&done))
 		return done == events
 	})
-	mu.Lock()
-	defer mu.Unlock()
-	require.Len(t, deliveries, events)
-	for id, n := range deliveries {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	require.Len(t, d.n, events)
+	for id, n := range d.n {
 		require.Equal(t, 1, n, "deliveries of %s", id)
 	}
 }

@@ -188,9 +188,7 @@ func (s *downStore) count() int {
 func TestSettlerGivesUpOnEverythingByOneDeadline(t *testing.T) {
 	t.Parallel()
 	store := &downStore{}
-	st := newSettler(store, "me", watermill.NopLogger{}, func(...string) {})
-	st.giveUp = 100 * time.Millisecond // set before the first statement is sent, which the settler reads it after
-	st.stop()
+	st := stoppingSettler(store)
 	const n = 10
 	for i := range n {
 		st.release([]releaseItem{{id: fmt.Sprint("released-", i), topic: "orders"}})
@@ -255,9 +253,7 @@ func (s *hangingStore) Release(ctx context.Context, _ string, _ []string) (int64
 func TestSettlerReleasesQueuedBehindAHangingStatementTogether(t *testing.T) {
 	t.Parallel()
 	store := &hangingStore{}
-	st := newSettler(store, "me", watermill.NopLogger{}, func(...string) {})
-	st.giveUp = 100 * time.Millisecond // set before the first statement is sent, which the settler reads it after
-	st.stop()
+	st := stoppingSettler(store)
 	st.release([]releaseItem{{id: "first", topic: "orders"}})
 	for store.statements.Load() == 0 { // the first release hangs
 		time.Sleep(time.Millisecond)
@@ -273,4 +269,13 @@ func TestSettlerReleasesQueuedBehindAHangingStatementTogether(t *testing.T) {
 	require.ErrorIs(t, err, ErrNotRecorded)
 	require.ErrorContains(t, err, fmt.Sprintf(": %d outcomes and releases", n+1))
 	require.LessOrEqual(t, store.statements.Load(), int64(3), "statements: 2 for the first release, 1 for the rest")
+}
+
+// stoppingSettler returns a settler on store that is stopping (Close
+// began) and gives up after 100 ms.
+func stoppingSettler(store outbox.Store) *settler {
+	st := newSettler(store, "me", watermill.NopLogger{}, func(...string) {})
+	st.giveUp = 100 * time.Millisecond // set before the first statement is sent, which the settler reads it after
+	st.stop()
+	return st
 }
