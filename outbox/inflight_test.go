@@ -69,6 +69,28 @@ func TestInFlightTTL(t *testing.T) {
 	require.True(t, f.TryAcquire("a"))
 }
 
+// TestInFlightStaleReleaseKeepsTheNewHolder: a holder that outlived the
+// TTL lost the id to a new holder; its late Release must not end the new
+// holder's tracking and let a third worker in.
+func TestInFlightStaleReleaseKeepsTheNewHolder(t *testing.T) {
+	t.Parallel()
+
+	const ttl = time.Minute
+	clock := clocktest.New(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC))
+	f := outbox.NewInFlight(ttl, clock)
+
+	require.True(t, f.TryAcquire("a"), "first holder")
+	clock.Advance(ttl)
+	require.True(t, f.TryAcquire("a"), "second holder, after the first one's entry expired")
+	f.Release("a") // the first holder, finishing late
+	require.False(t, f.TryAcquire("a"), "the second holder still has it")
+
+	f.Release("a") // the second holder
+	require.True(t, f.TryAcquire("a"), "free once both have released")
+	f.Release("a")
+	require.Equal(t, 0, f.Len())
+}
+
 func TestInFlightConcurrentAcquire(t *testing.T) {
 	t.Parallel()
 
