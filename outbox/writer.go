@@ -17,6 +17,14 @@ type WriterConfig struct {
 	// and commits are left to the poller. Events with a DeliverAfter time
 	// never go to it. Its error is logged, never returned to the writer's
 	// caller. Default: none.
+	//
+	// Write with the innermost transaction: while a savepoint you opened
+	// yourself (pgx's Begin on a pgx.Tx, a SAVEPOINT statement) is open,
+	// what you write through the transaction it is in lands in the
+	// savepoint, and the hook, which only sees that transaction's commit,
+	// delivers the events even when the savepoint is rolled back. Open
+	// savepoints with an InTx helper and write with the transaction it
+	// gives (a context from it carries that transaction).
 	AfterCommit func(ctx context.Context, events []Envelope) error
 
 	// HotTopic reports whether the hot path takes events of a topic right
