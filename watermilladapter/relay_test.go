@@ -515,14 +515,8 @@ func twoProcesses(t *testing.T) []*pgxpool.Pool {
 func TestReleaseAtCloseWakesTheRelayOfAnother(t *testing.T) {
 	t.Parallel()
 	pools := twoProcesses(t)
-	store, err := postgres.NewStore(pools[0], postgres.Config{})
-	require.NoError(t, err)
-	pub, err := watermilladapter.NewPublisher(store, watermilladapter.PublisherConfig{OwnTransaction: true})
-	require.NoError(t, err)
 	const events = 20
-	for i := range events {
-		require.NoError(t, pub.Publish("orders", newMsg(fmt.Sprint(i))))
-	}
+	store := storeWithBacklog(t, pools[0], events)
 
 	notifier, err := postgres.NewNotifier(pools[0], postgres.Config{})
 	require.NoError(t, err)
@@ -910,12 +904,7 @@ func (outcomesFail) UpdateStatus(context.Context, string, ...outbox.StatusUpdate
 // their leases, and says so.
 func TestCloseEndsWhileOutcomesCannotBeRecorded(t *testing.T) {
 	t.Parallel()
-	pool := testdb.New(t)
-	store, err := postgres.NewStore(pool, postgres.Config{})
-	require.NoError(t, err)
-	pub, err := watermilladapter.NewPublisher(store, watermilladapter.PublisherConfig{OwnTransaction: true})
-	require.NoError(t, err)
-	require.NoError(t, pub.Publish("orders", newMsg("1")))
+	store := storeWithBacklog(t, testdb.New(t), 1)
 
 	sub, err := watermilladapter.NewSubscriber(outcomesFail{store}, watermilladapter.SubscriberConfig{})
 	require.NoError(t, err)
@@ -1191,16 +1180,8 @@ func TestCloseDoesNotWaitForTheBacklogQuery(t *testing.T) {
 func TestEventWhoseClaimRanOutInTheQueueIsNotDeliveredAgain(t *testing.T) {
 	t.Parallel()
 	pool := testdb.New(t)
-	store, err := postgres.NewStore(pool, postgres.Config{})
-	require.NoError(t, err)
-	pub, err := watermilladapter.NewPublisher(store, watermilladapter.PublisherConfig{OwnTransaction: true})
-	require.NoError(t, err)
 	const events = 30
-	msgs := make([]*message.Message, events)
-	for i := range msgs {
-		msgs[i] = newMsg(fmt.Sprint(i))
-	}
-	require.NoError(t, pub.Publish("orders", msgs...))
+	store := storeWithBacklog(t, pool, events)
 
 	_, deliveries := startSlowRelays(t, store, watermilladapter.SubscriberConfig{BatchSize: 10, ColdQueueCapacity: 10})
 	deliveries.requireOnceEach(t, pool, events)
@@ -1223,6 +1204,22 @@ func TestHotEventWhoseClaimRanOutInTheQueueIsNotDeliveredAgain(t *testing.T) {
 		require.NoError(t, pub.Publish("orders", newMsg(fmt.Sprint(i))))
 	}
 	deliveries.requireOnceEach(t, pool, events)
+}
+
+// storeWithBacklog returns a store on pool whose table holds n events of
+// "orders", committed in one transaction.
+func storeWithBacklog(t *testing.T, pool *pgxpool.Pool, n int) *postgres.Store {
+	t.Helper()
+	store, err := postgres.NewStore(pool, postgres.Config{})
+	require.NoError(t, err)
+	pub, err := watermilladapter.NewPublisher(store, watermilladapter.PublisherConfig{OwnTransaction: true})
+	require.NoError(t, err)
+	msgs := make([]*message.Message, n)
+	for i := range msgs {
+		msgs[i] = newMsg(fmt.Sprint(i))
+	}
+	require.NoError(t, pub.Publish("orders", msgs...))
+	return store
 }
 
 // deliveryCount counts deliveries by event id.
