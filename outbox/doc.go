@@ -32,6 +32,14 @@
 // process delivers an event right after its commit; events written in a
 // transaction you begin yourself wait for the poller instead.
 //
+// A savepoint can roll back while its transaction commits. Events written
+// while one is open, through the transaction it is in or through one an
+// InTx helper opened as a savepoint, go to the hot path only if their rows
+// are still there when the top-level transaction commits: the writer looks
+// them up just before that commit, in one query by primary key (the store
+// tells which rows are in a savepoint: PostgreSQL from the rows' xmin,
+// while SQLite cannot tell, so there every hot write is looked up).
+//
 // # Statuses
 //
 // A row is NEW when written, DONE once its delivery is acknowledged, RETRY

@@ -102,7 +102,18 @@ type Inserter[Tx any] interface {
 	// lease, or for an event with a DeliverAfter time, no row is written
 	// claimed. Insert writes every event or, when it fails, none, and
 	// does not commit.
-	Insert(ctx context.Context, tx Tx, hot, cold []Envelope, lease Lease) error
+	//
+	// It reports whether the rows went into the top-level transaction,
+	// outside any savepoint: false when a savepoint holds them (tx is one,
+	// or a savepoint opened on tx was still open), which can roll back
+	// while the transaction commits, and false when the store cannot
+	// tell.
+	Insert(ctx context.Context, tx Tx, hot, cold []Envelope, lease Lease) (topLevel bool, err error)
+
+	// Existing returns those of ids whose rows tx sees, in any order: a
+	// [Writer] asks, in the top-level transaction just before its commit,
+	// which events written in savepoints are still there.
+	Existing(ctx context.Context, tx Tx, ids []string) ([]string, error)
 }
 
 // Lease is a claim on events: who holds it and for how long. Claims are

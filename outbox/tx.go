@@ -26,7 +26,10 @@ type TxFuncs[Tx any] struct {
 // during fn, in registration order. A hook's error or panic is logged to
 // logger (nil: slog.Default()) and never returned: the transaction is
 // committed, and the outbox's poller delivers whatever a failed hook would
-// have. A rolled-back transaction runs no hook.
+// have. A rolled-back transaction runs no hook. Just before the commit it
+// runs the checks a [Writer] registered in the transaction (which of the
+// events written in savepoints are still there); a failed check rolls the
+// transaction back and is returned.
 //
 // The context given to fn carries the transaction ([TxFromContext]) and the
 // hook list. Dialects wrap this in their own InTx helper.
@@ -60,19 +63,24 @@ func RunInTx[Tx any](ctx context.Context, funcs TxFuncs[Tx], logger *slog.Logger
 		}
 	}()
 	err = fn(txCtx, tx)
-	registered := hooks.close()
+	registered, checks := hooks.close()
 	if err != nil {
 		return err
+	}
+	if enclosing == nil {
+		for _, check := range checks {
+			if err := check(txCtx); err != nil {
+				return fmt.Errorf("outbox: before commit: %w", err)
+			}
+		}
 	}
 	committed = true // from here on there is nothing left to roll back
 	if err := funcs.Commit(ctx, tx); err != nil {
 		return fmt.Errorf("outbox: commit: %w", err)
 	}
 	if enclosing != nil {
-		for _, fn := range registered {
-			if !enclosing.add(fn) {
-				loggerOrDefault(logger).ErrorContext(ctx, "outbox: the enclosing transaction ended before its savepoint; after-commit hook dropped, the poller will deliver")
-			}
+		if !enclosing.forward(registered, checks) {
+			loggerOrDefault(logger).ErrorContext(ctx, "outbox: the enclosing transaction ended before its savepoint; after-commit hooks dropped, the poller will deliver")
 		}
 		return nil
 	}
@@ -85,6 +93,19 @@ func RunInTx[Tx any](ctx context.Context, funcs TxFuncs[Tx], logger *slog.Logger
 // running; otherwise it returns [ErrNoCommitHooks].
 func AfterCommit(ctx context.Context, fn func(ctx context.Context) error) error {
 	if !hooksFrom(ctx).add(fn) {
+		return ErrNoCommitHooks
+	}
+	return nil
+}
+
+// beforeCommit registers check to run in the transaction of ctx just
+// before it commits; for a savepoint, before the transaction it is in
+// commits, and only if the savepoint was released. The context check gets
+// carries that transaction ([TxFromContext]); an error rolls it back and is
+// returned by [RunInTx]. ctx must come from [RunInTx] whose function is
+// still running; otherwise it returns [ErrNoCommitHooks].
+func beforeCommit(ctx context.Context, check func(ctx context.Context) error) error {
+	if !hooksFrom(ctx).addCheck(check) {
 		return ErrNoCommitHooks
 	}
 	return nil
@@ -114,18 +135,30 @@ type (
 	txKey          struct{}
 )
 
-// commitHooks are the hooks to run after tx commits. A nil list takes
-// none: nothing reports the commit.
+// commitHooks are the hooks to run after tx commits, and the checks to
+// run before. A nil list takes none: nothing reports the commit.
 type commitHooks struct {
 	tx     any
 	mu     sync.Mutex
 	fns    []func(ctx context.Context) error
+	checks []func(ctx context.Context) error
 	closed bool // the transaction has ended: no more hooks
 }
 
 // add registers fn, or reports false when the transaction has ended or h
 // is nil.
 func (h *commitHooks) add(fn func(ctx context.Context) error) bool {
+	return h.forward([]func(ctx context.Context) error{fn}, nil)
+}
+
+// addCheck registers check as add registers a hook.
+func (h *commitHooks) addCheck(check func(ctx context.Context) error) bool {
+	return h.forward(nil, []func(ctx context.Context) error{check})
+}
+
+// forward registers hooks and checks, those of a savepoint that was
+// released, or reports false when the transaction has ended or h is nil.
+func (h *commitHooks) forward(fns, checks []func(ctx context.Context) error) bool {
 	if h == nil {
 		return false
 	}
@@ -134,21 +167,23 @@ func (h *commitHooks) add(fn func(ctx context.Context) error) bool {
 	if h.closed {
 		return false
 	}
-	h.fns = append(h.fns, fn)
+	h.fns = append(h.fns, fns...)
+	h.checks = append(h.checks, checks...)
 	return true
 }
 
-// close ends registration and returns the hooks registered so far.
-func (h *commitHooks) close() []func(ctx context.Context) error {
+// close ends registration and returns the hooks and checks registered so
+// far.
+func (h *commitHooks) close() (fns, checks []func(ctx context.Context) error) {
 	if h == nil {
-		return nil
+		return nil, nil
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.closed = true
-	fns := h.fns
-	h.fns = nil
-	return fns
+	fns, checks = h.fns, h.checks
+	h.fns, h.checks = nil, nil
+	return fns, checks
 }
 
 func runHooks(ctx context.Context, fns []func(ctx context.Context) error, logger *slog.Logger) {

@@ -18,13 +18,12 @@ type WriterConfig struct {
 	// never go to it. Its error is logged, never returned to the writer's
 	// caller. Default: none.
 	//
-	// Write with the innermost transaction: while a savepoint you opened
-	// yourself (pgx's Begin on a pgx.Tx, a SAVEPOINT statement) is open,
-	// what you write through the transaction it is in lands in the
-	// savepoint, and the hook, which only sees that transaction's commit,
-	// delivers the events even when the savepoint is rolled back. Open
-	// savepoints with an InTx helper and write with the transaction it
-	// gives (a context from it carries that transaction).
+	// Events written in a savepoint (one opened by InTx on a
+	// transaction, or one you opened yourself and is open while you write
+	// through the transaction it is in) reach it only if their rows are
+	// still there when the top-level transaction commits: the writer
+	// looks them up just before that commit, one query for each such
+	// write.
 	AfterCommit func(ctx context.Context, events []Envelope) error
 
 	// HotTopic reports whether the hot path takes events of a topic right
@@ -101,10 +100,11 @@ func (w *Writer[Tx]) Write(ctx context.Context, tx Tx, events ...Envelope) ([]st
 		return nil, err
 	}
 	hot, cold := w.hotEvents(ctx, tx, prepared)
-	if err := w.insert(ctx, tx, hot, cold); err != nil {
+	topLevel, err := w.insert(ctx, tx, hot, cold)
+	if err != nil {
 		return nil, fmt.Errorf("outbox: write %d events: %w", len(prepared), err)
 	}
-	if err := w.afterCommit(ctx, tx, hot, cold); err != nil {
+	if err := w.afterCommit(ctx, tx, hot, cold, topLevel); err != nil {
 		// The transaction already ended: these rows are the pollers'.
 		return nil, fmt.Errorf("outbox: write: %w", err)
 	}
@@ -117,7 +117,7 @@ func (w *Writer[Tx]) Write(ctx context.Context, tx Tx, events ...Envelope) ([]st
 
 // insert writes the events in one round trip, the hot ones claimed by
 // the hot path's owner when there is one.
-func (w *Writer[Tx]) insert(ctx context.Context, tx Tx, hot, cold []Envelope) error {
+func (w *Writer[Tx]) insert(ctx context.Context, tx Tx, hot, cold []Envelope) (topLevel bool, err error) {
 	var lease Lease
 	if len(hot) > 0 && w.cfg.ClaimOwner != "" {
 		lease = Lease{Owner: w.cfg.ClaimOwner, Duration: w.cfg.ClaimTimeout}
@@ -126,10 +126,28 @@ func (w *Writer[Tx]) insert(ctx context.Context, tx Tx, hot, cold []Envelope) er
 }
 
 // afterCommit registers the hooks that hand hot events to the hot path
-// and announce the due cold ones.
-func (w *Writer[Tx]) afterCommit(ctx context.Context, tx Tx, hot, cold []Envelope) error {
+// and announce the due cold ones. Hot events whose rows are not in the
+// top-level transaction are in a savepoint, which can roll back while the
+// transaction commits: just before the commit, only those still there stay
+// hot.
+func (w *Writer[Tx]) afterCommit(ctx context.Context, tx Tx, hot, cold []Envelope, topLevel bool) error {
 	if len(hot) > 0 {
-		if err := AfterCommit(ctx, func(ctx context.Context) error { return w.cfg.AfterCommit(ctx, hot) }); err != nil {
+		if !topLevel {
+			err := beforeCommit(ctx, func(ctx context.Context) (err error) {
+				hot, err = w.stillWritten(ctx, hot)
+				return err
+			})
+			if err != nil {
+				return err
+			}
+		}
+		err := AfterCommit(ctx, func(ctx context.Context) error {
+			if len(hot) == 0 {
+				return nil
+			}
+			return w.cfg.AfterCommit(ctx, hot)
+		})
+		if err != nil {
 			return err
 		}
 	}
@@ -141,6 +159,28 @@ func (w *Writer[Tx]) afterCommit(ctx context.Context, tx Tx, hot, cold []Envelop
 		return nil
 	}
 	return AfterCommit(ctx, func(context.Context) error { w.cfg.Committed(topics); return nil })
+}
+
+// stillWritten returns those of events whose rows the transaction in ctx,
+// a top-level one about to commit, sees.
+func (w *Writer[Tx]) stillWritten(ctx context.Context, events []Envelope) ([]Envelope, error) {
+	tx, ok := TxFromContext[Tx](ctx)
+	if !ok {
+		return nil, fmt.Errorf("outbox: the transaction written in a savepoint is not a %T", tx)
+	}
+	ids := make([]string, len(events))
+	for i := range events {
+		ids[i] = events[i].ID
+	}
+	existing, err := w.store.Existing(ctx, tx, ids)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: look up %d events written in a savepoint: %w", len(ids), err)
+	}
+	kept := make(map[string]bool, len(existing))
+	for _, id := range existing {
+		kept[id] = true
+	}
+	return slices.DeleteFunc(events, func(e Envelope) bool { return !kept[e.ID] }), nil
 }
 
 // dueTopics returns the distinct topics of the events that are due now.

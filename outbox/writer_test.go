@@ -24,18 +24,52 @@ type insertCall struct {
 	lease             outbox.Lease
 }
 
-// fakeInserter records inserts and fails them with err when set.
+// fakeInserter records inserts and fails them with err when set. With
+// inSavepoint set, it reports rows written in a savepoint; then Existing
+// finds those not in gone, and fails with existingErr when set.
 type fakeInserter struct {
-	mu    sync.Mutex
-	calls []insertCall
-	err   error
+	mu          sync.Mutex
+	calls       []insertCall
+	err         error
+	inSavepoint bool
+	gone        map[string]bool
+	existingErr error
+	lookups     []lookup
 }
 
-func (f *fakeInserter) Insert(_ context.Context, tx *fakeTx, hot, cold []outbox.Envelope, lease outbox.Lease) error {
+// lookup is one call of fakeInserter.Existing.
+type lookup struct {
+	tx  *fakeTx
+	ids []string
+}
+
+func (f *fakeInserter) Insert(_ context.Context, tx *fakeTx, hot, cold []outbox.Envelope, lease outbox.Lease) (bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls = append(f.calls, insertCall{tx: tx, hot: hot, cold: cold, events: slices.Concat(hot, cold), lease: lease})
-	return f.err
+	return !f.inSavepoint, f.err
+}
+
+func (f *fakeInserter) Existing(_ context.Context, tx *fakeTx, ids []string) ([]string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.lookups = append(f.lookups, lookup{tx: tx, ids: ids})
+	if f.existingErr != nil {
+		return nil, f.existingErr
+	}
+	var existing []string
+	for _, id := range ids {
+		if !f.gone[id] {
+			existing = append(existing, id)
+		}
+	}
+	return existing, nil
+}
+
+func (f *fakeInserter) Lookups() []lookup {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]lookup(nil), f.lookups...)
 }
 
 func (f *fakeInserter) Calls() []insertCall {
@@ -129,9 +163,13 @@ func TestWriterNilTx(t *testing.T) {
 // countingInserter counts inserts, for any transaction type.
 type countingInserter[Tx any] struct{ n atomic.Int32 }
 
-func (c *countingInserter[Tx]) Insert(context.Context, Tx, []outbox.Envelope, []outbox.Envelope, outbox.Lease) error {
+func (c *countingInserter[Tx]) Insert(context.Context, Tx, []outbox.Envelope, []outbox.Envelope, outbox.Lease) (bool, error) {
 	c.n.Add(1)
-	return nil
+	return true, nil
+}
+
+func (c *countingInserter[Tx]) Existing(_ context.Context, _ Tx, ids []string) ([]string, error) {
+	return ids, nil
 }
 
 // committer is an interface transaction type, as pgx.Tx is.
@@ -508,6 +546,94 @@ func TestWriterHookOnlyForTheCommittedTx(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, b.hook.Calls(), "events of another transaction are not the InTx commit's to deliver")
 	require.Zero(t, b.inserter.Calls()[0].lease)
+}
+
+// Rows in the top-level transaction commit with it: the writer asks the
+// store nothing more.
+func TestWriterLooksUpNothingWrittenInTheTopLevelTransaction(t *testing.T) {
+	t.Parallel()
+	b := setupWriter(t, nil)
+	require.NoError(t, b.inTx(t, func(ctx context.Context, tx *fakeTx) error {
+		_, err := b.writer.Write(ctx, tx, validEnvelope(), validEnvelope())
+		return err
+	}))
+	require.Len(t, b.hook.Calls(), 1)
+	require.Empty(t, b.inserter.Lookups())
+}
+
+// Rows in a savepoint, one the writer's transaction is or one opened on
+// it, can roll back while the transaction commits: the hot path takes
+// those the top-level transaction still sees just before it commits.
+func TestWriterHandsOverOnlyWhatSavepointsKept(t *testing.T) {
+	t.Parallel()
+	b := setupWriter(t, nil)
+	b.inserter.inSavepoint = true
+	first, second := validEnvelope(), validEnvelope()
+	first.ID, second.ID = "rolled back", "kept"
+	b.inserter.gone = map[string]bool{first.ID: true}
+	inner := &txLog{}
+	require.NoError(t, b.inTx(t, func(ctx context.Context, tx *fakeTx) error {
+		savepoint := inner.funcs()
+		savepoint.Within = tx
+		return outbox.RunInTx(ctx, savepoint, nil, func(ctx context.Context, tx *fakeTx) error {
+			_, err := b.writer.Write(ctx, tx, first, second)
+			return err
+		})
+	}))
+	lookups := b.inserter.Lookups()
+	require.Len(t, lookups, 1)
+	require.Same(t, b.txLog.tx, lookups[0].tx, "looked up in the top-level transaction, the savepoint being over")
+	require.Equal(t, []string{"rolled back", "kept"}, lookups[0].ids)
+	require.Len(t, b.hook.Calls(), 1)
+	require.Equal(t, []string{"kept"}, ids(b.hook.Calls()[0]))
+	require.Equal(t, []string{"begin", "commit"}, b.txLog.Calls())
+
+	b.inserter.gone[second.ID] = true
+	require.NoError(t, b.inTx(t, func(ctx context.Context, tx *fakeTx) error {
+		_, err := b.writer.Write(ctx, tx, first, second)
+		return err
+	}))
+	require.Len(t, b.hook.Calls(), 1, "nothing left to hand over, no call")
+	require.Len(t, b.inserter.Lookups(), 2)
+
+	rolledBack := errors.New("savepoint rolled back")
+	require.NoError(t, b.inTx(t, func(ctx context.Context, tx *fakeTx) error {
+		savepoint := inner.funcs()
+		savepoint.Within = tx
+		err := outbox.RunInTx(ctx, savepoint, nil, func(ctx context.Context, tx *fakeTx) error {
+			_, err := b.writer.Write(ctx, tx, validEnvelope())
+			require.NoError(t, err)
+			return rolledBack
+		})
+		require.ErrorIs(t, err, rolledBack)
+		return nil
+	}))
+	require.Len(t, b.inserter.Lookups(), 2, "nothing to look up for a savepoint rolled back")
+}
+
+// A lookup that fails leaves the transaction uncommitted: committed, its
+// hot rows would stay claimed for the whole lease.
+func TestWriterLookupFailureRollsBack(t *testing.T) {
+	t.Parallel()
+	b := setupWriter(t, nil)
+	b.inserter.inSavepoint = true
+	b.inserter.existingErr = errors.New("connection lost")
+	err := b.inTx(t, func(ctx context.Context, tx *fakeTx) error {
+		_, err := b.writer.Write(ctx, tx, validEnvelope())
+		return err
+	})
+	require.ErrorIs(t, err, b.inserter.existingErr)
+	require.Equal(t, []string{"begin", "rollback"}, b.txLog.Calls())
+	require.Empty(t, b.hook.Calls())
+}
+
+// ids returns the ids of events.
+func ids(events []outbox.Envelope) []string {
+	out := make([]string, len(events))
+	for i, e := range events {
+		out[i] = e.ID
+	}
+	return out
 }
 
 // committedRecorder is a writer's Committed hook that records what it gets.

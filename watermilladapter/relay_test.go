@@ -1055,6 +1055,24 @@ func TestHotPathDeliversOnlyWhatTheDatabaseCommitted(t *testing.T) {
 		return publishIn(ctx, tx, "in a transaction rolled back")
 	}))
 	require.NoError(t, outer.Rollback(t.Context()))
+	// Written through a transaction while a savepoint opened on it is
+	// open, an event lands in that savepoint, which can roll back on its
+	// own: a Watermill publish whose context comes from InTx does this.
+	publishWhileSavepointOpen := func(ctx context.Context, tx pgx.Tx, payload string, end func(savepoint pgx.Tx) error) error {
+		savepoint, err := tx.Begin(ctx)
+		require.NoError(t, err)
+		require.NoError(t, publishIn(ctx, tx, payload))
+		return end(savepoint)
+	}
+	rollBack := func(savepoint pgx.Tx) error { return savepoint.Rollback(t.Context()) }
+	require.NoError(t, r.Store.InTx(t.Context(), func(ctx context.Context, tx pgx.Tx) error {
+		return publishWhileSavepointOpen(ctx, tx, "rolled back to a savepoint opened after InTx", rollBack)
+	}))
+	require.NoError(t, r.Store.InTx(t.Context(), func(ctx context.Context, tx pgx.Tx) error {
+		return postgres.InTx(ctx, tx, nil, func(ctx context.Context, savepoint pgx.Tx) error {
+			return publishWhileSavepointOpen(ctx, savepoint, "rolled back to a savepoint in a savepoint", rollBack)
+		})
+	}))
 	require.Zero(t, rowCount(t, pool))
 
 	// Nested in an InTx that commits, the savepoint's events are delivered
@@ -1072,6 +1090,15 @@ func TestHotPathDeliversOnlyWhatTheDatabaseCommitted(t *testing.T) {
 	}))
 	msg := got.next(t)
 	require.Equal(t, "committed", string(msg.Payload), "the hot path is FIFO: nothing rolled back came first")
+	require.Equal(t, watermilladapter.SourceHot, msg.Metadata.Get(watermilladapter.MetadataSource))
+
+	// A savepoint that is released commits with its transaction, and so
+	// do the events written in it, on the hot path.
+	require.NoError(t, r.Store.InTx(t.Context(), func(ctx context.Context, tx pgx.Tx) error {
+		return publishWhileSavepointOpen(ctx, tx, "released", func(savepoint pgx.Tx) error { return savepoint.Commit(ctx) })
+	}))
+	msg = got.next(t)
+	require.Equal(t, "released", string(msg.Payload))
 	require.Equal(t, watermilladapter.SourceHot, msg.Metadata.Get(watermilladapter.MetadataSource))
 }
 

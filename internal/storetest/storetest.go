@@ -37,6 +37,8 @@ type Harness[Tx any] struct {
 	// Tx begins, commits and rolls back a transaction the test owns, on
 	// the store's database.
 	Tx outbox.TxFuncs[Tx]
+	// Exec runs a statement without arguments in tx.
+	Exec func(ctx context.Context, tx Tx, sql string) error
 	// Count returns the number of rows in the outbox table.
 	Count func(t *testing.T) int
 	// CorruptHeaders stores headers that are valid JSON but not an object
@@ -56,6 +58,7 @@ func Run[Tx any](t *testing.T, newHarness func(t *testing.T) Harness[Tx]) {
 		{"WriteWithoutTransactionFailsFast", testWriteWithoutTransactionFailsFast[Tx]},
 		{"AfterCommitHooksRunOnlyOnCommitInOrder", testAfterCommitHooksRunOnlyOnCommitInOrder[Tx]},
 		{"HotPathHookReceivesCommittedEvents", testHotPathHookReceivesCommittedEvents[Tx]},
+		{"HotPathTakesOnlyWhatSavepointsKept", testHotPathTakesOnlyWhatSavepointsKept[Tx]},
 		{"InsertRoundTripsEveryField", testInsertRoundTripsEveryField[Tx]},
 		{"InsertBatches", testInsertBatches[Tx]},
 		{"PayloadSizeBoundary", testPayloadSizeBoundary[Tx]},
@@ -192,7 +195,10 @@ func testWriteWithoutTransactionFailsFast[Tx any](t *testing.T, f *fixture[Tx]) 
 	var none Tx
 	_, err := f.writer.Write(t.Context(), none, JSONEvent(1))
 	require.ErrorIs(t, err, outbox.ErrNoTransaction)
-	require.ErrorIs(t, f.Store.Insert(t.Context(), none, nil, []outbox.Envelope{JSONEvent(1)}, outbox.Lease{}), outbox.ErrNoTransaction)
+	_, err = f.Store.Insert(t.Context(), none, nil, []outbox.Envelope{JSONEvent(1)}, outbox.Lease{})
+	require.ErrorIs(t, err, outbox.ErrNoTransaction)
+	_, err = f.Store.Existing(t.Context(), none, []string{"any"})
+	require.ErrorIs(t, err, outbox.ErrNoTransaction)
 }
 
 func testAfterCommitHooksRunOnlyOnCommitInOrder[Tx any](t *testing.T, f *fixture[Tx]) {
@@ -266,6 +272,57 @@ func testHotPathHookReceivesCommittedEvents[Tx any](t *testing.T, f *fixture[Tx]
 	require.Empty(t, f.claim(t, req), "another relay leaves the hot row alone while the claim is fresh")
 	f.Clock.Advance(time.Minute)
 	require.Equal(t, written[:1], f.claim(t, req), "the claim of a relay that died expires")
+}
+
+// Rows written while a savepoint is open are the savepoint's, whatever
+// transaction they were written through: the store never reports them in
+// the top-level transaction, and the hot path receives them only if the
+// savepoint was released.
+func testHotPathTakesOnlyWhatSavepointsKept[Tx any](t *testing.T, f *fixture[Tx]) {
+	var got []string
+	writer, err := outbox.NewWriter(f.Store, outbox.WriterConfig{
+		Clock: f.Clock,
+		AfterCommit: func(_ context.Context, events []outbox.Envelope) error {
+			for _, e := range events {
+				got = append(got, string(e.Payload()))
+			}
+			return nil
+		},
+	})
+	require.NoError(t, err)
+	event := func(name string) outbox.Envelope { return outbox.NewBytes("Named", []byte(name)) }
+	exec := func(ctx context.Context, tx Tx, sql string) {
+		require.NoError(t, f.Exec(ctx, tx, sql))
+	}
+	var inSavepoint bool
+	require.NoError(t, f.Store.InTx(t.Context(), func(ctx context.Context, tx Tx) error {
+		exec(ctx, tx, "SAVEPOINT a")
+		_, err := writer.Write(ctx, tx, event("rolled back"))
+		require.NoError(t, err)
+		inSavepoint, err = f.Store.Insert(ctx, tx, nil, []outbox.Envelope{event("in a savepoint")}, outbox.Lease{})
+		require.NoError(t, err)
+		exec(ctx, tx, "ROLLBACK TO SAVEPOINT a")
+		exec(ctx, tx, "RELEASE SAVEPOINT a")
+		if _, err := writer.Write(ctx, tx, event("top level")); err != nil {
+			return err
+		}
+		exec(ctx, tx, "SAVEPOINT b")
+		if _, err := writer.Write(ctx, tx, event("released one"), event("released two")); err != nil {
+			return err
+		}
+		exec(ctx, tx, "RELEASE SAVEPOINT b")
+		prepared, err := outbox.Prepare([]outbox.Envelope{event("written directly")}, Start)
+		require.NoError(t, err)
+		_, err = f.Store.Insert(ctx, tx, nil, prepared, outbox.Lease{})
+		require.NoError(t, err)
+		existing, err := f.Store.Existing(ctx, tx, []string{prepared[0].ID, "never written"})
+		require.NoError(t, err)
+		require.Equal(t, []string{prepared[0].ID}, existing)
+		return nil
+	}))
+	require.False(t, inSavepoint, "rows in a savepoint are never reported in the top-level transaction")
+	require.Equal(t, []string{"top level", "released one", "released two"}, got)
+	require.Equal(t, 4, f.Count(t))
 }
 
 func testInsertRoundTripsEveryField[Tx any](t *testing.T, f *fixture[Tx]) {

@@ -35,8 +35,10 @@ const eventColumns = `{o}event_id, {o}event_type, {o}topic, {o}aggregate_type,
 
 // sqlInsert writes any number of rows in one statement: one array per
 // column. $1 is the write time; rows whose claim flag is set are written
-// claimed by owner $2 until $15.
+// claimed by owner $2 until $15. It returns whether the rows are in the
+// top-level transaction (see sqlTopLevel).
 const sqlInsert = `
+WITH inserted AS (
 INSERT INTO {table} (event_id, event_type, topic, aggregate_type, aggregate_id, tenant_id,
     payload, payload_json, headers, status, attempts,
     occurred_at, available_at, created_at, updated_at, locked_by, locked_at, locked_until)
@@ -48,7 +50,9 @@ SELECT u.event_id, u.event_type, u.topic, u.aggregate_type, nullif(u.aggregate_i
 FROM unnest($3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[],
     $9::bytea[], $10::boolean[], $11::text[], $12::timestamptz[], $13::timestamptz[], $14::boolean[])
     AS u(event_id, event_type, topic, aggregate_type, aggregate_id, tenant_id,
-         payload, payload_json, headers, occurred_at, available_at, claimed)`
+         payload, payload_json, headers, occurred_at, available_at, claimed)
+RETURNING xmin)
+SELECT bool_and(` + sqlTopLevel + `) FROM inserted`
 
 // sqlInsertOne is sqlInsert for a single event, with the same parameters
 // as scalars: most business transactions write one event, and a VALUES row
@@ -61,7 +65,16 @@ VALUES ($3, $4, $5, $6, nullif($7::text, ''), nullif($8::text, ''),
     $9, $10, $11::jsonb, 0, 0,
     $12, $13, $1, $1,
     CASE WHEN $14::boolean THEN $2::text END, CASE WHEN $14::boolean THEN $1::timestamptz END,
-    CASE WHEN $14::boolean THEN $15::timestamptz END)`
+    CASE WHEN $14::boolean THEN $15::timestamptz END)
+RETURNING ` + sqlTopLevel
+
+// sqlTopLevel tells a row written in the top-level transaction from one
+// written in a savepoint: a row's xmin is the id of the (sub)transaction
+// that wrote it, and pg_current_xact_id that of the top-level one.
+const sqlTopLevel = `xmin = xid(pg_current_xact_id())`
+
+// sqlExisting returns those of the event ids $1 that have a row.
+const sqlExisting = `SELECT event_id FROM {table} WHERE event_id = ANY($1::text[])`
 
 const sqlGet = `SELECT ` + eventColumns + ` FROM {table} WHERE event_id = $1`
 
@@ -214,7 +227,7 @@ DELETE FROM {table} WHERE event_id IN (
 type statements struct {
 	createMigrationTable, migrationVersion, recordMigration string
 
-	insert, insertOne, get           string
+	insert, insertOne, existing, get string
 	release, updateStatus            string
 	deleteDone                       string    // empty unless Config.DeleteDone
 	claim, claimAfter, poll          [3]string // by topic filter: any, one, many; claimAfter with a cursor
@@ -238,6 +251,7 @@ func renderStatements(schema, qualified string, synchronous, deleteDone bool) st
 		migrationVersion:     r.Replace(sqlMigrationVersion),
 		recordMigration:      r.Replace(sqlRecordMigration),
 		insert:               r.Replace(sqlInsert),
+		existing:             r.Replace(sqlExisting),
 		insertOne:            r.Replace(sqlInsertOne),
 		get:                  r.Replace(sqlGet),
 		release:              r.Replace(sqlRelease),

@@ -150,14 +150,15 @@ func InTx(ctx context.Context, db DB, logger *slog.Logger, fn func(ctx context.C
 }
 
 // Insert implements [outbox.Inserter]: one statement for any number of
-// events, run in tx. Events must come from [outbox.Prepare] (the
+// events, run in tx, which also tells whether the rows went into the
+// top-level transaction. Events must come from [outbox.Prepare] (the
 // [outbox.Writer] does this).
-func (s *Store) Insert(ctx context.Context, tx pgx.Tx, hot, cold []outbox.Envelope, lease outbox.Lease) error {
+func (s *Store) Insert(ctx context.Context, tx pgx.Tx, hot, cold []outbox.Envelope, lease outbox.Lease) (topLevel bool, err error) {
 	if tx == nil {
-		return outbox.ErrNoTransaction
+		return false, outbox.ErrNoTransaction
 	}
 	if len(hot)+len(cold) == 0 {
-		return nil
+		return true, nil
 	}
 	if lease.Duration <= 0 {
 		lease.Duration = outbox.DefaultLockTimeout
@@ -169,39 +170,54 @@ func (s *Store) Insert(ctx context.Context, tx pgx.Tx, hot, cold []outbox.Envelo
 	}
 	until := now.Add(lease.Duration)
 	rows := outbox.InsertRows(hot, cold, lease)
-	var err error
 	if n := len(hot) + len(cold); n == 1 {
 		for e, claimed := range rows {
-			err = s.insertOne(ctx, tx, e, claimed, now, owner, until)
+			topLevel, err = s.insertOne(ctx, tx, e, claimed, now, owner, until)
 		}
 	} else {
-		err = s.insertMany(ctx, tx, rows, n, now, owner, until)
+		topLevel, err = s.insertMany(ctx, tx, rows, n, now, owner, until)
 	}
 	if isUniqueViolation(err) {
-		return fmt.Errorf("postgres: insert into %s: %w: %w", s.t.qualified, outbox.ErrDuplicateEvent, err)
+		return false, fmt.Errorf("postgres: insert into %s: %w: %w", s.t.qualified, outbox.ErrDuplicateEvent, err)
 	}
 	if err != nil {
-		return fmt.Errorf("postgres: insert into %s: %w", s.t.qualified, err)
+		return false, fmt.Errorf("postgres: insert into %s: %w", s.t.qualified, err)
 	}
-	return nil
+	return topLevel, nil
+}
+
+// Existing implements [outbox.Inserter].
+func (s *Store) Existing(ctx context.Context, tx pgx.Tx, ids []string) ([]string, error) {
+	if tx == nil {
+		return nil, outbox.ErrNoTransaction
+	}
+	rows, err := tx.Query(ctx, s.t.sql.existing, ids)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: look up events in %s: %w", s.t.qualified, err)
+	}
+	existing, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("postgres: look up events in %s: %w", s.t.qualified, err)
+	}
+	return existing, nil
 }
 
 // insertOne inserts e with sqlInsertOne: most business transactions write
 // one event, which takes scalars, not arrays. A claimed row is written
 // claimed by owner until until.
-func (s *Store) insertOne(ctx context.Context, tx pgx.Tx, e *outbox.Envelope, claimed bool, now time.Time, owner *string, until time.Time) error {
+func (s *Store) insertOne(ctx context.Context, tx pgx.Tx, e *outbox.Envelope, claimed bool, now time.Time, owner *string, until time.Time) (topLevel bool, err error) {
 	r, err := newRow(e, now)
 	if err != nil {
-		return err
+		return false, err
 	}
-	_, err = tx.Exec(ctx, s.t.sql.insertOne, now, owner, e.ID, string(e.Type), e.Topic, string(e.AggregateType),
-		e.AggregateID, e.TenantID, e.Payload(), e.IsJSON(), r.headers, e.OccurredAt, r.available, claimed, until)
-	return err
+	err = tx.QueryRow(ctx, s.t.sql.insertOne, now, owner, e.ID, string(e.Type), e.Topic, string(e.AggregateType),
+		e.AggregateID, e.TenantID, e.Payload(), e.IsJSON(), r.headers, e.OccurredAt, r.available, claimed, until).Scan(&topLevel)
+	return topLevel, err
 }
 
 // insertMany inserts the n rows with sqlInsert, one array per column,
 // claimed as insertOne claims.
-func (s *Store) insertMany(ctx context.Context, tx pgx.Tx, rows iter.Seq2[*outbox.Envelope, bool], n int, now time.Time, owner *string, until time.Time) error {
+func (s *Store) insertMany(ctx context.Context, tx pgx.Tx, rows iter.Seq2[*outbox.Envelope, bool], n int, now time.Time, owner *string, until time.Time) (topLevel bool, err error) {
 	var (
 		ids, types, topics, aggTypes, aggIDs, tenants = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 		payloads                                      = make([][]byte, n)
@@ -213,7 +229,7 @@ func (s *Store) insertMany(ctx context.Context, tx pgx.Tx, rows iter.Seq2[*outbo
 	for e, claim := range rows {
 		r, err := newRow(e, now)
 		if err != nil {
-			return err
+			return false, err
 		}
 		ids[i], types[i], topics[i] = e.ID, string(e.Type), e.Topic
 		aggTypes[i], aggIDs[i], tenants[i] = string(e.AggregateType), e.AggregateID, e.TenantID
@@ -221,9 +237,9 @@ func (s *Store) insertMany(ctx context.Context, tx pgx.Tx, rows iter.Seq2[*outbo
 		headers[i], occurred[i], available[i], claimed[i] = r.headers, e.OccurredAt, r.available, claim
 		i++
 	}
-	_, err := tx.Exec(ctx, s.t.sql.insert, now, owner, ids, types, topics, aggTypes, aggIDs, tenants,
-		payloads, isJSON, headers, occurred, available, claimed, until)
-	return err
+	err = tx.QueryRow(ctx, s.t.sql.insert, now, owner, ids, types, topics, aggTypes, aggIDs, tenants,
+		payloads, isJSON, headers, occurred, available, claimed, until).Scan(&topLevel)
+	return topLevel, err
 }
 
 // row is what the store computes for an event's row: its stored headers
@@ -336,7 +352,8 @@ func (s *Store) Release(ctx context.Context, owner string, ids []string) (int64,
 
 // UpdateStatus implements [outbox.Store]: one statement for the whole
 // batch, or under [Config.DeleteDone] one for its DONE outcomes and one
-// for the rest. When an id appears more than once, its last update wins.
+// for the rest. Of several updates of one id, a DONE wins, else the last
+// (see [outbox.PrepareUpdates]).
 func (s *Store) UpdateStatus(ctx context.Context, owner string, updates ...outbox.StatusUpdate) (int64, error) {
 	var deleteDone func(ids []string) (int64, error)
 	if s.t.sql.deleteDone != "" {

@@ -38,6 +38,10 @@ func TestStore(t *testing.T) {
 				Commit:   func(ctx context.Context, tx pgx.Tx) error { return tx.Commit(ctx) },
 				Rollback: func(ctx context.Context, tx pgx.Tx) error { return tx.Rollback(ctx) },
 			},
+			Exec: func(ctx context.Context, tx pgx.Tx, sql string) error {
+				_, err := tx.Exec(ctx, sql)
+				return err
+			},
 			Count: func(t *testing.T) int {
 				var n int
 				require.NoError(t, pool.QueryRow(t.Context(), `SELECT count(*) FROM outbox_event`).Scan(&n))
@@ -50,6 +54,38 @@ func TestStore(t *testing.T) {
 			},
 		}
 	})
+}
+
+// PostgreSQL tells where Insert's rows went, so that a writer looks up
+// only those written in a savepoint: one event or several, through the
+// transaction itself or with a savepoint open on it.
+func TestInsertReportsRowsInTheTopLevelTransaction(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t)
+	store, err := postgres.NewStore(pool, postgres.Config{})
+	require.NoError(t, err)
+	tx, err := pool.Begin(t.Context())
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	insert := func(n int) bool {
+		events := make([]outbox.Envelope, n)
+		for i := range events {
+			events[i] = storetest.JSONEvent(i)
+		}
+		prepared, err := outbox.Prepare(events, time.Now())
+		require.NoError(t, err)
+		topLevel, err := store.Insert(t.Context(), tx, prepared[:n/2], prepared[n/2:], outbox.Lease{Owner: "relay"})
+		require.NoError(t, err)
+		return topLevel
+	}
+	require.True(t, insert(1))
+	require.True(t, insert(3))
+	savepoint, err := tx.Begin(t.Context())
+	require.NoError(t, err)
+	require.False(t, insert(1), "written through the transaction, into its savepoint")
+	require.False(t, insert(3))
+	require.NoError(t, savepoint.Commit(t.Context()))
+	require.True(t, insert(1), "the savepoint released")
 }
 
 // TestConcurrentClaimersGetDisjointSets runs 8 claimers, each on its own
@@ -170,7 +206,8 @@ func TestBookkeepingCommitsAsynchronouslyUnlessAsked(t *testing.T) {
 		require.NoError(t, err)
 		event, err := outbox.Prepare([]outbox.Envelope{storetest.JSONEvent(1)}, time.Now())
 		require.NoError(t, err)
-		require.NoError(t, store.Insert(t.Context(), tx, nil, event, outbox.Lease{}))
+		_, err = store.Insert(t.Context(), tx, nil, event, outbox.Lease{})
+		require.NoError(t, err)
 		setting := func() string {
 			var s string
 			require.NoError(t, tx.QueryRow(t.Context(), `SHOW synchronous_commit`).Scan(&s))

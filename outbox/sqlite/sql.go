@@ -63,6 +63,14 @@ VALUES (?1, ?2, ?3, ?4, nullif(?5, ''), nullif(?6, ''),
     ?7, ?8, ?9, 0, 0,
     ?10, ?11, ?12, ?12, ?13, ?14, ?15)`
 
+// sqlExisting returns those of the event ids of idArray(ids), passed as
+// ?1, that have a row; sqlExistingOne does for one id, ?1, what most
+// business transactions write, without the JSON.
+const (
+	sqlExisting    = `SELECT event_id FROM {table} WHERE event_id IN (` + sqlIDs + `)`
+	sqlExistingOne = `SELECT event_id FROM {table} WHERE event_id = ?1`
+)
+
 const sqlGet = `SELECT ` + eventColumns + ` FROM {table} WHERE event_id = ?1`
 
 // The due condition shared by claim and poll: ?1 now, ?2 written-before
@@ -184,7 +192,8 @@ DELETE FROM {table} WHERE event_id IN (
 type statements struct {
 	createMigrationTable, migrationVersion, recordMigration string
 
-	insert, get, release, updateStatus string
+	insert, existing, existingOne, get string
+	release, updateStatus              string
 	deleteDone                         string    // empty unless Config.DeleteDone
 	claim, poll                        [3]string // by topic filter: any, one, many
 	queryDead, countDead, replayDead   string
@@ -199,6 +208,8 @@ func renderStatements(quoted string, deleteDone bool) statements {
 		migrationVersion:     r.Replace(sqlMigrationVersion),
 		recordMigration:      r.Replace(sqlRecordMigration),
 		insert:               r.Replace(sqlInsert),
+		existing:             r.Replace(sqlExisting),
+		existingOne:          r.Replace(sqlExistingOne),
 		get:                  r.Replace(sqlGet),
 		release:              r.Replace(sqlRelease),
 		updateStatus:         r.Replace(sqlUpdateStatus),

@@ -145,7 +145,16 @@ func InTx(ctx context.Context, db *sql.DB, logger *slog.Logger, fn func(ctx cont
 // or, when a row fails, none of it (SQLite, unlike PostgreSQL, keeps a
 // transaction usable after a failed statement). Events must come from
 // [outbox.Prepare] (the [outbox.Writer] does this).
-func (s *Store) Insert(ctx context.Context, tx *sql.Tx, hot, cold []outbox.Envelope, lease outbox.Lease) (err error) {
+//
+// SQLite cannot tell whether a savepoint opened on tx (a SAVEPOINT
+// statement) holds the rows, so Insert never reports them in the
+// top-level transaction: a [outbox.Writer] looks its hot events up before
+// the commit, one query by primary key.
+func (s *Store) Insert(ctx context.Context, tx *sql.Tx, hot, cold []outbox.Envelope, lease outbox.Lease) (topLevel bool, err error) {
+	return false, s.insert(ctx, tx, hot, cold, lease)
+}
+
+func (s *Store) insert(ctx context.Context, tx *sql.Tx, hot, cold []outbox.Envelope, lease outbox.Lease) (err error) {
 	if tx == nil {
 		return outbox.ErrNoTransaction
 	}
@@ -210,6 +219,36 @@ func (s *Store) Insert(ctx context.Context, tx *sql.Tx, hot, cold []outbox.Envel
 		return fmt.Errorf("sqlite: insert into %s: %w", s.t.name, err)
 	}
 	return nil
+}
+
+// Existing implements [outbox.Inserter].
+func (s *Store) Existing(ctx context.Context, tx *sql.Tx, ids []string) ([]string, error) {
+	if tx == nil {
+		return nil, outbox.ErrNoTransaction
+	}
+	query, arg := s.t.sql.existing, any(nil)
+	if len(ids) == 1 {
+		query, arg = s.t.sql.existingOne, ids[0]
+	} else {
+		arg = idArray(ids)
+	}
+	rows, err := tx.QueryContext(ctx, query, arg)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: look up events in %s: %w", s.t.name, err)
+	}
+	defer rows.Close()
+	var existing []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, fmt.Errorf("sqlite: look up events in %s: %w", s.t.name, err)
+		}
+		existing = append(existing, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sqlite: look up events in %s: %w", s.t.name, err)
+	}
+	return existing, nil
 }
 
 // Get implements [outbox.Store].
@@ -300,7 +339,8 @@ type statusRow struct {
 
 // UpdateStatus implements [outbox.Store]: one statement for the whole
 // batch, or under [Config.DeleteDone] one for its DONE outcomes and one
-// for the rest. When an id appears more than once, its last update wins.
+// for the rest. Of several updates of one id, a DONE wins, else the last
+// (see [outbox.PrepareUpdates]).
 func (s *Store) UpdateStatus(ctx context.Context, owner string, updates ...outbox.StatusUpdate) (int64, error) {
 	var deleteDone func(ids []string) (int64, error)
 	if s.t.sql.deleteDone != "" {

@@ -57,6 +57,10 @@ func TestStore(t *testing.T) {
 				Commit:   func(_ context.Context, tx *sql.Tx) error { return tx.Commit() },
 				Rollback: func(_ context.Context, tx *sql.Tx) error { return tx.Rollback() },
 			},
+			Exec: func(ctx context.Context, tx *sql.Tx, query string) error {
+				_, err := tx.ExecContext(ctx, query)
+				return err
+			},
 			Count: func(t *testing.T) int { return count(t, db, "outbox_event") },
 			CorruptHeaders: func(t *testing.T, id string) {
 				res, err := db.ExecContext(t.Context(), `UPDATE outbox_event SET headers = '{"a": 1}' WHERE event_id = ?`, id)
