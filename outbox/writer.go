@@ -63,7 +63,7 @@ type Writer[Tx any] struct {
 
 // NewWriter returns a writer that inserts through store.
 func NewWriter[Tx any](store Inserter[Tx], cfg WriterConfig) (*Writer[Tx], error) {
-	if store == nil {
+	if isNil(store) {
 		return nil, invalidRequest("writer needs a store")
 	}
 	if reason := checkText(cfg.ClaimOwner, MaxOwnerLen); reason != "" {

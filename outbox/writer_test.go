@@ -136,6 +136,10 @@ func TestNewWriter(t *testing.T) {
 	_, err := outbox.NewWriter[*fakeTx](nil, outbox.WriterConfig{})
 	require.ErrorIs(t, err, outbox.ErrInvalidRequest)
 
+	var noStore *fakeInserter
+	_, err = outbox.NewWriter[*fakeTx](noStore, outbox.WriterConfig{})
+	require.ErrorIs(t, err, outbox.ErrInvalidRequest, "a typed nil is no store either")
+
 	_, err = outbox.NewWriter[*fakeTx](&fakeInserter{}, outbox.WriterConfig{ClaimOwner: strings.Repeat("o", outbox.MaxOwnerLen+1)})
 	require.ErrorIs(t, err, outbox.ErrInvalidRequest)
 
