@@ -1,5 +1,11 @@
 package postgres
 
+import (
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
 // ClaimStatement is the claim SQL the store runs for one topic, with or
 // without a cursor, for tests that read its plan.
 func ClaimStatement(s *Store, withCursor bool) string {
@@ -7,4 +13,11 @@ func ClaimStatement(s *Store, withCursor bool) string {
 		return s.t.sql.claimAfter[1]
 	}
 	return s.t.sql.claim[1]
+}
+
+// ListenChecked is Listen with the liveness timing a test can wait for:
+// a quiet connection is checked every check, a check or a connection
+// attempt gives up after timeout.
+func ListenChecked(pool *pgxpool.Pool, cfg Config, wake func(topics ...string), check, timeout time.Duration) (*Listener, error) {
+	return listenTimed(pool, cfg, wake, listenTiming{check: check, checkTimeout: timeout, connectTimeout: timeout})
 }

@@ -42,6 +42,19 @@ const (
 	listenRetryMax = 5 * time.Second
 )
 
+// listenTiming bounds how long a Listener trusts a connection: it checks
+// one that has been quiet for check, and gives up on a check or a
+// connection attempt (when the pool's config sets no connect_timeout)
+// unanswered for checkTimeout or connectTimeout. Without them a server or
+// network gone without a reset leaves the listener deaf until TCP
+// keepalive notices, or for ever on a connection whose peer still
+// acknowledges packets.
+type listenTiming struct {
+	check, checkTimeout, connectTimeout time.Duration
+}
+
+var defaultListenTiming = listenTiming{check: 30 * time.Second, checkTimeout: 10 * time.Second, connectTimeout: 10 * time.Second}
+
 // Channel returns the NOTIFY channel of the outbox table cfg names: one per
 // table, so that relays of different outboxes on one database do not wake
 // each other. It comes from Schema and Table as written, not from the table
@@ -200,7 +213,15 @@ type Listener struct {
 // with its transaction and no notification arrives, with no error. Give
 // Listen a pool configured to reach the server directly then; a pool
 // that is never used opens no connection unless its MinConns asks.
+//
+// A connection quiet for 30 s is checked with a round trip, and one that
+// does not answer within 10 s is replaced, as is a connection attempt
+// unanswered for 10 s when the pool's config sets no connect_timeout.
 func Listen(pool *pgxpool.Pool, cfg Config, wake func(topics ...string)) (*Listener, error) {
+	return listenTimed(pool, cfg, wake, defaultListenTiming)
+}
+
+func listenTimed(pool *pgxpool.Pool, cfg Config, wake func(topics ...string), timing listenTiming) (*Listener, error) {
 	if pool == nil || wake == nil {
 		return nil, errors.New("postgres: listener needs a pool and a wake function")
 	}
@@ -210,7 +231,7 @@ func Listen(pool *pgxpool.Pool, cfg Config, wake func(topics ...string)) (*Liste
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	l := &Listener{cancel: cancel, done: make(chan struct{})}
-	go l.run(ctx, pool.Config(), channel, wake, cmpLogger(cfg.Logger))
+	go l.run(ctx, pool.Config(), channel, wake, timing, cmpLogger(cfg.Logger))
 	return l, nil
 }
 
@@ -221,11 +242,11 @@ func (l *Listener) Close() error {
 	return nil
 }
 
-func (l *Listener) run(ctx context.Context, poolConfig *pgxpool.Config, channel string, wake func(...string), logger *slog.Logger) {
+func (l *Listener) run(ctx context.Context, poolConfig *pgxpool.Config, channel string, wake func(...string), timing listenTiming, logger *slog.Logger) {
 	defer close(l.done)
 	pause := listenRetry
 	for {
-		err := listen(ctx, poolConfig, channel, wake, func() { pause = listenRetry })
+		err := listen(ctx, poolConfig, channel, wake, timing, func() { pause = listenRetry })
 		if ctx.Err() != nil {
 			return
 		}
@@ -239,9 +260,10 @@ func (l *Listener) run(ctx context.Context, poolConfig *pgxpool.Config, channel 
 	}
 }
 
-// listen connects, listens and passes notifications on until an error.
-func listen(ctx context.Context, poolConfig *pgxpool.Config, channel string, wake func(...string), connected func()) error {
-	conn, err := connect(ctx, poolConfig)
+// listen connects, listens and passes notifications on until an error or
+// a check of the quiet connection goes unanswered.
+func listen(ctx context.Context, poolConfig *pgxpool.Config, channel string, wake func(...string), timing listenTiming, connected func()) error {
+	conn, err := connect(ctx, poolConfig, timing.connectTimeout)
 	if err != nil {
 		return fmt.Errorf("connect: %w", err)
 	}
@@ -250,26 +272,48 @@ func listen(ctx context.Context, poolConfig *pgxpool.Config, channel string, wak
 		defer cancel()
 		_ = conn.Close(closeCtx)
 	}()
-	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
+	listenCtx, cancel := context.WithTimeout(ctx, timing.checkTimeout)
+	_, err = conn.Exec(listenCtx, "LISTEN "+pgx.Identifier{channel}.Sanitize())
+	cancel()
+	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
 	connected()
 	wake()
 	for {
-		notification, err := conn.WaitForNotification(ctx)
-		if err != nil {
+		waitCtx, cancel := context.WithTimeout(ctx, timing.check)
+		notification, err := conn.WaitForNotification(waitCtx)
+		cancel()
+		switch {
+		case err == nil:
+			wake(notification.Payload)
+		case ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded):
+			if err := ping(ctx, conn, timing.checkTimeout); err != nil {
+				return fmt.Errorf("check of a quiet connection: %w", err)
+			}
+		default:
 			return err
 		}
-		wake(notification.Payload)
 	}
+}
+
+// ping makes a round trip on conn within timeout.
+func ping(ctx context.Context, conn *pgx.Conn, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	return conn.Ping(ctx)
 }
 
 // connect opens a connection with poolConfig's connection config and
 // BeforeConnect hook, which may hand out credentials that change over
 // time; not its AfterConnect, which prepares connections for queries a
-// listener does not run.
-func connect(ctx context.Context, poolConfig *pgxpool.Config) (*pgx.Conn, error) {
+// listener does not run. An attempt takes at most the config's connect
+// timeout, or timeout when it has none.
+func connect(ctx context.Context, poolConfig *pgxpool.Config, timeout time.Duration) (*pgx.Conn, error) {
 	connConfig := poolConfig.ConnConfig.Copy()
+	if connConfig.ConnectTimeout == 0 {
+		connConfig.ConnectTimeout = timeout
+	}
 	if poolConfig.BeforeConnect != nil {
 		if err := poolConfig.BeforeConnect(ctx, connConfig); err != nil {
 			return nil, fmt.Errorf("before connect: %w", err)

@@ -2,7 +2,11 @@ package postgres_test
 
 import (
 	"context"
+	"net"
+	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -191,4 +195,134 @@ func TestListenerConnectsThroughPoolsBeforeConnect(t *testing.T) {
 
 	woken, _ := listen(t, hooked, postgres.Config{})
 	require.Equal(t, "*", woken.next(t), "connected")
+}
+
+// blackHole is a TCP proxy to the test server that can stop forwarding on
+// the connections it holds, as a network that drops packets without a
+// reset would: the client's socket stays open and hears nothing.
+type blackHole struct {
+	target  string
+	ln      net.Listener
+	mu      sync.Mutex
+	conns   []*holeConn
+	sockets []net.Conn
+	drop    bool // connections accepted from now on drop everything
+}
+
+type holeConn struct{ dropping atomic.Bool }
+
+func newBlackHole(t *testing.T, target string) *blackHole {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	h := &blackHole{target: target, ln: ln}
+	t.Cleanup(func() {
+		_ = ln.Close()
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		for _, c := range h.sockets {
+			_ = c.Close()
+		}
+	})
+	go h.accept()
+	return h
+}
+
+func (h *blackHole) accept() {
+	for {
+		client, err := h.ln.Accept()
+		if err != nil {
+			return
+		}
+		server, err := net.Dial("tcp", h.target)
+		if err != nil {
+			_ = client.Close()
+			continue
+		}
+		c := &holeConn{}
+		h.mu.Lock()
+		c.dropping.Store(h.drop)
+		h.conns = append(h.conns, c)
+		h.sockets = append(h.sockets, client, server)
+		h.mu.Unlock()
+		go c.pipe(client, server)
+		go c.pipe(server, client)
+	}
+}
+
+// pipe copies from src to dst until src fails, dropping what it reads
+// while c drops.
+func (c *holeConn) pipe(src, dst net.Conn) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if err != nil {
+			return
+		}
+		if c.dropping.Load() {
+			continue
+		}
+		if _, err := dst.Write(buf[:n]); err != nil {
+			return
+		}
+	}
+}
+
+// dropAll makes every connection, held or to come, drop everything, or
+// with false lets connections to come through again.
+func (h *blackHole) dropAll(drop bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.drop = drop
+	if drop {
+		for _, c := range h.conns {
+			c.dropping.Store(true)
+		}
+	}
+}
+
+// poolThrough returns a pool like pool whose connections go through h.
+func (h *blackHole) poolThrough(t *testing.T, pool *pgxpool.Pool) *pgxpool.Pool {
+	t.Helper()
+	config := pool.Config()
+	host, port, err := net.SplitHostPort(h.ln.Addr().String())
+	require.NoError(t, err)
+	config.ConnConfig.Host = host
+	p, err := strconv.ParseUint(port, 10, 16)
+	require.NoError(t, err)
+	config.ConnConfig.Port = uint16(p)
+	config.ConnConfig.Fallbacks = nil
+	config.ConnConfig.ConnectTimeout = 0 // the listener's own bound applies
+	through, err := pgxpool.NewWithConfig(t.Context(), config)
+	require.NoError(t, err)
+	t.Cleanup(through.Close)
+	return through
+}
+
+// A connection that goes silent, the server or the network gone without a
+// reset, is found by the listener's check of a quiet connection, and a
+// connection attempt that hears nothing gives up: the listener reconnects
+// instead of waiting for TCP keepalives, or for ever.
+func TestListenerLeavesASilentConnection(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t)
+	hole := newBlackHole(t, net.JoinHostPort(pool.Config().ConnConfig.Host, strconv.Itoa(int(pool.Config().ConnConfig.Port))))
+	hole.dropAll(true)
+	woken := make(wakeups, 16)
+	listener, err := postgres.ListenChecked(hole.poolThrough(t, pool), postgres.Config{}, woken.wake, 200*time.Millisecond, 300*time.Millisecond)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, listener.Close()) })
+	time.Sleep(time.Second) // the first attempts hear nothing
+	hole.dropAll(false)
+	require.Equal(t, "*", woken.next(t), "connected once attempts were answered")
+
+	hole.dropAll(true)
+	time.Sleep(time.Second)
+	hole.dropAll(false)
+	require.Equal(t, "*", woken.next(t), "reconnected after the connection went silent")
+	notifier, err := postgres.NewNotifier(pool, postgres.Config{})
+	require.NoError(t, err)
+	notifier.Notify([]string{"orders"})
+	require.NoError(t, notifier.Close())
+	require.Equal(t, "orders", woken.next(t))
 }
