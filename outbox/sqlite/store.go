@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"sync"
 	"time"
 
 	modernc "modernc.org/sqlite" // registers the "sqlite" database/sql driver
@@ -143,7 +144,8 @@ func InTx(ctx context.Context, db *sql.DB, logger *slog.Logger, fn func(ctx cont
 // Insert implements [outbox.Inserter]: the rows are written in tx by one
 // prepared statement, inside a savepoint, so that tx holds the whole batch
 // or, when a row fails, none of it (SQLite, unlike PostgreSQL, keeps a
-// transaction usable after a failed statement). Events must come from
+// transaction usable after a failed statement). Inserts in one
+// transaction made at once run one after the other. Events must come from
 // [outbox.Prepare] (the [outbox.Writer] does this).
 //
 // SQLite cannot tell whether a savepoint opened on tx (a SAVEPOINT
@@ -169,6 +171,7 @@ func (s *Store) insert(ctx context.Context, tx *sql.Tx, hot, cold []outbox.Envel
 	// written claimed, and of one written unclaimed: NULL.
 	var unclaimed [3]any
 	claimed := [3]any{lease.Owner, micros(now), micros(now.Add(lease.Duration))}
+	defer inserting.lock(tx)()
 	if _, err := tx.ExecContext(ctx, sqlInsertSavepoint); err != nil {
 		return fmt.Errorf("sqlite: insert into %s: %w", s.t.name, err)
 	}
@@ -219,6 +222,46 @@ func (s *Store) insert(ctx context.Context, tx *sql.Tx, hot, cold []outbox.Envel
 		return fmt.Errorf("sqlite: insert into %s: %w", s.t.name, err)
 	}
 	return nil
+}
+
+// inserting serializes the inserts made in one transaction, which a
+// *sql.Tx lets goroutines make at once: savepoints nest, so that of two
+// inserts in one transaction at once, one's savepoint would end the
+// other's, and its undo roll back the other's rows.
+var inserting = txLocks{locks: make(map[*sql.Tx]*txLock)}
+
+// txLocks holds a lock for each transaction in use, while it is.
+type txLocks struct {
+	mu    sync.Mutex
+	locks map[*sql.Tx]*txLock
+}
+
+// txLock is a transaction's lock, with the number of its holders and
+// waiters.
+type txLock struct {
+	sync.Mutex
+	users int
+}
+
+// lock locks tx and returns the function that unlocks it.
+func (l *txLocks) lock(tx *sql.Tx) (unlock func()) {
+	l.mu.Lock()
+	t := l.locks[tx]
+	if t == nil {
+		t = &txLock{}
+		l.locks[tx] = t
+	}
+	t.users++
+	l.mu.Unlock()
+	t.Lock()
+	return func() {
+		t.Unlock()
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		if t.users--; t.users == 0 {
+			delete(l.locks, tx)
+		}
+	}
 }
 
 // Existing implements [outbox.Inserter].

@@ -474,3 +474,50 @@ func TestReservedTableNameIsInvalidIdentifier(t *testing.T) {
 	require.ErrorIs(t, err, sqlite.ErrInvalidIdentifier, "NewStore accepts a name Migrate cannot create")
 	require.ErrorIs(t, sqlite.Migrate(t.Context(), db, cfg), sqlite.ErrInvalidIdentifier)
 }
+
+// A *sql.Tx is safe for concurrent use, and so is the Writer: writes made
+// in one transaction at once, some of them failing (a duplicate id), keep
+// every row of those that succeed. Each insert runs in a savepoint of
+// one name, and savepoints nest: interleaved, a failed write's undo rolled
+// back rows of writes that had reported success.
+func TestConcurrentWritesInOneTransactionKeepTheirRows(t *testing.T) {
+	t.Parallel()
+	db := openDB(t)
+	store, err := sqlite.NewStore(db, sqlite.Config{})
+	require.NoError(t, err)
+	writer, err := outbox.NewWriter(store, outbox.WriterConfig{})
+	require.NoError(t, err)
+	duplicate := outbox.NewBytes("Named", []byte("duplicate"))
+	duplicate.ID = "duplicate"
+	var (
+		mu      sync.Mutex
+		written []string
+	)
+	require.NoError(t, store.InTx(t.Context(), func(ctx context.Context, tx *sql.Tx) error {
+		_, err := writer.Write(ctx, tx, duplicate)
+		require.NoError(t, err)
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			for range 200 {
+				ids, err := writer.Write(ctx, tx, storetest.JSONEvent(1), storetest.JSONEvent(2))
+				if err == nil {
+					mu.Lock()
+					written = append(written, ids...)
+					mu.Unlock()
+				}
+			}
+		})
+		wg.Go(func() {
+			for range 200 {
+				_, err := writer.Write(ctx, tx, storetest.JSONEvent(3), duplicate)
+				if !errors.Is(err, outbox.ErrDuplicateEvent) {
+					panic(fmt.Sprintf("the duplicate was written: %v", err))
+				}
+			}
+		})
+		wg.Wait()
+		return nil
+	}))
+	require.Len(t, written, 400)
+	require.Equal(t, 401, count(t, db, "outbox_event"), "every write that succeeded, and none that failed")
+}
