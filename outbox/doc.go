@@ -34,11 +34,12 @@
 //
 // A savepoint can roll back while its transaction commits. Events written
 // while one is open, through the transaction it is in or through one an
-// InTx helper opened as a savepoint, go to the hot path only if their rows
-// are still there when the top-level transaction commits: the writer looks
-// them up just before that commit, in one query by primary key (the store
-// tells which rows are in a savepoint: PostgreSQL from the rows' xmin,
-// while SQLite cannot tell, so there every hot write is looked up).
+// InTx helper opened as a savepoint, go to the hot path only if the
+// savepoint kept them: the store marks such writes ([Inserter.Insert]) and
+// the writer asks it just before the top-level commit ([Inserter.Kept]).
+// PostgreSQL marks a write with the subtransaction that made it and asks
+// the server whether that is still part of the transaction; SQLite cannot
+// tell, so there every hot write is looked up by id.
 //
 // # Statuses
 //

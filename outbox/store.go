@@ -103,17 +103,18 @@ type Inserter[Tx any] interface {
 	// claimed. Insert writes every event or, when it fails, none, and
 	// does not commit.
 	//
-	// It reports whether the rows went into the top-level transaction,
-	// outside any savepoint: false when a savepoint holds them (tx is one,
-	// or a savepoint opened on tx was still open), which can roll back
-	// while the transaction commits, and false when the store cannot
-	// tell.
-	Insert(ctx context.Context, tx Tx, hot, cold []Envelope, lease Lease) (topLevel bool, err error)
+	// It returns 0 when the hot rows went into the top-level transaction,
+	// outside any savepoint, or there is none; otherwise a mark of the
+	// write for Kept: a savepoint holds the rows (tx is one, or one opened
+	// on tx was still open), which can roll back while the transaction
+	// commits, or the store cannot tell.
+	Insert(ctx context.Context, tx Tx, hot, cold []Envelope, lease Lease) (savepoint uint64, err error)
 
-	// Existing returns those of ids whose rows tx sees, in any order: a
+	// Kept returns those of ids, the hot events of an Insert that returned
+	// savepoint, that are still that write's in tx, in any order: a
 	// [Writer] asks, in the top-level transaction just before its commit,
-	// which events written in savepoints are still there.
-	Existing(ctx context.Context, tx Tx, ids []string) ([]string, error)
+	// which events written in savepoints survived them.
+	Kept(ctx context.Context, tx Tx, savepoint uint64, ids []string) ([]string, error)
 }
 
 // Lease is a claim on events: who holds it and for how long. Claims are

@@ -28,7 +28,7 @@ type TxFuncs[Tx any] struct {
 // committed, and the outbox's poller delivers whatever a failed hook would
 // have. A rolled-back transaction runs no hook. Just before the commit it
 // runs the checks a [Writer] registered in the transaction (which of the
-// events written in savepoints are still there); a failed check rolls the
+// events written in savepoints they kept); a failed check rolls the
 // transaction back and is returned.
 //
 // The context given to fn carries the transaction ([TxFromContext]) and the

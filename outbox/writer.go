@@ -20,10 +20,9 @@ type WriterConfig struct {
 	//
 	// Events written in a savepoint (one opened by InTx on a
 	// transaction, or one you opened yourself and is open while you write
-	// through the transaction it is in) reach it only if their rows are
-	// still there when the top-level transaction commits: the writer
-	// looks them up just before that commit, one query for each such
-	// write.
+	// through the transaction it is in) reach it only if the savepoint
+	// kept them: the writer asks the store just before the top-level
+	// commit, one query for each such write ([Inserter.Kept]).
 	AfterCommit func(ctx context.Context, events []Envelope) error
 
 	// HotTopic reports whether the hot path takes events of a topic right
@@ -100,11 +99,11 @@ func (w *Writer[Tx]) Write(ctx context.Context, tx Tx, events ...Envelope) ([]st
 		return nil, err
 	}
 	hot, cold := w.hotEvents(ctx, tx, prepared)
-	topLevel, err := w.insert(ctx, tx, hot, cold)
+	savepoint, err := w.insert(ctx, tx, hot, cold)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: write %d events: %w", len(prepared), err)
 	}
-	if err := w.afterCommit(ctx, tx, hot, cold, topLevel); err != nil {
+	if err := w.afterCommit(ctx, tx, hot, cold, savepoint); err != nil {
 		// The transaction already ended: these rows are the pollers'.
 		return nil, fmt.Errorf("outbox: write: %w", err)
 	}
@@ -117,7 +116,7 @@ func (w *Writer[Tx]) Write(ctx context.Context, tx Tx, events ...Envelope) ([]st
 
 // insert writes the events in one round trip, the hot ones claimed by
 // the hot path's owner when there is one.
-func (w *Writer[Tx]) insert(ctx context.Context, tx Tx, hot, cold []Envelope) (topLevel bool, err error) {
+func (w *Writer[Tx]) insert(ctx context.Context, tx Tx, hot, cold []Envelope) (savepoint uint64, err error) {
 	var lease Lease
 	if len(hot) > 0 && w.cfg.ClaimOwner != "" {
 		lease = Lease{Owner: w.cfg.ClaimOwner, Duration: w.cfg.ClaimTimeout}
@@ -126,15 +125,15 @@ func (w *Writer[Tx]) insert(ctx context.Context, tx Tx, hot, cold []Envelope) (t
 }
 
 // afterCommit registers the hooks that hand hot events to the hot path
-// and announce the due cold ones. Hot events whose rows are not in the
-// top-level transaction are in a savepoint, which can roll back while the
-// transaction commits: just before the commit, only those still there stay
-// hot.
-func (w *Writer[Tx]) afterCommit(ctx context.Context, tx Tx, hot, cold []Envelope, topLevel bool) error {
+// and announce the due cold ones. Hot events written in a savepoint (a
+// nonzero mark from the store), which can roll back while the transaction
+// commits, stay hot only if the store finds them kept just before the
+// commit.
+func (w *Writer[Tx]) afterCommit(ctx context.Context, tx Tx, hot, cold []Envelope, savepoint uint64) error {
 	if len(hot) > 0 {
-		if !topLevel {
+		if savepoint != 0 {
 			err := beforeCommit(ctx, func(ctx context.Context) (err error) {
-				hot, err = w.stillWritten(ctx, hot)
+				hot, err = w.kept(ctx, savepoint, hot)
 				return err
 			})
 			if err != nil {
@@ -161,9 +160,10 @@ func (w *Writer[Tx]) afterCommit(ctx context.Context, tx Tx, hot, cold []Envelop
 	return AfterCommit(ctx, func(context.Context) error { w.cfg.Committed(topics); return nil })
 }
 
-// stillWritten returns those of events whose rows the transaction in ctx,
-// a top-level one about to commit, sees.
-func (w *Writer[Tx]) stillWritten(ctx context.Context, events []Envelope) ([]Envelope, error) {
+// kept returns those of events, written by the insert that returned
+// savepoint, that the transaction in ctx, a top-level one about to commit,
+// still holds.
+func (w *Writer[Tx]) kept(ctx context.Context, savepoint uint64, events []Envelope) ([]Envelope, error) {
 	tx, ok := TxFromContext[Tx](ctx)
 	if !ok {
 		return nil, fmt.Errorf("outbox: the transaction written in a savepoint is not a %T", tx)
@@ -172,12 +172,12 @@ func (w *Writer[Tx]) stillWritten(ctx context.Context, events []Envelope) ([]Env
 	for i := range events {
 		ids[i] = events[i].ID
 	}
-	existing, err := w.store.Existing(ctx, tx, ids)
+	found, err := w.store.Kept(ctx, tx, savepoint, ids)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: look up %d events written in a savepoint: %w", len(ids), err)
 	}
-	kept := make(map[string]bool, len(existing))
-	for _, id := range existing {
+	kept := make(map[string]bool, len(found))
+	for _, id := range found {
 		kept[id] = true
 	}
 	return slices.DeleteFunc(events, func(e Envelope) bool { return !kept[e.ID] }), nil

@@ -25,8 +25,8 @@ type insertCall struct {
 }
 
 // fakeInserter records inserts and fails them with err when set. With
-// inSavepoint set, it reports rows written in a savepoint; then Existing
-// finds those not in gone, and fails with existingErr when set.
+// inSavepoint set, it marks writes with hot events as made in savepoint 7;
+// then Kept finds those not in gone, and fails with existingErr when set.
 type fakeInserter struct {
 	mu          sync.Mutex
 	calls       []insertCall
@@ -37,23 +37,27 @@ type fakeInserter struct {
 	lookups     []lookup
 }
 
-// lookup is one call of fakeInserter.Existing.
+// lookup is one call of fakeInserter.Kept.
 type lookup struct {
-	tx  *fakeTx
-	ids []string
+	tx        *fakeTx
+	savepoint uint64
+	ids       []string
 }
 
-func (f *fakeInserter) Insert(_ context.Context, tx *fakeTx, hot, cold []outbox.Envelope, lease outbox.Lease) (bool, error) {
+func (f *fakeInserter) Insert(_ context.Context, tx *fakeTx, hot, cold []outbox.Envelope, lease outbox.Lease) (uint64, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls = append(f.calls, insertCall{tx: tx, hot: hot, cold: cold, events: slices.Concat(hot, cold), lease: lease})
-	return !f.inSavepoint, f.err
+	if f.inSavepoint && len(hot) > 0 {
+		return 7, f.err
+	}
+	return 0, f.err
 }
 
-func (f *fakeInserter) Existing(_ context.Context, tx *fakeTx, ids []string) ([]string, error) {
+func (f *fakeInserter) Kept(_ context.Context, tx *fakeTx, savepoint uint64, ids []string) ([]string, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.lookups = append(f.lookups, lookup{tx: tx, ids: ids})
+	f.lookups = append(f.lookups, lookup{tx: tx, savepoint: savepoint, ids: ids})
 	if f.existingErr != nil {
 		return nil, f.existingErr
 	}
@@ -167,12 +171,12 @@ func TestWriterNilTx(t *testing.T) {
 // countingInserter counts inserts, for any transaction type.
 type countingInserter[Tx any] struct{ n atomic.Int32 }
 
-func (c *countingInserter[Tx]) Insert(context.Context, Tx, []outbox.Envelope, []outbox.Envelope, outbox.Lease) (bool, error) {
+func (c *countingInserter[Tx]) Insert(context.Context, Tx, []outbox.Envelope, []outbox.Envelope, outbox.Lease) (uint64, error) {
 	c.n.Add(1)
-	return true, nil
+	return 0, nil
 }
 
-func (c *countingInserter[Tx]) Existing(_ context.Context, _ Tx, ids []string) ([]string, error) {
+func (c *countingInserter[Tx]) Kept(_ context.Context, _ Tx, _ uint64, ids []string) ([]string, error) {
 	return ids, nil
 }
 
@@ -588,6 +592,7 @@ func TestWriterHandsOverOnlyWhatSavepointsKept(t *testing.T) {
 	require.Len(t, lookups, 1)
 	require.Same(t, b.txLog.tx, lookups[0].tx, "looked up in the top-level transaction, the savepoint being over")
 	require.Equal(t, []string{"rolled back", "kept"}, lookups[0].ids)
+	require.EqualValues(t, 7, lookups[0].savepoint, "asked about the write's savepoint")
 	require.Len(t, b.hook.Calls(), 1)
 	require.Equal(t, []string{"kept"}, ids(b.hook.Calls()[0]))
 	require.Equal(t, []string{"begin", "commit"}, b.txLog.Calls())

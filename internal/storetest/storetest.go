@@ -197,7 +197,7 @@ func testWriteWithoutTransactionFailsFast[Tx any](t *testing.T, f *fixture[Tx]) 
 	require.ErrorIs(t, err, outbox.ErrNoTransaction)
 	_, err = f.Store.Insert(t.Context(), none, nil, []outbox.Envelope{JSONEvent(1)}, outbox.Lease{})
 	require.ErrorIs(t, err, outbox.ErrNoTransaction)
-	_, err = f.Store.Existing(t.Context(), none, []string{"any"})
+	_, err = f.Store.Kept(t.Context(), none, 1, []string{"any"})
 	require.ErrorIs(t, err, outbox.ErrNoTransaction)
 }
 
@@ -275,9 +275,9 @@ func testHotPathHookReceivesCommittedEvents[Tx any](t *testing.T, f *fixture[Tx]
 }
 
 // Rows written while a savepoint is open are the savepoint's, whatever
-// transaction they were written through: the store never reports them in
-// the top-level transaction, and the hot path receives them only if the
-// savepoint was released.
+// transaction they were written through: the store marks such writes,
+// and the hot path receives them only if the savepoint, and any it was
+// in, was released.
 func testHotPathTakesOnlyWhatSavepointsKept[Tx any](t *testing.T, f *fixture[Tx]) {
 	var got []string
 	writer, err := outbox.NewWriter(f.Store, outbox.WriterConfig{
@@ -291,36 +291,53 @@ func testHotPathTakesOnlyWhatSavepointsKept[Tx any](t *testing.T, f *fixture[Tx]
 	})
 	require.NoError(t, err)
 	event := func(name string) outbox.Envelope { return outbox.NewBytes("Named", []byte(name)) }
-	exec := func(ctx context.Context, tx Tx, sql string) {
-		require.NoError(t, f.Exec(ctx, tx, sql))
+	exec := func(ctx context.Context, tx Tx, sqls ...string) {
+		for _, sql := range sqls {
+			require.NoError(t, f.Exec(ctx, tx, sql))
+		}
 	}
-	var inSavepoint bool
+	write := func(ctx context.Context, tx Tx, names ...string) {
+		events := make([]outbox.Envelope, len(names))
+		for i, name := range names {
+			events[i] = event(name)
+		}
+		_, err := writer.Write(ctx, tx, events...)
+		require.NoError(t, err)
+	}
+	var (
+		mark, coldMark     uint64
+		keptOpen, keptGone []string
+	)
 	require.NoError(t, f.Store.InTx(t.Context(), func(ctx context.Context, tx Tx) error {
 		exec(ctx, tx, "SAVEPOINT a")
-		_, err := writer.Write(ctx, tx, event("rolled back"))
+		write(ctx, tx, "rolled back")
+		hot, err := outbox.Prepare([]outbox.Envelope{event("inserted in a savepoint")}, Start)
 		require.NoError(t, err)
-		inSavepoint, err = f.Store.Insert(ctx, tx, nil, []outbox.Envelope{event("in a savepoint")}, outbox.Lease{})
+		mark, err = f.Store.Insert(ctx, tx, hot, nil, outbox.Lease{})
+		require.NoError(t, err)
+		keptOpen, err = f.Store.Kept(ctx, tx, mark, []string{hot[0].ID})
 		require.NoError(t, err)
 		exec(ctx, tx, "ROLLBACK TO SAVEPOINT a")
+		keptGone, err = f.Store.Kept(ctx, tx, mark, []string{hot[0].ID})
+		require.NoError(t, err)
 		exec(ctx, tx, "RELEASE SAVEPOINT a")
-		if _, err := writer.Write(ctx, tx, event("top level")); err != nil {
-			return err
-		}
+
+		write(ctx, tx, "top level")
 		exec(ctx, tx, "SAVEPOINT b")
-		if _, err := writer.Write(ctx, tx, event("released one"), event("released two")); err != nil {
-			return err
-		}
+		write(ctx, tx, "released one", "released two")
 		exec(ctx, tx, "RELEASE SAVEPOINT b")
-		prepared, err := outbox.Prepare([]outbox.Envelope{event("written directly")}, Start)
+		exec(ctx, tx, "SAVEPOINT c", "SAVEPOINT d")
+		write(ctx, tx, "released into a savepoint rolled back")
+		exec(ctx, tx, "RELEASE SAVEPOINT d", "ROLLBACK TO SAVEPOINT c", "RELEASE SAVEPOINT c")
+		cold, err := outbox.Prepare([]outbox.Envelope{event("cold")}, Start)
 		require.NoError(t, err)
-		_, err = f.Store.Insert(ctx, tx, nil, prepared, outbox.Lease{})
-		require.NoError(t, err)
-		existing, err := f.Store.Existing(ctx, tx, []string{prepared[0].ID, "never written"})
-		require.NoError(t, err)
-		require.Equal(t, []string{prepared[0].ID}, existing)
-		return nil
+		coldMark, err = f.Store.Insert(ctx, tx, nil, cold, outbox.Lease{})
+		return err
 	}))
-	require.False(t, inSavepoint, "rows in a savepoint are never reported in the top-level transaction")
+	require.NotZero(t, mark, "a write in a savepoint is marked")
+	require.Len(t, keptOpen, 1, "kept while its savepoint is open")
+	require.Empty(t, keptGone, "not kept once its savepoint rolled back")
+	require.Zero(t, coldMark, "a write with no hot event needs no mark")
 	require.Equal(t, []string{"top level", "released one", "released two"}, got)
 	require.Equal(t, 4, f.Count(t))
 }

@@ -35,10 +35,8 @@ const eventColumns = `{o}event_id, {o}event_type, {o}topic, {o}aggregate_type,
 
 // sqlInsert writes any number of rows in one statement: one array per
 // column. $1 is the write time; rows whose claim flag is set are written
-// claimed by owner $2 until $15. It returns whether the rows are in the
-// top-level transaction (see sqlTopLevel).
+// claimed by owner $2 until $15.
 const sqlInsert = `
-WITH inserted AS (
 INSERT INTO {table} (event_id, event_type, topic, aggregate_type, aggregate_id, tenant_id,
     payload, payload_json, headers, status, attempts,
     occurred_at, available_at, created_at, updated_at, locked_by, locked_at, locked_until)
@@ -50,9 +48,13 @@ SELECT u.event_id, u.event_type, u.topic, u.aggregate_type, nullif(u.aggregate_i
 FROM unnest($3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[],
     $9::bytea[], $10::boolean[], $11::text[], $12::timestamptz[], $13::timestamptz[], $14::boolean[])
     AS u(event_id, event_type, topic, aggregate_type, aggregate_id, tenant_id,
-         payload, payload_json, headers, occurred_at, available_at, claimed)
-RETURNING xmin)
-SELECT bool_and(` + sqlTopLevel + `) FROM inserted`
+         payload, payload_json, headers, occurred_at, available_at, claimed)`
+
+// sqlInsertHot is sqlInsert for a write with hot rows: it returns the
+// write's savepoint mark (see sqlSavepoint), the same for every row.
+const sqlInsertHot = `WITH inserted AS (` + sqlInsert + `
+RETURNING ` + sqlSavepoint + ` AS savepoint)
+SELECT max(savepoint) FROM inserted`
 
 // sqlInsertOne is sqlInsert for a single event, with the same parameters
 // as scalars: most business transactions write one event, and a VALUES row
@@ -65,16 +67,30 @@ VALUES ($3, $4, $5, $6, nullif($7::text, ''), nullif($8::text, ''),
     $9, $10, $11::jsonb, 0, 0,
     $12, $13, $1, $1,
     CASE WHEN $14::boolean THEN $2::text END, CASE WHEN $14::boolean THEN $1::timestamptz END,
-    CASE WHEN $14::boolean THEN $15::timestamptz END)
-RETURNING ` + sqlTopLevel
+    CASE WHEN $14::boolean THEN $15::timestamptz END)`
 
-// sqlTopLevel tells a row written in the top-level transaction from one
-// written in a savepoint: a row's xmin is the id of the (sub)transaction
-// that wrote it, and pg_current_xact_id that of the top-level one.
-const sqlTopLevel = `xmin = xid(pg_current_xact_id())`
+// sqlInsertOneHot is sqlInsertOne returning the savepoint mark.
+const sqlInsertOneHot = sqlInsertOne + `
+RETURNING ` + sqlSavepoint
 
-// sqlExisting returns those of the event ids $1 that have a row.
-const sqlExisting = `SELECT event_id FROM {table} WHERE event_id = ANY($1::text[])`
+// sqlSavepoint is the savepoint mark of an inserted row: 0 when the
+// top-level transaction wrote it, otherwise the full (64-bit) id of the
+// subtransaction that did. A row's xmin is the 32-bit id of the
+// (sub)transaction that wrote it; pg_current_xact_id is the full id of the
+// top-level one, whose epoch a subtransaction shares unless its id wrapped
+// around since. Reading xmin needs the SELECT privilege on it: a role that
+// writes hot events needs GRANT SELECT (xmin) at least.
+const sqlSavepoint = `CASE WHEN xmin = xid(pg_current_xact_id()) THEN 0
+    ELSE (pg_current_xact_id()::text::bigint >> 32 << 32) + xmin::text::bigint
+        + CASE WHEN xmin::text::bigint < pg_current_xact_id()::text::bigint & 4294967295 THEN 4294967296 ELSE 0 END
+    END`
+
+// sqlKept tells whether the subtransaction $1 (a savepoint mark) is still
+// part of the running transaction: a savepoint rolled back, or one inside
+// it, is aborted. It reads no table, so it takes no lock a serializable
+// transaction could conflict on, and it sees only this transaction's own
+// writes.
+const sqlKept = `SELECT pg_xact_status($1::text::xid8) = 'in progress'`
 
 const sqlGet = `SELECT ` + eventColumns + ` FROM {table} WHERE event_id = $1`
 
@@ -227,7 +243,8 @@ DELETE FROM {table} WHERE event_id IN (
 type statements struct {
 	createMigrationTable, migrationVersion, recordMigration string
 
-	insert, insertOne, existing, get string
+	insert, insertOne, get           string
+	insertHot, insertOneHot          string
 	release, updateStatus            string
 	deleteDone                       string    // empty unless Config.DeleteDone
 	claim, claimAfter, poll          [3]string // by topic filter: any, one, many; claimAfter with a cursor
@@ -251,7 +268,8 @@ func renderStatements(schema, qualified string, synchronous, deleteDone bool) st
 		migrationVersion:     r.Replace(sqlMigrationVersion),
 		recordMigration:      r.Replace(sqlRecordMigration),
 		insert:               r.Replace(sqlInsert),
-		existing:             r.Replace(sqlExisting),
+		insertHot:            r.Replace(sqlInsertHot),
+		insertOneHot:         r.Replace(sqlInsertOneHot),
 		insertOne:            r.Replace(sqlInsertOne),
 		get:                  r.Replace(sqlGet),
 		release:              r.Replace(sqlRelease),

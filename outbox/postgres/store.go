@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"iter"
 	"log/slog"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -150,15 +151,16 @@ func InTx(ctx context.Context, db DB, logger *slog.Logger, fn func(ctx context.C
 }
 
 // Insert implements [outbox.Inserter]: one statement for any number of
-// events, run in tx, which also tells whether the rows went into the
-// top-level transaction. Events must come from [outbox.Prepare] (the
-// [outbox.Writer] does this).
-func (s *Store) Insert(ctx context.Context, tx pgx.Tx, hot, cold []outbox.Envelope, lease outbox.Lease) (topLevel bool, err error) {
+// events, run in tx, which with hot events also tells whether a savepoint
+// holds the rows (from their xmin, which the writing role must be allowed
+// to read: GRANT SELECT (xmin) at least). Events must come from
+// [outbox.Prepare] (the [outbox.Writer] does this).
+func (s *Store) Insert(ctx context.Context, tx pgx.Tx, hot, cold []outbox.Envelope, lease outbox.Lease) (savepoint uint64, err error) {
 	if tx == nil {
-		return false, outbox.ErrNoTransaction
+		return 0, outbox.ErrNoTransaction
 	}
 	if len(hot)+len(cold) == 0 {
-		return true, nil
+		return 0, nil
 	}
 	if lease.Duration <= 0 {
 		lease.Duration = outbox.DefaultLockTimeout
@@ -170,54 +172,71 @@ func (s *Store) Insert(ctx context.Context, tx pgx.Tx, hot, cold []outbox.Envelo
 	}
 	until := now.Add(lease.Duration)
 	rows := outbox.InsertRows(hot, cold, lease)
-	if n := len(hot) + len(cold); n == 1 {
-		for e, claimed := range rows {
-			topLevel, err = s.insertOne(ctx, tx, e, claimed, now, owner, until)
-		}
-	} else {
-		topLevel, err = s.insertMany(ctx, tx, rows, n, now, owner, until)
+	insert := s.insertMany
+	if len(hot)+len(cold) == 1 {
+		insert = s.insertOne
 	}
+	savepoint, err = insert(ctx, tx, rows, len(hot)+len(cold), len(hot) > 0, now, owner, until)
 	if isUniqueViolation(err) {
-		return false, fmt.Errorf("postgres: insert into %s: %w: %w", s.t.qualified, outbox.ErrDuplicateEvent, err)
+		return 0, fmt.Errorf("postgres: insert into %s: %w: %w", s.t.qualified, outbox.ErrDuplicateEvent, err)
 	}
 	if err != nil {
-		return false, fmt.Errorf("postgres: insert into %s: %w", s.t.qualified, err)
+		return 0, fmt.Errorf("postgres: insert into %s: %w", s.t.qualified, err)
 	}
-	return topLevel, nil
+	return savepoint, nil
 }
 
-// Existing implements [outbox.Inserter].
-func (s *Store) Existing(ctx context.Context, tx pgx.Tx, ids []string) ([]string, error) {
+// Kept implements [outbox.Inserter]: all of ids when the savepoint that
+// wrote them is still part of tx (released, or still open), none when it
+// or one it was in rolled back. It asks the server about the
+// subtransaction, not the table: an event id written again since, or
+// committed by another transaction, does not count.
+func (s *Store) Kept(ctx context.Context, tx pgx.Tx, savepoint uint64, ids []string) ([]string, error) {
 	if tx == nil {
 		return nil, outbox.ErrNoTransaction
 	}
-	rows, err := tx.Query(ctx, s.t.sql.existing, ids)
-	if err != nil {
-		return nil, fmt.Errorf("postgres: look up events in %s: %w", s.t.qualified, err)
+	var kept bool
+	if err := tx.QueryRow(ctx, sqlKept, strconv.FormatUint(savepoint, 10)).Scan(&kept); err != nil {
+		return nil, fmt.Errorf("postgres: status of the savepoint that wrote %d events: %w", len(ids), err)
 	}
-	existing, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return nil, fmt.Errorf("postgres: look up events in %s: %w", s.t.qualified, err)
+	if !kept {
+		return nil, nil
 	}
-	return existing, nil
+	return ids, nil
 }
 
-// insertOne inserts e with sqlInsertOne: most business transactions write
-// one event, which takes scalars, not arrays. A claimed row is written
-// claimed by owner until until.
-func (s *Store) insertOne(ctx context.Context, tx pgx.Tx, e *outbox.Envelope, claimed bool, now time.Time, owner *string, until time.Time) (topLevel bool, err error) {
-	r, err := newRow(e, now)
-	if err != nil {
-		return false, err
+// insertOne inserts the one row of rows with sqlInsertOne: most business
+// transactions write one event, which takes scalars, not arrays. A claimed
+// row is written claimed by owner until until. With hot set it returns the
+// savepoint mark.
+func (s *Store) insertOne(ctx context.Context, tx pgx.Tx, rows iter.Seq2[*outbox.Envelope, bool], _ int, hot bool, now time.Time, owner *string, until time.Time) (savepoint uint64, err error) {
+	for e, claimed := range rows {
+		r, err := newRow(e, now)
+		if err != nil {
+			return 0, err
+		}
+		args := []any{now, owner, e.ID, string(e.Type), e.Topic, string(e.AggregateType),
+			e.AggregateID, e.TenantID, e.Payload(), e.IsJSON(), r.headers, e.OccurredAt, r.available, claimed, until}
+		return s.run(ctx, tx, hot, s.t.sql.insertOne, s.t.sql.insertOneHot, args)
 	}
-	err = tx.QueryRow(ctx, s.t.sql.insertOne, now, owner, e.ID, string(e.Type), e.Topic, string(e.AggregateType),
-		e.AggregateID, e.TenantID, e.Payload(), e.IsJSON(), r.headers, e.OccurredAt, r.available, claimed, until).Scan(&topLevel)
-	return topLevel, err
+	return 0, nil
+}
+
+// run runs plain, or with hot set hot, the same insert returning the
+// savepoint mark.
+func (s *Store) run(ctx context.Context, tx pgx.Tx, hot bool, plain, hotSQL string, args []any) (savepoint uint64, err error) {
+	if !hot {
+		_, err = tx.Exec(ctx, plain, args...)
+		return 0, err
+	}
+	var mark int64
+	err = tx.QueryRow(ctx, hotSQL, args...).Scan(&mark)
+	return uint64(mark), err
 }
 
 // insertMany inserts the n rows with sqlInsert, one array per column,
 // claimed as insertOne claims.
-func (s *Store) insertMany(ctx context.Context, tx pgx.Tx, rows iter.Seq2[*outbox.Envelope, bool], n int, now time.Time, owner *string, until time.Time) (topLevel bool, err error) {
+func (s *Store) insertMany(ctx context.Context, tx pgx.Tx, rows iter.Seq2[*outbox.Envelope, bool], n int, hot bool, now time.Time, owner *string, until time.Time) (savepoint uint64, err error) {
 	var (
 		ids, types, topics, aggTypes, aggIDs, tenants = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 		payloads                                      = make([][]byte, n)
@@ -229,7 +248,7 @@ func (s *Store) insertMany(ctx context.Context, tx pgx.Tx, rows iter.Seq2[*outbo
 	for e, claim := range rows {
 		r, err := newRow(e, now)
 		if err != nil {
-			return false, err
+			return 0, err
 		}
 		ids[i], types[i], topics[i] = e.ID, string(e.Type), e.Topic
 		aggTypes[i], aggIDs[i], tenants[i] = string(e.AggregateType), e.AggregateID, e.TenantID
@@ -237,9 +256,8 @@ func (s *Store) insertMany(ctx context.Context, tx pgx.Tx, rows iter.Seq2[*outbo
 		headers[i], occurred[i], available[i], claimed[i] = r.headers, e.OccurredAt, r.available, claim
 		i++
 	}
-	err = tx.QueryRow(ctx, s.t.sql.insert, now, owner, ids, types, topics, aggTypes, aggIDs, tenants,
-		payloads, isJSON, headers, occurred, available, claimed, until).Scan(&topLevel)
-	return topLevel, err
+	return s.run(ctx, tx, hot, s.t.sql.insert, s.t.sql.insertHot, []any{now, owner, ids, types, topics, aggTypes, aggIDs, tenants,
+		payloads, isJSON, headers, occurred, available, claimed, until})
 }
 
 // row is what the store computes for an event's row: its stored headers

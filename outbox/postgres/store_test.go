@@ -56,10 +56,12 @@ func TestStore(t *testing.T) {
 	})
 }
 
-// PostgreSQL tells where Insert's rows went, so that a writer looks up
-// only those written in a savepoint: one event or several, through the
-// transaction itself or with a savepoint open on it.
-func TestInsertReportsRowsInTheTopLevelTransaction(t *testing.T) {
+// PostgreSQL tells from the rows' xmin where a write with hot events
+// went, so that a writer looks up only those made in a savepoint: one
+// event or several, through the transaction itself or with a savepoint
+// open on it. The mark is the savepoint's subtransaction, whose status
+// Kept asks for.
+func TestInsertMarksWritesInASavepoint(t *testing.T) {
 	t.Parallel()
 	pool := testdb.New(t)
 	store, err := postgres.NewStore(pool, postgres.Config{})
@@ -67,25 +69,185 @@ func TestInsertReportsRowsInTheTopLevelTransaction(t *testing.T) {
 	tx, err := pool.Begin(t.Context())
 	require.NoError(t, err)
 	defer func() { _ = tx.Rollback(context.Background()) }()
-	insert := func(n int) bool {
+	var ids []string
+	insert := func(n int) uint64 {
 		events := make([]outbox.Envelope, n)
 		for i := range events {
 			events[i] = storetest.JSONEvent(i)
 		}
 		prepared, err := outbox.Prepare(events, time.Now())
 		require.NoError(t, err)
-		topLevel, err := store.Insert(t.Context(), tx, prepared[:n/2], prepared[n/2:], outbox.Lease{Owner: "relay"})
+		hot := (n + 1) / 2
+		mark, err := store.Insert(t.Context(), tx, prepared[:hot], prepared[hot:], outbox.Lease{Owner: "relay"})
 		require.NoError(t, err)
-		return topLevel
+		ids = nil
+		for _, e := range prepared[:hot] {
+			ids = append(ids, e.ID)
+		}
+		return mark
 	}
-	require.True(t, insert(1))
-	require.True(t, insert(3))
+	require.Zero(t, insert(1))
+	require.Zero(t, insert(3))
 	savepoint, err := tx.Begin(t.Context())
 	require.NoError(t, err)
-	require.False(t, insert(1), "written through the transaction, into its savepoint")
-	require.False(t, insert(3))
+	one := insert(1)
+	require.NotZero(t, one, "written through the transaction, into its savepoint")
+	var xmin uint64
+	require.NoError(t, tx.QueryRow(t.Context(), `SELECT xmin::text::bigint FROM outbox_event WHERE event_id = $1`, ids[0]).Scan(&xmin))
+	require.Equal(t, xmin, one, "the subtransaction's id (this server is in its first epoch)")
+	require.Equal(t, one, insert(3), "one subtransaction")
+	kept, err := store.Kept(t.Context(), tx, one, ids)
+	require.NoError(t, err)
+	require.Equal(t, ids, kept)
 	require.NoError(t, savepoint.Commit(t.Context()))
-	require.True(t, insert(1), "the savepoint released")
+	require.Zero(t, insert(1), "the savepoint released")
+	kept, err = store.Kept(t.Context(), tx, one, []string{"a", "b"})
+	require.NoError(t, err)
+	require.Equal(t, []string{"a", "b"}, kept, "released into the transaction")
+}
+
+// hotRecorder is a writer's AfterCommit hook that records "id payload"
+// of what it gets.
+type hotRecorder struct {
+	mu  sync.Mutex
+	got []string
+}
+
+func (h *hotRecorder) hook(_ context.Context, events []outbox.Envelope) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, e := range events {
+		h.got = append(h.got, e.ID+" "+string(e.Payload()))
+	}
+	return nil
+}
+
+func named(id, payload string) outbox.Envelope {
+	e := outbox.NewBytes("Named", []byte(payload))
+	e.ID = id
+	return e
+}
+
+// Event ids are the caller's to choose (a Watermill message keeps its
+// UUID). A row with the id of an event rolled back with its savepoint,
+// written again by this transaction or committed by another, is not that
+// event's: the hot path takes only the events of writes kept.
+func TestHotPathTakesOnlyKeptWritesOfAnID(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t)
+	store, err := postgres.NewStore(pool, postgres.Config{})
+	require.NoError(t, err)
+	hot := &hotRecorder{}
+	writer, err := outbox.NewWriter(store, outbox.WriterConfig{AfterCommit: hot.hook})
+	require.NoError(t, err)
+	write := func(ctx context.Context, tx pgx.Tx, e outbox.Envelope) {
+		_, err := writer.Write(ctx, tx, e)
+		require.NoError(t, err)
+	}
+	rolledBack := func(ctx context.Context, tx pgx.Tx, e outbox.Envelope) {
+		savepoint, err := tx.Begin(ctx)
+		require.NoError(t, err)
+		write(ctx, tx, e)
+		require.NoError(t, savepoint.Rollback(ctx))
+	}
+	require.NoError(t, store.InTx(t.Context(), func(ctx context.Context, tx pgx.Tx) error {
+		rolledBack(ctx, tx, named("x", "rolled back"))
+		write(ctx, tx, named("x", "written again"))
+		rolledBack(ctx, tx, named("y", "rolled back"))
+		require.NoError(t, store.InTx(t.Context(), func(ctx context.Context, other pgx.Tx) error {
+			_, err := writer.Write(ctx, other, named("y", "the other transaction's"))
+			return err
+		}))
+		return nil
+	}))
+	require.Equal(t, []string{"y the other transaction's", "x written again"}, hot.got)
+}
+
+// The check reads no table: serializable transactions that write events
+// in savepoints do not conflict with one another through it.
+func TestHotPathCheckAddsNoSerializationConflict(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t)
+	store, err := postgres.NewStore(pool, postgres.Config{})
+	require.NoError(t, err)
+	noHook := func(context.Context, []outbox.Envelope) error { return nil }
+	writer, err := outbox.NewWriter(store, outbox.WriterConfig{AfterCommit: noHook})
+	require.NoError(t, err)
+	inSavepoint := func(w *outbox.Writer[pgx.Tx], id string) func(ctx context.Context, tx pgx.Tx) error {
+		return func(ctx context.Context, tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, `SET TRANSACTION ISOLATION LEVEL SERIALIZABLE`); err != nil {
+				return err
+			}
+			return postgres.InTx(ctx, tx, nil, func(ctx context.Context, sp pgx.Tx) error {
+				_, err := w.Write(ctx, sp, named(id, id))
+				return err
+			})
+		}
+	}
+	// A and C check and then wait before their commits (a slow disk, say)
+	// while D writes and commits.
+	start := func(id string) (goOn func(), result chan error) {
+		checked, proceed, result := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+		goOn = sync.OnceFunc(func() { close(proceed) })
+		t.Cleanup(goOn) // a failed test lets it commit too
+		w, err := outbox.NewWriter[pgx.Tx](&pausingStore{Store: store, checked: checked, goOn: proceed}, outbox.WriterConfig{AfterCommit: noHook})
+		require.NoError(t, err)
+		go func() { result <- store.InTx(t.Context(), inSavepoint(w, id)) }()
+		<-checked
+		return goOn, result
+	}
+	goOnA, resultA := start("a")
+	goOnC, resultC := start("c")
+	require.NoError(t, store.InTx(t.Context(), func(ctx context.Context, tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SET TRANSACTION ISOLATION LEVEL SERIALIZABLE`); err != nil {
+			return err
+		}
+		_, err := writer.Write(ctx, tx, named("d", "d"))
+		return err
+	}))
+	goOnC()
+	require.NoError(t, <-resultC)
+	goOnA()
+	require.NoError(t, <-resultA)
+}
+
+// pausingStore is a store whose Kept, once done, waits for goOn.
+type pausingStore struct {
+	*postgres.Store
+	checked, goOn chan struct{}
+}
+
+func (s *pausingStore) Kept(ctx context.Context, tx pgx.Tx, savepoint uint64, ids []string) ([]string, error) {
+	kept, err := s.Store.Kept(ctx, tx, savepoint, ids)
+	close(s.checked)
+	<-s.goOn
+	return kept, err
+}
+
+// A role that may only insert into the outbox table writes events that
+// no hot path in its process takes (a writing service whose relays run
+// elsewhere): only a hot write reads the rows' xmin.
+func TestInsertOnlyRoleWritesColdEvents(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t)
+	store, err := postgres.NewStore(pool, postgres.Config{})
+	require.NoError(t, err)
+	var role string
+	require.NoError(t, pool.QueryRow(t.Context(), `SELECT 'wmoutbox_insert_only_' || pg_backend_pid()`).Scan(&role))
+	_, err = pool.Exec(t.Context(), `CREATE ROLE `+role)
+	require.NoError(t, err)
+	t.Cleanup(func() { _, _ = pool.Exec(context.Background(), `DROP OWNED BY `+role+`; DROP ROLE `+role) })
+	_, err = pool.Exec(t.Context(), `GRANT INSERT ON outbox_event TO `+role)
+	require.NoError(t, err)
+	writer, err := outbox.NewWriter(store, outbox.WriterConfig{})
+	require.NoError(t, err)
+	require.NoError(t, store.InTx(t.Context(), func(ctx context.Context, tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SET LOCAL ROLE `+role); err != nil {
+			return err
+		}
+		_, err := writer.Write(ctx, tx, named("x", "written"), named("y", "written"))
+		return err
+	}))
 }
 
 // TestConcurrentClaimersGetDisjointSets runs 8 claimers, each on its own

@@ -149,11 +149,17 @@ func InTx(ctx context.Context, db *sql.DB, logger *slog.Logger, fn func(ctx cont
 // [outbox.Prepare] (the [outbox.Writer] does this).
 //
 // SQLite cannot tell whether a savepoint opened on tx (a SAVEPOINT
-// statement) holds the rows, so Insert never reports them in the
-// top-level transaction: a [outbox.Writer] looks its hot events up before
-// the commit, one query by primary key.
-func (s *Store) Insert(ctx context.Context, tx *sql.Tx, hot, cold []outbox.Envelope, lease outbox.Lease) (topLevel bool, err error) {
-	return false, s.insert(ctx, tx, hot, cold, lease)
+// statement) holds the rows, so Insert marks every write with hot events
+// as one in a savepoint: a [outbox.Writer] looks them up before the
+// commit with [Store.Kept].
+func (s *Store) Insert(ctx context.Context, tx *sql.Tx, hot, cold []outbox.Envelope, lease outbox.Lease) (savepoint uint64, err error) {
+	if err := s.insert(ctx, tx, hot, cold, lease); err != nil {
+		return 0, err
+	}
+	if len(hot) > 0 {
+		savepoint = 1
+	}
+	return savepoint, nil
 }
 
 func (s *Store) insert(ctx context.Context, tx *sql.Tx, hot, cold []outbox.Envelope, lease outbox.Lease) (err error) {
@@ -264,8 +270,12 @@ func (l *txLocks) lock(tx *sql.Tx) (unlock func()) {
 	}
 }
 
-// Existing implements [outbox.Inserter].
-func (s *Store) Existing(ctx context.Context, tx *sql.Tx, ids []string) ([]string, error) {
+// Kept implements [outbox.Inserter]: those of ids that have a row, one
+// query by primary key. An id written again after its savepoint rolled
+// back counts as kept, the row being the later write's: give events ids
+// of their own, as [outbox.Prepare] does, when you roll back to
+// savepoints and write again.
+func (s *Store) Kept(ctx context.Context, tx *sql.Tx, _ uint64, ids []string) ([]string, error) {
 	if tx == nil {
 		return nil, outbox.ErrNoTransaction
 	}
