@@ -171,12 +171,14 @@ func (s *Store) Insert(ctx context.Context, tx pgx.Tx, hot, cold []outbox.Envelo
 		owner = &lease.Owner
 	}
 	until := now.Add(lease.Duration)
-	rows := outbox.InsertRows(hot, cold, lease)
-	insert := s.insertMany
-	if len(hot)+len(cold) == 1 {
-		insert = s.insertOne
+	rows, withHot := outbox.InsertRows(hot, cold, lease), len(hot) > 0
+	if n := len(hot) + len(cold); n == 1 {
+		for e, claimed := range rows {
+			savepoint, err = s.insertOne(ctx, tx, e, claimed, withHot, now, owner, until)
+		}
+	} else {
+		savepoint, err = s.insertMany(ctx, tx, rows, n, withHot, now, owner, until)
 	}
-	savepoint, err = insert(ctx, tx, rows, len(hot)+len(cold), len(hot) > 0, now, owner, until)
 	if isUniqueViolation(err) {
 		return 0, fmt.Errorf("postgres: insert into %s: %w: %w", s.t.qualified, outbox.ErrDuplicateEvent, err)
 	}
@@ -205,21 +207,17 @@ func (s *Store) Kept(ctx context.Context, tx pgx.Tx, savepoint uint64, ids []str
 	return ids, nil
 }
 
-// insertOne inserts the one row of rows with sqlInsertOne: most business
-// transactions write one event, which takes scalars, not arrays. A claimed
-// row is written claimed by owner until until. With hot set it returns the
-// savepoint mark.
-func (s *Store) insertOne(ctx context.Context, tx pgx.Tx, rows iter.Seq2[*outbox.Envelope, bool], _ int, hot bool, now time.Time, owner *string, until time.Time) (savepoint uint64, err error) {
-	for e, claimed := range rows {
-		r, err := newRow(e, now)
-		if err != nil {
-			return 0, err
-		}
-		args := []any{now, owner, e.ID, string(e.Type), e.Topic, string(e.AggregateType),
-			e.AggregateID, e.TenantID, e.Payload(), e.IsJSON(), r.headers, e.OccurredAt, r.available, claimed, until}
-		return s.run(ctx, tx, hot, s.t.sql.insertOne, s.t.sql.insertOneHot, args)
+// insertOne inserts e with sqlInsertOne: most business transactions write
+// one event, which takes scalars, not arrays. A claimed row is written
+// claimed by owner until until. With hot set it returns the savepoint
+// mark.
+func (s *Store) insertOne(ctx context.Context, tx pgx.Tx, e *outbox.Envelope, claimed, hot bool, now time.Time, owner *string, until time.Time) (savepoint uint64, err error) {
+	r, err := newRow(e, now)
+	if err != nil {
+		return 0, err
 	}
-	return 0, nil
+	return s.run(ctx, tx, hot, s.t.sql.insertOne, s.t.sql.insertOneHot, []any{now, owner, e.ID, string(e.Type), e.Topic,
+		string(e.AggregateType), e.AggregateID, e.TenantID, e.Payload(), e.IsJSON(), r.headers, e.OccurredAt, r.available, claimed, until})
 }
 
 // run runs plain, or with hot set hot, the same insert returning the

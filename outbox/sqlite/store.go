@@ -279,13 +279,13 @@ func (s *Store) Kept(ctx context.Context, tx *sql.Tx, _ uint64, ids []string) ([
 	if tx == nil {
 		return nil, outbox.ErrNoTransaction
 	}
-	query, arg := s.t.sql.existing, any(nil)
+	var rows *sql.Rows
+	var err error
 	if len(ids) == 1 {
-		query, arg = s.t.sql.existingOne, ids[0]
+		rows, err = tx.QueryContext(ctx, s.t.sql.existingOne, ids[0])
 	} else {
-		arg = idArray(ids)
+		rows, err = tx.QueryContext(ctx, s.t.sql.existing, idArray(ids))
 	}
-	rows, err := tx.QueryContext(ctx, query, arg)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: look up events in %s: %w", s.t.name, err)
 	}

@@ -30,6 +30,18 @@ func openDB(t *testing.T) *sql.DB {
 	return db
 }
 
+// storeWithWriter returns a store on a new migrated database and a writer
+// with no hot path on it.
+func storeWithWriter(t *testing.T) (*sql.DB, *sqlite.Store, *outbox.Writer[*sql.Tx]) {
+	t.Helper()
+	db := openDB(t)
+	store, err := sqlite.NewStore(db, sqlite.Config{})
+	require.NoError(t, err)
+	writer, err := outbox.NewWriter(store, outbox.WriterConfig{})
+	require.NoError(t, err)
+	return db, store, writer
+}
+
 func count(t *testing.T, db *sql.DB, table string) int {
 	t.Helper()
 	var n int
@@ -78,14 +90,11 @@ func TestStore(t *testing.T) {
 func TestConcurrentClaimersGetDisjointSets(t *testing.T) {
 	t.Parallel()
 	const rows, claimers = 2000, 8
-	db := openDB(t)
+	_, store, writer := storeWithWriter(t)
 	ctx := t.Context()
-	store, err := sqlite.NewStore(db, sqlite.Config{})
-	require.NoError(t, err)
-	writer, err := outbox.NewWriter(store, outbox.WriterConfig{})
-	require.NoError(t, err)
 	var written []string
 	require.NoError(t, store.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		var err error
 		written, err = writer.Write(ctx, tx, storetest.JSONEvents(rows, "orders")...)
 		return err
 	}))
@@ -146,13 +155,9 @@ func TestClaimersInSeveralProcessesGetDisjointSets(t *testing.T) {
 func TestWritersAndClaimersTakeTurns(t *testing.T) {
 	t.Parallel()
 	const writers, perWriter = 4, 50
-	db := openDB(t)
+	db, store, writer := storeWithWriter(t)
 	ctx := t.Context()
 	_, err := db.ExecContext(ctx, `CREATE TABLE orders (id TEXT PRIMARY KEY)`)
-	require.NoError(t, err)
-	store, err := sqlite.NewStore(db, sqlite.Config{})
-	require.NoError(t, err)
-	writer, err := outbox.NewWriter(store, outbox.WriterConfig{})
 	require.NoError(t, err)
 
 	var (
@@ -366,18 +371,15 @@ func TestMigrateFailureRollsBackAndKeepsThePoolUsable(t *testing.T) {
 // (here until its context ends) and succeeds after the commit.
 func TestStoreWriteInsideInTxWaitsForIt(t *testing.T) {
 	t.Parallel()
-	db := openDB(t)
-	store, err := sqlite.NewStore(db, sqlite.Config{})
-	require.NoError(t, err)
-	writer, err := outbox.NewWriter(store, outbox.WriterConfig{})
-	require.NoError(t, err)
+	_, store, writer := storeWithWriter(t)
 	var ids []string
-	err = store.InTx(t.Context(), func(ctx context.Context, tx *sql.Tx) error {
+	err := store.InTx(t.Context(), func(ctx context.Context, tx *sql.Tx) error {
+		var err error
 		ids, err = writer.Write(ctx, tx, storetest.JSONEvent(1))
 		require.NoError(t, err)
 		short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
 		defer cancel()
-		_, err := store.Claim(short, outbox.ClaimRequest{Owner: "me"})
+		_, err = store.Claim(short, outbox.ClaimRequest{Owner: "me"})
 		require.ErrorIs(t, err, context.DeadlineExceeded)
 		return nil
 	})
@@ -482,11 +484,7 @@ func TestReservedTableNameIsInvalidIdentifier(t *testing.T) {
 // back rows of writes that had reported success.
 func TestConcurrentWritesInOneTransactionKeepTheirRows(t *testing.T) {
 	t.Parallel()
-	db := openDB(t)
-	store, err := sqlite.NewStore(db, sqlite.Config{})
-	require.NoError(t, err)
-	writer, err := outbox.NewWriter(store, outbox.WriterConfig{})
-	require.NoError(t, err)
+	db, store, writer := storeWithWriter(t)
 	duplicate := outbox.NewBytes("Named", []byte("duplicate"))
 	duplicate.ID = "duplicate"
 	var (
