@@ -42,6 +42,12 @@ const (
 	settleLastChance = time.Second
 )
 
+// maxQueuedReleases bounds the claims waiting to be handed back while the
+// database does not answer the settler: each is a few dozen bytes, and past
+// the bound a release is dropped, its events left to the cold path when
+// their lease ends.
+const maxQueuedReleases = 100_000
+
 // releaseItem is a claim to hand back, and the topic to wake for it.
 type releaseItem struct{ id, topic string }
 
@@ -58,17 +64,17 @@ type outcome struct {
 // queued while the previous statement ran, or arrives within settleLinger,
 // goes into the next one.
 type settler struct {
-	store    outbox.Store
-	owner    string
-	logger   watermill.LoggerAdapter
-	released func(topics ...string)
+	store  outbox.Store
+	owner  string
+	logger watermill.LoggerAdapter
+	wake   func(topics ...string)
 
 	updates  chan outcome
 	statuses []outbox.StatusUpdate // owned by run: the batch being recorded
 	linger   time.Duration
 	giveUp   time.Duration
-	cut      chan struct{} // signalled when updates is half full or a flush is asked for: end the linger
-	releases chan []releaseItem
+	cut      chan struct{}      // signalled when updates is half full or a flush is asked for: end the linger
+	released chan struct{}      // signalled when releases has items
 	flushes  chan chan struct{} // unbuffered: a request sent is a request taken
 	stopping chan struct{}      // closed by stop: failing flushes give up
 	quit     chan struct{}
@@ -81,23 +87,27 @@ type settler struct {
 	giveUpAt    time.Time
 	notRecorded int
 
-	// closed is set, under the write lock, before run drains for the last
-	// time: a release sent under the read lock while it is false is drained.
-	mu     sync.RWMutex
-	closed bool
+	// Claims to hand back queue in a list, not a channel: release is called
+	// after a business commit, in the caller's goroutine, and must not wait
+	// for room while a statement is slow. closed is set before run drains
+	// for the last time: a release queued while it is false is drained.
+	mu       sync.Mutex
+	releases []releaseItem
+	dropped  int // releases beyond maxQueuedReleases
+	closed   bool
 }
 
-func newSettler(store outbox.Store, owner string, logger watermill.LoggerAdapter, released func(...string)) *settler {
+func newSettler(store outbox.Store, owner string, logger watermill.LoggerAdapter, wake func(...string)) *settler {
 	st := &settler{
 		store:    store,
 		owner:    owner,
 		logger:   logger,
-		released: released,
+		wake:     wake,
 		updates:  make(chan outcome, maxSettleBatch),
 		linger:   settleLinger,
 		giveUp:   settleGiveUp,
 		cut:      make(chan struct{}, 1),
-		releases: make(chan []releaseItem, 64),
+		released: make(chan struct{}, 1),
 		flushes:  make(chan chan struct{}),
 		stopping: make(chan struct{}),
 		quit:     make(chan struct{}),
@@ -121,18 +131,31 @@ func (st *settler) update(u outbox.StatusUpdate, retry *subscription) {
 	}
 }
 
-// release queues claims to hand back. After close, it releases them
-// itself, in one attempt: a transaction that commits after Close still
-// hands the events it wrote claimed to the other relays at once, rather
-// than at the end of their lease.
+// release queues claims to hand back; it never waits for the database.
+// Past maxQueuedReleases queued, it drops them: their leases end and the
+// events are delivered then. After close, it releases them itself, in one
+// attempt: a transaction that commits after Close still hands the events
+// it wrote claimed to the other relays at once, rather than at the end of
+// their lease.
 func (st *settler) release(items []releaseItem) {
-	st.mu.RLock()
+	st.mu.Lock()
 	if !st.closed {
-		st.releases <- items
-		st.mu.RUnlock()
+		full := len(st.releases)+len(items) > maxQueuedReleases
+		if full {
+			st.dropped += len(items)
+		} else {
+			st.releases = append(st.releases, items...)
+		}
+		st.mu.Unlock()
+		if full {
+			st.logger.Error("outbox: too many claims waiting to be released; they will expire and the events be delivered then",
+				nil, watermill.LogFields{"events": len(items), "queued": maxQueuedReleases})
+			return
+		}
+		signal(st.released)
 		return
 	}
-	st.mu.RUnlock()
+	st.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), settleLastChance)
 	defer cancel()
 	if err := st.releaseOp(items)(ctx); err != nil {
@@ -140,7 +163,26 @@ func (st *settler) release(items []releaseItem) {
 			err, watermill.LogFields{"events": len(items)})
 		return
 	}
-	st.released(releasedTopics(items)...)
+	st.wake(releasedTopics(items)...)
+}
+
+// takeReleases returns the queued releases, to be written in one
+// statement: one each would cost the database a transaction per committed
+// write that found the hot path full, and at Close, with the database not
+// answering, settleLastChance per release.
+func (st *settler) takeReleases() []releaseItem {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	items := st.releases
+	st.releases = nil
+	return items
+}
+
+// queuedReleaseCount returns how many claims wait to be released.
+func (st *settler) queuedReleaseCount() int {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return len(st.releases)
 }
 
 // flush returns once every outcome and release queued before the call is
@@ -164,8 +206,8 @@ func (st *settler) run() {
 		select {
 		case u := <-st.updates:
 			st.flushUpdates(st.gather(append(batch[:0], u)))
-		case items := <-st.releases:
-			st.flushReleases(st.queuedReleases(items))
+		case <-st.released:
+			st.flushReleases(st.takeReleases())
 		case flushed := <-st.flushes:
 			st.drain()
 			close(flushed)
@@ -183,16 +225,15 @@ func (st *settler) run() {
 // gather adds to batch the outcomes that arrive within the linger, up to
 // maxSettleBatch. It sleeps through the linger rather than wake for each
 // outcome, unless the queue fills up, a flush is requested or the settler
-// closes. Releases are written meanwhile: a writer whose committed events
-// found the hot path full waits for room in the release queue, and other
-// relays wait for the release to claim them.
+// closes. Releases are written meanwhile: other relays wait for them to
+// claim the events.
 func (st *settler) gather(batch []outcome) []outcome {
 	linger := time.NewTimer(st.linger)
 	defer linger.Stop()
 	for {
 		select {
-		case items := <-st.releases:
-			st.flushReleases(st.queuedReleases(items))
+		case <-st.released:
+			st.flushReleases(st.takeReleases())
 			continue
 		case <-linger.C:
 		case <-st.cut:
@@ -211,24 +252,11 @@ func (st *settler) gather(batch []outcome) []outcome {
 	return batch
 }
 
-// queuedReleases adds to items the releases queued behind them, to be
-// written in one statement: one each would cost the database a
-// transaction per committed write that found the hot path full, and at
-// Close, with the database not answering, settleLastChance per release.
-// Only run receives from releases, so what is queued now is there to take.
-func (st *settler) queuedReleases(items []releaseItem) []releaseItem {
-	items = slices.Clip(items) // appending must not write into the sender's array
-	for range len(st.releases) {
-		items = append(items, <-st.releases...)
-	}
-	return items
-}
-
-// drain records everything queued, the outcomes in batches like run
-// does and the releases in one statement.
+// drain records everything queued, the releases in one statement and the
+// outcomes in batches like run does.
 func (st *settler) drain() {
+	st.flushReleases(st.takeReleases())
 	var batch []outcome
-	var released []releaseItem
 	for {
 		select {
 		case u := <-st.updates:
@@ -236,12 +264,7 @@ func (st *settler) drain() {
 				st.flushUpdates(batch)
 				batch = batch[:0]
 			}
-		case items := <-st.releases:
-			released = append(released, items...)
 		default:
-			if len(released) > 0 {
-				st.flushReleases(released)
-			}
 			if len(batch) > 0 {
 				st.flushUpdates(batch)
 			}
@@ -270,10 +293,13 @@ func (st *settler) flushUpdates(batch []outcome) {
 }
 
 func (st *settler) flushReleases(items []releaseItem) {
+	if len(items) == 0 {
+		return
+	}
 	if !st.retry("release claims", len(items), st.releaseOp(items)) {
 		return
 	}
-	st.released(releasedTopics(items)...)
+	st.wake(releasedTopics(items)...)
 }
 
 // releasedTopics returns the distinct topics of items.
@@ -361,8 +387,11 @@ func (st *settler) close() error {
 	st.mu.Unlock()
 	st.quitOnce.Do(func() { close(st.quit) })
 	<-st.done
-	if st.notRecorded > 0 {
-		return fmt.Errorf("%w: %d outcomes and releases", ErrNotRecorded, st.notRecorded)
+	st.mu.Lock()
+	notRecorded := st.notRecorded + st.dropped
+	st.mu.Unlock()
+	if notRecorded > 0 {
+		return fmt.Errorf("%w: %d outcomes and releases", ErrNotRecorded, notRecorded)
 	}
 	return nil
 }

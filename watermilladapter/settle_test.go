@@ -194,7 +194,7 @@ func TestSettlerGivesUpOnEverythingByOneDeadline(t *testing.T) {
 		st.release([]releaseItem{{id: fmt.Sprint("released-", i), topic: "orders"}})
 	}
 	st.update(outbox.Done("done"), nil)
-	for len(st.releases) > 0 || len(st.updates) > 0 { // everything taken and tried
+	for st.queuedReleaseCount() > 0 || len(st.updates) > 0 { // everything taken and tried
 		time.Sleep(10 * time.Millisecond)
 	}
 	err := st.close()
@@ -262,7 +262,7 @@ func TestSettlerReleasesQueuedBehindAHangingStatementTogether(t *testing.T) {
 	for i := range n {
 		st.release([]releaseItem{{id: fmt.Sprint("released-", i), topic: "orders"}})
 	}
-	for len(st.releases) > 0 { // as between DrainTimeout and a subscription's flush
+	for st.queuedReleaseCount() > 0 { // as between DrainTimeout and a subscription's flush
 		time.Sleep(10 * time.Millisecond)
 	}
 	err := st.close()
@@ -278,4 +278,56 @@ func stoppingSettler(store outbox.Store) *settler {
 	st.giveUp = 100 * time.Millisecond // set before the first statement is sent, which the settler reads it after
 	st.stop()
 	return st
+}
+
+// A writer whose committed events found the hot path full hands them back
+// after its commit, in the business caller's goroutine: however long the
+// settler's statements take, the hand-back must not wait for them, or a
+// lock wait or a slow database would hold up requests that already
+// committed.
+func TestSettlerReleaseNeverWaitsForTheDatabase(t *testing.T) {
+	t.Parallel()
+	store := &hangingStore{}
+	st := newSettler(store, "me", watermill.NopLogger{}, func(...string) {})
+	st.giveUp = 100 * time.Millisecond // each statement hangs this long; set before the first is sent
+	const writes = 500
+	returned := make(chan struct{})
+	go func() {
+		defer close(returned)
+		for i := range writes {
+			st.release([]releaseItem{{id: fmt.Sprint("overflow-", i), topic: "orders"}})
+		}
+	}()
+	select {
+	case <-returned:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("releases still blocked after 30 s, with %d statements hanging", store.statements.Load())
+	}
+	err := st.close()
+	require.ErrorIs(t, err, ErrNotRecorded)
+	require.ErrorContains(t, err, fmt.Sprintf(": %d outcomes and releases", writes))
+}
+
+// The queue of releases is bounded: past maxQueuedReleases, a release is
+// dropped (its lease ends and the cold path delivers the events then)
+// rather than growing without limit while the database does not answer,
+// and Close counts it as not recorded.
+func TestSettlerDropsReleasesBeyondTheQueueBound(t *testing.T) {
+	t.Parallel()
+	store := &hangingStore{}
+	st := stoppingSettler(store)
+	st.release([]releaseItem{{id: "first", topic: "orders"}})
+	for store.statements.Load() == 0 { // the first release hangs; the rest queue behind it
+		time.Sleep(time.Millisecond)
+	}
+	full := make([]releaseItem, maxQueuedReleases)
+	for i := range full {
+		full[i] = releaseItem{id: fmt.Sprint("queued-", i), topic: "orders"}
+	}
+	st.release(full)
+	st.release([]releaseItem{{id: "beyond", topic: "orders"}})
+	require.Equal(t, maxQueuedReleases, st.queuedReleaseCount())
+	err := st.close()
+	require.ErrorIs(t, err, ErrNotRecorded)
+	require.ErrorContains(t, err, fmt.Sprintf(": %d outcomes and releases", maxQueuedReleases+2))
 }
