@@ -5,6 +5,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/wmoutbox/wmoutbox/internal/nilcheck"
 	"github.com/wmoutbox/wmoutbox/outbox"
 	"github.com/wmoutbox/wmoutbox/watermilladapter"
 )
@@ -36,7 +37,7 @@ var deliveryKeys = map[string]bool{
 // The handler is safe for concurrent use if cfg.Publisher and cfg.Topic
 // are: Watermill's router calls it from one goroutine per message.
 func Handler(cfg Config) (message.NoPublishHandlerFunc, error) {
-	if cfg.Publisher == nil {
+	if nilcheck.Is(cfg.Publisher) {
 		return nil, fmt.Errorf("%w: forward: Config.Publisher is required", outbox.ErrInvalidRequest)
 	}
 	topicOf := cfg.Topic

@@ -207,6 +207,9 @@ func TestHandlerNeedsAPublisher(t *testing.T) {
 	t.Parallel()
 	_, err := forward.Handler(forward.Config{})
 	require.ErrorIs(t, err, outbox.ErrInvalidRequest)
+	var noPublisher *gochannel.GoChannel
+	_, err = forward.Handler(forward.Config{Publisher: noPublisher})
+	require.ErrorIs(t, err, outbox.ErrInvalidRequest, "a typed nil is no publisher either")
 }
 
 func TestDownstreamKeepsContextAndDoesNotTouchTheOriginal(t *testing.T) {

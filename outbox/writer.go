@@ -3,9 +3,10 @@ package outbox
 import (
 	"context"
 	"fmt"
-	"reflect"
 	"slices"
 	"time"
+
+	"github.com/wmoutbox/wmoutbox/internal/nilcheck"
 )
 
 // WriterConfig configures a [Writer]. The zero value is a writer with no hot
@@ -62,7 +63,7 @@ type Writer[Tx any] struct {
 
 // NewWriter returns a writer that inserts through store.
 func NewWriter[Tx any](store Inserter[Tx], cfg WriterConfig) (*Writer[Tx], error) {
-	if isNil(store) {
+	if nilcheck.Is(store) {
 		return nil, invalidRequest("writer needs a store")
 	}
 	if reason := checkText(cfg.ClaimOwner, MaxOwnerLen); reason != "" {
@@ -88,7 +89,7 @@ func NewWriter[Tx any](store Inserter[Tx], cfg WriterConfig) (*Writer[Tx], error
 // [ErrInvalidEnvelope]) for an invalid envelope, in which case nothing was
 // written; otherwise the store's error. Writing no events is a no-op.
 func (w *Writer[Tx]) Write(ctx context.Context, tx Tx, events ...Envelope) ([]string, error) {
-	if isNil(tx) {
+	if nilcheck.Is(tx) {
 		return nil, ErrNoTransaction
 	}
 	if len(events) == 0 {
@@ -229,17 +230,4 @@ func sameTx(a, b any) (same bool) {
 		}
 	}()
 	return a == b
-}
-
-// isNil reports whether v is a nil interface, pointer, map, slice or func:
-// a transaction that is not there.
-func isNil(v any) bool {
-	if v == nil {
-		return true
-	}
-	switch rv := reflect.ValueOf(v); rv.Kind() {
-	case reflect.Pointer, reflect.Interface, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan:
-		return rv.IsNil()
-	}
-	return false
 }

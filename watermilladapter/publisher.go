@@ -8,6 +8,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/wmoutbox/wmoutbox/internal/nilcheck"
 	"github.com/wmoutbox/wmoutbox/outbox"
 )
 
@@ -66,7 +67,7 @@ var _ message.Publisher = (*Publisher[any])(nil)
 
 // NewPublisher returns a publisher writing through store.
 func NewPublisher[Tx any](store outbox.TxStore[Tx], cfg PublisherConfig) (*Publisher[Tx], error) {
-	if store == nil {
+	if nilcheck.Is(store) {
 		return nil, fmt.Errorf("%w: publisher needs a store", outbox.ErrInvalidRequest)
 	}
 	wcfg := outbox.WriterConfig{Clock: cfg.Clock, Committed: cfg.Notify}

@@ -13,6 +13,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/wmoutbox/wmoutbox/internal/nilcheck"
 	"github.com/wmoutbox/wmoutbox/outbox"
 )
 
@@ -219,7 +220,7 @@ var _ message.Subscriber = (*Subscriber)(nil)
 
 // NewSubscriber returns a subscriber relaying events from store.
 func NewSubscriber(store outbox.Store, cfg SubscriberConfig) (*Subscriber, error) {
-	if store == nil {
+	if nilcheck.Is(store) {
 		return nil, fmt.Errorf("%w: subscriber needs a store", outbox.ErrInvalidRequest)
 	}
 	cfg, err := cfg.withDefaults()

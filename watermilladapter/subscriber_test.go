@@ -5,9 +5,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/wmoutbox/wmoutbox/outbox"
+	"github.com/wmoutbox/wmoutbox/outbox/postgres"
 	"github.com/wmoutbox/wmoutbox/watermilladapter"
 )
 
@@ -40,4 +42,16 @@ func TestNewSubscriberRejectsBadConfig(t *testing.T) {
 	}
 	_, err := watermilladapter.NewSubscriber(nil, watermilladapter.SubscriberConfig{})
 	require.ErrorIs(t, err, outbox.ErrInvalidRequest)
+	var noStore *postgres.Store
+	_, err = watermilladapter.NewSubscriber(noStore, watermilladapter.SubscriberConfig{})
+	require.ErrorIs(t, err, outbox.ErrInvalidRequest, "a typed nil is no store either")
+}
+
+func TestNewPublisherRejectsNoStore(t *testing.T) {
+	_, err := watermilladapter.NewPublisher[pgx.Tx](nil, watermilladapter.PublisherConfig{})
+	require.ErrorIs(t, err, outbox.ErrInvalidRequest)
+	var noStore *postgres.Store
+	_, err = watermilladapter.NewPublisher(noStore, watermilladapter.PublisherConfig{})
+	require.ErrorIs(t, err, outbox.ErrInvalidRequest)
+	require.ErrorContains(t, err, "publisher needs a store")
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/wmoutbox/wmoutbox/internal/nilcheck"
 	"github.com/wmoutbox/wmoutbox/outbox"
 )
 
@@ -112,7 +113,7 @@ func newTable(cfg Config) (*table, error) {
 // given to [Store.Insert]. It does not touch the database: run [Migrate]
 // first.
 func NewStore(db DB, cfg Config) (*Store, error) {
-	if db == nil {
+	if nilcheck.Is(db) {
 		return nil, fmt.Errorf("%w: postgres store needs a database", outbox.ErrInvalidRequest)
 	}
 	t, err := newTable(cfg)

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/wmoutbox/wmoutbox/internal/nilcheck"
 	"github.com/wmoutbox/wmoutbox/outbox"
 )
 
@@ -103,8 +104,8 @@ type Notifier struct {
 // NewNotifier returns a notifier sending on db (usually the store's pool)
 // for the table cfg names. Close it to stop its goroutine.
 func NewNotifier(db DB, cfg Config) (*Notifier, error) {
-	if db == nil {
-		return nil, errors.New("postgres: notifier needs a database")
+	if nilcheck.Is(db) {
+		return nil, fmt.Errorf("%w: postgres notifier needs a database", outbox.ErrInvalidRequest)
 	}
 	channel, err := Channel(cfg)
 	if err != nil {
@@ -223,7 +224,7 @@ func Listen(pool *pgxpool.Pool, cfg Config, wake func(topics ...string)) (*Liste
 
 func listenTimed(pool *pgxpool.Pool, cfg Config, wake func(topics ...string), timing listenTiming) (*Listener, error) {
 	if pool == nil || wake == nil {
-		return nil, errors.New("postgres: listener needs a pool and a wake function")
+		return nil, fmt.Errorf("%w: postgres listener needs a pool and a wake function", outbox.ErrInvalidRequest)
 	}
 	channel, err := Channel(cfg)
 	if err != nil {

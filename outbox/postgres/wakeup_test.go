@@ -149,10 +149,23 @@ func TestChannel(t *testing.T) {
 
 	_, err = postgres.Channel(postgres.Config{Table: `x"; DROP TABLE outbox_event; --`})
 	require.Error(t, err)
-	_, err = postgres.NewNotifier(nil, postgres.Config{})
-	require.Error(t, err)
-	_, err = postgres.Listen(nil, postgres.Config{}, func(...string) {})
-	require.Error(t, err)
+}
+
+// Constructors refuse a database that is not there, a nil pool in the DB
+// interface included, instead of panicking at first use.
+func TestConstructorsNeedADatabase(t *testing.T) {
+	t.Parallel()
+	var noPool *pgxpool.Pool
+	for name, construct := range map[string]func() error{
+		"NewStore(nil)":            func() error { _, err := postgres.NewStore(nil, postgres.Config{}); return err },
+		"NewStore(nil pool)":       func() error { _, err := postgres.NewStore(noPool, postgres.Config{}); return err },
+		"NewNotifier(nil)":         func() error { _, err := postgres.NewNotifier(nil, postgres.Config{}); return err },
+		"NewNotifier(nil pool)":    func() error { _, err := postgres.NewNotifier(noPool, postgres.Config{}); return err },
+		"Listen(nil pool)":         func() error { _, err := postgres.Listen(nil, postgres.Config{}, func(...string) {}); return err },
+		"Listen(no wake function)": func() error { _, err := postgres.Listen(&pgxpool.Pool{}, postgres.Config{}, nil); return err },
+	} {
+		require.ErrorIs(t, construct(), outbox.ErrInvalidRequest, name)
+	}
 }
 
 // A pool whose connections hand notifications to a handler of their own

@@ -1,0 +1,27 @@
+package nilcheck
+
+import (
+	"database/sql"
+	"testing"
+)
+
+func TestIs(t *testing.T) {
+	var tx *sql.Tx
+	var fn func()
+	var m map[string]int
+	var s []int
+	var ch chan int
+	var stringer interface{ String() string }
+	for name, v := range map[string]any{"nil": nil, "nil pointer": tx, "nil func": fn, "nil map": m,
+		"nil slice": s, "nil channel": ch, "nil interface": stringer} {
+		if !Is(v) {
+			t.Errorf("%s: Is = false, want true", name)
+		}
+	}
+	for name, v := range map[string]any{"pointer": &sql.Tx{}, "zero int": 0, "empty string": "",
+		"empty slice": []int{}, "struct": struct{}{}} {
+		if Is(v) {
+			t.Errorf("%s: Is = true, want false", name)
+		}
+	}
+}
