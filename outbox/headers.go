@@ -73,7 +73,7 @@ func plainASCII(s string) bool {
 // turn into "" and U+FFFD: headers nobody wrote. The result keeps nothing
 // of data, which may be a driver's buffer.
 func DecodeHeaders(data []byte) (map[string]string, error) {
-	data = bytes.TrimSpace(data)
+	data = bytes.TrimFunc(data, func(r rune) bool { return r < utf8.RuneSelf && isJSONSpace(byte(r)) })
 	if len(data) == 0 || bytes.Equal(data, []byte("null")) {
 		return nil, nil
 	}
@@ -186,13 +186,12 @@ func plainString(data string, i int) (s string, next int, ok bool) {
 // skipSpace returns the index of the first byte at or after i that is not
 // JSON whitespace.
 func skipSpace(data string, i int) int {
-	for i < len(data) {
-		switch data[i] {
-		case ' ', '\t', '\n', '\r':
-			i++
-		default:
-			return i
-		}
+	for i < len(data) && isJSONSpace(data[i]) {
+		i++
 	}
 	return i
 }
+
+// isJSONSpace reports whether c is whitespace JSON allows between tokens;
+// Unicode's other spaces are not JSON.
+func isJSONSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }

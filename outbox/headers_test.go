@@ -1,6 +1,7 @@
 package outbox_test
 
 import (
+	"bytes"
 	"encoding/json"
 	"testing"
 
@@ -90,6 +91,10 @@ func TestDecodeHeaders(t *testing.T) {
 		{name: "null value", data: `{"trace":null}`, wantErr: true},
 		{name: "invalid UTF-8 in value", data: "{\"a\":\"\xff\"}", wantErr: true},
 		{name: "invalid UTF-8 in key", data: "{\"\xc3\":\"b\"}", wantErr: true},
+		{name: "vertical tab before the object, not JSON whitespace", data: "\v{}", wantErr: true},
+		{name: "form feed after the object", data: "{}\f", wantErr: true},
+		{name: "no-break space alone", data: "\u00a0", wantErr: true},
+		{name: "next line before null", data: "\u0085null", wantErr: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -132,14 +137,19 @@ func FuzzHeaders(f *testing.F) {
 		{`{"a":1}`, "a\x00", "b"},
 		{`{"":"x"}`, "\xff", "\xfe"},
 		{` {"k":"v","k":"w"} `, "\u2028", "\\"},
+		{"\v{}\u00a0", "k", "v"},
 	}
 	for _, s := range seeds {
 		f.Add([]byte(s.data), s.key, s.value)
 	}
 
 	f.Fuzz(func(t *testing.T, data []byte, key, value string) {
-		// Property 1: whatever decodes, re-encodes to the same headers.
+		// Property 1: whatever decodes, re-encodes to the same headers, and
+		// is JSON (or JSON's whitespace alone, which reads as NULL).
 		if decoded, err := outbox.DecodeHeaders(data); err == nil {
+			if len(bytes.Trim(data, " \t\n\r")) > 0 {
+				require.True(t, json.Valid(data), "decoded %q, which is not JSON", data)
+			}
 			require.True(t, headerAccepted(decoded), "decoded headers %q would not pass validation", decoded)
 			encoded, err := outbox.EncodeHeaders(decoded)
 			require.NoError(t, err)
