@@ -21,3 +21,7 @@ func ClaimStatement(s *Store, withCursor bool) string {
 func ListenChecked(pool *pgxpool.Pool, cfg Config, wake func(topics ...string), check, timeout time.Duration) (*Listener, error) {
 	return listenTimed(pool, cfg, wake, listenTiming{check: check, checkTimeout: timeout, connectTimeout: timeout})
 }
+
+// SavepointMark is the expression an insert returns as its savepoint mark,
+// in terms of the row's xmin and pg_current_xact_id().
+const SavepointMark = sqlSavepoint

@@ -106,6 +106,34 @@ func TestInsertMarksWritesInASavepoint(t *testing.T) {
 	require.Equal(t, []string{"a", "b"}, kept, "released into the transaction")
 }
 
+// The savepoint mark widens a row's 32-bit xmin to the 64-bit id of its
+// subtransaction with the epoch of the top-level transaction's id, plus one
+// when the subtransaction's id wrapped around past it. A test server stays
+// in its first epoch, so the expression runs here on given ids.
+func TestSavepointMarkAcrossEpochs(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t)
+	const epoch = uint64(1) << 32
+	for name, tc := range map[string]struct {
+		xmin     uint32
+		topLevel uint64
+		want     uint64
+	}{
+		"top level":                  {xmin: 100, topLevel: 100, want: 0},
+		"top level, later epoch":     {xmin: 100, topLevel: 5*epoch + 100, want: 0},
+		"first epoch":                {xmin: 150, topLevel: 100, want: 150},
+		"later epoch":                {xmin: 150, topLevel: 5*epoch + 100, want: 5*epoch + 150},
+		"wrapped past the top level": {xmin: 3, topLevel: 5*epoch + epoch - 10, want: 6*epoch + 3},
+		"last id before the wrap":    {xmin: 4294967295, topLevel: 5*epoch + 4294967290, want: 5*epoch + 4294967295},
+	} {
+		expr := strings.NewReplacer("xmin", fmt.Sprintf("'%d'::xid", tc.xmin),
+			"pg_current_xact_id()", fmt.Sprintf("'%d'::xid8", tc.topLevel)).Replace(postgres.SavepointMark)
+		var mark uint64
+		require.NoError(t, pool.QueryRow(t.Context(), "SELECT "+expr).Scan(&mark), name)
+		require.Equal(t, tc.want, mark, name)
+	}
+}
+
 // hotRecorder is a writer's AfterCommit hook that records "id payload"
 // of what it gets.
 type hotRecorder struct {
