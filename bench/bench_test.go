@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"io"
 	"os"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -90,4 +92,20 @@ func TestRawTableIsLikeTheOutboxTable(t *testing.T) {
 	require.Equal(t, wantParams, params)
 	require.Len(t, wantIndexes, 3)
 	require.Equal(t, wantIndexes, indexes)
+}
+
+// The memory scenario's relay process ends when the program that started
+// it does: its standard input, a pipe from the parent, ends then.
+func TestUntilEOFEndsWithItsInput(t *testing.T) {
+	r, w := io.Pipe()
+	ctx, cancel := untilEOF(t.Context(), r)
+	defer cancel()
+	require.NoError(t, ctx.Err(), "the input is still open")
+	require.NoError(t, w.Close())
+	select {
+	case <-ctx.Done():
+		require.ErrorContains(t, context.Cause(ctx), "the bench program is gone")
+	case <-time.After(10 * time.Second):
+		t.Fatal("the context outlived its input")
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"strconv"
@@ -37,6 +38,13 @@ func memoryDrain(ctx context.Context, db *database, n int) (rss int64, elapsed t
 	}
 	cmd := exec.CommandContext(ctx, self, "-memory-relay", db.url, "-memory-table", table.Table, "-memory-events", strconv.Itoa(n))
 	cmd.Stderr = os.Stderr
+	// The relay process stops when its standard input ends: when this
+	// process exits, however it exits, the pipe's write end closes with it.
+	parentAlive, err := cmd.StdinPipe()
+	if err != nil {
+		return 0, 0, err
+	}
+	defer parentAlive.Close()
 	start := time.Now()
 	out, err := cmd.Output()
 	if err != nil {
@@ -68,9 +76,11 @@ func peakRSSKB() (int64, error) {
 }
 
 // runMemoryRelay is the relay process of memoryDrain: it relays table's
-// events to a sink until n have arrived.
+// events to a sink until n have arrived, or until its standard input ends
+// (the program that started it is gone).
 func runMemoryRelay(url, table string, n int) (err error) {
-	ctx := context.Background()
+	ctx, cancel := untilEOF(context.Background(), os.Stdin)
+	defer cancel()
 	db := &database{url: url}
 	pool, err := db.pool(ctx)
 	if err != nil {
@@ -101,4 +111,16 @@ func runMemoryRelay(url, table string, n int) (err error) {
 	}
 	_, err = fmt.Printf(peakRSSFormat, kb)
 	return err
+}
+
+var errParentGone = errors.New("standard input ended: the bench program is gone")
+
+// untilEOF returns a context that ends when r reaches its end or fails.
+func untilEOF(parent context.Context, r io.Reader) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(parent)
+	go func() {
+		_, err := io.Copy(io.Discard, r)
+		cancel(errors.Join(errParentGone, err))
+	}()
+	return ctx, func() { cancel(context.Canceled) }
 }

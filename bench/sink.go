@@ -135,7 +135,7 @@ func (t *tally) wait(ctx context.Context, log *errLog) error {
 	case <-t.done:
 		return nil
 	case <-ctx.Done():
-		return ctx.Err()
+		return context.Cause(ctx)
 	case <-timer.C:
 		t.mu.Lock()
 		defer t.mu.Unlock()
