@@ -109,3 +109,27 @@ func TestMessageContextEndsOnAckWhileOutcomesWait(t *testing.T) {
 		}
 	}
 }
+
+// A handler that acks as Close gives up on it (DrainTimeout) has its Ack
+// recorded, not its event released to be delivered again; likewise a
+// Nack. Each case runs many times: a select between a ready answer and a
+// closed abandon channel picks one at random.
+func TestAnswerGivenAsHandlersAreAbandonedCounts(t *testing.T) {
+	abandoned := make(chan struct{})
+	close(abandoned)
+	for range 100 {
+		acked := message.NewMessage("1", nil)
+		acked.Ack()
+		if ack, answered := answer(acked, abandoned); !ack || !answered {
+			t.Fatalf("acked message as handlers are abandoned: acked=%v answered=%v, want both", ack, answered)
+		}
+		nacked := message.NewMessage("2", nil)
+		nacked.Nack()
+		if ack, answered := answer(nacked, abandoned); ack || !answered {
+			t.Fatalf("nacked message as handlers are abandoned: acked=%v answered=%v, want a Nack", ack, answered)
+		}
+	}
+	if _, answered := answer(message.NewMessage("3", nil), abandoned); answered {
+		t.Fatal("a message nobody answered counts as answered")
+	}
+}

@@ -90,7 +90,9 @@ type SubscriberConfig struct {
 	// [outbox.Backoff]{} (200 ms, 60 s, 10 attempts, jitter).
 	RetryPolicy outbox.RetryPolicy
 	// DrainTimeout is how long Close waits for messages already handed to
-	// handlers to be acked or nacked. Default 5s.
+	// handlers to be acked or nacked. Default 5s. Then it ends their
+	// contexts and releases their events to be delivered again; an Ack or
+	// Nack that comes after that changes nothing.
 	DrainTimeout time.Duration
 	// Metrics receives counters, queue depths, backlog and latency.
 	// Default [outbox.NopMetrics].

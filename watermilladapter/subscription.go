@@ -445,16 +445,18 @@ func (sub *subscription) process(item queued) {
 		s.settler.release([]releaseItem{{id: e.ID, topic: sub.topic}})
 		return
 	}
+	acked, answered := answer(msg, sub.abandon.Done())
 	// The context ends on Ack and Nack, as Watermill's contract says, not
 	// once the settler has room for the outcome, which may take as long as
 	// the database does.
-	select {
-	case <-msg.Acked():
-		cancel()
+	cancel()
+	switch {
+	case !answered:
+		s.settler.release([]releaseItem{{id: e.ID, topic: sub.topic}})
+	case acked:
 		s.settler.update(outbox.Done(e.ID), nil)
 		s.cfg.Metrics.Delivered(sub.topic, s.cfg.Clock.Now().Sub(item.since))
-	case <-msg.Nacked():
-		cancel()
+	default:
 		update := outbox.Decide(e.ID, e.Attempts+1, slot.errOr(errNacked), s.cfg.RetryPolicy, s.cfg.Clock.Now())
 		if update.Status == outbox.StatusDead {
 			s.cfg.Metrics.Dead(sub.topic)
@@ -467,7 +469,28 @@ func (sub *subscription) process(item queued) {
 			retry = sub
 		}
 		s.settler.update(update, retry)
-	case <-sub.abandon.Done():
-		s.settler.release([]releaseItem{{id: e.ID, topic: sub.topic}})
+	}
+}
+
+// answer waits for the handler to ack or nack msg and reports which, or
+// that it did neither before abandon closed (the subscription gave up on
+// its handlers). An answer given as abandon closes counts: a select would
+// pick between them at random, and a release would deliver an event its
+// handler acked again.
+func answer(msg *message.Message, abandon <-chan struct{}) (acked, answered bool) {
+	select {
+	case <-msg.Acked():
+		return true, true
+	case <-msg.Nacked():
+		return false, true
+	case <-abandon:
+	}
+	select {
+	case <-msg.Acked():
+		return true, true
+	case <-msg.Nacked():
+		return false, true
+	default:
+		return false, false
 	}
 }
