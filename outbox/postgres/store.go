@@ -386,7 +386,8 @@ func (s *Store) UpdateStatus(ctx context.Context, owner string, updates ...outbo
 		n := len(updates)
 		ids, statuses, spent := make([]string, n), make([]int16, n), make([]int32, n)
 		nextAt, errs := make([]*time.Time, n), make([]string, n)
-		for i, u := range updates {
+		for i := range updates {
+			u := &updates[i] // not a copy: a copy's NextAt taken by address would be allocated for every event
 			ids[i], statuses[i], errs[i] = u.ID, int16(u.Status), outbox.CutError(u.Error)
 			if u.AttemptSpent() {
 				spent[i] = 1
