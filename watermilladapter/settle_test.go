@@ -331,3 +331,41 @@ func TestSettlerDropsReleasesBeyondTheQueueBound(t *testing.T) {
 	require.ErrorIs(t, err, ErrNotRecorded)
 	require.ErrorContains(t, err, fmt.Sprintf(": %d outcomes and releases", maxQueuedReleases+2))
 }
+
+// hangingClaims is a database that stopped answering claims: Claim hangs
+// until its context ends. It counts the claims begun.
+type hangingClaims struct {
+	instantStore
+	claims atomic.Int64
+}
+
+func (s *hangingClaims) Claim(ctx context.Context, _ outbox.ClaimRequest) ([]outbox.Event, error) {
+	s.claims.Add(1)
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+// A claim the database does not answer does not hold Close for the whole
+// claimTimeout: once Close begins, the claim gets as long as failing
+// statements do (the settler's giveUp) and is then given up, leaving
+// whatever the server may still commit to the lease.
+func TestCloseGivesUpOnAHangingClaim(t *testing.T) {
+	t.Parallel()
+	store := &hangingClaims{}
+	sub, err := NewSubscriber(store, SubscriberConfig{PollInterval: time.Hour, BacklogInterval: time.Hour})
+	require.NoError(t, err)
+	sub.settler.giveUp = 100 * time.Millisecond // before anything reads it: the claim below starts after
+	_, err = sub.Subscribe(t.Context(), "orders")
+	require.NoError(t, err)
+	for store.claims.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- sub.Close() }()
+	select {
+	case err := <-closed:
+		require.NoError(t, err)
+	case <-time.After(claimTimeout / 2):
+		t.Fatalf("Close still waiting for a hanging claim after %s", claimTimeout/2)
+	}
+}

@@ -287,7 +287,8 @@ func (s *Subscriber) remove(sub *subscription) {
 // output channels. Every call, concurrent ones included, returns once all
 // of that is done. With the database failing, it gives up on the outcomes
 // and releases about 10 s after the first failure and returns
-// [ErrNotRecorded].
+// [ErrNotRecorded]; a claim the database does not answer is given up 10 s
+// after Close begins, and what it may have claimed waits for its lease.
 func (s *Subscriber) Close() error {
 	s.closeOnce.Do(func() { s.closeErr = s.close() })
 	return s.closeErr

@@ -167,11 +167,13 @@ const claimRescan = time.Second
 // sooner than WakeCooldown after the last claim started), room, or the
 // earliest claim time this subscription keeps (retries, recent commits).
 //
-// Stopping does not cancel a claim half way: the server may commit a claim
+// Stopping does not cancel a claim at once: the server may commit a claim
 // whose client gave up, and nobody would release those rows before their
-// lease ends. Stopping is checked between claims instead; only a claim
-// that hangs for claimTimeout is given up, leaving what it may have
-// claimed to the lease.
+// lease ends. Stopping is checked between claims instead. A claim that
+// hangs is given up after claimTimeout, or, once the subscription stops,
+// after as long as the settler gives failing statements (settleGiveUp), so
+// that Close ends while the database does not answer; what it may have
+// claimed is left to the lease.
 func (sub *subscription) claimLoop() {
 	cfg := &sub.s.cfg
 	var cursor outbox.ClaimCursor
@@ -201,7 +203,17 @@ func (sub *subscription) claimLoop() {
 			woken = false
 			fromCursor := !cursor.IsZero()
 			ctx, cancel := context.WithTimeout(context.Background(), claimTimeout)
+			unwatch := context.AfterFunc(sub.stopped, func() {
+				giveUp := time.NewTimer(sub.s.settler.giveUp)
+				defer giveUp.Stop()
+				select {
+				case <-giveUp.C:
+					cancel()
+				case <-ctx.Done():
+				}
+			})
 			events, err := sub.s.store.Claim(ctx, req)
+			unwatch()
 			cancel()
 			if sub.stopping() {
 				// Whatever was claimed goes back to the table.
