@@ -50,7 +50,8 @@ func Migrate(ctx context.Context, db DB, cfg Config) error {
 
 // MigrateTx is [Migrate] inside the caller's transaction, which the caller
 // commits. The advisory lock is held until then. The transaction must be
-// READ COMMITTED (PostgreSQL's default), or MigrateTx returns
+// READ COMMITTED (PostgreSQL's default; READ UNCOMMITTED, which PostgreSQL
+// runs as READ COMMITTED, will do), or MigrateTx returns
 // [outbox.ErrInvalidRequest]: a transaction with one snapshot would take
 // it before waiting for the lock, miss the migrations of the process it
 // waited for, and apply them again.
@@ -67,7 +68,9 @@ func MigrateTx(ctx context.Context, tx pgx.Tx, cfg Config) error {
 	if err := tx.QueryRow(ctx, `SELECT current_setting('transaction_isolation')`).Scan(&isolation); err != nil {
 		return fmt.Errorf("postgres: migrate: read isolation level: %w", err)
 	}
-	if isolation != "read committed" {
+	// PostgreSQL runs READ UNCOMMITTED as READ COMMITTED: a snapshot per
+	// statement too.
+	if isolation != "read committed" && isolation != "read uncommitted" {
 		return fmt.Errorf("%w: migrations need a READ COMMITTED transaction, not %s", outbox.ErrInvalidRequest, isolation)
 	}
 	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, migrationLockKey); err != nil {

@@ -463,3 +463,20 @@ func TestMigrateIsReadCommittedWhateverTheDefault(t *testing.T) {
 	require.ErrorIs(t, err, outbox.ErrInvalidRequest)
 	require.ErrorContains(t, err, "not repeatable read")
 }
+
+// PostgreSQL runs READ UNCOMMITTED as READ COMMITTED: every statement takes
+// a snapshot of its own, so a migrator that waited for the advisory lock
+// sees what the one before it applied, and MigrateTx takes the transaction.
+func TestMigrateTxAcceptsReadUncommitted(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t)
+	ctx := t.Context()
+	tx, err := pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadUncommitted})
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	require.NoError(t, postgres.MigrateTx(ctx, tx, postgres.Config{Table: "other"}))
+	require.NoError(t, tx.Commit(ctx))
+	var exists bool
+	require.NoError(t, pool.QueryRow(ctx, `SELECT to_regclass('other') IS NOT NULL`).Scan(&exists))
+	require.True(t, exists)
+}
