@@ -35,7 +35,8 @@ type Config struct {
 	// connection's search_path. Must pass [ValidateIdentifier] (63 chars).
 	Schema string
 	// Table is the outbox table's name. Default [DefaultTable]. Must pass
-	// [ValidateIdentifier] with at most 48 characters.
+	// [ValidateIdentifier] with at most 48 characters, and not be
+	// wmoutbox_migration, where [Migrate] records the migrations.
 	Table string
 	// Clock stamps created/updated/done times and decides what is due.
 	// Default [outbox.SystemClock].
@@ -96,6 +97,10 @@ func newTable(cfg Config) (*table, error) {
 	}
 	if err := ValidateIdentifier(name, maxTableLen); err != nil {
 		return nil, fmt.Errorf("postgres: table: %w", err)
+	}
+	if name == migrationTable {
+		// Migrate keeps its records in a table of that name beside this one.
+		return nil, fmt.Errorf("postgres: table: %w: %q is the name of the migration table", ErrInvalidIdentifier, name)
 	}
 	ident := pgx.Identifier{name}
 	if cfg.Schema != "" {

@@ -480,3 +480,19 @@ func TestMigrateTxAcceptsReadUncommitted(t *testing.T) {
 	require.NoError(t, pool.QueryRow(ctx, `SELECT to_regclass('other') IS NOT NULL`).Scan(&exists))
 	require.True(t, exists)
 }
+
+// The migrations are recorded in wmoutbox_migration beside the outbox
+// table: an outbox table of that name is refused up front, in any schema,
+// rather than by Migrate's CREATE TABLE, or by every statement of a store
+// pointed at the migration records.
+func TestTableCannotBeTheMigrationTable(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t)
+	for _, cfg := range []postgres.Config{{Table: "wmoutbox_migration"}, {Schema: "public", Table: "wmoutbox_migration"}} {
+		_, err := postgres.NewStore(pool, cfg)
+		require.ErrorIs(t, err, postgres.ErrInvalidIdentifier, "%+v", cfg)
+		require.ErrorIs(t, postgres.Migrate(t.Context(), pool, cfg), postgres.ErrInvalidIdentifier, "%+v", cfg)
+		_, err = postgres.Migrations(cfg)
+		require.ErrorIs(t, err, postgres.ErrInvalidIdentifier, "%+v", cfg)
+	}
+}

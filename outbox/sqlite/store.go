@@ -32,7 +32,8 @@ const maxTableLen = 48
 type Config struct {
 	// Table is the outbox table's name. Default [DefaultTable]. 1 to 48
 	// characters of a-z, 0-9 and _, not starting with a digit, sqlite_ or
-	// pg_; otherwise [ErrInvalidIdentifier].
+	// pg_, and not wmoutbox_migration, where [Migrate] records the
+	// migrations; otherwise [ErrInvalidIdentifier].
 	Table string
 	// Clock stamps created/updated/done times and decides what is due.
 	// Default [outbox.SystemClock].
@@ -74,6 +75,10 @@ func newTable(cfg Config) (*table, error) {
 	}
 	if err := ident.Validate(name, maxTableLen, ErrInvalidIdentifier); err != nil {
 		return nil, fmt.Errorf("sqlite: table: %w", err)
+	}
+	if name == migrationTable {
+		// Migrate keeps its records in a table of that name beside this one.
+		return nil, fmt.Errorf("sqlite: table: %w: %q is the name of the migration table", ErrInvalidIdentifier, name)
 	}
 	quoted := ident.Quote(name)
 	return &table{name: name, quoted: quoted, sql: renderStatements(quoted, cfg.DeleteDone)}, nil

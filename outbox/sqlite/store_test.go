@@ -519,3 +519,18 @@ func TestConcurrentWritesInOneTransactionKeepTheirRows(t *testing.T) {
 	require.Len(t, written, 400)
 	require.Equal(t, 401, count(t, db, "outbox_event"), "every write that succeeded, and none that failed")
 }
+
+// The migrations are recorded in wmoutbox_migration beside the outbox
+// table: an outbox table of that name is refused up front, rather than by
+// Migrate's CREATE TABLE, or by every statement of a store pointed at the
+// migration records.
+func TestTableCannotBeTheMigrationTable(t *testing.T) {
+	t.Parallel()
+	db := openDB(t)
+	cfg := sqlite.Config{Table: "wmoutbox_migration"}
+	_, err := sqlite.NewStore(db, cfg)
+	require.ErrorIs(t, err, sqlite.ErrInvalidIdentifier)
+	require.ErrorIs(t, sqlite.Migrate(t.Context(), db, cfg), sqlite.ErrInvalidIdentifier)
+	_, err = sqlite.Migrations(cfg)
+	require.ErrorIs(t, err, sqlite.ErrInvalidIdentifier)
+}
