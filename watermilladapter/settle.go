@@ -139,23 +139,28 @@ func (st *settler) update(u outbox.StatusUpdate, retry *subscription) {
 // their lease.
 func (st *settler) release(items []releaseItem) {
 	st.mu.Lock()
-	if !st.closed {
-		full := len(st.releases)+len(items) > maxQueuedReleases
-		if full {
-			st.dropped += len(items)
-		} else {
-			st.releases = append(st.releases, items...)
-		}
+	if st.closed {
 		st.mu.Unlock()
-		if full {
-			st.logger.Error("outbox: too many claims waiting to be released; they will expire and the events be delivered then",
-				nil, watermill.LogFields{"events": len(items), "queued": maxQueuedReleases})
-			return
-		}
-		signal(st.released)
+		st.releaseNow(items)
 		return
 	}
+	full := len(st.releases)+len(items) > maxQueuedReleases
+	if full {
+		st.dropped += len(items)
+	} else {
+		st.releases = append(st.releases, items...)
+	}
 	st.mu.Unlock()
+	if full {
+		st.logger.Error("outbox: too many claims waiting to be released; they will expire and the events be delivered then",
+			nil, watermill.LogFields{"events": len(items), "queued": maxQueuedReleases})
+		return
+	}
+	signal(st.released)
+}
+
+// releaseNow releases items in one attempt, for a release after close.
+func (st *settler) releaseNow(items []releaseItem) {
 	ctx, cancel := context.WithTimeout(context.Background(), settleLastChance)
 	defer cancel()
 	if err := st.releaseOp(items)(ctx); err != nil {
@@ -176,13 +181,6 @@ func (st *settler) takeReleases() []releaseItem {
 	items := st.releases
 	st.releases = nil
 	return items
-}
-
-// queuedReleaseCount returns how many claims wait to be released.
-func (st *settler) queuedReleaseCount() int {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	return len(st.releases)
 }
 
 // flush returns once every outcome and release queued before the call is

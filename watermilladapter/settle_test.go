@@ -369,3 +369,10 @@ func TestCloseGivesUpOnAHangingClaim(t *testing.T) {
 		t.Fatalf("Close still waiting for a hanging claim after %s", claimTimeout/2)
 	}
 }
+
+// queuedReleaseCount returns how many claims wait to be released.
+func (st *settler) queuedReleaseCount() int {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return len(st.releases)
+}

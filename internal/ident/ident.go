@@ -35,6 +35,22 @@ func Validate(name string, max int, invalid error) error {
 	return nil
 }
 
+// MigrationTable is where every dialect's Migrate records the migrations
+// it applied, beside the outbox table.
+const MigrationTable = "wmoutbox_migration"
+
+// ValidateTable is [Validate] for an outbox table's name, which must not be
+// [MigrationTable] either.
+func ValidateTable(name string, max int, invalid error) error {
+	if err := Validate(name, max, invalid); err != nil {
+		return err
+	}
+	if name == MigrationTable {
+		return fmt.Errorf("%w: %q is the name of the migration table", invalid, name)
+	}
+	return nil
+}
+
 // Quote returns a validated name in double quotes, the standard SQL form
 // that PostgreSQL and SQLite share.
 func Quote(name string) string { return `"` + name + `"` }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/wmoutbox/wmoutbox/internal/ident"
 	"github.com/wmoutbox/wmoutbox/internal/migrationfiles"
 	"github.com/wmoutbox/wmoutbox/outbox"
 )
@@ -77,7 +78,7 @@ func MigrateTx(ctx context.Context, tx pgx.Tx, cfg Config) error {
 		return fmt.Errorf("postgres: migrate: lock: %w", err)
 	}
 	if _, err := tx.Exec(ctx, t.sql.createMigrationTable); err != nil {
-		return fmt.Errorf("postgres: migrate: create %s: %w", migrationTable, err)
+		return fmt.Errorf("postgres: migrate: create %s: %w", ident.MigrationTable, err)
 	}
 	var applied int
 	if err := tx.QueryRow(ctx, t.sql.migrationVersion, t.name).Scan(&applied); err != nil {

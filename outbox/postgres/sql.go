@@ -5,13 +5,13 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/wmoutbox/wmoutbox/internal/ident"
 )
 
 // Every SQL statement of the PostgreSQL store, except the migrations (see
 // the migrations folder). {table} and {migrations} stand for the quoted,
 // schema-qualified names; every value is a bind parameter.
-
-const migrationTable = "wmoutbox_migration"
 
 const sqlCreateMigrationTable = `
 CREATE TABLE IF NOT EXISTS {migrations} (
@@ -254,9 +254,9 @@ type statements struct {
 }
 
 func renderStatements(schema, qualified string, synchronous, deleteDone bool) statements {
-	migrations := pgx.Identifier{migrationTable}
+	migrations := pgx.Identifier{ident.MigrationTable}
 	if schema != "" {
-		migrations = pgx.Identifier{schema, migrationTable}
+		migrations = pgx.Identifier{schema, ident.MigrationTable}
 	}
 	async := asyncCommit
 	if synchronous {

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/wmoutbox/wmoutbox/internal/ident"
 	"github.com/wmoutbox/wmoutbox/internal/nilcheck"
 	"github.com/wmoutbox/wmoutbox/outbox"
 )
@@ -95,12 +96,8 @@ func newTable(cfg Config) (*table, error) {
 	if name == "" {
 		name = DefaultTable
 	}
-	if err := ValidateIdentifier(name, maxTableLen); err != nil {
+	if err := ident.ValidateTable(name, maxTableLen, ErrInvalidIdentifier); err != nil {
 		return nil, fmt.Errorf("postgres: table: %w", err)
-	}
-	if name == migrationTable {
-		// Migrate keeps its records in a table of that name beside this one.
-		return nil, fmt.Errorf("postgres: table: %w: %q is the name of the migration table", ErrInvalidIdentifier, name)
 	}
 	ident := pgx.Identifier{name}
 	if cfg.Schema != "" {

@@ -74,7 +74,7 @@ func (t *table) migrate(ctx context.Context, db execer, cfg Config) error {
 		return err
 	}
 	if _, err := db.ExecContext(ctx, t.sql.createMigrationTable); err != nil {
-		return fmt.Errorf("sqlite: migrate: create %s: %w", migrationTable, err)
+		return fmt.Errorf("sqlite: migrate: create %s: %w", ident.MigrationTable, err)
 	}
 	var applied int
 	if err := db.QueryRowContext(ctx, t.sql.migrationVersion, t.name).Scan(&applied); err != nil {

@@ -13,8 +13,6 @@ import (
 // INTEGER unix microseconds; lists travel as one JSON array, read with
 // json_each, event ids in it as hex (see idArray).
 
-const migrationTable = "wmoutbox_migration"
-
 const sqlCreateMigrationTable = `
 CREATE TABLE IF NOT EXISTS {migrations} (
     table_name TEXT    NOT NULL,
@@ -202,7 +200,7 @@ type statements struct {
 }
 
 func renderStatements(quoted string, deleteDone bool) statements {
-	r := strings.NewReplacer("{table}", quoted, "{migrations}", ident.Quote(migrationTable))
+	r := strings.NewReplacer("{table}", quoted, "{migrations}", ident.Quote(ident.MigrationTable))
 	s := statements{
 		createMigrationTable: r.Replace(sqlCreateMigrationTable),
 		migrationVersion:     r.Replace(sqlMigrationVersion),

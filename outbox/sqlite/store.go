@@ -73,12 +73,8 @@ func newTable(cfg Config) (*table, error) {
 	if name == "" {
 		name = DefaultTable
 	}
-	if err := ident.Validate(name, maxTableLen, ErrInvalidIdentifier); err != nil {
+	if err := ident.ValidateTable(name, maxTableLen, ErrInvalidIdentifier); err != nil {
 		return nil, fmt.Errorf("sqlite: table: %w", err)
-	}
-	if name == migrationTable {
-		// Migrate keeps its records in a table of that name beside this one.
-		return nil, fmt.Errorf("sqlite: table: %w: %q is the name of the migration table", ErrInvalidIdentifier, name)
 	}
 	quoted := ident.Quote(name)
 	return &table{name: name, quoted: quoted, sql: renderStatements(quoted, cfg.DeleteDone)}, nil
