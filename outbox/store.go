@@ -61,13 +61,18 @@ type Store interface {
 	// changed or were deleted.
 	UpdateStatus(ctx context.Context, owner string, updates ...StatusUpdate) (int64, error)
 
-	// QueryDead lists DEAD events matching q, ordered by event id.
+	// QueryDead lists DEAD events matching q, ordered by event id. A zero
+	// filter lists every DEAD event.
 	QueryDead(ctx context.Context, q DeadQuery) ([]Event, error)
-	// CountDead counts DEAD events matching f.
+	// CountDead counts DEAD events matching f. A zero filter counts every
+	// DEAD event.
 	CountDead(ctx context.Context, f DeadFilter) (int64, error)
 	// ReplayDead returns DEAD events matching f to NEW, due at once, with
 	// attempts reset to zero. last_error is kept as the history of why the
-	// event died. It returns how many events were replayed.
+	// event died. It returns how many events were replayed. It refuses a
+	// filter that restricts nothing ([DeadFilter.ValidateReplay]) with an
+	// error matching [ErrInvalidRequest] and changes no row; to replay
+	// every DEAD event, set DiedBefore: time.Now().
 	ReplayDead(ctx context.Context, f DeadFilter) (int64, error)
 
 	// Backlog counts the pending (NEW or RETRY) events of topic and
@@ -322,9 +327,14 @@ func (u StatusUpdate) AttemptSpent() bool {
 	return u.Status == StatusRetry || u.Status == StatusDead
 }
 
-// DeadFilter selects DEAD events. Zero fields match everything.
+// DeadFilter selects DEAD events: those that match every field set. Zero
+// fields match everything, and a zero filter every DEAD event, which
+// [Store.ReplayDead] refuses.
 type DeadFilter struct {
-	// IDs restricts the filter to these event ids.
+	// IDs restricts the filter to these event ids. Nil does not restrict
+	// by id; a non-nil empty slice matches no event. Collect the ids a
+	// query found into a non-nil slice (make([]string, 0, len(page))), so
+	// that a query that found nothing selects nothing.
 	IDs []string
 	// EventType restricts the filter to one event type.
 	EventType EventType
@@ -332,6 +342,18 @@ type DeadFilter struct {
 	Topic string
 	// DiedBefore keeps only events that went DEAD before this time.
 	DiedBefore time.Time
+}
+
+// ValidateReplay reports a filter that [Store.ReplayDead] refuses: one
+// that restricts nothing (IDs nil, every other field zero), which would
+// replay every DEAD event, as a forgotten or lost filter would. A non-nil
+// empty IDs restricts, to no event.
+func (f DeadFilter) ValidateReplay() error {
+	if f.IDs == nil && f.EventType == "" && f.Topic == "" && f.DiedBefore.IsZero() {
+		return invalidRequest("replay of dead events with a filter that restricts nothing; " +
+			"to replay every DEAD event, set DiedBefore: time.Now()")
+	}
+	return nil
 }
 
 // DeadQuery pages through DEAD events.

@@ -126,6 +126,36 @@ func TestDeadQueryNormalize(t *testing.T) {
 	}
 }
 
+func TestDeadFilterValidateReplay(t *testing.T) {
+	t.Parallel()
+
+	tests := []struct {
+		name    string
+		filter  outbox.DeadFilter
+		wantErr bool
+	}{
+		{name: "zero filter", filter: outbox.DeadFilter{}, wantErr: true},
+		{name: "empty ids", filter: outbox.DeadFilter{IDs: []string{}}},
+		{name: "ids", filter: outbox.DeadFilter{IDs: []string{"a"}}},
+		{name: "event type", filter: outbox.DeadFilter{EventType: "T"}},
+		{name: "topic", filter: outbox.DeadFilter{Topic: "t"}},
+		{name: "died before", filter: outbox.DeadFilter{DiedBefore: time.Unix(100, 0)}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+
+			err := tt.filter.ValidateReplay()
+			if tt.wantErr {
+				require.ErrorIs(t, err, outbox.ErrInvalidRequest)
+				require.ErrorContains(t, err, "DiedBefore: time.Now()")
+				return
+			}
+			require.NoError(t, err)
+		})
+	}
+}
+
 func TestPurgeRequestNormalize(t *testing.T) {
 	t.Parallel()
 

@@ -78,6 +78,8 @@ func Run[Tx any](t *testing.T, newHarness func(t *testing.T) Harness[Tx]) {
 		{"ClaimReturnsDueOrderNotIDOrder", testClaimReturnsDueOrderNotIDOrder[Tx]},
 		{"ClaimCursorCoversTheBacklogOnce", testClaimCursorCoversTheBacklogOnce[Tx]},
 		{"DeadEventsQueryCountReplay", testDeadEventsQueryCountReplay[Tx]},
+		{"EmptyIDListMatchesNoDeadEvent", testEmptyIDListMatchesNoDeadEvent[Tx]},
+		{"ReplayDeadRefusesAFilterThatRestrictsNothing", testReplayDeadRefusesAFilterThatRestrictsNothing[Tx]},
 		{"PurgeDeletesOnlyOldTerminalRows", testPurgeDeletesOnlyOldTerminalRows[Tx]},
 		{"MalformedHeadersDoNotBreakTheBatch", testMalformedHeadersDoNotBreakTheBatch[Tx]},
 		{"BatchReadsEqualSingleReads", testBatchReadsEqualSingleReads[Tx]},
@@ -937,7 +939,6 @@ func testDeadEventsQueryCountReplay[Tx any](t *testing.T, f *fixture[Tx]) {
 	require.EqualValues(t, 2, count(outbox.DeadFilter{EventType: "A", Topic: "t1"}))
 	require.EqualValues(t, 2, count(outbox.DeadFilter{DiedBefore: Start.Add(time.Minute)}))
 	require.EqualValues(t, 1, count(outbox.DeadFilter{IDs: []string{written[1], written[4]}}))
-	require.EqualValues(t, 4, count(outbox.DeadFilter{IDs: []string{}}), "an empty id list is no filter")
 
 	var paged []string
 	q := outbox.DeadQuery{Limit: 3}
@@ -977,6 +978,73 @@ func testDeadEventsQueryCountReplay[Tx any](t *testing.T, f *fixture[Tx]) {
 
 	require.ElementsMatch(t, []string{written[0], written[3], written[4]}, f.claim(t, outbox.ClaimRequest{Owner: "me"}),
 		"replayed events are due again")
+}
+
+// writeDead writes n events and kills them all.
+func (f *fixture[Tx]) writeDead(t *testing.T, n int) []string {
+	t.Helper()
+	written := f.write(t, JSONEvents(n, "")...)
+	updates := make([]outbox.StatusUpdate, len(written))
+	for i, id := range written {
+		updates[i] = outbox.Dead(id, errors.New("dead"))
+	}
+	_, err := f.Store.UpdateStatus(t.Context(), "", updates...)
+	require.NoError(t, err)
+	return written
+}
+
+// requireDead checks that every event of ids is DEAD.
+func (f *fixture[Tx]) requireDead(t *testing.T, ids []string) {
+	t.Helper()
+	for _, id := range ids {
+		require.Equal(t, outbox.StatusDead, f.get(t, id).Status, id)
+	}
+}
+
+func testEmptyIDListMatchesNoDeadEvent[Tx any](t *testing.T, f *fixture[Tx]) {
+	ctx := t.Context()
+	written := f.writeDead(t, 3)
+
+	n, err := f.Store.CountDead(ctx, outbox.DeadFilter{IDs: []string{}})
+	require.NoError(t, err)
+	require.Zero(t, n, "no event is among no ids")
+	n, err = f.Store.CountDead(ctx, outbox.DeadFilter{IDs: nil})
+	require.NoError(t, err)
+	require.EqualValues(t, 3, n, "nil ids restrict nothing")
+
+	page, err := f.Store.QueryDead(ctx, outbox.DeadQuery{DeadFilter: outbox.DeadFilter{IDs: []string{}}})
+	require.NoError(t, err)
+	require.Empty(t, page, "no event is among no ids")
+	page, err = f.Store.QueryDead(ctx, outbox.DeadQuery{DeadFilter: outbox.DeadFilter{IDs: nil}})
+	require.NoError(t, err)
+	require.Equal(t, written, IDs(page), "nil ids restrict nothing")
+
+	// The ids an operator's query found, when it found none.
+	n, err = f.Store.ReplayDead(ctx, outbox.DeadFilter{IDs: []string{}})
+	require.NoError(t, err)
+	require.Zero(t, n)
+	f.requireDead(t, written)
+}
+
+func testReplayDeadRefusesAFilterThatRestrictsNothing[Tx any](t *testing.T, f *fixture[Tx]) {
+	ctx := t.Context()
+	written := f.writeDead(t, 3)
+
+	n, err := f.Store.ReplayDead(ctx, outbox.DeadFilter{})
+	require.ErrorIs(t, err, outbox.ErrInvalidRequest)
+	require.ErrorContains(t, err, "DiedBefore: time.Now()", "the error says how to replay everything")
+	require.Zero(t, n)
+	f.requireDead(t, written)
+
+	// Everything, on purpose.
+	f.Clock.Advance(time.Second)
+	n, err = f.Store.ReplayDead(ctx, outbox.DeadFilter{DiedBefore: f.Clock.Now()})
+	require.NoError(t, err)
+	require.EqualValues(t, 3, n)
+	n, err = f.Store.CountDead(ctx, outbox.DeadFilter{})
+	require.NoError(t, err)
+	require.Zero(t, n)
+	require.ElementsMatch(t, written, f.claim(t, outbox.ClaimRequest{Owner: "me"}), "replayed events are due again")
 }
 
 func testPurgeDeletesOnlyOldTerminalRows[Tx any](t *testing.T, f *fixture[Tx]) {

@@ -121,7 +121,13 @@ func ExampleStore_ReplayDead() {
 	page, _ := store.QueryDead(ctx, outbox.DeadQuery{Limit: 10})
 	fmt.Println(n, page[0].Attempts, page[0].LastError)
 
-	replayed, _ := store.ReplayDead(ctx, outbox.DeadFilter{IDs: ids})
+	// Replay what the query found. A non-nil empty slice replays nothing
+	// when it found nothing; nil IDs would not restrict by id.
+	found := make([]string, 0, len(page))
+	for _, e := range page {
+		found = append(found, e.ID)
+	}
+	replayed, _ := store.ReplayDead(ctx, outbox.DeadFilter{IDs: found})
 	e, _ := store.Get(ctx, ids[0])
 	fmt.Println(replayed, e.Status, e.Attempts, e.LastError)
 	// Output:

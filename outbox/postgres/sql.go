@@ -208,7 +208,7 @@ SELECT set_config('synchronous_commit', 'off', true), pg_notify($1, topic)
 FROM unnest($2::text[]) AS t(topic)`
 
 // sqlDeadFilter selects DEAD rows; each condition is off when its
-// parameter is NULL or empty.
+// parameter is NULL or the empty string; an empty id array matches no row.
 const sqlDeadFilter = `status = 3
     AND ($1::text[] IS NULL OR event_id = ANY($1::text[]))
     AND ($2::text = '' OR event_type = $2)

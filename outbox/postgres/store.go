@@ -424,9 +424,13 @@ func (s *Store) CountDead(ctx context.Context, f outbox.DeadFilter) (int64, erro
 	return n, nil
 }
 
-// ReplayDead implements [outbox.Store]. An empty filter replays every DEAD
-// event.
+// ReplayDead implements [outbox.Store]. It refuses a filter that restricts
+// nothing ([outbox.DeadFilter.ValidateReplay]); DiedBefore: time.Now()
+// replays every DEAD event.
 func (s *Store) ReplayDead(ctx context.Context, f outbox.DeadFilter) (int64, error) {
+	if err := f.ValidateReplay(); err != nil {
+		return 0, err
+	}
 	tag, err := s.db.Exec(ctx, s.t.sql.replayDead, append(deadArgs(f), s.clock.Now())...)
 	if err != nil {
 		return 0, fmt.Errorf("postgres: replay dead events: %w", err)
@@ -435,15 +439,13 @@ func (s *Store) ReplayDead(ctx context.Context, f outbox.DeadFilter) (int64, err
 }
 
 func deadArgs(f outbox.DeadFilter) []any {
-	var ids []string // nil: no id filter
-	if len(f.IDs) > 0 {
-		ids = f.IDs
-	}
 	var diedBefore *time.Time
 	if !f.DiedBefore.IsZero() {
 		diedBefore = &f.DiedBefore
 	}
-	return []any{ids, string(f.EventType), f.Topic, diedBefore}
+	// pgx sends nil IDs as NULL (no id filter) and empty ones as an empty
+	// array, which no event_id is in.
+	return []any{f.IDs, string(f.EventType), f.Topic, diedBefore}
 }
 
 // Backlog implements [outbox.Store].

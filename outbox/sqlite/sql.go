@@ -153,9 +153,9 @@ DELETE FROM {table} WHERE event_id IN (` + sqlIDs + `) AND status <> 1`
 const sqlBacklog = `SELECT count(*), min(available_at) FROM {table} WHERE status IN (0, 2) AND topic = ?1`
 
 // sqlDeadFilter selects DEAD rows; each condition is off when its
-// parameter is NULL or empty. ?1 is a JSON array of ids. The literal status
-// list is the finished index's condition, which SQLite's planner matches
-// term for term.
+// parameter is NULL or the empty string; an empty id array matches no row.
+// ?1 is a JSON array of ids. The literal status list is the finished
+// index's condition, which SQLite's planner matches term for term.
 const sqlDeadFilter = `status IN (1, 3) AND status = 3
     AND (?1 IS NULL OR event_id IN (` + sqlIDs + `))
     AND (?2 = '' OR event_type = ?2)

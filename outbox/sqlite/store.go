@@ -440,15 +440,19 @@ func (s *Store) CountDead(ctx context.Context, f outbox.DeadFilter) (int64, erro
 	return n, nil
 }
 
-// ReplayDead implements [outbox.Store]. An empty filter replays every DEAD
-// event.
+// ReplayDead implements [outbox.Store]. It refuses a filter that restricts
+// nothing ([outbox.DeadFilter.ValidateReplay]); DiedBefore: time.Now()
+// replays every DEAD event.
 func (s *Store) ReplayDead(ctx context.Context, f outbox.DeadFilter) (int64, error) {
+	if err := f.ValidateReplay(); err != nil {
+		return 0, err
+	}
 	return s.exec(ctx, "replay dead events", s.t.sql.replayDead, append(deadArgs(f), micros(s.clock.Now()))...)
 }
 
 func deadArgs(f outbox.DeadFilter) []any {
-	var ids any // NULL: no id filter
-	if len(f.IDs) > 0 {
+	var ids any // NULL: no id filter; "[]" (an empty slice) matches no event
+	if f.IDs != nil {
 		ids = idArray(f.IDs)
 	}
 	var diedBefore any // NULL
