@@ -539,12 +539,16 @@ func testStatusTransitions[Tx any](t *testing.T, f *fixture[Tx]) {
 	require.Equal(t, 2, e.Attempts)
 	require.Equal(t, "again", e.LastError)
 
-	n, err = f.Store.UpdateStatus(ctx, "me", outbox.Done(retried))
+	// A DONE ignores an error and a next time (StatusUpdate's docs).
+	n, err = f.Store.UpdateStatus(ctx, "me",
+		outbox.StatusUpdate{ID: retried, Status: outbox.StatusDone, Error: "ignored", NextAt: now.Add(time.Hour)})
 	require.NoError(t, err)
 	require.EqualValues(t, 1, n)
 	e = f.get(t, retried)
 	require.Equal(t, outbox.StatusDone, e.Status)
+	require.Equal(t, 2, e.Attempts, "a success spends no attempt")
 	require.Equal(t, "again", e.LastError, "the last failure stays readable after success")
+	require.Equal(t, now.Add(2*time.Minute), e.AvailableAt.UTC(), "a success keeps the due time")
 
 	_, err = f.Store.UpdateStatus(ctx, "me", outbox.StatusUpdate{ID: dead, Status: outbox.StatusRetry})
 	require.ErrorIs(t, err, outbox.ErrInvalidRequest)

@@ -192,3 +192,34 @@ func BenchmarkReadEvents(b *testing.B) {
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*batch), "ns/event")
 	b.ReportMetric(0, "ns/op")
 }
+
+// BenchmarkRecordDone records a claimed batch of 1000 events DONE in one
+// UpdateStatus call, the settler's statement after a drain's deliveries;
+// only the recording is timed.
+func BenchmarkRecordDone(b *testing.B) {
+	const batch = 1000
+	store, writer := benchStore(b)
+	events := make([]outbox.Envelope, batch)
+	for i := range events {
+		events[i] = benchEvent()
+	}
+	req := outbox.ClaimRequest{Owner: "bench", Limit: batch, Topics: []string{"OrderCreated"}}
+	b.ReportAllocs()
+	for b.Loop() {
+		b.StopTimer()
+		writeBacklog(b, store, writer, events, batch)
+		claimed, err := store.Claim(b.Context(), req)
+		if err != nil || len(claimed) != batch {
+			b.Fatalf("claimed %d of %d: %v", len(claimed), batch, err)
+		}
+		done := make([]outbox.StatusUpdate, batch)
+		for i, e := range claimed {
+			done[i] = outbox.Done(e.ID)
+		}
+		b.StartTimer()
+		if n, err := store.UpdateStatus(b.Context(), req.Owner, done...); err != nil || n != batch {
+			b.Fatalf("recorded %d of %d: %v", n, batch, err)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*batch), "ns/event")
+}

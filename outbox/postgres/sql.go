@@ -157,32 +157,39 @@ UPDATE {table} SET locked_by = NULL, locked_at = NULL, locked_until = NULL
 FROM (SELECT 1) AS one {async}
 WHERE event_id = ANY($1::text[]) AND locked_by = $2 AND status IN (0, 2)`
 
-// sqlUpdateStatus applies a batch of outcomes reported by owner $7: status
-// 0 keeps the current status (a deferral). DONE rows are never touched.
-// Only DONE applies whoever holds the row; the other outcomes need a
-// pending row that $7 still holds or, from no owner, one under no running
-// lease (see outbox.Store.UpdateStatus). The row lock an UPDATE takes
-// makes the check see a concurrent claim once it commits.
+// sqlUpdateStatus applies a batch of RETRY, DEAD and deferral outcomes
+// reported by owner $7: status 0 keeps the current status (a deferral).
+// DONE rows are never touched. An outcome needs a pending row that $7
+// still holds or, from no owner, one under no running lease (see
+// outbox.Store.UpdateStatus). The row lock an UPDATE takes makes the check
+// see a concurrent claim once it commits.
 const sqlUpdateStatus = `
 UPDATE {table} AS o SET
     status       = CASE WHEN u.status = 0 THEN o.status ELSE u.status END,
     attempts     = o.attempts + u.spent,
     available_at = coalesce(u.next_at, o.available_at),
     last_error   = coalesce(nullif(u.error, ''), o.last_error),
-    done_at      = CASE WHEN u.status = 1 THEN $1 ELSE o.done_at END,
     updated_at   = $1,
     locked_by    = NULL,
     locked_at    = NULL,
     locked_until = NULL
 FROM unnest($2::text[], $3::smallint[], $4::integer[], $5::timestamptz[], $6::text[])
     AS u(event_id, status, spent, next_at, error) {async}
-WHERE o.event_id = u.event_id AND o.status <> 1
-    AND (u.status = 1 OR o.status IN (0, 2) AND (o.locked_by = $7
-        OR $7 = '' AND (o.locked_until IS NULL OR o.locked_until <= $1)))`
+WHERE o.event_id = u.event_id AND o.status IN (0, 2) AND (o.locked_by = $7
+    OR $7 = '' AND (o.locked_until IS NULL OR o.locked_until <= $1))`
 
-// sqlDeleteDone records DONE outcomes under Config.DeleteDone: deleting a
-// row writes neither a row version nor index entries. Like
-// sqlUpdateStatus, it leaves DONE rows alone.
+// sqlMarkDone records the DONE outcomes of a batch, by id ($2): a DONE
+// applies whoever holds the row, spends no attempt, and leaves the due
+// time and the last error as they are. Rows already DONE are left alone.
+const sqlMarkDone = `
+UPDATE {table} SET status = 1, done_at = $1, updated_at = $1,
+    locked_by = NULL, locked_at = NULL, locked_until = NULL
+FROM (SELECT 1) AS one {async}
+WHERE event_id = ANY($2::text[]) AND status <> 1`
+
+// sqlDeleteDone records DONE outcomes under Config.DeleteDone, by id
+// ($1): deleting a row writes neither a row version nor index entries.
+// Like sqlMarkDone, it leaves DONE rows alone.
 const sqlDeleteDone = `
 DELETE FROM {table} USING (SELECT 1) AS one {async}
 WHERE event_id = ANY($1::text[]) AND status <> 1`
@@ -246,7 +253,7 @@ type statements struct {
 	insert, insertOne, get           string
 	insertHot, insertOneHot          string
 	release, updateStatus            string
-	deleteDone                       string    // empty unless Config.DeleteDone
+	markDone, deleteDone             string    // deleteDone empty unless Config.DeleteDone
 	claim, claimAfter, poll          [3]string // by topic filter: any, one, many; claimAfter with a cursor
 	queryDead, countDead, replayDead string
 	backlog                          string
@@ -274,6 +281,7 @@ func renderStatements(schema, qualified string, synchronous, deleteDone bool) st
 		get:                  r.Replace(sqlGet),
 		release:              r.Replace(sqlRelease),
 		updateStatus:         r.Replace(sqlUpdateStatus),
+		markDone:             r.Replace(sqlMarkDone),
 		queryDead:            r.Replace(sqlQueryDead),
 		countDead:            r.Replace(sqlCountDead),
 		replayDead:           r.Replace(sqlReplayDead),

@@ -369,22 +369,23 @@ func (s *Store) Release(ctx context.Context, owner string, ids []string) (int64,
 	return tag.RowsAffected(), nil
 }
 
-// UpdateStatus implements [outbox.Store]: one statement for the whole
-// batch, or under [Config.DeleteDone] one for its DONE outcomes and one
-// for the rest. Of several updates of one id, a DONE wins, else the last
-// (see [outbox.PrepareUpdates]).
+// UpdateStatus implements [outbox.Store]: one statement for the DONE
+// outcomes of the batch (deleting their rows under [Config.DeleteDone])
+// and one for the rest. Of several updates of one id, a DONE wins, else
+// the last (see [outbox.PrepareUpdates]).
 func (s *Store) UpdateStatus(ctx context.Context, owner string, updates ...outbox.StatusUpdate) (int64, error) {
-	var deleteDone func(ids []string) (int64, error)
-	if s.t.sql.deleteDone != "" {
-		deleteDone = func(ids []string) (int64, error) {
-			tag, err := s.db.Exec(ctx, s.t.sql.deleteDone, ids)
-			if err != nil {
-				return 0, fmt.Errorf("postgres: delete %d delivered events: %w", len(ids), err)
-			}
-			return tag.RowsAffected(), nil
+	recordDone := func(ids []string) (int64, error) {
+		query, args := s.t.sql.markDone, []any{s.clock.Now(), ids}
+		if s.t.sql.deleteDone != "" {
+			query, args = s.t.sql.deleteDone, []any{ids}
 		}
+		tag, err := s.db.Exec(ctx, query, args...)
+		if err != nil {
+			return 0, fmt.Errorf("postgres: record %d events done: %w", len(ids), err)
+		}
+		return tag.RowsAffected(), nil
 	}
-	return outbox.RecordOutcomes(owner, updates, deleteDone, func(updates []outbox.StatusUpdate) (int64, error) {
+	return outbox.RecordOutcomes(owner, updates, recordDone, func(updates []outbox.StatusUpdate) (int64, error) {
 		n := len(updates)
 		ids, statuses, spent := make([]string, n), make([]int16, n), make([]int32, n)
 		nextAt, errs := make([]*time.Time, n), make([]string, n)

@@ -118,19 +118,18 @@ const sqlRelease = `
 UPDATE {table} SET locked_by = NULL, locked_at = NULL, locked_until = NULL
 WHERE event_id IN (` + sqlIDs + `) AND locked_by = ?2 AND status IN (0, 2)`
 
-// sqlUpdateStatus applies a batch of outcomes reported by owner ?3, given
-// as a JSON array of {"id" (hex), "status", "spent", "next_at", "error"} objects:
-// status 0 keeps the current status (a deferral). DONE rows are never
-// touched. Only DONE applies whoever holds the row; the other outcomes
-// need a pending row that ?3 still holds or, from no owner, one under no
-// running lease (see outbox.Store.UpdateStatus).
+// sqlUpdateStatus applies a batch of RETRY, DEAD and deferral outcomes
+// reported by owner ?3, given as a JSON array of {"id" (hex), "status",
+// "spent", "next_at", "error"} objects: status 0 keeps the current status
+// (a deferral). DONE rows are never touched. An outcome needs a pending
+// row that ?3 still holds or, from no owner, one under no running lease
+// (see outbox.Store.UpdateStatus).
 const sqlUpdateStatus = `
 UPDATE {table} AS o SET
     status       = CASE WHEN u.status = 0 THEN o.status ELSE u.status END,
     attempts     = o.attempts + u.spent,
     available_at = coalesce(u.next_at, o.available_at),
     last_error   = coalesce(nullif(u.error, ''), o.last_error),
-    done_at      = CASE WHEN u.status = 1 THEN ?1 ELSE o.done_at END,
     updated_at   = ?1,
     locked_by    = NULL,
     locked_at    = NULL,
@@ -140,12 +139,20 @@ FROM (
         value ->> '$.next_at' AS next_at, value ->> '$.error' AS error
     FROM json_each(?2)
 ) AS u
-WHERE o.event_id = u.event_id AND o.status <> 1
-    AND (u.status = 1 OR o.status IN (0, 2) AND (o.locked_by = ?3
-        OR ?3 = '' AND (o.locked_until IS NULL OR o.locked_until <= ?1)))`
+WHERE o.event_id = u.event_id AND o.status IN (0, 2) AND (o.locked_by = ?3
+    OR ?3 = '' AND (o.locked_until IS NULL OR o.locked_until <= ?1))`
+
+// sqlMarkDone records the DONE outcomes of a batch, given as a JSON array
+// of ids (?1), at ?2: a DONE applies whoever holds the row, spends no
+// attempt, and leaves the due time and the last error as they are. Rows
+// already DONE are left alone.
+const sqlMarkDone = `
+UPDATE {table} SET status = 1, done_at = ?2, updated_at = ?2,
+    locked_by = NULL, locked_at = NULL, locked_until = NULL
+WHERE event_id IN (` + sqlIDs + `) AND status <> 1`
 
 // sqlDeleteDone records DONE outcomes under Config.DeleteDone, given as a
-// JSON array of ids. Like sqlUpdateStatus, it leaves DONE rows alone.
+// JSON array of ids. Like sqlMarkDone, it leaves DONE rows alone.
 const sqlDeleteDone = `
 DELETE FROM {table} WHERE event_id IN (` + sqlIDs + `) AND status <> 1`
 
@@ -192,7 +199,7 @@ type statements struct {
 
 	insert, existing, existingOne, get string
 	release, updateStatus              string
-	deleteDone                         string    // empty unless Config.DeleteDone
+	markDone, deleteDone               string    // deleteDone empty unless Config.DeleteDone
 	claim, poll                        [3]string // by topic filter: any, one, many
 	queryDead, countDead, replayDead   string
 	backlog                            string
@@ -211,6 +218,7 @@ func renderStatements(quoted string, deleteDone bool) statements {
 		get:                  r.Replace(sqlGet),
 		release:              r.Replace(sqlRelease),
 		updateStatus:         r.Replace(sqlUpdateStatus),
+		markDone:             r.Replace(sqlMarkDone),
 		queryDead:            r.Replace(sqlQueryDead),
 		countDead:            r.Replace(sqlCountDead),
 		replayDead:           r.Replace(sqlReplayDead),

@@ -391,18 +391,19 @@ type statusRow struct {
 	Error  string `json:"error"`
 }
 
-// UpdateStatus implements [outbox.Store]: one statement for the whole
-// batch, or under [Config.DeleteDone] one for its DONE outcomes and one
-// for the rest. Of several updates of one id, a DONE wins, else the last
-// (see [outbox.PrepareUpdates]).
+// UpdateStatus implements [outbox.Store]: one statement for the DONE
+// outcomes of the batch (deleting their rows under [Config.DeleteDone])
+// and one for the rest. Of several updates of one id, a DONE wins, else
+// the last (see [outbox.PrepareUpdates]).
 func (s *Store) UpdateStatus(ctx context.Context, owner string, updates ...outbox.StatusUpdate) (int64, error) {
-	var deleteDone func(ids []string) (int64, error)
-	if s.t.sql.deleteDone != "" {
-		deleteDone = func(ids []string) (int64, error) {
-			return s.exec(ctx, fmt.Sprintf("delete %d delivered events", len(ids)), s.t.sql.deleteDone, idArray(ids))
+	recordDone := func(ids []string) (int64, error) {
+		query, args := s.t.sql.markDone, []any{idArray(ids), micros(s.clock.Now())}
+		if s.t.sql.deleteDone != "" {
+			query, args = s.t.sql.deleteDone, []any{idArray(ids)}
 		}
+		return s.exec(ctx, fmt.Sprintf("record %d events done", len(ids)), query, args...)
 	}
-	return outbox.RecordOutcomes(owner, updates, deleteDone, func(updates []outbox.StatusUpdate) (int64, error) {
+	return outbox.RecordOutcomes(owner, updates, recordDone, func(updates []outbox.StatusUpdate) (int64, error) {
 		rows := make([]statusRow, len(updates))
 		for i, u := range updates {
 			rows[i] = statusRow{ID: hex.EncodeToString([]byte(u.ID)), Status: int(u.Status), Error: outbox.CutError(u.Error)}
