@@ -42,8 +42,8 @@ type Store interface {
 	Release(ctx context.Context, owner string, ids []string) (int64, error)
 
 	// UpdateStatus records delivery outcomes reported by owner, the relay
-	// that claimed the events, in one statement (two when a store that
-	// deletes delivered events gets DONE and other outcomes together).
+	// that claimed the events: the DONE outcomes in one statement, the
+	// others in another.
 	//
 	// DONE applies to every event not DONE already, whoever holds it: the
 	// event was delivered. RETRY, DEAD and deferrals apply only to a
