@@ -23,6 +23,15 @@ func benchEvent() outbox.Envelope {
 	return e
 }
 
+// benchEvents is n copies of benchEvent, a batch to write.
+func benchEvents(n int) []outbox.Envelope {
+	events := make([]outbox.Envelope, n)
+	for i := range events {
+		events[i] = benchEvent()
+	}
+	return events
+}
+
 func benchStore(b *testing.B) (*postgres.Store, *outbox.Writer[pgx.Tx]) {
 	if testing.Short() {
 		b.Skip("needs PostgreSQL; skipped with -short")
@@ -43,10 +52,7 @@ func BenchmarkWrite(b *testing.B) {
 	for _, n := range []int{1, 10, 100} {
 		b.Run(fmt.Sprint("events=", n), func(b *testing.B) {
 			store, writer := benchStore(b)
-			events := make([]outbox.Envelope, n)
-			for i := range events {
-				events[i] = benchEvent()
-			}
+			events := benchEvents(n)
 			b.ReportAllocs()
 			for b.Loop() {
 				err := store.InTx(b.Context(), func(ctx context.Context, tx pgx.Tx) error {
@@ -74,10 +80,7 @@ func BenchmarkClaimAndMarkDone(b *testing.B) {
 func benchClaimAndMarkDone(b *testing.B, perEvent bool) {
 	const batch = 100
 	store, writer := benchStore(b)
-	events := make([]outbox.Envelope, 1000)
-	for i := range events {
-		events[i] = benchEvent()
-	}
+	events := benchEvents(1000)
 	req := outbox.ClaimRequest{Owner: "bench", Limit: batch, Topics: []string{"OrderCreated"}}
 	delivered := 0
 	b.ReportAllocs()
@@ -143,10 +146,7 @@ func BenchmarkClaimBacklog(b *testing.B) {
 func benchClaimBacklog(b *testing.B, withCursor bool) {
 	const backlog, batch = 100000, 100
 	store, writer := benchStore(b)
-	events := make([]outbox.Envelope, 1000)
-	for i := range events {
-		events[i] = benchEvent()
-	}
+	events := benchEvents(1000)
 	drained := 0
 	for b.Loop() {
 		b.StopTimer()
@@ -173,10 +173,7 @@ func benchClaimBacklog(b *testing.B, withCursor bool) {
 func BenchmarkReadEvents(b *testing.B) {
 	const batch = 200
 	store, writer := benchStore(b)
-	events := make([]outbox.Envelope, batch)
-	for i := range events {
-		events[i] = benchEvent()
-	}
+	events := benchEvents(batch)
 	writeBacklog(b, store, writer, events, batch)
 	req := outbox.PollRequest{Limit: batch}
 	b.ReportAllocs()
@@ -199,10 +196,7 @@ func BenchmarkReadEvents(b *testing.B) {
 func BenchmarkRecordDone(b *testing.B) {
 	const batch = 1000
 	store, writer := benchStore(b)
-	events := make([]outbox.Envelope, batch)
-	for i := range events {
-		events[i] = benchEvent()
-	}
+	events := benchEvents(batch)
 	req := outbox.ClaimRequest{Owner: "bench", Limit: batch, Topics: []string{"OrderCreated"}}
 	b.ReportAllocs()
 	for b.Loop() {
