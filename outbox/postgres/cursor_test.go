@@ -101,3 +101,39 @@ func claimIDs(t *testing.T, store *postgres.Store, req outbox.ClaimRequest) []st
 	require.NoError(t, err)
 	return storetest.IDs(events)
 }
+
+// Under a linguistic collation the due index orders ids as the collation
+// does, not byte by byte as Go compares them (outbox.CompareDue): "B2"
+// sorts after "a1" in the index and before it in Go. Events due at the
+// same time, whose order is their ids', are still each claimed once, and
+// no claim that follows the cursor passes over one: a claim's last event
+// in Go's order is never after its last in the index's, so the cursor
+// never runs ahead of what was claimed.
+func TestClaimCursorUnderALinguisticCollation(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t)
+	store, err := postgres.NewStore(pool, postgres.Config{Clock: clocktest.New(storetest.Start)})
+	require.NoError(t, err)
+	// As in a database created with an ICU or glibc locale other than C.
+	_, err = pool.Exec(t.Context(), `ALTER TABLE outbox_event ALTER COLUMN event_id TYPE varchar(36) COLLATE "und-x-icu"`)
+	require.NoError(t, err)
+
+	writer, err := outbox.NewWriter(store, outbox.WriterConfig{Clock: clocktest.New(storetest.Start)})
+	require.NoError(t, err)
+	events := storetest.JSONEvents(5, "orders")
+	for i, id := range []string{"e5", "D4", "c3", "B2", "a1"} {
+		events[i].ID = id
+	}
+	require.NoError(t, store.InTx(t.Context(), func(ctx context.Context, tx pgx.Tx) error {
+		_, err := writer.Write(ctx, tx, events...)
+		return err
+	}))
+
+	var cursor outbox.ClaimCursor
+	req := outbox.ClaimRequest{Owner: "me", Limit: 2, Topics: []string{"orders"}, Cursor: &cursor}
+	require.Equal(t, []string{"B2", "a1"}, claimIDs(t, store, req), "the index's first two, in Go's order")
+	require.Equal(t, "a1", cursor.ID)
+	require.Equal(t, []string{"D4", "c3"}, claimIDs(t, store, req))
+	require.Equal(t, []string{"e5"}, claimIDs(t, store, req))
+	require.Empty(t, claimIDs(t, store, req))
+}
