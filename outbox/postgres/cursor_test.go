@@ -112,13 +112,14 @@ func claimIDs(t *testing.T, store *postgres.Store, req outbox.ClaimRequest) []st
 func TestClaimCursorUnderALinguisticCollation(t *testing.T) {
 	t.Parallel()
 	pool := testdb.New(t)
-	store, err := postgres.NewStore(pool, postgres.Config{Clock: clocktest.New(storetest.Start)})
+	clock := clocktest.New(storetest.Start) // every event due at the same time
+	store, err := postgres.NewStore(pool, postgres.Config{Clock: clock})
 	require.NoError(t, err)
 	// As in a database created with an ICU or glibc locale other than C.
 	_, err = pool.Exec(t.Context(), `ALTER TABLE outbox_event ALTER COLUMN event_id TYPE varchar(36) COLLATE "und-x-icu"`)
 	require.NoError(t, err)
 
-	writer, err := outbox.NewWriter(store, outbox.WriterConfig{Clock: clocktest.New(storetest.Start)})
+	writer, err := outbox.NewWriter(store, outbox.WriterConfig{Clock: clock})
 	require.NoError(t, err)
 	events := storetest.JSONEvents(5, "orders")
 	for i, id := range []string{"e5", "D4", "c3", "B2", "a1"} {
