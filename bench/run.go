@@ -52,8 +52,8 @@ func runIn(ctx context.Context, db *database, sz sizes, only string, quick bool)
 	if quick {
 		mode = "quick"
 	}
-	fmt.Printf("wmoutbox bench (%s): %d CPUs, PostgreSQL %s, %d writers, medians of %d; ≈%d-byte JSON events\n\n",
-		mode, runtime.NumCPU(), version, writers, sz.reps, len(payload(0)))
+	fmt.Printf("wmoutbox bench (%s): %d CPUs, PostgreSQL %s, %d writers, medians of %d; ≈%d-byte JSON events\n%s\n\n",
+		mode, runtime.NumCPU(), version, writers, sz.reps, len(payload(0)), machineLine())
 
 	cpuAtStart := readCPUTimes()
 	want := func(name string) bool { return only == "" || strings.Contains(name, only) }
