@@ -81,8 +81,11 @@ type Store interface {
 	Backlog(ctx context.Context, topic string) (pending int64, oldest time.Time, err error)
 
 	// Purge deletes terminal events last updated more than req.OlderThan
-	// ago, in batches of req.BatchSize rows, each its own transaction. It
-	// returns how many rows were deleted.
+	// ago, in batches of req.BatchSize rows, each its own transaction, until
+	// a batch comes back short. It returns how many rows were deleted.
+	// PostgreSQL passes over rows another transaction holds locked (a
+	// concurrent purge, an operator's open transaction): a batch they make
+	// short ends the purge early, and the next purge deletes them.
 	Purge(ctx context.Context, req PurgeRequest) (int64, error)
 }
 

@@ -496,3 +496,44 @@ func TestTableCannotBeTheMigrationTable(t *testing.T) {
 		require.ErrorIs(t, err, postgres.ErrInvalidIdentifier, "%+v", cfg)
 	}
 }
+
+// TestPurgePassesOverLockedRows: rows another transaction holds locked do
+// not make a purge wait; the batch they make short ends it, and the next
+// purge, once they are free, deletes them.
+func TestPurgePassesOverLockedRows(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := testdb.New(t)
+	clock := clocktest.New(storetest.Start)
+	store, err := postgres.NewStore(pool, postgres.Config{Clock: clock})
+	require.NoError(t, err)
+	written := writeEvents(t, store, 6)
+	updates := make([]outbox.StatusUpdate, len(written))
+	for i, id := range written {
+		updates[i] = outbox.Done(id)
+	}
+	_, err = store.UpdateStatus(ctx, "", updates...)
+	require.NoError(t, err)
+	clock.Advance(48 * time.Hour)
+
+	holder, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = holder.Rollback(ctx) }()
+	_, err = holder.Exec(ctx, `SELECT 1 FROM outbox_event WHERE event_id = ANY($1) FOR UPDATE`, written[:2])
+	require.NoError(t, err)
+
+	purge := outbox.PurgeRequest{OlderThan: 24 * time.Hour, BatchSize: 3}
+	waitAtMost, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	n, err := store.Purge(waitAtMost, purge)
+	require.NoError(t, err, "the purge waited for the locked rows")
+	require.EqualValues(t, 4, n, "a full batch, then a short one of the last free row")
+	require.NoError(t, holder.Rollback(ctx))
+
+	n, err = store.Purge(ctx, purge)
+	require.NoError(t, err)
+	require.EqualValues(t, 2, n, "the rows that were locked")
+	var left int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM outbox_event`).Scan(&left))
+	require.Zero(t, left)
+}
