@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -133,6 +134,59 @@ func ExampleStore_ReplayDead() {
 	// Output:
 	// 1 1 schema registry unreachable
 	// 1 NEW 0 schema registry unreachable
+}
+
+// A retention job: delivered and dead events are kept, as the record of
+// what was delivered and when, until they are older than the retention;
+// then Purge deletes them in batches, each its own transaction, so that
+// no purge holds many rows locked for long. Run it from one instance on a
+// schedule (every instance may run it: purges pass over each other's
+// rows).
+func ExampleStore_Purge() {
+	url, drop := testdb.ForExample()
+	defer drop()
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		panic(err)
+	}
+	defer pool.Close()
+	store, err := postgres.NewStore(pool, postgres.Config{})
+	if err != nil {
+		panic(err)
+	}
+	writer, err := outbox.NewWriter(store, outbox.WriterConfig{})
+	if err != nil {
+		panic(err)
+	}
+	var ids []string
+	err = store.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		ids, err = writer.Write(ctx, tx, outbox.NewJSON(OrderCreated, []byte(`{}`)))
+		return err
+	})
+	if err != nil {
+		panic(err)
+	}
+	if _, err := store.UpdateStatus(ctx, "", outbox.Done(ids[0])); err != nil {
+		panic(err)
+	}
+
+	retention := outbox.PurgeRequest{OlderThan: 30 * 24 * time.Hour} // DONE and DEAD, 1000 rows a batch
+	n, err := store.Purge(ctx, retention)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("purged", n, "of the events delivered today")
+
+	time.Sleep(time.Millisecond)
+	n, err = store.Purge(ctx, outbox.PurgeRequest{OlderThan: time.Millisecond, Statuses: []outbox.Status{outbox.StatusDone}})
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("purged", n, "with a retention of a millisecond")
+	// Output:
+	// purged 0 of the events delivered today
+	// purged 1 with a retention of a millisecond
 }
 
 // A writing service announces its commits; a relay in another process
