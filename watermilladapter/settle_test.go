@@ -244,6 +244,21 @@ func (s *hangingStore) Release(ctx context.Context, _ string, _ []string) (int64
 	return 0, s.hang(ctx)
 }
 
+// gatedStore is a hangingStore whose releases also wait for gate to
+// close, however long the settler gives them: the first one holds the
+// settler, and the queue behind it, until the test lets it go.
+type gatedStore struct {
+	hangingStore
+	gate chan struct{}
+}
+
+func (s *gatedStore) Release(ctx context.Context, _ string, _ []string) (int64, error) {
+	s.statements.Add(1)
+	<-s.gate
+	<-ctx.Done()
+	return 0, ctx.Err()
+}
+
 // Releases queued while a statement hangs go out together in the next
 // one, not one statement each: at Close, every handler given up on after
 // DrainTimeout and every subscription releases its claims, and with the
@@ -252,7 +267,7 @@ func (s *hangingStore) Release(ctx context.Context, _ string, _ []string) (int64
 // about settleGiveUp.
 func TestSettlerReleasesQueuedBehindAHangingStatementTogether(t *testing.T) {
 	t.Parallel()
-	store := &hangingStore{}
+	store := &gatedStore{gate: make(chan struct{})}
 	st := stoppingSettler(store)
 	st.release([]releaseItem{{id: "first", topic: "orders"}})
 	for store.statements.Load() == 0 { // the first release hangs
@@ -262,6 +277,7 @@ func TestSettlerReleasesQueuedBehindAHangingStatementTogether(t *testing.T) {
 	for i := range n {
 		st.release([]releaseItem{{id: fmt.Sprint("released-", i), topic: "orders"}})
 	}
+	close(store.gate)
 	for st.queuedReleaseCount() > 0 { // as between DrainTimeout and a subscription's flush
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -314,7 +330,7 @@ func TestSettlerReleaseNeverWaitsForTheDatabase(t *testing.T) {
 // and Close counts it as not recorded.
 func TestSettlerDropsReleasesBeyondTheQueueBound(t *testing.T) {
 	t.Parallel()
-	store := &hangingStore{}
+	store := &gatedStore{gate: make(chan struct{})}
 	st := stoppingSettler(store)
 	st.release([]releaseItem{{id: "first", topic: "orders"}})
 	for store.statements.Load() == 0 { // the first release hangs; the rest queue behind it
@@ -327,6 +343,7 @@ func TestSettlerDropsReleasesBeyondTheQueueBound(t *testing.T) {
 	st.release(full)
 	st.release([]releaseItem{{id: "beyond", topic: "orders"}})
 	require.Equal(t, maxQueuedReleases, st.queuedReleaseCount())
+	close(store.gate)
 	err := st.close()
 	require.ErrorIs(t, err, ErrNotRecorded)
 	require.ErrorContains(t, err, fmt.Sprintf(": %d outcomes and releases", maxQueuedReleases+2))
