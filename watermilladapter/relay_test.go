@@ -611,8 +611,9 @@ func subscribeCounted(t *testing.T, wakeCooldown time.Duration) (*postgres.Store
 // per cooldown, not one each.
 func TestWakeUpsWithinCooldownMakeOneClaim(t *testing.T) {
 	t.Parallel()
-	// Long enough for the write and the wake-ups to fall within it.
-	const cooldown = 2 * time.Second
+	// Long enough for the write and the wake-ups to fall within it on a
+	// busy machine.
+	const cooldown = 5 * time.Second
 	store, counted, sub, msgs := subscribeCounted(t, cooldown)
 	defer func() { require.NoError(t, sub.Close()) }()
 
@@ -1009,7 +1010,10 @@ func TestOutcomeAfterTheLeaseLeavesTheNewClaimAlone(t *testing.T) {
 		require.NoError(t, err)
 		return sub, msgs
 	}
-	slow, slowMsgs := subscribe(watermilladapter.SubscriberConfig{LockTimeout: 300 * time.Millisecond, PollInterval: time.Hour})
+	// A lease short enough to wait out, long enough that a busy machine
+	// does not spend half of it between the claim and the worker (an
+	// event so late is left to a claim, and this relay polls hourly).
+	slow, slowMsgs := subscribe(watermilladapter.SubscriberConfig{LockTimeout: 2 * time.Second, PollInterval: time.Hour})
 	late := nextMessage(t, slowMsgs, "the first relay delivered nothing")
 	second, secondMsgs := subscribe(watermilladapter.SubscriberConfig{PollInterval: 50 * time.Millisecond})
 	again := nextMessage(t, secondMsgs, "the second relay delivered nothing after the lease")
@@ -1256,11 +1260,14 @@ type deliveryCount struct {
 }
 
 // startSlowRelays starts two relays of "orders" configured by cfg, with a
-// lease of 300 ms, each handling one event at a time in 100 ms, well
-// within the lease.
+// lease of 1 s, each handling one event at a time in 100 ms. An event
+// handed to a handler has at least half the lease left, and its DONE is
+// recorded within the handler's time and the settler's linger (50 ms), so
+// a busy machine has 350 ms to spare before another relay could claim it
+// again; events from the sixth in a queue on wait past half their lease.
 func startSlowRelays(t *testing.T, store outbox.Store, cfg watermilladapter.SubscriberConfig) ([]*watermilladapter.Subscriber, *deliveryCount) {
 	t.Helper()
-	cfg.WorkerCount, cfg.LockTimeout, cfg.PollInterval = 1, 300*time.Millisecond, 50*time.Millisecond
+	cfg.WorkerCount, cfg.LockTimeout, cfg.PollInterval = 1, time.Second, 50*time.Millisecond
 	deliveries := &deliveryCount{n: map[string]int{}}
 	var wg sync.WaitGroup
 	t.Cleanup(wg.Wait) // after the subscribers' Close, which ends the handlers' loops
