@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/wmoutbox/wmoutbox/forward/amqpforward"
+	"github.com/wmoutbox/wmoutbox/internal/relaytest"
 	"github.com/wmoutbox/wmoutbox/internal/testamqp"
 )
 
@@ -257,7 +258,7 @@ func TestCancelledPublishReturnsWhileTheRedialStalls(t *testing.T) {
 	pub, proxy, queue := proxiedPublisher(t, amqpforward.Config{})
 	proxy.paused.Store(true)
 	proxy.dropAll()
-	time.Sleep(100 * time.Millisecond) // the client sees the connection gone
+	relaytest.Eventually(t, "the client sees the connection gone", func() bool { return amqpforward.ConnectionLost(pub) })
 	publishWithDeadline(t, pub, queue, proxy)
 	proxy.paused.Store(false)
 	require.NoError(t, pub.Close())
