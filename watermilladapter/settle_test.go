@@ -224,14 +224,21 @@ func TestSettlerGivesUpOnInvalidRequests(t *testing.T) {
 }
 
 // hangingStore is a database that stopped answering: every statement
-// hangs until its context ends. It counts the statements.
+// hangs until its context ends. It counts the statements. With a gate,
+// each statement also waits for the gate to close, however long the
+// settler gives it: the first one holds the settler, and the queue behind
+// it, until the test lets it go.
 type hangingStore struct {
 	outbox.Store
 	statements atomic.Int64
+	gate       chan struct{}
 }
 
 func (s *hangingStore) hang(ctx context.Context) error {
 	s.statements.Add(1)
+	if s.gate != nil {
+		<-s.gate
+	}
 	<-ctx.Done()
 	return ctx.Err()
 }
@@ -244,21 +251,6 @@ func (s *hangingStore) Release(ctx context.Context, _ string, _ []string) (int64
 	return 0, s.hang(ctx)
 }
 
-// gatedStore is a hangingStore whose releases also wait for gate to
-// close, however long the settler gives them: the first one holds the
-// settler, and the queue behind it, until the test lets it go.
-type gatedStore struct {
-	hangingStore
-	gate chan struct{}
-}
-
-func (s *gatedStore) Release(ctx context.Context, _ string, _ []string) (int64, error) {
-	s.statements.Add(1)
-	<-s.gate
-	<-ctx.Done()
-	return 0, ctx.Err()
-}
-
 // Releases queued while a statement hangs go out together in the next
 // one, not one statement each: at Close, every handler given up on after
 // DrainTimeout and every subscription releases its claims, and with the
@@ -267,7 +259,7 @@ func (s *gatedStore) Release(ctx context.Context, _ string, _ []string) (int64, 
 // about settleGiveUp.
 func TestSettlerReleasesQueuedBehindAHangingStatementTogether(t *testing.T) {
 	t.Parallel()
-	store := &gatedStore{gate: make(chan struct{})}
+	store := &hangingStore{gate: make(chan struct{})}
 	st := stoppingSettler(store)
 	st.release([]releaseItem{{id: "first", topic: "orders"}})
 	for store.statements.Load() == 0 { // the first release hangs
@@ -330,7 +322,7 @@ func TestSettlerReleaseNeverWaitsForTheDatabase(t *testing.T) {
 // and Close counts it as not recorded.
 func TestSettlerDropsReleasesBeyondTheQueueBound(t *testing.T) {
 	t.Parallel()
-	store := &gatedStore{gate: make(chan struct{})}
+	store := &hangingStore{gate: make(chan struct{})}
 	st := stoppingSettler(store)
 	st.release([]releaseItem{{id: "first", topic: "orders"}})
 	for store.statements.Load() == 0 { // the first release hangs; the rest queue behind it

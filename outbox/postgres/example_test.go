@@ -90,31 +90,10 @@ func Example() {
 // Dead events: count them, page through them, and replay them once the
 // cause is fixed.
 func ExampleStore_ReplayDead() {
-	url, drop := testdb.ForExample()
-	defer drop()
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, url)
-	if err != nil {
-		panic(err)
-	}
-	defer pool.Close()
-	store, err := postgres.NewStore(pool, postgres.Config{})
-	if err != nil {
-		panic(err)
-	}
-	writer, err := outbox.NewWriter(store, outbox.WriterConfig{})
-	if err != nil {
-		panic(err)
-	}
-	var ids []string
-	err = store.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
-		ids, err = writer.Write(ctx, tx, outbox.NewJSON(OrderCreated, []byte(`{}`)))
-		return err
-	})
-	if err != nil {
-		panic(err)
-	}
-	if _, err := store.UpdateStatus(ctx, "", outbox.Dead(ids[0], errors.New("schema registry unreachable"))); err != nil {
+	store, id, closeAll := storeWithOneEvent(ctx)
+	defer closeAll()
+	if _, err := store.UpdateStatus(ctx, "", outbox.Dead(id, errors.New("schema registry unreachable"))); err != nil {
 		panic(err)
 	}
 
@@ -129,7 +108,7 @@ func ExampleStore_ReplayDead() {
 		found = append(found, e.ID)
 	}
 	replayed, _ := store.ReplayDead(ctx, outbox.DeadFilter{IDs: found})
-	e, _ := store.Get(ctx, ids[0])
+	e, _ := store.Get(ctx, id)
 	fmt.Println(replayed, e.Status, e.Attempts, e.LastError)
 	// Output:
 	// 1 1 schema registry unreachable
@@ -143,31 +122,10 @@ func ExampleStore_ReplayDead() {
 // schedule (every instance may run it: purges pass over each other's
 // rows).
 func ExampleStore_Purge() {
-	url, drop := testdb.ForExample()
-	defer drop()
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, url)
-	if err != nil {
-		panic(err)
-	}
-	defer pool.Close()
-	store, err := postgres.NewStore(pool, postgres.Config{})
-	if err != nil {
-		panic(err)
-	}
-	writer, err := outbox.NewWriter(store, outbox.WriterConfig{})
-	if err != nil {
-		panic(err)
-	}
-	var ids []string
-	err = store.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
-		ids, err = writer.Write(ctx, tx, outbox.NewJSON(OrderCreated, []byte(`{}`)))
-		return err
-	})
-	if err != nil {
-		panic(err)
-	}
-	if _, err := store.UpdateStatus(ctx, "", outbox.Done(ids[0])); err != nil {
+	store, id, closeAll := storeWithOneEvent(ctx)
+	defer closeAll()
+	if _, err := store.UpdateStatus(ctx, "", outbox.Done(id)); err != nil {
 		panic(err)
 	}
 
@@ -224,4 +182,35 @@ func ExampleNotifier() {
 	// Output:
 	// listening, woken for: []
 	// woken for: [orders]
+}
+
+// storeWithOneEvent opens a store on a database of its own, as Example
+// does, commits one OrderCreated event to it, and returns the store, the
+// event's id, and what closes them.
+func storeWithOneEvent(ctx context.Context) (*postgres.Store, string, func()) {
+	url, drop := testdb.ForExample()
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		panic(err)
+	}
+	store, err := postgres.NewStore(pool, postgres.Config{})
+	if err != nil {
+		panic(err)
+	}
+	writer, err := outbox.NewWriter(store, outbox.WriterConfig{})
+	if err != nil {
+		panic(err)
+	}
+	var ids []string
+	err = store.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		ids, err = writer.Write(ctx, tx, outbox.NewJSON(OrderCreated, []byte(`{}`)))
+		return err
+	})
+	if err != nil {
+		panic(err)
+	}
+	return store, ids[0], func() {
+		pool.Close()
+		drop()
+	}
 }
