@@ -25,3 +25,11 @@ func ListenChecked(pool *pgxpool.Pool, cfg Config, wake func(topics ...string), 
 // SavepointMark is the expression an insert returns as its savepoint mark,
 // in terms of the row's xmin and pg_current_xact_id().
 const SavepointMark = sqlSavepoint
+
+// The array parameters of the store's batch statements.
+type (
+	TextArray        = array[text]
+	ByteaArray       = array[bytea]
+	TimestamptzArray = array[timestamptz]
+	Timestamptz      = timestamptz
+)

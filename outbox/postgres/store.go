@@ -239,11 +239,11 @@ func (s *Store) run(ctx context.Context, tx pgx.Tx, hot bool, plain, hotSQL stri
 // claimed as insertOne claims.
 func (s *Store) insertMany(ctx context.Context, tx pgx.Tx, rows iter.Seq2[*outbox.Envelope, bool], n int, hot bool, now time.Time, owner *string, until time.Time) (savepoint uint64, err error) {
 	var (
-		ids, types, topics, aggTypes, aggIDs, tenants = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-		payloads                                      = make([][]byte, n)
+		ids, types, topics, aggTypes, aggIDs, tenants = make(array[text], n), make(array[text], n), make(array[text], n), make(array[text], n), make(array[text], n), make(array[text], n)
+		payloads                                      = make(array[bytea], n)
 		isJSON, claimed                               = make([]bool, n), make([]bool, n)
 		headers                                       = make([]*string, n)
-		occurred, available                           = make([]time.Time, n), make([]time.Time, n)
+		occurred, available                           = make(array[timestamptz], n), make(array[timestamptz], n)
 	)
 	i := 0
 	for e, claim := range rows {
@@ -251,10 +251,10 @@ func (s *Store) insertMany(ctx context.Context, tx pgx.Tx, rows iter.Seq2[*outbo
 		if err != nil {
 			return 0, err
 		}
-		ids[i], types[i], topics[i] = e.ID, string(e.Type), e.Topic
-		aggTypes[i], aggIDs[i], tenants[i] = string(e.AggregateType), e.AggregateID, e.TenantID
+		ids[i], types[i], topics[i] = text(e.ID), text(e.Type), text(e.Topic)
+		aggTypes[i], aggIDs[i], tenants[i] = text(e.AggregateType), text(e.AggregateID), text(e.TenantID)
 		payloads[i], isJSON[i] = e.Payload(), e.IsJSON()
-		headers[i], occurred[i], available[i], claimed[i] = r.headers, e.OccurredAt, r.available, claim
+		headers[i], occurred[i], available[i], claimed[i] = r.headers, timestamptz(e.OccurredAt), timestamptz(r.available), claim
 		i++
 	}
 	return s.run(ctx, tx, hot, s.t.sql.insert, s.t.sql.insertHot, []any{now, owner, ids, types, topics, aggTypes, aggIDs, tenants,
@@ -375,9 +375,9 @@ func (s *Store) Release(ctx context.Context, owner string, ids []string) (int64,
 // the last (see [outbox.PrepareUpdates]).
 func (s *Store) UpdateStatus(ctx context.Context, owner string, updates ...outbox.StatusUpdate) (int64, error) {
 	recordDone := func(ids []string) (int64, error) {
-		query, args := s.t.sql.markDone, []any{s.clock.Now(), ids}
+		query, args := s.t.sql.markDone, []any{s.clock.Now(), textArray(ids)}
 		if s.t.sql.deleteDone != "" {
-			query, args = s.t.sql.deleteDone, []any{ids}
+			query, args = s.t.sql.deleteDone, []any{textArray(ids)}
 		}
 		tag, err := s.db.Exec(ctx, query, args...)
 		if err != nil {
@@ -387,11 +387,11 @@ func (s *Store) UpdateStatus(ctx context.Context, owner string, updates ...outbo
 	}
 	return outbox.RecordOutcomes(owner, updates, recordDone, func(updates []outbox.StatusUpdate) (int64, error) {
 		n := len(updates)
-		ids, statuses, spent := make([]string, n), make([]int16, n), make([]int32, n)
-		nextAt, errs := make([]*time.Time, n), make([]string, n)
+		ids, statuses, spent := make(array[text], n), make([]int16, n), make([]int32, n)
+		nextAt, errs := make([]*time.Time, n), make(array[text], n)
 		for i := range updates {
 			u := &updates[i] // not a copy: a copy's NextAt taken by address would be allocated for every event
-			ids[i], statuses[i], errs[i] = u.ID, int16(u.Status), outbox.CutError(u.Error)
+			ids[i], statuses[i], errs[i] = text(u.ID), int16(u.Status), text(outbox.CutError(u.Error))
 			if u.AttemptSpent() {
 				spent[i] = 1
 			}
