@@ -1,6 +1,7 @@
 package watermilladapter
 
 import (
+	"context"
 	"errors"
 	"sync"
 
@@ -28,6 +29,24 @@ func RecordError(msg *message.Message, err error) bool {
 }
 
 type errorSlotKey struct{}
+
+// messageContext is the context of a delivered message: ctx, which ends
+// with the message's Ack or Nack, and the slot for its handler's error,
+// in one allocation instead of a value context and a slot. It passes
+// every other key on to ctx, so a context derived from it finds ctx's
+// cancellation and registers with it, as with ctx itself, instead of
+// waiting for it on a goroutine of its own.
+type messageContext struct {
+	context.Context
+	slot errorSlot
+}
+
+func (c *messageContext) Value(key any) any {
+	if _, ok := key.(errorSlotKey); ok {
+		return &c.slot
+	}
+	return c.Context.Value(key)
+}
 
 type errorSlot struct {
 	mu  sync.Mutex

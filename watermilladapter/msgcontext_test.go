@@ -2,6 +2,7 @@ package watermilladapter
 
 import (
 	"context"
+	"runtime"
 	"testing"
 	"time"
 
@@ -131,5 +132,37 @@ func TestAnswerGivenAsHandlersAreAbandonedCounts(t *testing.T) {
 	}
 	if _, answered := answer(message.NewMessage("3", nil), abandoned); answered {
 		t.Fatal("a message nobody answered counts as answered")
+	}
+}
+
+// A handler's own contexts, derived from the message's, end with it and
+// cost no goroutine each: the message context passes the lookup of its
+// cancellation on to the context it wraps.
+func TestContextsDerivedFromAMessageContextEndWithItWithoutAGoroutineEach(t *testing.T) {
+	_, _, msgs := subscribeToEndlessBacklog(t, SubscriberConfig{BatchSize: 1, ColdQueueCapacity: 1, WorkerCount: 1})
+	var msg *message.Message
+	select {
+	case msg = <-msgs:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no message")
+	}
+	const derived = 200
+	before := runtime.NumGoroutine()
+	contexts := make([]context.Context, derived)
+	for i := range contexts {
+		ctx, cancel := context.WithTimeout(msg.Context(), time.Hour)
+		t.Cleanup(cancel)
+		contexts[i] = ctx
+	}
+	if grew := runtime.NumGoroutine() - before; grew >= derived/2 {
+		t.Fatalf("%d derived contexts started %d goroutines", derived, grew)
+	}
+	msg.Ack()
+	for i, ctx := range contexts {
+		select {
+		case <-ctx.Done():
+		case <-time.After(10 * time.Second):
+			t.Fatalf("derived context %d did not end with the message's Ack", i)
+		}
 	}
 }

@@ -448,8 +448,8 @@ func (sub *subscription) process(item queued) {
 	msg := toMessage(e, item.source)
 	ctx, cancel := context.WithCancel(sub.abandon)
 	defer cancel()
-	slot := &errorSlot{}
-	msg.SetContext(context.WithValue(ctx, errorSlotKey{}, slot))
+	mctx := &messageContext{Context: ctx}
+	msg.SetContext(mctx)
 
 	select {
 	case sub.out <- msg:
@@ -469,7 +469,7 @@ func (sub *subscription) process(item queued) {
 		s.settler.update(outbox.Done(e.ID), nil)
 		s.cfg.Metrics.Delivered(sub.topic, s.cfg.Clock.Now().Sub(item.since))
 	default:
-		update := outbox.Decide(e.ID, e.Attempts+1, slot.errOr(errNacked), s.cfg.RetryPolicy, s.cfg.Clock.Now())
+		update := outbox.Decide(e.ID, e.Attempts+1, mctx.slot.errOr(errNacked), s.cfg.RetryPolicy, s.cfg.Clock.Now())
 		if update.Status == outbox.StatusDead {
 			s.cfg.Metrics.Dead(sub.topic)
 			s.cfg.Logger.Error("outbox event is DEAD", errors.New(update.Error), watermill.LogFields{
