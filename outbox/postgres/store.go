@@ -375,9 +375,10 @@ func (s *Store) Release(ctx context.Context, owner string, ids []string) (int64,
 // the last (see [outbox.PrepareUpdates]).
 func (s *Store) UpdateStatus(ctx context.Context, owner string, updates ...outbox.StatusUpdate) (int64, error) {
 	recordDone := func(ids []string) (int64, error) {
-		query, args := s.t.sql.markDone, []any{s.clock.Now(), textArray(ids)}
+		idArray := textArray(ids)
+		query, args := s.t.sql.markDone, []any{s.clock.Now(), idArray}
 		if s.t.sql.deleteDone != "" {
-			query, args = s.t.sql.deleteDone, []any{textArray(ids)}
+			query, args = s.t.sql.deleteDone, []any{idArray}
 		}
 		tag, err := s.db.Exec(ctx, query, args...)
 		if err != nil {
