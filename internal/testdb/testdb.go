@@ -142,12 +142,26 @@ func newName() string {
 // the pool is closed at cleanup before the drop.
 func New(t testing.TB) *pgxpool.Pool {
 	t.Helper()
+	return newPool(t, func(*pgxpool.Config) {})
+}
+
+// NewInMode is [New] with the pool's statements sent in mode, as pools are
+// set up behind PgBouncer (pgx.QueryExecModeExec, QueryExecModeSimpleProtocol):
+// pgx then encodes parameters without learning their types from the server.
+func NewInMode(t testing.TB, mode pgx.QueryExecMode) *pgxpool.Pool {
+	t.Helper()
+	return newPool(t, func(cfg *pgxpool.Config) { cfg.ConnConfig.DefaultQueryExecMode = mode })
+}
+
+func newPool(t testing.TB, configure func(*pgxpool.Config)) *pgxpool.Pool {
+	t.Helper()
 	connString := URL(t)
 	cfg, err := pgxpool.ParseConfig(connString)
 	if err != nil {
 		t.Fatalf("testdb: parse pool config: %v", err)
 	}
 	cfg.MaxConns = poolMaxConns
+	configure(cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)

@@ -19,11 +19,22 @@ import (
 )
 
 // TestStore runs the conformance suite of the stores, each test on a
-// database of its own.
+// database of its own, in pgx's default query mode and in the two modes in
+// which pgx encodes parameters without learning their types from the
+// server, as pools behind PgBouncer are set up.
 func TestStore(t *testing.T) {
 	t.Parallel()
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeCacheStatement, pgx.QueryExecModeExec, pgx.QueryExecModeSimpleProtocol} {
+		t.Run(mode.String(), func(t *testing.T) {
+			t.Parallel()
+			runConformance(t, mode)
+		})
+	}
+}
+
+func runConformance(t *testing.T, mode pgx.QueryExecMode) {
 	storetest.Run(t, func(t *testing.T) storetest.Harness[pgx.Tx] {
-		pool := testdb.New(t)
+		pool := testdb.NewInMode(t, mode)
 		clock := clocktest.New(storetest.Start)
 		store, err := postgres.NewStore(pool, postgres.Config{Clock: clock})
 		require.NoError(t, err)
