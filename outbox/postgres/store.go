@@ -49,7 +49,9 @@ type Config struct {
 	// batch of outcomes; a database crash (not a restart) can then forget
 	// the last moments of bookkeeping, and those events are delivered
 	// again. Event inserts are never affected: they commit with your
-	// transaction, as it is configured.
+	// transaction, as it is configured. A store on a pgx.Tx always waits,
+	// whatever this says, since there the relay's statements share your
+	// transaction.
 	SynchronousBookkeeping bool
 	// DeleteDone deletes an event's row once it is delivered, instead of
 	// keeping it with status DONE until a [Store.Purge]. Default false.
@@ -117,6 +119,11 @@ func newTable(cfg Config) (*table, error) {
 func NewStore(db DB, cfg Config) (*Store, error) {
 	if nilcheck.Is(db) {
 		return nil, fmt.Errorf("%w: postgres store needs a database", outbox.ErrInvalidRequest)
+	}
+	if _, ok := db.(pgx.Tx); ok {
+		// A setting made in a transaction lasts until it ends: the
+		// caller's whole transaction would commit without waiting.
+		cfg.SynchronousBookkeeping = true
 	}
 	t, err := newTable(cfg)
 	if err != nil {

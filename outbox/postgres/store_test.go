@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/wmoutbox/wmoutbox/internal/clocktest"
@@ -394,33 +395,66 @@ func TestMigrateTxInCallerTransaction(t *testing.T) {
 
 // The relay's bookkeeping does not wait for the WAL flush unless
 // SynchronousBookkeeping says so; the business transaction is never
-// touched. Running the store on a transaction shows the setting each
-// statement leaves in it.
+// touched. A store on a pool runs each statement in a transaction of its
+// own, which hides what the statement set; here the store runs on a handle
+// that sends every statement into one transaction without being a pgx.Tx,
+// so that the setting each statement leaves can be read.
 func TestBookkeepingCommitsAsynchronouslyUnlessAsked(t *testing.T) {
 	t.Parallel()
 	pool := testdb.New(t)
 	for _, synchronous := range []bool{false, true} {
-		tx, err := pool.Begin(t.Context())
+		tx := beginWithEvent(t, pool)
+		store, err := postgres.NewStore(struct{ postgres.DB }{tx}, postgres.Config{SynchronousBookkeeping: synchronous})
 		require.NoError(t, err)
-		defer func() { _ = tx.Rollback(context.Background()) }()
-		store, err := postgres.NewStore(tx, postgres.Config{SynchronousBookkeeping: synchronous})
-		require.NoError(t, err)
-		event, err := outbox.Prepare([]outbox.Envelope{storetest.JSONEvent(1)}, time.Now())
-		require.NoError(t, err)
-		_, err = store.Insert(t.Context(), tx, nil, event, outbox.Lease{})
-		require.NoError(t, err)
-		setting := func() string {
-			var s string
-			require.NoError(t, tx.QueryRow(t.Context(), `SHOW synchronous_commit`).Scan(&s))
-			return s
-		}
-		require.Equal(t, "on", setting(), "inserts commit as the caller's transaction does")
-		claimed, err := store.Claim(t.Context(), outbox.ClaimRequest{Owner: "relay", Topics: []string{event[0].Topic}})
+		require.Equal(t, "on", synchronousCommit(t, tx), "inserts commit as the caller's transaction does")
+		claimed, err := store.Claim(t.Context(), outbox.ClaimRequest{Owner: "relay"})
 		require.NoError(t, err)
 		require.Len(t, claimed, 1)
 		want := map[bool]string{false: "off", true: "on"}[synchronous]
-		require.Equal(t, want, setting(), "after a claim")
+		require.Equal(t, want, synchronousCommit(t, tx), "after a claim")
 	}
+}
+
+// A store on the caller's pgx.Tx shares its transaction, where a setting
+// lasts until the end: its bookkeeping waits for the disk, so that the
+// caller's commit does.
+func TestBookkeepingInTheCallersTransactionLeavesItDurable(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t)
+	tx := beginWithEvent(t, pool)
+	store, err := postgres.NewStore(tx, postgres.Config{})
+	require.NoError(t, err)
+	claimed, err := store.Claim(t.Context(), outbox.ClaimRequest{Owner: "relay"})
+	require.NoError(t, err)
+	require.Len(t, claimed, 1)
+	_, err = store.Release(t.Context(), "relay", []string{claimed[0].ID})
+	require.NoError(t, err)
+	_, err = store.UpdateStatus(t.Context(), "", outbox.Done(claimed[0].ID))
+	require.NoError(t, err)
+	require.Equal(t, "on", synchronousCommit(t, tx), "after a claim, a release and an outcome")
+}
+
+// beginWithEvent begins a transaction on pool and inserts one due event in
+// it; the transaction is rolled back at cleanup.
+func beginWithEvent(t *testing.T, pool *pgxpool.Pool) pgx.Tx {
+	t.Helper()
+	tx, err := pool.Begin(t.Context())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+	store, err := postgres.NewStore(pool, postgres.Config{})
+	require.NoError(t, err)
+	event, err := outbox.Prepare([]outbox.Envelope{storetest.JSONEvent(1)}, time.Now())
+	require.NoError(t, err)
+	_, err = store.Insert(t.Context(), tx, nil, event, outbox.Lease{})
+	require.NoError(t, err)
+	return tx
+}
+
+func synchronousCommit(t *testing.T, tx pgx.Tx) string {
+	t.Helper()
+	var s string
+	require.NoError(t, tx.QueryRow(t.Context(), `SHOW synchronous_commit`).Scan(&s))
+	return s
 }
 
 // TestInfiniteTimesDoNotBreakTheBatch: PostgreSQL stores ±infinity in a

@@ -107,6 +107,13 @@ func NewNotifier(db DB, cfg Config) (*Notifier, error) {
 	if nilcheck.Is(db) {
 		return nil, fmt.Errorf("%w: postgres notifier needs a database", outbox.ErrInvalidRequest)
 	}
+	if _, ok := db.(pgx.Tx); ok {
+		// It sends after commits, in transactions of its own; in one
+		// transaction, PostgreSQL would hold the notifications until its
+		// commit, and the notifier's setting would make that commit
+		// asynchronous.
+		return nil, fmt.Errorf("%w: postgres notifier needs a pool or a connection, not a transaction", outbox.ErrInvalidRequest)
+	}
 	channel, err := Channel(cfg)
 	if err != nil {
 		return nil, err

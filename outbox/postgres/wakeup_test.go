@@ -168,6 +168,16 @@ func TestConstructorsNeedADatabase(t *testing.T) {
 	}
 }
 
+// A notifier sends in transactions of its own, after the writers' commits.
+func TestNotifierRefusesATransaction(t *testing.T) {
+	t.Parallel()
+	tx, err := testdb.New(t).Begin(t.Context())
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	_, err = postgres.NewNotifier(tx, postgres.Config{})
+	require.ErrorIs(t, err, outbox.ErrInvalidRequest)
+}
+
 // A pool whose connections hand notifications to a handler of their own
 // (ConnConfig.OnNotification, for the application's own LISTEN) does not
 // take them from the listener.
