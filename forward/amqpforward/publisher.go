@@ -369,10 +369,18 @@ func (c *confirmChannel) publish(ctx context.Context, topic string, pub amqp091.
 }
 
 // dialConfig is a copy of cfg that amqp091-go may write to: it adds the
-// client's capabilities to Properties, which would race with every other
-// dial from the same Config.
+// client's capabilities to Properties, the URL's host to the TLS settings'
+// ServerName and its defaults to Recovery, which would race with every
+// other dial from the same Config.
 func dialConfig(cfg *amqp091.Config) amqp091.Config {
 	c := *cfg
 	c.Properties = maps.Clone(c.Properties)
+	if c.TLSClientConfig != nil {
+		c.TLSClientConfig = c.TLSClientConfig.Clone()
+	}
+	if c.Recovery != nil {
+		recovery := *c.Recovery
+		c.Recovery = &recovery
+	}
 	return c
 }

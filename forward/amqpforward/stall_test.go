@@ -2,6 +2,7 @@ package amqpforward_test
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"net"
 	"runtime"
@@ -266,27 +267,36 @@ func TestCancelledPublishReturnsWhileTheRedialStalls(t *testing.T) {
 
 // Two publishers built from one Config (or a publisher and a Subscriber
 // from WatermillConfig(url, cfg)) dial at once, after a broker restart:
-// amqp091-go writes to the Dial config's Properties, so each dial has a
-// copy of its own (the race detector reports it otherwise).
+// amqp091-go writes to the Dial config's Properties, to its TLS settings
+// (the server name, before the handshake, which fails here against a
+// plain port) and to its Recovery settings, so each dial has a copy of its
+// own (the race detector reports it otherwise).
 func TestSharedDialConfig(t *testing.T) {
 	url, conn := testamqp.Broker(t)
 	queue := queueName(t, conn)
-	cfg := amqpforward.Config{
-		Queues: []string{queue},
-		Dial:   &amqp091.Config{Properties: amqp091.Table{"connection_name": "wmoutbox-review"}},
+	configs := map[string]amqpforward.Config{
+		url: {
+			Queues: []string{queue},
+			Dial: &amqp091.Config{
+				Properties: amqp091.Table{"connection_name": "wmoutbox-review"},
+				Recovery:   &amqp091.Recovery{},
+			},
+		},
+		strings.Replace(url, "amqp://", "amqps://", 1): {
+			Dial: &amqp091.Config{TLSClientConfig: &tls.Config{MinVersion: tls.VersionTLS12}},
+		},
 	}
-	for range 5 {
-		var wg sync.WaitGroup
-		for range 2 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				pub, err := amqpforward.NewPublisher(url, cfg)
-				if err == nil {
-					_ = pub.Close()
-				}
-			}()
+	for url, cfg := range configs {
+		for range 5 {
+			var wg sync.WaitGroup
+			for range 2 {
+				wg.Go(func() {
+					if pub, err := amqpforward.NewPublisher(url, cfg); err == nil {
+						_ = pub.Close()
+					}
+				})
+			}
+			wg.Wait()
 		}
-		wg.Wait()
 	}
 }
