@@ -94,6 +94,12 @@ func (m marshaler) Marshal(msg *message.Message) (amqp091.Publishing, error) {
 		return amqp091.Publishing{}, outbox.Permanent(fmt.Errorf(
 			"amqpforward: metadata %s is reserved for the message UUID", amqp.DefaultMessageUUIDHeaderKey))
 	}
+	for _, k := range []string{"CC", "BCC"} {
+		if _, routing := msg.Metadata[k]; routing {
+			return amqp091.Publishing{}, outbox.Permanent(fmt.Errorf(
+				"amqpforward: metadata %s is read by RabbitMQ as a list of queues to copy the message to (sender-selected distribution), which a string header cannot be", k))
+		}
+	}
 	for k := range msg.Metadata {
 		if len(k) > maxShortString {
 			return amqp091.Publishing{}, outbox.Permanent(fmt.Errorf(

@@ -262,6 +262,8 @@ func TestMarshalerRefusesWhatAMQPCannotCarry(t *testing.T) {
 		},
 		"metadata key of 256 bytes": func(msg *message.Message) { msg.Metadata.Set(strings.Repeat("k", 256), "v") },
 		"the UUID header":           func(msg *message.Message) { msg.Metadata.Set(amqp.DefaultMessageUUIDHeaderKey, "user value") },
+		"a CC header":               func(msg *message.Message) { msg.Metadata.Set("CC", "billing@example.com") },
+		"a BCC header":              func(msg *message.Message) { msg.Metadata.Set("BCC", "audit") },
 	} {
 		msg := valid()
 		spoil(msg)
@@ -392,6 +394,43 @@ func TestEventForAMissingQueueWaitsForIt(t *testing.T) {
 	got := consume(t, conn, queue, 1) // declares the queue
 	require.Equal(t, sent.UUID, got[0].Headers[amqp.DefaultMessageUUIDHeaderKey])
 	relaytest.Eventually(t, "DONE", func() bool { return onlyEvent(t, r.Store, pool).Status == outbox.StatusDone })
+}
+
+// AMQP carries a message's headers and properties in one frame, which
+// RabbitMQ limits to its frame_max (128 KiB by default) by closing the
+// whole connection. Headers that fill the frame exactly go through; a byte
+// more is refused before anything is sent, as a permanent error, and the
+// connection stays up for the other events.
+func TestPublisherRefusesHeadersOverTheFrameSize(t *testing.T) {
+	t.Parallel()
+	url, conn := testamqp.Broker(t)
+	queue := queueName(t, conn)
+	pub, err := amqpforward.NewPublisher(url, amqpforward.Config{Queues: []string{queue}})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, pub.Close()) })
+	const frameMax = 131072 // RabbitMQ's default, which amqp091-go asks for
+	marshaler := amqpforward.WatermillConfig(url, amqpforward.Config{}).Marshaler
+	withTrace := func(n int) *message.Message {
+		msg := message.NewMessage(watermill.NewUUID(), []byte(`{}`))
+		msg.Metadata.Set(watermilladapter.MetadataEventID, "01KAWZ8RS6YB1T6QH0R4F6Q2ZS")
+		msg.Metadata.Set("trace", strings.Repeat("t", n))
+		return msg
+	}
+	p, err := marshaler.Marshal(withTrace(0))
+	require.NoError(t, err)
+	fill := frameMax - amqpforward.HeaderFrameSize(p)
+
+	require.NoError(t, pub.Publish(queue, withTrace(fill)), "headers that fill the frame")
+	err = pub.Publish(queue, withTrace(0), withTrace(fill+1))
+	require.True(t, outbox.IsPermanent(err), "a byte more: %v", err)
+	require.NoError(t, pub.Publish(queue, withTrace(0)), "the next event")
+	require.False(t, amqpforward.ConnectionLost(pub), "the connection stayed up")
+	ch, err := conn.Channel()
+	require.NoError(t, err)
+	defer ch.Close()
+	q, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
+	require.NoError(t, err)
+	require.Equal(t, 2, q.Messages, "the refused batch sent nothing")
 }
 
 func TestPublisherRefusesBadInput(t *testing.T) {

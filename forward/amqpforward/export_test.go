@@ -7,3 +7,6 @@ func ConnectionLost(p *Publisher) bool {
 	defer p.mu.Unlock()
 	return p.conn == nil || p.conn.IsClosed()
 }
+
+// HeaderFrameSize is headerFrameSize.
+var HeaderFrameSize = headerFrameSize

@@ -87,6 +87,10 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 	if err != nil {
 		return err
 	}
+	if err := fitFrames(pubs, c.conn.Config.FrameSize); err != nil {
+		p.release(c, nil)
+		return err
+	}
 	for i, pub := range pubs {
 		if err = c.publish(msgs[i].Context(), topic, pub); err != nil {
 			break
@@ -97,6 +101,48 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 		return fmt.Errorf("amqpforward: publish to queue %q on %s: %w", topic, p.where, err)
 	}
 	return nil
+}
+
+// frameEnvelope is what a frame adds to its payload (type, channel,
+// size, end marker), and headerFixed what a content header frame's payload
+// holds besides the properties (class, weight, body size, property flags).
+const frameEnvelope, headerFixed = 8, 14
+
+// fitFrames refuses, as outbox.Permanent, a message whose properties do not
+// fit one frame of frameSize bytes (the connection's negotiated frame_max;
+// 0 or less when there is none): AMQP cannot split them, amqp091-go sends
+// them anyway, and RabbitMQ then closes the whole connection, failing every
+// publish in flight on it, each time the event is retried.
+func fitFrames(pubs []amqp091.Publishing, frameSize int) error {
+	if frameSize <= 0 {
+		return nil
+	}
+	for _, pub := range pubs {
+		if n := headerFrameSize(pub); n > frameSize {
+			return outbox.Permanent(fmt.Errorf(
+				"amqpforward: the message's headers and properties take %d bytes, more than the connection's frame_max of %d that AMQP must carry them in",
+				n, frameSize))
+		}
+	}
+	return nil
+}
+
+// headerFrameSize is the size of the frame carrying pub's properties, or
+// a little more: it counts the properties that are not set too. The
+// marshaler writes headers as strings only.
+func headerFrameSize(pub amqp091.Publishing) int {
+	n := frameEnvelope + headerFixed
+	for _, s := range []string{pub.ContentType, pub.ContentEncoding, pub.CorrelationId, pub.ReplyTo,
+		pub.Expiration, pub.MessageId, pub.Type, pub.UserId, pub.AppId} {
+		n += 1 + len(s) // short strings
+	}
+	n += 1 + 1 + 8 // delivery mode, priority, timestamp
+	n += 4         // the header table's length
+	for k, v := range pub.Headers {
+		s, _ := v.(string)
+		n += 1 + len(k) + 1 + 4 + len(s) // key, type, length, value
+	}
+	return n
 }
 
 // Close closes the connection. Publishes in flight then fail, and their
