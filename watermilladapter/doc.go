@@ -53,9 +53,9 @@
 // DONE record means a second delivery after the claim's lease
 // (SubscriberConfig.LockTimeout). Consumers deduplicate by
 // [MetadataEventID], which forwarders should pass downstream. A handler
-// that outlives the lease may see its event claimed and delivered by
-// another relay meanwhile; its Ack still records DONE, but its Nack
-// changes nothing, so that the other relay's claim holds.
+// that outlives the lease may see its event claimed and delivered again
+// meanwhile, by another relay or by this one; its Ack still records DONE,
+// but its Nack changes nothing, so that the newer claim holds.
 //
 // # Routing rule
 //

@@ -1031,6 +1031,27 @@ func TestOutcomeAfterTheLeaseLeavesTheNewClaimAlone(t *testing.T) {
 	})
 }
 
+// A handler that never answers: once the claim ran out, the same relay
+// claims the event again and delivers it to another handler, as another
+// relay would, instead of holding it lease after lease because its first
+// delivery is still in flight.
+func TestEventOfAHungHandlerIsDeliveredAgainAfterTheLease(t *testing.T) {
+	t.Parallel()
+	store := storeWithBacklog(t, testdb.New(t), 1)
+	sub, err := watermilladapter.NewSubscriber(store, watermilladapter.SubscriberConfig{
+		LockTimeout: 2 * time.Second, PollInterval: 50 * time.Millisecond, WorkerCount: 2, DrainTimeout: 100 * time.Millisecond})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sub.Close() })
+	msgs, err := sub.Subscribe(t.Context(), "orders")
+	require.NoError(t, err)
+
+	hung := nextMessage(t, msgs, "nothing delivered") // never answered
+	again := nextMessage(t, msgs, "not delivered again after the lease")
+	require.Equal(t, hung.Metadata.Get(watermilladapter.MetadataEventID), again.Metadata.Get(watermilladapter.MetadataEventID))
+	again.Ack()
+	relaytest.Eventually(t, "DONE", func() bool { return eventStatus(t, store, again).Status == outbox.StatusDone })
+}
+
 // Only a commit delivers on the hot path. A savepoint that a context
 // carries (outbox.ContextWithTx, as a CQRS bus needs) can roll back while
 // its transaction commits; an InTx on a transaction (a savepoint in it)

@@ -75,10 +75,11 @@ type SubscriberConfig struct {
 	// LockTimeout is the claim lease: an event claimed (or written for the
 	// hot path) by a relay that dies is due again this long after. Keep it
 	// well above the longest handler time plus queueing: an event whose
-	// handler outlives it may be claimed and delivered by another relay,
-	// and the late outcome then counts only if it is an Ack. An event that
-	// waited in the hot or cold queue for half of it is not handed to a
-	// handler but left to a claim after its lease ends, so that its
+	// handler outlives it may be claimed and delivered again, by another
+	// relay or by this one, and the late outcome then counts only if it is
+	// an Ack. An event that waited for half of it, in the hot or cold
+	// queue or for the subscription's reader to take it, is not handed to
+	// a handler but left to a claim after its lease ends, so that its
 	// handler has at least half the lease. Default 5m.
 	LockTimeout time.Duration
 	// SkipRecent leaves events younger than this to the hot path; after a
@@ -233,7 +234,10 @@ func NewSubscriber(store outbox.Store, cfg SubscriberConfig) (*Subscriber, error
 		store:    store,
 		cfg:      cfg,
 		owner:    cfg.Owner,
-		inflight: outbox.NewInFlight(0, nil),
+		// A delivery starts with at least half its claim left: an event
+		// claimed again later is due again, as it is for other relays,
+		// and a handler that hangs does not hold it here for good.
+		inflight: outbox.NewInFlight(cfg.LockTimeout/2, cfg.Clock),
 		subs:     make(map[string][]*subscription),
 		next:     make(map[string]int),
 	}
