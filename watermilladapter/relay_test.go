@@ -1052,6 +1052,49 @@ func TestEventOfAHungHandlerIsDeliveredAgainAfterTheLease(t *testing.T) {
 	relaytest.Eventually(t, "DONE", func() bool { return eventStatus(t, store, again).Status == outbox.StatusDone })
 }
 
+// A reader that takes one message at a time (for msg := range out) keeps
+// the other workers waiting to hand theirs over. An event whose claim ran
+// half out meanwhile is left to the next claim rather than handed over
+// late, when another relay may have claimed and delivered it already.
+func TestEventWaitingForTheReaderIsLeftToTheNextClaim(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t)
+	const events = 16
+	store := storeWithBacklog(t, pool, events)
+	var mu sync.Mutex
+	deliveries := make(map[string]int)
+	var readers sync.WaitGroup
+	t.Cleanup(readers.Wait)
+	for range 2 {
+		sub, err := watermilladapter.NewSubscriber(store, watermilladapter.SubscriberConfig{
+			LockTimeout: 2 * time.Second, PollInterval: 50 * time.Millisecond, BatchSize: 4, ColdQueueCapacity: 4})
+		require.NoError(t, err)
+		t.Cleanup(func() { require.NoError(t, sub.Close()) })
+		msgs, err := sub.Subscribe(t.Context(), "orders")
+		require.NoError(t, err)
+		readers.Go(func() {
+			for msg := range msgs {
+				mu.Lock()
+				deliveries[msg.Metadata.Get(watermilladapter.MetadataEventID)]++
+				mu.Unlock()
+				time.Sleep(300 * time.Millisecond) // well within the lease
+				msg.Ack()
+			}
+		})
+	}
+	relaytest.Eventually(t, "every event DONE", func() bool {
+		var done int
+		require.NoError(t, pool.QueryRow(t.Context(), `SELECT count(*) FROM outbox_event WHERE status = 1`).Scan(&done))
+		return done == events
+	})
+	time.Sleep(time.Second) // what still waits to be handed over
+	mu.Lock()
+	defer mu.Unlock()
+	for id, n := range deliveries {
+		require.Equal(t, 1, n, "deliveries of %s", id)
+	}
+}
+
 // Only a commit delivers on the hot path. A savepoint that a context
 // carries (outbox.ContextWithTx, as a CQRS bus needs) can roll back while
 // its transaction commits; an InTx on a transaction (a savepoint in it)

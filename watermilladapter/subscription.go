@@ -406,6 +406,9 @@ func (sub *subscription) took(item queued) queued {
 }
 
 func (sub *subscription) work() {
+	// One timer per worker, for the hand-overs that wait (see handOver).
+	wait := time.NewTimer(time.Hour)
+	wait.Stop()
 	for turn := 0; ; turn++ {
 		if sub.stopping() {
 			return
@@ -414,15 +417,21 @@ func (sub *subscription) work() {
 		if !ok {
 			return
 		}
-		sub.process(item)
+		sub.process(item, wait)
 	}
 }
 
+// halfSpent is when half of e's claim is gone: an event not yet in a
+// handler by then is left to the next claim (see process).
+func (sub *subscription) halfSpent(e *outbox.Event) time.Time {
+	return e.LockedUntil.Add(-sub.s.cfg.LockTimeout / 2)
+}
+
 // process delivers one event and records its outcome.
-func (sub *subscription) process(item queued) {
+func (sub *subscription) process(item queued, wait *time.Timer) {
 	s := sub.s
 	e := &item.event
-	if !e.LockedUntil.IsZero() && !s.cfg.Clock.Now().Before(e.LockedUntil.Add(-s.cfg.LockTimeout/2)) {
+	if !e.LockedUntil.IsZero() && !s.cfg.Clock.Now().Before(sub.halfSpent(e)) {
 		// Half the claim went by while the event waited for a worker:
 		// delivered now, its handler could outlive the claim, and another
 		// relay claim and deliver it meanwhile; once the claim ran out,
@@ -451,10 +460,7 @@ func (sub *subscription) process(item queued) {
 	mctx := &messageContext{Context: ctx}
 	msg.SetContext(mctx)
 
-	select {
-	case sub.out <- msg:
-	case <-sub.stopped.Done():
-		s.settler.release([]releaseItem{{id: e.ID, topic: sub.topic}})
+	if !sub.handOver(msg, &item, wait) {
 		return
 	}
 	acked, answered := answer(msg, sub.abandon.Done())
@@ -482,6 +488,37 @@ func (sub *subscription) process(item queued) {
 		}
 		s.settler.update(update, retry)
 	}
+}
+
+// handOver gives msg to the subscription's reader and reports whether it
+// took it. A reader busy with other messages can keep it waiting: once
+// half of the event's claim is gone, msg is left to the next claim, as an
+// event that waited that long in a queue is; when the subscription stops,
+// the event is released.
+func (sub *subscription) handOver(msg *message.Message, item *queued, wait *time.Timer) bool {
+	e := &item.event
+	select {
+	case sub.out <- msg:
+		return true
+	default:
+	}
+	var halfSpent <-chan time.Time
+	if !e.LockedUntil.IsZero() {
+		// Left running: the next Reset moves it, which costs less than
+		// a Stop and a Reset, and it cannot deliver a stale time.
+		wait.Reset(sub.halfSpent(e).Sub(sub.s.cfg.Clock.Now()))
+		halfSpent = wait.C
+	}
+	select {
+	case sub.out <- msg:
+		return true
+	case <-sub.stopped.Done():
+		sub.s.settler.release([]releaseItem{{id: e.ID, topic: sub.topic}})
+	case <-halfSpent:
+		sub.s.cfg.Logger.Info("outbox claim half spent waiting for the subscription's reader: event left to the next claim (raise LockTimeout, or read the channel concurrently, as a Watermill router does)",
+			watermill.LogFields{"event_id": e.ID, "topic": sub.topic, "source": item.source, "locked_until": e.LockedUntil})
+	}
+	return false
 }
 
 // answer waits for the handler to ack or nack msg and reports which, or
