@@ -231,9 +231,9 @@ func NewSubscriber(store outbox.Store, cfg SubscriberConfig) (*Subscriber, error
 		return nil, err
 	}
 	s := &Subscriber{
-		store:    store,
-		cfg:      cfg,
-		owner:    cfg.Owner,
+		store: store,
+		cfg:   cfg,
+		owner: cfg.Owner,
 		// A delivery starts with at least half its claim left: an event
 		// claimed again later is due again, as it is for other relays,
 		// and a handler that hangs does not hold it here for good.
