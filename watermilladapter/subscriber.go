@@ -230,14 +230,15 @@ func NewSubscriber(store outbox.Store, cfg SubscriberConfig) (*Subscriber, error
 	if err != nil {
 		return nil, err
 	}
+	// A delivery starts with at least half its claim left: an event
+	// claimed again later is due again, as it is for other relays, and a
+	// handler that hangs does not hold it here for good.
+	inflight := outbox.NewInFlight(cfg.LockTimeout/2, cfg.Clock)
 	s := &Subscriber{
-		store: store,
-		cfg:   cfg,
-		owner: cfg.Owner,
-		// A delivery starts with at least half its claim left: an event
-		// claimed again later is due again, as it is for other relays,
-		// and a handler that hangs does not hold it here for good.
-		inflight: outbox.NewInFlight(cfg.LockTimeout/2, cfg.Clock),
+		store:    store,
+		cfg:      cfg,
+		owner:    cfg.Owner,
+		inflight: inflight,
 		subs:     make(map[string][]*subscription),
 		next:     make(map[string]int),
 	}
