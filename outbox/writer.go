@@ -19,12 +19,19 @@ type WriterConfig struct {
 	// never go to it. Its error is logged, never returned to the writer's
 	// caller. Default: none.
 	//
+	// claimLeft is what is left, at the commit, of the claim the events
+	// were written under (ClaimOwner's, for ClaimTimeout from a moment
+	// before the insert, by Clock): ClaimTimeout less the time the
+	// transaction stayed open after the write, zero or less once it ran
+	// out and any relay may claim them, and zero when they were written
+	// unclaimed.
+	//
 	// Events written in a savepoint (one opened by InTx on a
 	// transaction, or one you opened yourself and is open while you write
 	// through the transaction it is in) reach it only if the savepoint
 	// kept them: the writer asks the store just before the top-level
 	// commit, one query for each such write ([Inserter.Kept]).
-	AfterCommit func(ctx context.Context, events []Envelope) error
+	AfterCommit func(ctx context.Context, events []Envelope, claimLeft time.Duration) error
 
 	// HotTopic reports whether the hot path takes events of a topic right
 	// now; the others are written unclaimed and left to the pollers. Default:
@@ -95,7 +102,8 @@ func (w *Writer[Tx]) Write(ctx context.Context, tx Tx, events ...Envelope) ([]st
 	if len(events) == 0 {
 		return nil, nil
 	}
-	prepared, err := Prepare(events, w.cfg.Clock.Now())
+	now := w.cfg.Clock.Now()
+	prepared, err := Prepare(events, now)
 	if err != nil {
 		return nil, err
 	}
@@ -104,7 +112,7 @@ func (w *Writer[Tx]) Write(ctx context.Context, tx Tx, events ...Envelope) ([]st
 	if err != nil {
 		return nil, fmt.Errorf("outbox: write %d events: %w", len(prepared), err)
 	}
-	if err := w.afterCommit(ctx, tx, hot, cold, savepoint); err != nil {
+	if err := w.afterCommit(ctx, tx, hot, cold, savepoint, now); err != nil {
 		// The transaction already ended: these rows are the pollers'.
 		return nil, fmt.Errorf("outbox: write: %w", err)
 	}
@@ -129,8 +137,8 @@ func (w *Writer[Tx]) insert(ctx context.Context, tx Tx, hot, cold []Envelope) (s
 // and announce the due cold ones. Hot events written in a savepoint (a
 // nonzero mark from the store), which can roll back while the transaction
 // commits, stay hot only if the store finds them kept just before the
-// commit.
-func (w *Writer[Tx]) afterCommit(ctx context.Context, tx Tx, hot, cold []Envelope, savepoint uint64) error {
+// commit. written is a moment before the insert, when their claim began.
+func (w *Writer[Tx]) afterCommit(ctx context.Context, tx Tx, hot, cold []Envelope, savepoint uint64, written time.Time) error {
 	if len(hot) > 0 {
 		if savepoint != 0 {
 			err := beforeCommit(ctx, func(ctx context.Context) (err error) {
@@ -145,7 +153,11 @@ func (w *Writer[Tx]) afterCommit(ctx context.Context, tx Tx, hot, cold []Envelop
 			if len(hot) == 0 {
 				return nil
 			}
-			return w.cfg.AfterCommit(ctx, hot)
+			var claimLeft time.Duration
+			if w.cfg.ClaimOwner != "" {
+				claimLeft = w.cfg.ClaimTimeout - w.cfg.Clock.Now().Sub(written)
+			}
+			return w.cfg.AfterCommit(ctx, hot, claimLeft)
 		})
 		if err != nil {
 			return err

@@ -84,15 +84,23 @@ func (f *fakeInserter) Calls() []insertCall {
 
 // hookRecorder is a writer's AfterCommit hook that records what it gets.
 type hookRecorder struct {
-	mu    sync.Mutex
-	calls [][]outbox.Envelope
+	mu        sync.Mutex
+	calls     [][]outbox.Envelope
+	claimLeft []time.Duration
 }
 
-func (h *hookRecorder) hook(_ context.Context, events []outbox.Envelope) error {
+func (h *hookRecorder) hook(_ context.Context, events []outbox.Envelope, claimLeft time.Duration) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.calls = append(h.calls, events)
+	h.claimLeft = append(h.claimLeft, claimLeft)
 	return nil
+}
+
+func (h *hookRecorder) ClaimLeft() []time.Duration {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.claimLeft)
 }
 
 func (h *hookRecorder) Calls() [][]outbox.Envelope {
@@ -331,6 +339,32 @@ func TestWriterHookOnlyAfterCommit(t *testing.T) {
 		require.Equal(t, "OrderCreated", e.Topic, "the hook gets prepared envelopes")
 	}
 	require.Equal(t, []string{"begin", "commit"}, b.txLog.Calls())
+}
+
+// The hook learns how much of the events' claim is left at the commit:
+// the claim began before the insert, and a transaction that stays open
+// spends it. Events written unclaimed have none.
+func TestWriterHookGetsWhatIsLeftOfTheClaim(t *testing.T) {
+	t.Parallel()
+
+	for name, tt := range map[string]struct {
+		owner string
+		want  time.Duration
+	}{
+		"claimed":   {owner: "relay-1", want: outbox.DefaultLockTimeout - 3*time.Minute},
+		"unclaimed": {owner: "", want: 0},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			b := setupWriter(t, func(cfg *outbox.WriterConfig) { cfg.ClaimOwner = tt.owner })
+			require.NoError(t, b.inTx(t, func(ctx context.Context, tx *fakeTx) error {
+				_, err := b.writer.Write(ctx, tx, validEnvelope())
+				b.clock.Advance(3 * time.Minute) // the transaction stays open
+				return err
+			}))
+			require.Equal(t, []time.Duration{tt.want}, b.hook.ClaimLeft())
+		})
+	}
 }
 
 func TestWriterHookNotAfterRollback(t *testing.T) {

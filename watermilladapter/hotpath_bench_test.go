@@ -84,7 +84,8 @@ func benchmarkHotPath(b *testing.B, pace func(sent int64, handled *atomic.Int64,
 	cpu := processCPU()
 	for b.Loop() {
 		event.ID = outbox.NewID()
-		if !sub.offerHot(event, time.Now()) {
+		now := time.Now()
+		if !sub.offerHot(event, now, now.Add(time.Minute)) {
 			b.Fatal("hot queue full")
 		}
 		sent++

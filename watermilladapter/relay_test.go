@@ -1095,6 +1095,63 @@ func TestEventWaitingForTheReaderIsLeftToTheNextClaim(t *testing.T) {
 	}
 }
 
+// A hot event's claim begins when it is written, not when its transaction
+// commits. A transaction that stays open past the claim commits an event
+// any relay may claim at once: the hot path leaves it to them, instead of
+// delivering it beside them.
+func TestHotEventOfATransactionOpenPastItsClaimIsDeliveredOnce(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t)
+	store, err := postgres.NewStore(pool, postgres.Config{})
+	require.NoError(t, err)
+	const lease = 2 * time.Second
+	var mu sync.Mutex
+	deliveries := make(map[string][]string) // event id → sources
+	var readers sync.WaitGroup
+	t.Cleanup(readers.Wait)
+	subs := make([]*watermilladapter.Subscriber, 2)
+	for i, poll := range []time.Duration{time.Hour, 50 * time.Millisecond} { // the writer's relay, another
+		sub, err := watermilladapter.NewSubscriber(store, watermilladapter.SubscriberConfig{LockTimeout: lease, PollInterval: poll})
+		require.NoError(t, err)
+		t.Cleanup(func() { require.NoError(t, sub.Close()) })
+		msgs, err := sub.Subscribe(t.Context(), "orders")
+		require.NoError(t, err)
+		subs[i] = sub
+		readers.Go(func() {
+			for msg := range msgs {
+				mu.Lock()
+				id := msg.Metadata.Get(watermilladapter.MetadataEventID)
+				deliveries[id] = append(deliveries[id], msg.Metadata.Get(watermilladapter.MetadataSource))
+				mu.Unlock()
+				msg.Ack()
+			}
+		})
+	}
+	pub, err := watermilladapter.NewPublisher(store, watermilladapter.PublisherConfig{HotPath: subs[0]})
+	require.NoError(t, err)
+
+	require.NoError(t, store.InTx(t.Context(), func(ctx context.Context, _ pgx.Tx) error {
+		msg := newMsg("long transaction")
+		msg.SetContext(ctx)
+		if err := pub.Publish("orders", msg); err != nil {
+			return err
+		}
+		time.Sleep(lease + lease/4) // a slow call inside the transaction
+		return nil
+	}))
+	relaytest.Eventually(t, "the event DONE", func() bool {
+		var done int
+		require.NoError(t, pool.QueryRow(t.Context(), `SELECT count(*) FROM outbox_event WHERE status = 1`).Scan(&done))
+		return done == 1
+	})
+	time.Sleep(500 * time.Millisecond) // a second delivery, if any, reaches its reader
+	mu.Lock()
+	defer mu.Unlock()
+	for id, sources := range deliveries {
+		require.Equal(t, []string{watermilladapter.SourceCold}, sources, "deliveries of %s", id)
+	}
+}
+
 // Only a commit delivers on the hot path. A savepoint that a context
 // carries (outbox.ContextWithTx, as a CQRS bus needs) can roll back while
 // its transaction commits; an InTx on a transaction (a savepoint in it)

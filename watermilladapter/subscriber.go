@@ -316,11 +316,24 @@ func (s *Subscriber) close() error {
 // acceptCommitted is the writer's after-commit hook: the hot path. Events
 // that no subscription can take now (none serves the topic, or its hot
 // queue is full) are released to the cold path; the write never fails.
-func (s *Subscriber) acceptCommitted(_ context.Context, events []outbox.Envelope) error {
+// Events whose transaction stayed open for half their claim after writing
+// them are left to a claim after its end, like events that waited that
+// long in a queue, and not released: this relay may hold a newer claim of
+// them already, which a release would end.
+func (s *Subscriber) acceptCommitted(_ context.Context, events []outbox.Envelope, claimLeft time.Duration) error {
+	if claimLeft <= s.cfg.LockTimeout/2 {
+		for _, e := range events {
+			s.cfg.Metrics.HotDropped(e.Topic)
+		}
+		s.cfg.Logger.Info("outbox transaction committed after half the claim of its events: events left to the next claim (raise LockTimeout above your longest transactions)",
+			watermill.LogFields{"events": len(events), "owner": s.owner, "claim_left": claimLeft})
+		return nil
+	}
 	var dropped []releaseItem
 	committed := s.cfg.Clock.Now()
+	claimedUntil := committed.Add(claimLeft)
 	for _, e := range events {
-		if s.offerHot(e, committed) {
+		if s.offerHot(e, committed, claimedUntil) {
 			s.cfg.Metrics.HotEnqueued(e.Topic)
 		} else {
 			s.cfg.Metrics.HotDropped(e.Topic)
@@ -335,7 +348,7 @@ func (s *Subscriber) acceptCommitted(_ context.Context, events []outbox.Envelope
 	return nil
 }
 
-func (s *Subscriber) offerHot(e outbox.Envelope, committed time.Time) bool {
+func (s *Subscriber) offerHot(e outbox.Envelope, committed, claimedUntil time.Time) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	subs := s.subs[e.Topic]
@@ -345,7 +358,7 @@ func (s *Subscriber) offerHot(e outbox.Envelope, committed time.Time) bool {
 	start := s.next[e.Topic]
 	s.next[e.Topic] = start + 1
 	for i := range subs {
-		if subs[(start+i)%len(subs)].offerHot(e, committed) {
+		if subs[(start+i)%len(subs)].offerHot(e, committed, claimedUntil) {
 			return true
 		}
 	}

@@ -77,14 +77,13 @@ func (sub *subscription) wake() { signal(sub.wakeCh) }
 
 // offerHot queues a committed event unless the hot queue is full or the
 // subscription is stopping.
-func (sub *subscription) offerHot(e outbox.Envelope, committed time.Time) bool {
+func (sub *subscription) offerHot(e outbox.Envelope, committed, claimedUntil time.Time) bool {
 	if sub.stopping() {
 		return false
 	}
-	// The row was written claimed for LockTimeout, from a moment before
-	// the commit: its claim ends by committed+LockTimeout, usually a few
-	// milliseconds earlier, which process allows for like a claim's end.
-	event := outbox.Event{Envelope: e, Status: outbox.StatusNew, LockedUntil: committed.Add(sub.s.cfg.LockTimeout)}
+	// claimedUntil is when the claim the row was written under ends, or
+	// a little before: process treats it like a claim's end.
+	event := outbox.Event{Envelope: e, Status: outbox.StatusNew, LockedUntil: claimedUntil}
 	select {
 	case sub.hot <- queued{event: event, source: SourceHot, since: committed}:
 		return true

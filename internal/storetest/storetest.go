@@ -244,7 +244,7 @@ func testHotPathHookReceivesCommittedEvents[Tx any](t *testing.T, f *fixture[Tx]
 		Clock:        f.Clock,
 		ClaimOwner:   "relay-a",
 		ClaimTimeout: time.Minute,
-		AfterCommit: func(_ context.Context, events []outbox.Envelope) error {
+		AfterCommit: func(_ context.Context, events []outbox.Envelope, _ time.Duration) error {
 			got = append(got, events...)
 			return nil
 		},
@@ -284,7 +284,7 @@ func testHotPathTakesOnlyWhatSavepointsKept[Tx any](t *testing.T, f *fixture[Tx]
 	var got []string
 	writer, err := outbox.NewWriter(f.Store, outbox.WriterConfig{
 		Clock: f.Clock,
-		AfterCommit: func(_ context.Context, events []outbox.Envelope) error {
+		AfterCommit: func(_ context.Context, events []outbox.Envelope, _ time.Duration) error {
 			for _, e := range events {
 				got = append(got, string(e.Payload()))
 			}
@@ -455,7 +455,7 @@ func testDuplicateEventID[Tx any](t *testing.T, f *fixture[Tx]) {
 	hotWriter, err := outbox.NewWriter(f.Store, outbox.WriterConfig{
 		Clock:       f.Clock,
 		ClaimOwner:  "relay-a",
-		AfterCommit: func(context.Context, []outbox.Envelope) error { return nil },
+		AfterCommit: func(context.Context, []outbox.Envelope, time.Duration) error { return nil },
 	})
 	require.NoError(t, err)
 	delayed := e

@@ -153,7 +153,7 @@ type hotRecorder struct {
 	got []string
 }
 
-func (h *hotRecorder) hook(_ context.Context, events []outbox.Envelope) error {
+func (h *hotRecorder) hook(_ context.Context, events []outbox.Envelope, _ time.Duration) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, e := range events {
@@ -210,7 +210,7 @@ func TestHotPathCheckAddsNoSerializationConflict(t *testing.T) {
 	pool := testdb.New(t)
 	store, err := postgres.NewStore(pool, postgres.Config{})
 	require.NoError(t, err)
-	noHook := func(context.Context, []outbox.Envelope) error { return nil }
+	noHook := func(context.Context, []outbox.Envelope, time.Duration) error { return nil }
 	writer, err := outbox.NewWriter(store, outbox.WriterConfig{AfterCommit: noHook})
 	require.NoError(t, err)
 	inSavepoint := func(w *outbox.Writer[pgx.Tx], id string) func(ctx context.Context, tx pgx.Tx) error {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/wmoutbox/wmoutbox/outbox"
 	"github.com/wmoutbox/wmoutbox/outbox/sqlite"
@@ -32,7 +33,7 @@ func BenchmarkWrite(b *testing.B) {
 			var cfg outbox.WriterConfig
 			if hot {
 				cfg.ClaimOwner = "bench"
-				cfg.AfterCommit = func(context.Context, []outbox.Envelope) error { return nil }
+				cfg.AfterCommit = func(context.Context, []outbox.Envelope, time.Duration) error { return nil }
 			}
 			writer, err := outbox.NewWriter(store, cfg)
 			if err != nil {
