@@ -316,6 +316,40 @@ func TestLazyCloseWaitsForPublishesInFlight(t *testing.T) {
 	require.ErrorIs(t, lazy.Publish("orders", outboxMessage([]byte("2"))), forward.ErrPublisherClosed)
 }
 
+// A downstream Close can take a broker's timeouts; a Publish meanwhile
+// (a handler still running after the router gave up on it) fails at once.
+func TestLazyPublishDuringASlowCloseFailsAtOnce(t *testing.T) {
+	t.Parallel()
+	down := &slowClosePublisher{closing: make(chan struct{}), release: make(chan struct{})}
+	lazy := forward.Lazy(func() (message.Publisher, error) { return down, nil })
+	require.NoError(t, lazy.Publish("orders", outboxMessage([]byte("1"))))
+	closed := make(chan error, 1)
+	go func() { closed <- lazy.Close() }()
+	<-down.closing
+	published := make(chan error, 1)
+	go func() { published <- lazy.Publish("orders", outboxMessage([]byte("2"))) }()
+	select {
+	case err := <-published:
+		require.ErrorIs(t, err, forward.ErrPublisherClosed)
+	case <-time.After(waitLimit):
+		t.Fatal("a Publish waited for the downstream Close")
+	}
+	close(down.release)
+	require.NoError(t, <-closed)
+}
+
+// slowClosePublisher's Close says it began, then waits for release.
+type slowClosePublisher struct {
+	recordingPublisher
+	closing, release chan struct{}
+}
+
+func (p *slowClosePublisher) Close() error {
+	close(p.closing)
+	<-p.release
+	return nil
+}
+
 // A connect that hangs (a broker host that drops packets: a dial timeout
 // for each metadata retry) must not hold a delivery past its message's
 // context, nor Close; the publisher it builds at last is closed.

@@ -127,18 +127,22 @@ func (l *LazyPublisher) startConnect() *connectAttempt {
 	return attempt
 }
 
-// Close waits for the publishes in flight, closes the downstream
-// publisher, if one was built, and makes further Publish calls fail with
-// [ErrPublisherClosed].
+// Close waits for the publishes in flight, makes further Publish calls
+// fail with [ErrPublisherClosed], and closes the downstream publisher, if
+// one was built.
 func (l *LazyPublisher) Close() error {
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	if l.closed {
+		l.mu.Unlock()
 		return nil
 	}
 	l.closed = true
-	if l.pub == nil {
+	pub := l.pub
+	// Not held through the downstream Close, which may take as long as a
+	// broker's timeouts: a Publish meanwhile fails at once.
+	l.mu.Unlock()
+	if pub == nil {
 		return nil
 	}
-	return l.pub.Close()
+	return pub.Close()
 }

@@ -116,13 +116,14 @@ func (p *Publisher) hand(ctx context.Context, rec *sarama.ProducerMessage) error
 
 // Close waits for the records handed to Sarama, those of publishes that
 // stopped waiting included (Sarama settles every record it was given
-// before it shuts down), then closes the producer and its connections.
-// Further calls to Close return nil; further calls to Publish fail with
-// [ErrClosed].
+// before it shuts down, which against a stalled broker takes its
+// timeouts), then closes the producer and its connections. Publish fails
+// with [ErrClosed] from the moment Close begins; further calls to Close
+// return nil at once.
 func (p *Publisher) Close() error {
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	if p.closed {
+		p.mu.Unlock()
 		return nil
 	}
 	p.closed = true
@@ -130,6 +131,9 @@ func (p *Publisher) Close() error {
 	// Close would read them itself, and a waiting Publish would miss its
 	// answer.
 	p.producer.AsyncClose()
+	// Held no longer: a Publish beginning now would wait for the lock
+	// until the records settle, whatever its context says.
+	p.mu.Unlock()
 	p.answers.Wait()
 	// The producer was made from the client and leaves it open.
 	if err := p.client.Close(); err != nil {

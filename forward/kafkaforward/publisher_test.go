@@ -2,6 +2,7 @@ package kafkaforward_test
 
 import (
 	"context"
+	"errors"
 	"net"
 	"strings"
 	"sync"
@@ -105,10 +106,33 @@ func TestPublishStopsWhenMessageContextEnds(t *testing.T) {
 		t.Fatal("Publish went on waiting for Kafka after its message's context ended")
 	}
 
-	// The send Publish gave up on ends when the broker goes away; Close
-	// waits for it.
+	// Close waits for the send Publish gave up on, which ends when the
+	// broker goes away. A Publish meanwhile fails at once.
+	closed := make(chan error, 1)
+	go func() { closed <- pub.Close() }()
+	relaytest.Eventually(t, "Publish refused once Close began", func() bool {
+		// Before Close begins, the record stalls with the others.
+		ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+		defer cancel()
+		late := message.NewMessage(watermill.NewUUID(), []byte("late"))
+		late.SetContext(ctx)
+		published := make(chan error, 1)
+		go func() { published <- pub.Publish(topic, late) }()
+		select {
+		case err := <-published:
+			return errors.Is(err, kafkaforward.ErrClosed)
+		case <-time.After(time.Second):
+			t.Fatal("a Publish outlived its context by a second, waiting for Close")
+			return false
+		}
+	})
+	select {
+	case <-closed:
+		t.Fatal("Close returned before Sarama settled the stalled send")
+	default:
+	}
 	cluster.Close()
-	require.NoError(t, pub.Close())
+	require.NoError(t, <-closed)
 }
 
 // countingListener counts the connections it accepted, and those still
