@@ -1152,6 +1152,37 @@ func TestHotEventOfATransactionOpenPastItsClaimIsDeliveredOnce(t *testing.T) {
 	}
 }
 
+// Close gives up on handlers after DrainTimeout by ending their messages'
+// contexts, and handlers that honour them fail and Nack. Those events are
+// released as they were, their attempts unspent: on its last attempt, an
+// event would otherwise go DEAD for a shutdown.
+func TestNacksOfAbandonedHandlersSpendNoAttempt(t *testing.T) {
+	t.Parallel()
+	const events = 16
+	store := storeWithBacklog(t, testdb.New(t), events)
+	sub, err := watermilladapter.NewSubscriber(store, watermilladapter.SubscriberConfig{
+		WorkerCount: events, DrainTimeout: 50 * time.Millisecond,
+		RetryPolicy: outbox.Backoff{Base: time.Second, Max: time.Second, MaxAttempts: 1}})
+	require.NoError(t, err)
+	msgs, err := sub.Subscribe(t.Context(), "orders")
+	require.NoError(t, err)
+	var delivered []*message.Message
+	for range events {
+		msg := nextMessage(t, msgs, "not every event was delivered")
+		go func() {
+			<-msg.Context().Done() // a publish that honours its context
+			msg.Nack()
+		}()
+		delivered = append(delivered, msg)
+	}
+	require.NoError(t, sub.Close())
+	for _, msg := range delivered {
+		e := eventStatus(t, store, msg)
+		require.Equal(t, outbox.StatusNew, e.Status, "event %s", e.ID)
+		require.Zero(t, e.Attempts, "event %s", e.ID)
+	}
+}
+
 // Only a commit delivers on the hot path. A savepoint that a context
 // carries (outbox.ContextWithTx, as a CQRS bus needs) can roll back while
 // its transaction commits; an InTx on a transaction (a savepoint in it)

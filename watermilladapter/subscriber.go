@@ -92,8 +92,10 @@ type SubscriberConfig struct {
 	RetryPolicy outbox.RetryPolicy
 	// DrainTimeout is how long Close waits for messages already handed to
 	// handlers to be acked or nacked. Default 5s. Then it ends their
-	// contexts and releases their events to be delivered again; an Ack or
-	// Nack that comes after that changes nothing.
+	// contexts and releases their events to be delivered again, with no
+	// attempt spent; an Ack given as it does still counts, a Nack (as
+	// handlers answer an ended context) does not, and whatever comes
+	// later changes nothing.
 	DrainTimeout time.Duration
 	// Metrics receives counters, queue depths, backlog and latency.
 	// Default [outbox.NopMetrics].

@@ -522,23 +522,32 @@ func (sub *subscription) handOver(msg *message.Message, item *queued, wait *time
 
 // answer waits for the handler to ack or nack msg and reports which, or
 // that it did neither before abandon closed (the subscription gave up on
-// its handlers). An answer given as abandon closes counts: a select would
+// its handlers). An Ack given as abandon closes counts: a select would
 // pick between them at random, and a release would deliver an event its
-// handler acked again.
+// handler acked again. A Nack seen once abandon closed does not: giving up
+// ends the message's context, which handlers answer with a Nack, and that
+// must not spend an attempt (nor make the event DEAD) for a shutdown.
 func answer(msg *message.Message, abandon <-chan struct{}) (acked, answered bool) {
 	select {
 	case <-msg.Acked():
 		return true, true
 	case <-msg.Nacked():
-		return false, true
+		return false, !isDone(abandon)
 	case <-abandon:
 	}
 	select {
 	case <-msg.Acked():
 		return true, true
-	case <-msg.Nacked():
-		return false, true
 	default:
 		return false, false
+	}
+}
+
+func isDone(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
 	}
 }
