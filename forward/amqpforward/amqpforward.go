@@ -110,7 +110,13 @@ func (m marshaler) Marshal(msg *message.Message) (amqp091.Publishing, error) {
 		return amqp091.Publishing{}, outbox.Permanent(fmt.Errorf(
 			"amqpforward: event type is %d bytes, the AMQP type property holds %d", n, maxShortString))
 	}
-	return m.DefaultMarshaler.Marshal(msg)
+	pub, err := m.DefaultMarshaler.Marshal(msg)
+	if err == nil && len(pub.MessageId) > maxShortString {
+		// Only a message that is not an outbox event's: its UUID stands in.
+		return amqp091.Publishing{}, outbox.Permanent(fmt.Errorf(
+			"amqpforward: message id is %d bytes, the AMQP message-id property holds %d", len(pub.MessageId), maxShortString))
+	}
+	return pub, err
 }
 
 // stringHeaders turns the headers that are not strings into strings: the

@@ -262,6 +262,7 @@ func TestMarshalerRefusesWhatAMQPCannotCarry(t *testing.T) {
 		},
 		"metadata key of 256 bytes": func(msg *message.Message) { msg.Metadata.Set(strings.Repeat("k", 256), "v") },
 		"the UUID header":           func(msg *message.Message) { msg.Metadata.Set(amqp.DefaultMessageUUIDHeaderKey, "user value") },
+		"a message id of 256 bytes": func(msg *message.Message) { msg.UUID = strings.Repeat("u", 256) },
 		"a CC header":               func(msg *message.Message) { msg.Metadata.Set("CC", "billing@example.com") },
 		"a BCC header":              func(msg *message.Message) { msg.Metadata.Set("BCC", "audit") },
 	} {

@@ -51,11 +51,12 @@
 // message UUID. Properties: MessageId is the outbox event id (the key
 // consumers deduplicate by), Type the event type, Timestamp the time the
 // event occurred (to the second). A message AMQP cannot carry (an event
-// type, a metadata key or a topic over 255 bytes, headers and properties
-// over the connection's frame_max, 128 KiB by default, which AMQP cannot
-// split) or whose metadata uses _watermill_message_uuid, or RabbitMQ's
-// CC or BCC (lists of queues), is refused with an outbox.Permanent error, so
-// the event goes DEAD with the reason; a Publish of several messages
+// type, a metadata key, a topic or a message id over 255 bytes; headers
+// and properties over the connection's frame_max, 128 KiB by default,
+// which AMQP cannot split) or whose metadata uses _watermill_message_uuid,
+// or RabbitMQ's CC or BCC (lists of queues), is refused with an
+// outbox.Permanent error, so the event goes DEAD with the reason; a
+// Publish of several messages
 // refuses all of them before it sends any. A Subscriber built from
 // [WatermillConfig] reads the headers the broker adds that are not strings
 // (x-delivery-count, x-death) as their text.
