@@ -61,7 +61,9 @@
 //
 // A subscription claims only its own topic. An event of a topic that no
 // subscription serves is never marked DEAD: it stays pending in the table
-// until a relay subscribes to the topic.
+// until a relay subscribes to the topic. Each event goes to one
+// subscription: several subscriptions of a topic, in one Subscriber or in
+// several relays, share its events as consumers of one queue do.
 //
 // # Watermill contract
 //
