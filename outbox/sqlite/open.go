@@ -48,8 +48,11 @@ var memoryDatabases atomic.Uint64
 // database instead: plain ":memory:" would give each pooled connection a
 // database of its own, so Open names a shared one (SQLite's memdb VFS), new
 // at every call, that all connections of the returned *sql.DB share. It
-// lives until the *sql.DB is closed (Open keeps idle connections for good),
-// has no WAL, and is gone with the process.
+// lives while one of them is open, which Open ensures by keeping idle
+// connections for good: do not set SetMaxIdleConns to 0, nor
+// SetConnMaxLifetime or SetConnMaxIdleTime, on such a *sql.DB, or the
+// database is dropped, with its events, when its connections are. It has
+// no WAL, and is gone with the process.
 //
 // Open checks the database with a ping; the caller closes the *sql.DB.
 // Tune its pool as usual: see the package documentation on SetMaxOpenConns.
