@@ -21,7 +21,8 @@ type TxFuncs[Tx any] struct {
 }
 
 // RunInTx begins a transaction, runs fn in it and commits when fn returns
-// nil; it rolls back when fn returns an error or panics (the panic goes on).
+// nil; it rolls back when fn returns an error or panics (the panic goes on),
+// and when ctx has ended by then (it returns ctx's cause).
 // After a successful commit it runs the hooks registered with [AfterCommit]
 // during fn, in registration order. A hook's error or panic is logged to
 // logger (nil: slog.Default()) and never returned: the transaction is
@@ -74,8 +75,20 @@ func RunInTx[Tx any](ctx context.Context, funcs TxFuncs[Tx], logger *slog.Logger
 			}
 		}
 	}
+	// A context that ended fails the transaction here, rolled back, rather
+	// than in the commit: pgx then sends no RELEASE for a savepoint and
+	// marks it done, leaving its writes to the enclosing commit.
+	if ctx.Err() != nil {
+		return fmt.Errorf("outbox: commit: %w", context.Cause(ctx))
+	}
 	committed = true // from here on there is nothing left to roll back
-	if err := funcs.Commit(ctx, tx); err != nil {
+	commitCtx := ctx
+	if funcs.Within != nil {
+		// For the same reason, a savepoint's release, once decided, is
+		// sent whatever happens to ctx meanwhile.
+		commitCtx = context.WithoutCancel(ctx)
+	}
+	if err := funcs.Commit(commitCtx, tx); err != nil {
 		return fmt.Errorf("outbox: commit: %w", err)
 	}
 	if enclosing != nil {

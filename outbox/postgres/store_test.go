@@ -68,6 +68,33 @@ func runConformance(t *testing.T, mode pgx.QueryExecMode) {
 	})
 }
 
+// An InTx on a transaction is a savepoint. When its context ends as its
+// function returns, it fails and the savepoint is rolled back, so that the
+// enclosing transaction, which may go on without it, does not commit what
+// it wrote: pgx would send no RELEASE, and leave the savepoint's writes in.
+func TestSavepointWhoseContextEndedIsRolledBack(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t)
+	store, err := postgres.NewStore(pool, postgres.Config{})
+	require.NoError(t, err)
+	writer, err := outbox.NewWriter(store, outbox.WriterConfig{})
+	require.NoError(t, err)
+	var savepointErr error
+	require.NoError(t, store.InTx(t.Context(), func(ctx context.Context, tx pgx.Tx) error {
+		optional, cancel := context.WithCancel(ctx) // a deadline on an optional step
+		savepointErr = postgres.InTx(optional, tx, nil, func(ctx context.Context, sp pgx.Tx) error {
+			_, err := writer.Write(ctx, sp, storetest.JSONEvent(1))
+			cancel() // the deadline passes as the step returns
+			return err
+		})
+		return nil // the transaction goes on without the optional step
+	}))
+	require.ErrorIs(t, savepointErr, context.Canceled)
+	var rows int
+	require.NoError(t, pool.QueryRow(t.Context(), `SELECT count(*) FROM outbox_event`).Scan(&rows))
+	require.Zero(t, rows, "the failed savepoint's event was committed")
+}
+
 // PostgreSQL tells from the rows' xmin where a write with hot events
 // went, so that a writer looks up only those made in a savepoint: one
 // event or several, through the transaction itself or with a savepoint
