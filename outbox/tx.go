@@ -48,7 +48,7 @@ func RunInTx[Tx any](ctx context.Context, funcs TxFuncs[Tx], logger *slog.Logger
 	hooks := &commitHooks{tx: tx}
 	var enclosing *commitHooks
 	if funcs.Within != nil {
-		if enclosing = hooksFrom(ctx); enclosing == nil || !sameTx(enclosing.tx, funcs.Within) {
+		if enclosing = hooksFrom(ctx); enclosing == nil || !SameTx(enclosing.tx, funcs.Within) {
 			enclosing, hooks = nil, nil
 		}
 	}

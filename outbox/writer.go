@@ -212,7 +212,7 @@ func dueTopics(events []Envelope) []string {
 // roll back on its own, even when a context carries it ([ContextWithTx]).
 func (w *Writer[Tx]) commitReported(ctx context.Context, tx Tx) bool {
 	hooks := hooksFrom(ctx)
-	return hooks != nil && sameTx(hooks.tx, tx)
+	return hooks != nil && SameTx(hooks.tx, tx)
 }
 
 // hotEvents splits events into those the hot path will deliver after
@@ -233,9 +233,9 @@ func (w *Writer[Tx]) hotEvents(ctx context.Context, tx Tx, events []Envelope) (h
 	return hot, cold
 }
 
-// sameTx reports whether a and b are the same transaction value. Values of
+// SameTx reports whether a and b are the same transaction value. Values of
 // a type that cannot be compared are never the same.
-func sameTx(a, b any) (same bool) {
+func SameTx(a, b any) (same bool) {
 	defer func() {
 		if recover() != nil {
 			same = false

@@ -50,7 +50,9 @@ type PublisherConfig struct {
 // The transaction is found in the context of the published messages (put
 // there by an InTx helper or [outbox.ContextWithTx]), or bound with
 // [Publisher.WithTx]. All messages of one Publish call are written in one
-// round trip; they must share a transaction.
+// round trip; they must share a transaction (messages whose contexts carry
+// different ones, or some one and some none, fail with
+// outbox.ErrInvalidRequest, and nothing is written).
 //
 // Publish is safe for concurrent use. Close is idempotent and closes
 // nothing it does not own: not the store's pool, not the hot-path
@@ -114,7 +116,14 @@ func (p *Publisher[Tx]) Publish(topic string, msgs ...*message.Message) error {
 		_, err := p.writer.Write(ctx, *p.bound, events...)
 		return err
 	}
-	if tx, ok := outbox.TxFromContext[Tx](ctx); ok {
+	tx, ok := outbox.TxFromContext[Tx](ctx)
+	for _, msg := range msgs[1:] {
+		if other, has := outbox.TxFromContext[Tx](msg.Context()); has != ok || has && !outbox.SameTx(tx, other) {
+			return fmt.Errorf("%w: watermilladapter: publish to %s: message %s is not in the transaction of message %s; publish the messages of each transaction apart",
+				outbox.ErrInvalidRequest, topic, msg.UUID, msgs[0].UUID)
+		}
+	}
+	if ok {
 		_, err := p.writer.Write(ctx, tx, events...)
 		return err
 	}

@@ -181,6 +181,31 @@ func TestPublishWithoutTransactionFailsFast(t *testing.T) {
 	require.NoError(t, pool.Ping(t.Context()), "closing the publisher leaves the pool open")
 }
 
+// One Publish writes in one transaction. Messages whose contexts carry
+// different transactions, or some one and some none, are refused: written
+// in the first's, an event of a transaction that rolls back would be
+// delivered.
+func TestPublishRefusesMessagesOfDifferentTransactions(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t)
+	r := relaytest.Start(t, pool, watermilladapter.SubscriberConfig{}, nil)
+	other, err := pool.Begin(t.Context())
+	require.NoError(t, err)
+	defer func() { _ = other.Rollback(context.Background()) }()
+	inOther := newMsg("other")
+	inOther.SetContext(outbox.ContextWithTx[pgx.Tx](t.Context(), other))
+
+	require.NoError(t, r.Store.InTx(t.Context(), func(ctx context.Context, tx pgx.Tx) error {
+		first, same := newMsg("first"), newMsg("same")
+		first.SetContext(ctx)
+		same.SetContext(outbox.ContextWithTx[pgx.Tx](t.Context(), tx))
+		require.ErrorIs(t, r.Pub.Publish("orders", first, inOther), outbox.ErrInvalidRequest, "another transaction")
+		require.ErrorIs(t, r.Pub.Publish("orders", first, newMsg("none")), outbox.ErrInvalidRequest, "no transaction")
+		return r.Pub.Publish("orders", first, same)
+	}))
+	require.Equal(t, 2, rowCount(t, pool), "only the call whose messages share the transaction wrote")
+}
+
 func TestFullHotQueueFallsBackToColdPath(t *testing.T) {
 	t.Parallel()
 	pool := testdb.New(t)
