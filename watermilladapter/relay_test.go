@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"os/exec"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -1056,10 +1058,11 @@ func TestOutcomeAfterTheLeaseLeavesTheNewClaimAlone(t *testing.T) {
 	})
 }
 
-// A handler that never answers: once the claim ran out, the same relay
+// A handler that does not answer: once the claim ran out, the same relay
 // claims the event again and delivers it to another handler, as another
 // relay would, instead of holding it lease after lease because its first
-// delivery is still in flight.
+// delivery is still in flight. The first handler's late Nack then changes
+// nothing.
 func TestEventOfAHungHandlerIsDeliveredAgainAfterTheLease(t *testing.T) {
 	t.Parallel()
 	store := storeWithBacklog(t, testdb.New(t), 1)
@@ -1070,9 +1073,18 @@ func TestEventOfAHungHandlerIsDeliveredAgainAfterTheLease(t *testing.T) {
 	msgs, err := sub.Subscribe(t.Context(), "orders")
 	require.NoError(t, err)
 
-	hung := nextMessage(t, msgs, "nothing delivered") // never answered
+	hung := nextMessage(t, msgs, "nothing delivered") // not answered in time
 	again := nextMessage(t, msgs, "not delivered again after the lease")
 	require.Equal(t, hung.Metadata.Get(watermilladapter.MetadataEventID), again.Metadata.Get(watermilladapter.MetadataEventID))
+
+	// The first handler fails at last: its Nack, by the same owner, must
+	// not end the newer claim nor spend its attempt.
+	hung.Nack()
+	time.Sleep(200 * time.Millisecond) // outcomes are written within 50 ms
+	e := eventStatus(t, store, again)
+	require.Equal(t, outbox.StatusNew, e.Status, "the newer claim holds")
+	require.Zero(t, e.Attempts)
+	require.Equal(t, sub.Owner(), e.LockedBy)
 	again.Ack()
 	relaytest.Eventually(t, "DONE", func() bool { return eventStatus(t, store, again).Status == outbox.StatusDone })
 }
@@ -1205,6 +1217,44 @@ func TestNacksOfAbandonedHandlersSpendNoAttempt(t *testing.T) {
 		e := eventStatus(t, store, msg)
 		require.Equal(t, outbox.StatusNew, e.Status, "event %s", e.ID)
 		require.Zero(t, e.Attempts, "event %s", e.ID)
+	}
+}
+
+// A worker's hand-over timer is left running between events. Under
+// GODEBUG=asynctimerchan=1 a timer keeps the time it sent while nobody
+// received it, for a later receive: the next hand-over that waits must not
+// take that time for its own and leave its event to the next claim. The
+// test runs itself again in a process with that setting.
+func TestHandOverIgnoresAStaleTimerTime(t *testing.T) {
+	const child = "WMOUTBOX_TEST_ASYNC_TIMERS"
+	if os.Getenv(child) == "" {
+		t.Parallel()
+		cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run=^TestHandOverIgnoresAStaleTimerTime$", "-test.count=1")
+		cmd.Env = append(os.Environ(), "GODEBUG=asynctimerchan=1", child+"=1")
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, "%s", out)
+		return
+	}
+	pool := testdb.New(t)
+	store := storeWithBacklog(t, pool, 1)
+	sub, err := watermilladapter.NewSubscriber(store, watermilladapter.SubscriberConfig{
+		LockTimeout: 2 * time.Second, PollInterval: 50 * time.Millisecond, WorkerCount: 1})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sub.Close() })
+	msgs, err := sub.Subscribe(t.Context(), "orders")
+	require.NoError(t, err)
+	time.Sleep(200 * time.Millisecond) // the worker waits to hand the event over
+	nextMessage(t, msgs, "the first event").Ack()
+	time.Sleep(1500 * time.Millisecond) // its timer fires, unreceived
+	pub, err := watermilladapter.NewPublisher(store, watermilladapter.PublisherConfig{OwnTransaction: true})
+	require.NoError(t, err)
+	require.NoError(t, pub.Publish("orders", newMsg("second")))
+	time.Sleep(300 * time.Millisecond) // the worker waits to hand it over
+	select {
+	case msg := <-msgs:
+		msg.Ack()
+	case <-time.After(time.Second): // its claim's end, and a claim after it, are further off
+		t.Fatal("the second event was left to the next claim")
 	}
 }
 

@@ -473,6 +473,13 @@ func (sub *subscription) process(item queued, wait *time.Timer) {
 	case acked:
 		s.settler.update(outbox.Done(e.ID), nil)
 		s.cfg.Metrics.Delivered(sub.topic, s.cfg.Clock.Now().Sub(item.since))
+	case !e.LockedUntil.IsZero() && !s.cfg.Clock.Now().Before(e.LockedUntil):
+		// A Nack after the claim ended: the event is due again, and may
+		// be claimed again by this relay already, whose claim an outcome
+		// (recorded by owner) would end, spending its attempt. Left as it
+		// is: due, or in its newer claim's hands.
+		s.cfg.Logger.Info("outbox Nack after the claim ended: not recorded, the event is due again (raise LockTimeout above the slowest handler)",
+			watermill.LogFields{"event_id": e.ID, "topic": sub.topic, "locked_until": e.LockedUntil})
 	default:
 		update := outbox.Decide(e.ID, e.Attempts+1, mctx.slot.errOr(errNacked), s.cfg.RetryPolicy, s.cfg.Clock.Now())
 		if update.Status == outbox.StatusDead {
@@ -504,20 +511,28 @@ func (sub *subscription) handOver(msg *message.Message, item *queued, wait *time
 	var halfSpent <-chan time.Time
 	if !e.LockedUntil.IsZero() {
 		// Left running: the next Reset moves it, which costs less than
-		// a Stop and a Reset, and it cannot deliver a stale time.
+		// a Stop and a Reset.
 		wait.Reset(sub.halfSpent(e).Sub(sub.s.cfg.Clock.Now()))
 		halfSpent = wait.C
 	}
-	select {
-	case sub.out <- msg:
-		return true
-	case <-sub.stopped.Done():
-		sub.s.settler.release([]releaseItem{{id: e.ID, topic: sub.topic}})
-	case <-halfSpent:
-		sub.s.cfg.Logger.Info("outbox claim half spent waiting for the subscription's reader: event left to the next claim (raise LockTimeout, or read the channel concurrently, as a Watermill router does)",
-			watermill.LogFields{"event_id": e.ID, "topic": sub.topic, "source": item.source, "locked_until": e.LockedUntil})
+	for {
+		select {
+		case sub.out <- msg:
+			return true
+		case <-sub.stopped.Done():
+			sub.s.settler.release([]releaseItem{{id: e.ID, topic: sub.topic}})
+			return false
+		case <-halfSpent:
+			if sub.s.cfg.Clock.Now().Before(sub.halfSpent(e)) {
+				// A time the timer sent before its Reset, which only
+				// GODEBUG=asynctimerchan=1 keeps for a later receive.
+				continue
+			}
+			sub.s.cfg.Logger.Info("outbox claim half spent waiting for the subscription's reader: event left to the next claim (raise LockTimeout, or read the channel concurrently, as a Watermill router does)",
+				watermill.LogFields{"event_id": e.ID, "topic": sub.topic, "source": item.source, "locked_until": e.LockedUntil})
+			return false
+		}
 	}
-	return false
 }
 
 // answer waits for the handler to ack or nack msg and reports which, or
