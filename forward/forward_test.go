@@ -334,8 +334,43 @@ func TestLazyPublishDuringASlowCloseFailsAtOnce(t *testing.T) {
 	case <-time.After(waitLimit):
 		t.Fatal("a Publish waited for the downstream Close")
 	}
+	again := make(chan error, 1)
+	go func() { again <- lazy.Close() }()
+	select {
+	case <-again:
+		t.Fatal("a second Close returned before the downstream was closed")
+	case <-time.After(50 * time.Millisecond):
+	}
 	close(down.release)
 	require.NoError(t, <-closed)
+	require.NoError(t, <-again)
+}
+
+// A connect that returns after Close has its publisher closed, also
+// without holding Publish up meanwhile.
+func TestLazyPublishWhileALateConnectIsClosedFailsAtOnce(t *testing.T) {
+	t.Parallel()
+	down := &slowClosePublisher{closing: make(chan struct{}), release: make(chan struct{})}
+	connected := make(chan struct{})
+	lazy := forward.Lazy(func() (message.Publisher, error) { <-connected; return down, nil })
+	msg := outboxMessage([]byte("1"))
+	ctx, cancel := context.WithCancel(t.Context())
+	msg.SetContext(ctx)
+	published := make(chan error, 1)
+	go func() { published <- lazy.Publish("orders", msg) }() // starts the connect
+	cancel()
+	require.ErrorIs(t, <-published, context.Canceled)
+	require.NoError(t, lazy.Close())
+	close(connected)
+	<-down.closing
+	go func() { published <- lazy.Publish("orders", outboxMessage([]byte("2"))) }()
+	select {
+	case err := <-published:
+		require.ErrorIs(t, err, forward.ErrPublisherClosed)
+	case <-time.After(waitLimit):
+		t.Fatal("a Publish waited for the late publisher's Close")
+	}
+	close(down.release)
 }
 
 // slowClosePublisher's Close says it began, then waits for release.

@@ -21,6 +21,8 @@ type LazyPublisher struct {
 	pub        message.Publisher
 	closed     bool
 	connecting *connectAttempt // the connect under way, if any
+
+	closeOnce sync.Once // a second Close waits for the first
 }
 
 // connectAttempt is one call of connect, which every Publish arriving
@@ -112,30 +114,36 @@ func (l *LazyPublisher) startConnect() *connectAttempt {
 			err = errors.New("connect returned no publisher")
 		}
 		l.mu.Lock()
-		defer l.mu.Unlock()
+		late := false
 		switch {
 		case err != nil:
 			attempt.err = fmt.Errorf("forward: connect downstream publisher: %w", err)
 		case l.closed:
-			_ = pub.Close()
+			late = true
 		default:
 			l.pub = pub
 		}
 		l.connecting = nil
 		close(attempt.done)
+		l.mu.Unlock()
+		if late {
+			// Not under the lock, like Close's own: see Close.
+			_ = pub.Close()
+		}
 	}()
 	return attempt
 }
 
 // Close waits for the publishes in flight, makes further Publish calls
 // fail with [ErrPublisherClosed], and closes the downstream publisher, if
-// one was built.
-func (l *LazyPublisher) Close() error {
+// one was built. A second Close waits for the first and returns nil.
+func (l *LazyPublisher) Close() (err error) {
+	l.closeOnce.Do(func() { err = l.close() })
+	return err
+}
+
+func (l *LazyPublisher) close() error {
 	l.mu.Lock()
-	if l.closed {
-		l.mu.Unlock()
-		return nil
-	}
 	l.closed = true
 	pub := l.pub
 	// Not held through the downstream Close, which may take as long as a

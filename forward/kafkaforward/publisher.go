@@ -31,6 +31,8 @@ type Publisher struct {
 	// it shuts down (it panics sending on a closed channel).
 	mu     sync.RWMutex
 	closed bool
+
+	closeOnce sync.Once // a second Close waits for the first
 }
 
 var _ message.Publisher = (*Publisher)(nil)
@@ -119,13 +121,14 @@ func (p *Publisher) hand(ctx context.Context, rec *sarama.ProducerMessage) error
 // before it shuts down, which against a stalled broker takes its
 // timeouts), then closes the producer and its connections. Publish fails
 // with [ErrClosed] from the moment Close begins; further calls to Close
-// return nil at once.
-func (p *Publisher) Close() error {
+// wait for the first and return nil.
+func (p *Publisher) Close() (err error) {
+	p.closeOnce.Do(func() { err = p.close() })
+	return err
+}
+
+func (p *Publisher) close() error {
 	p.mu.Lock()
-	if p.closed {
-		p.mu.Unlock()
-		return nil
-	}
 	p.closed = true
 	// The answers go to the records' channels, not to Close: Sarama's
 	// Close would read them itself, and a waiting Publish would miss its

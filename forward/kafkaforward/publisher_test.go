@@ -126,13 +126,18 @@ func TestPublishStopsWhenMessageContextEnds(t *testing.T) {
 			return false
 		}
 	})
+	again := make(chan error, 1)
+	go func() { again <- pub.Close() }()
 	select {
 	case <-closed:
 		t.Fatal("Close returned before Sarama settled the stalled send")
-	default:
+	case <-again:
+		t.Fatal("a second Close returned before the first")
+	case <-time.After(50 * time.Millisecond):
 	}
 	cluster.Close()
 	require.NoError(t, <-closed)
+	require.NoError(t, <-again)
 }
 
 // countingListener counts the connections it accepted, and those still
