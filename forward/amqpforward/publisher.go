@@ -256,10 +256,10 @@ func (p *Publisher) dial(d *dialing) {
 	conn, err := p.connect()
 	p.mu.Lock()
 	p.dialing, p.dialErr, p.dialedAt = nil, err, time.Now()
+	var late *amqp091.Connection // dialled for a publisher closed meanwhile
 	if err == nil {
 		if p.closed {
-			_ = conn.CloseDeadline(time.Now().Add(closeTimeout))
-			conn, err = nil, ErrClosed
+			late, conn, err = conn, nil, ErrClosed
 		} else {
 			p.conn = conn
 		}
@@ -267,6 +267,11 @@ func (p *Publisher) dial(d *dialing) {
 	d.conn, d.err = conn, err
 	p.mu.Unlock()
 	close(d.done)
+	if late != nil {
+		// Not under the lock: a broker that stopped reading holds the
+		// close for closeTimeout.
+		_ = late.CloseDeadline(time.Now().Add(closeTimeout))
+	}
 }
 
 // connect dials and declares Config.Queues, on every connection: a broker
