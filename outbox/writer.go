@@ -56,8 +56,8 @@ type WriterConfig struct {
 	// [DefaultLockTimeout].
 	ClaimTimeout time.Duration
 
-	// Clock stamps OccurredAt when an envelope has none. Default
-	// [SystemClock].
+	// Clock stamps OccurredAt when an envelope has none, and measures the
+	// claimLeft that AfterCommit receives. Default [SystemClock].
 	Clock Clock
 }
 

@@ -39,7 +39,9 @@ type PublisherConfig struct {
 	// plain "publish later" uses turn it on.
 	OwnTransaction bool
 
-	// Clock stamps OccurredAt. Default [outbox.SystemClock].
+	// Clock stamps OccurredAt, and measures how long a transaction stays
+	// open after writing hot-path events (see
+	// SubscriberConfig.LockTimeout). Default [outbox.SystemClock].
 	Clock outbox.Clock
 }
 
@@ -54,7 +56,9 @@ type PublisherConfig struct {
 // different ones, or some one and some none, fail with
 // outbox.ErrInvalidRequest, and nothing is written).
 //
-// Publish is safe for concurrent use. Close is idempotent and closes
+// Publish is safe for concurrent use, on different transactions: a
+// transaction serves one statement at a time (pgx's is not safe for
+// concurrent use). Close is idempotent and closes
 // nothing it does not own: not the store's pool, not the hot-path
 // subscriber.
 type Publisher[Tx any] struct {
