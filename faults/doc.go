@@ -7,9 +7,10 @@
 //
 //	make faults   # go test -tags faults -race -count=1 -v ./faults, then "N passed, N failed"
 //
-// The suite needs what the other tests need: PostgreSQL (TEST_DATABASE_URL,
-// default postgres://postgres@127.0.0.1:5432/postgres) where the user may
-// create databases (it then owns them, so it may refuse their connections
+// The suite needs what the other tests need: PostgreSQL
+// (TEST_DATABASE_URL, default
+// postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable) where the
+// user may create databases (it then owns them, so it may refuse their connections
 // and terminate their backends), and RabbitMQ on 127.0.0.1:5672
 // (TEST_AMQP_URL) with rabbitmqctl on the PATH. Kafka runs in process
 // (kfake). Without a server the tests skip, except under CI=true, where

@@ -23,8 +23,9 @@
 // # Delivery
 //
 // After commit the events go straight to the subscriber's hot queue (the
-// rows are written claimed by it, so other relays leave them alone). Every
-// other event, and every event a full hot queue could not take, reaches a
+// rows are written claimed by it, so other relays leave them alone), unless
+// their transaction stayed open for half the claim after writing them:
+// those are left to a claim once it ends. Every other event, and every event a full hot queue could not take, reaches a
 // subscription through its cold path: claims of due rows with FOR UPDATE
 // SKIP LOCKED, in batches, while there is backlog and room, and otherwise
 // every PollInterval or when woken (a release, a scheduled retry). Through
@@ -55,7 +56,8 @@
 // [MetadataEventID], which forwarders should pass downstream. A handler
 // that outlives the lease may see its event claimed and delivered again
 // meanwhile, by another relay or by this one; its Ack still records DONE,
-// but its Nack changes nothing, so that the newer claim holds.
+// but a Nack after the claim ended changes nothing: the event is due
+// again, or in a newer claim's hands, which holds.
 //
 // # Routing rule
 //

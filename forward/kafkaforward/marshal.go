@@ -12,7 +12,7 @@ import (
 
 // recordMarshaler builds the record watermill-kafka's partitioning
 // marshaler builds (the UUID header, one header per metadata entry, the
-// payload as value, [PartitionKey] as key) in four allocations instead of
+// payload as value, [PartitionKey] as key) in five allocations instead of
 // two per header: every header's bytes share one buffer, and the header
 // slice is sized once.
 type recordMarshaler struct{}
