@@ -1238,14 +1238,14 @@ func TestHandOverIgnoresAStaleTimerTime(t *testing.T) {
 	pool := testdb.New(t)
 	store := storeWithBacklog(t, pool, 1)
 	sub, err := watermilladapter.NewSubscriber(store, watermilladapter.SubscriberConfig{
-		LockTimeout: 2 * time.Second, PollInterval: 50 * time.Millisecond, WorkerCount: 1})
+		LockTimeout: 4 * time.Second, PollInterval: 50 * time.Millisecond, WorkerCount: 1})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = sub.Close() })
 	msgs, err := sub.Subscribe(t.Context(), "orders")
 	require.NoError(t, err)
 	time.Sleep(200 * time.Millisecond) // the worker waits to hand the event over
 	nextMessage(t, msgs, "the first event").Ack()
-	time.Sleep(1500 * time.Millisecond) // its timer fires, unreceived
+	time.Sleep(2500 * time.Millisecond) // its timer fires at half the claim, unreceived
 	pub, err := watermilladapter.NewPublisher(store, watermilladapter.PublisherConfig{OwnTransaction: true})
 	require.NoError(t, err)
 	require.NoError(t, pub.Publish("orders", newMsg("second")))
@@ -1253,7 +1253,7 @@ func TestHandOverIgnoresAStaleTimerTime(t *testing.T) {
 	select {
 	case msg := <-msgs:
 		msg.Ack()
-	case <-time.After(time.Second): // its claim's end, and a claim after it, are further off
+	case <-time.After(2500 * time.Millisecond): // its claim's end, and a claim after it, are further off
 		t.Fatal("the second event was left to the next claim")
 	}
 }
