@@ -4,7 +4,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -16,7 +15,7 @@ import (
 // binary when pgx knows the parameters' types, and otherwise in the text
 // the arrays write themselves, with quoting and NULLs to get right.
 func TestArrayParametersRoundTrip(t *testing.T) {
-	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeCacheStatement, pgx.QueryExecModeExec, pgx.QueryExecModeSimpleProtocol} {
+	for _, mode := range queryModes {
 		t.Run(mode.String(), func(t *testing.T) { roundTripArrays(t, testdb.NewInMode(t, mode)) })
 	}
 }

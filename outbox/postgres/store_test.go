@@ -20,18 +20,21 @@ import (
 )
 
 // TestStore runs the conformance suite of the stores, each test on a
-// database of its own, in pgx's default query mode and in the two modes in
-// which pgx encodes parameters without learning their types from the
-// server, as pools behind PgBouncer are set up.
+// database of its own, in each of the queryModes.
 func TestStore(t *testing.T) {
 	t.Parallel()
-	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeCacheStatement, pgx.QueryExecModeExec, pgx.QueryExecModeSimpleProtocol} {
+	for _, mode := range queryModes {
 		t.Run(mode.String(), func(t *testing.T) {
 			t.Parallel()
 			runConformance(t, mode)
 		})
 	}
 }
+
+// queryModes are pgx's default query mode and the two in which pgx
+// encodes parameters without learning their types from the server, as
+// pools behind PgBouncer are set up.
+var queryModes = []pgx.QueryExecMode{pgx.QueryExecModeCacheStatement, pgx.QueryExecModeExec, pgx.QueryExecModeSimpleProtocol}
 
 func runConformance(t *testing.T, mode pgx.QueryExecMode) {
 	storetest.Run(t, func(t *testing.T) storetest.Harness[pgx.Tx] {
@@ -365,7 +368,15 @@ func TestConfigRejectsBadIdentifiers(t *testing.T) {
 
 func TestMigrateIsIdempotentAndConcurrent(t *testing.T) {
 	t.Parallel()
-	pool := testdb.New(t)
+	for _, mode := range queryModes {
+		t.Run(mode.String(), func(t *testing.T) {
+			t.Parallel()
+			migrateConcurrently(t, testdb.NewInMode(t, mode))
+		})
+	}
+}
+
+func migrateConcurrently(t *testing.T, pool *pgxpool.Pool) {
 	ctx := t.Context()
 	// The template is migrated already: a second run is a no-op.
 	require.NoError(t, postgres.Migrate(ctx, pool, postgres.Config{}))
