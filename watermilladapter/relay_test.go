@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"sync"
@@ -19,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/wmoutbox/wmoutbox/internal/relaytest"
+	"github.com/wmoutbox/wmoutbox/internal/syncbuf"
 	"github.com/wmoutbox/wmoutbox/internal/testdb"
 	outboxmw "github.com/wmoutbox/wmoutbox/middleware"
 	"github.com/wmoutbox/wmoutbox/outbox"
@@ -136,6 +138,54 @@ func TestCommitDeliversOnHotPathRollbackDeliversNothing(t *testing.T) {
 
 	relaytest.Eventually(t, "DONE", func() bool { return eventStatus(t, r.Store, msg).Status == outbox.StatusDone })
 	require.Equal(t, 1, rowCount(t, pool), "the rolled-back message left no row")
+}
+
+// Behind PgBouncer a pool runs in pgx's exec or simple_protocol query
+// mode, in which pgx encodes parameters without learning their types: the
+// relay works end to end there too, writes of several events, the hot and
+// cold paths, a retry, DONE outcomes, and notifications.
+func TestRelayInThePgBouncerQueryModes(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeExec, pgx.QueryExecModeSimpleProtocol} {
+		t.Run(mode.String(), func(t *testing.T) {
+			t.Parallel()
+			pool := testdb.NewInMode(t, mode)
+			var logs syncbuf.Buffer
+			notifier, err := postgres.NewNotifier(pool, postgres.Config{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+			require.NoError(t, err)
+			t.Cleanup(func() { require.NoError(t, notifier.Close()) })
+			var failed atomic.Bool
+			delivered := make(chan string, 4)
+			r := relaytest.Start(t, pool, watermilladapter.SubscriberConfig{
+				PollInterval: 50 * time.Millisecond, RetryPolicy: outbox.Backoff{Base: time.Millisecond, Max: time.Millisecond},
+			}, relaytest.Handlers{"orders": func(msg *message.Message) error {
+				if failed.CompareAndSwap(false, true) {
+					return errors.New("first attempt fails")
+				}
+				delivered <- msg.Metadata.Get(watermilladapter.MetadataEventID)
+				return nil
+			}})
+			r.Publish(t, "orders", newMsg("1"), newMsg("2"))
+			notifier.Notify([]string{"orders"})
+			ids := map[string]bool{}
+			for range 2 {
+				select {
+				case id := <-delivered:
+					ids[id] = true
+				case <-time.After(relaytest.WaitLimit):
+					t.Fatal("not every event was delivered")
+				}
+			}
+			relaytest.Eventually(t, "both DONE", func() bool {
+				var done int
+				require.NoError(t, pool.QueryRow(t.Context(), `SELECT count(*) FROM outbox_event WHERE status = 1`).Scan(&done))
+				return done == 2
+			})
+			require.Len(t, ids, 2)
+			require.NoError(t, notifier.Close())
+			require.NotContains(t, logs.String(), "notify failed")
+		})
+	}
 }
 
 // A delivered message published again (a handler passing it on, a
