@@ -56,8 +56,9 @@
 // [MetadataEventID], which forwarders should pass downstream. A handler
 // that outlives the lease may see its event claimed and delivered again
 // meanwhile, by another relay or by this one; its Ack still records DONE,
-// but a Nack after the claim ended changes nothing: the event is due
-// again, or in a newer claim's hands, which holds.
+// its Nack changes nothing once another relay claimed the event (whose
+// claim holds), and counts as the failed attempt it is when this relay
+// did (the claims of one relay carry one owner).
 //
 // # Routing rule
 //

@@ -76,11 +76,12 @@ type SubscriberConfig struct {
 	// hot path) by a relay that dies is due again this long after. Keep it
 	// well above the longest handler time plus queueing: an event whose
 	// handler outlives it may be claimed and delivered again, by another
-	// relay or by this one, and the late outcome then counts only if it is
-	// an Ack. An event that waited for half of it, in the hot or cold
-	// queue or for the subscription's reader to take it, is not handed to
-	// a handler but left to a claim after its lease ends, so that its
-	// handler has at least half the lease. Default 5m.
+	// relay or by this one; the late outcome then counts if it is an Ack,
+	// or a Nack while no other relay claimed the event. An event that
+	// waited for half of it, in the hot or cold queue or for the
+	// subscription's reader to take it, is not handed to a handler but
+	// left to a claim after its lease ends, so that its handler has at
+	// least half the lease. Default 5m.
 	LockTimeout time.Duration
 	// SkipRecent leaves events younger than this to the hot path; after a
 	// wake-up, a claim follows once the commits it announced are this old.

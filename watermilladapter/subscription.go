@@ -473,13 +473,6 @@ func (sub *subscription) process(item queued, wait *time.Timer) {
 	case acked:
 		s.settler.update(outbox.Done(e.ID), nil)
 		s.cfg.Metrics.Delivered(sub.topic, s.cfg.Clock.Now().Sub(item.since))
-	case !e.LockedUntil.IsZero() && !s.cfg.Clock.Now().Before(e.LockedUntil):
-		// A Nack after the claim ended: the event is due again, and may
-		// be claimed again by this relay already, whose claim an outcome
-		// (recorded by owner) would end, spending its attempt. Left as it
-		// is: due, or in its newer claim's hands.
-		s.cfg.Logger.Info("outbox Nack after the claim ended: not recorded, the event is due again (raise LockTimeout above the slowest handler)",
-			watermill.LogFields{"event_id": e.ID, "topic": sub.topic, "locked_until": e.LockedUntil})
 	default:
 		update := outbox.Decide(e.ID, e.Attempts+1, mctx.slot.errOr(errNacked), s.cfg.RetryPolicy, s.cfg.Clock.Now())
 		if update.Status == outbox.StatusDead {
@@ -523,9 +516,12 @@ func (sub *subscription) handOver(msg *message.Message, item *queued, wait *time
 			sub.s.settler.release([]releaseItem{{id: e.ID, topic: sub.topic}})
 			return false
 		case <-halfSpent:
-			if sub.s.cfg.Clock.Now().Before(sub.halfSpent(e)) {
+			if left := sub.halfSpent(e).Sub(sub.s.cfg.Clock.Now()); left > 0 {
 				// A time the timer sent before its Reset, which only
-				// GODEBUG=asynctimerchan=1 keeps for a later receive.
+				// GODEBUG=asynctimerchan=1 keeps for a later receive, or
+				// a clock that disagrees with the timer's (a step back):
+				// wait for the rest.
+				wait.Reset(left)
 				continue
 			}
 			sub.s.cfg.Logger.Info("outbox claim half spent waiting for the subscription's reader: event left to the next claim (raise LockTimeout, or read the channel concurrently, as a Watermill router does)",

@@ -1,0 +1,60 @@
+package watermilladapter
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/wmoutbox/wmoutbox/outbox"
+)
+
+// steppedClock is the wall clock plus an offset the test steps.
+type steppedClock struct{ offset atomic.Int64 }
+
+func (c *steppedClock) Now() time.Time { return time.Now().Add(time.Duration(c.offset.Load())) }
+
+// oneClaim's first claim returns one event, claimed by the clock's time.
+type oneClaim struct {
+	instantStore
+	clock *steppedClock
+	once  sync.Once
+}
+
+func (s *oneClaim) Claim(_ context.Context, req outbox.ClaimRequest) (events []outbox.Event, _ error) {
+	s.once.Do(func() {
+		e := outbox.Event{Envelope: outbox.NewJSON("OrderCreated", []byte(`{}`)), Status: outbox.StatusNew,
+			LockedUntil: s.clock.Now().Add(req.LockTimeout)}
+		e.ID, e.Topic = "event-1", "orders"
+		events = []outbox.Event{e}
+	})
+	return events, nil
+}
+
+// The clock steps back while an event waits for the reader: the timer
+// fires when half the claim is spent by its own reckoning, the clock says
+// not yet, and the hand-over must wait for the rest only, not past the
+// claim's end.
+func TestHandOverGivesUpAfterAClockStepBack(t *testing.T) {
+	t.Parallel()
+	clock := &steppedClock{}
+	sub, err := NewSubscriber(&oneClaim{clock: clock}, SubscriberConfig{LockTimeout: time.Second, WorkerCount: 1,
+		Clock: clock, PollInterval: time.Hour, BacklogInterval: time.Hour, DrainTimeout: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Close() })
+	msgs, err := sub.Subscribe(t.Context(), "orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond) // the worker waits to hand the event over
+	clock.offset.Store(int64(-400 * time.Millisecond))
+	time.Sleep(2800 * time.Millisecond) // by the clock, the claim ended 1.6 s ago
+	select {
+	case <-msgs:
+		t.Fatal("an event was handed over after its claim ended")
+	default:
+	}
+}
