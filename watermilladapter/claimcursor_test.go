@@ -46,6 +46,14 @@ func subscribeToEndlessBacklog(t *testing.T, cfg SubscriberConfig) (*Subscriber,
 	t.Helper()
 	store := &endlessBacklog{clock: clocktest.New(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))}
 	cfg.Clock, cfg.PollInterval, cfg.BacklogInterval = store.clock, time.Hour, time.Hour
+	sub, msgs := subscribeOrders(t, store, cfg)
+	return sub, store, msgs
+}
+
+// subscribeOrders subscribes to "orders" with a subscriber of cfg on
+// store; the subscriber is closed at cleanup.
+func subscribeOrders(t *testing.T, store outbox.Store, cfg SubscriberConfig) (*Subscriber, <-chan *message.Message) {
+	t.Helper()
 	sub, err := NewSubscriber(store, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -55,7 +63,7 @@ func subscribeToEndlessBacklog(t *testing.T, cfg SubscriberConfig) (*Subscriber,
 	if err != nil {
 		t.Fatal(err)
 	}
-	return sub, store, msgs
+	return sub, msgs
 }
 
 func (s *endlessBacklog) claims() []bool {

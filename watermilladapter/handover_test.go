@@ -39,16 +39,8 @@ func (s *oneClaim) Claim(_ context.Context, req outbox.ClaimRequest) (events []o
 func TestHandOverGivesUpAfterAClockStepBack(t *testing.T) {
 	t.Parallel()
 	clock := &steppedClock{}
-	sub, err := NewSubscriber(&oneClaim{clock: clock}, SubscriberConfig{LockTimeout: time.Second, WorkerCount: 1,
+	_, msgs := subscribeOrders(t, &oneClaim{clock: clock}, SubscriberConfig{LockTimeout: time.Second, WorkerCount: 1,
 		Clock: clock, PollInterval: time.Hour, BacklogInterval: time.Hour, DrainTimeout: 50 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = sub.Close() })
-	msgs, err := sub.Subscribe(t.Context(), "orders")
-	if err != nil {
-		t.Fatal(err)
-	}
 	time.Sleep(200 * time.Millisecond) // the worker waits to hand the event over
 	clock.offset.Store(int64(-400 * time.Millisecond))
 	time.Sleep(2800 * time.Millisecond) // by the clock, the claim ended 1.6 s ago
