@@ -85,7 +85,7 @@ func benchmarkHotPath(b *testing.B, pace func(sent int64, handled *atomic.Int64,
 	for b.Loop() {
 		event.ID = outbox.NewID()
 		now := time.Now()
-		if !sub.offerHot(event, now, now.Add(time.Minute)) {
+		if !sub.offerHot(event, now, now.Add(sub.cfg.LockTimeout)) {
 			b.Fatal("hot queue full")
 		}
 		sent++
