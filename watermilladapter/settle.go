@@ -361,14 +361,7 @@ func (st *settler) gaveUp() bool {
 	return !st.giveUpAt.IsZero() && !time.Now().Before(st.giveUpAt)
 }
 
-func (st *settler) isStopping() bool {
-	select {
-	case <-st.stopping:
-		return true
-	default:
-		return false
-	}
-}
+func (st *settler) isStopping() bool { return isDone(st.stopping) }
 
 // stop tells the settler that its subscriber is closing: it still records
 // what comes, but a statement that keeps failing is given up after

@@ -57,14 +57,7 @@ func newSubscription(s *Subscriber, topic string) *subscription {
 	}
 }
 
-func (sub *subscription) stopping() bool {
-	select {
-	case <-sub.stopped.Done():
-		return true
-	default:
-		return false
-	}
-}
+func (sub *subscription) stopping() bool { return isDone(sub.stopped.Done()) }
 
 func signal(ch chan struct{}) {
 	select {
@@ -501,14 +494,24 @@ func (sub *subscription) handOver(msg *message.Message, item *queued, wait *time
 		return true
 	default:
 	}
-	var halfSpent <-chan time.Time
-	if !e.LockedUntil.IsZero() {
-		// Left running: the next Reset moves it, which costs less than
-		// a Stop and a Reset.
-		wait.Reset(sub.halfSpent(e).Sub(sub.s.cfg.Clock.Now()))
-		halfSpent = wait.C
-	}
+	// The clock decides, not the timer: a timer's time may be stale (one
+	// GODEBUG=asynctimerchan=1 kept from before its Reset) or disagree
+	// with the clock (a step back); either way the wait goes on for the
+	// rest.
 	for {
+		var halfSpent <-chan time.Time
+		if !e.LockedUntil.IsZero() {
+			left := sub.halfSpent(e).Sub(sub.s.cfg.Clock.Now())
+			if left <= 0 {
+				sub.s.cfg.Logger.Info("outbox claim half spent waiting for the subscription's reader: event left to the next claim (raise LockTimeout, or read the channel concurrently, as a Watermill router does)",
+					watermill.LogFields{"event_id": e.ID, "topic": sub.topic, "source": item.source, "locked_until": e.LockedUntil})
+				return false
+			}
+			// Left running afterwards: the next Reset moves it, which
+			// costs less than a Stop and a Reset.
+			wait.Reset(left)
+			halfSpent = wait.C
+		}
 		select {
 		case sub.out <- msg:
 			return true
@@ -516,17 +519,6 @@ func (sub *subscription) handOver(msg *message.Message, item *queued, wait *time
 			sub.s.settler.release([]releaseItem{{id: e.ID, topic: sub.topic}})
 			return false
 		case <-halfSpent:
-			if left := sub.halfSpent(e).Sub(sub.s.cfg.Clock.Now()); left > 0 {
-				// A time the timer sent before its Reset, which only
-				// GODEBUG=asynctimerchan=1 keeps for a later receive, or
-				// a clock that disagrees with the timer's (a step back):
-				// wait for the rest.
-				wait.Reset(left)
-				continue
-			}
-			sub.s.cfg.Logger.Info("outbox claim half spent waiting for the subscription's reader: event left to the next claim (raise LockTimeout, or read the channel concurrently, as a Watermill router does)",
-				watermill.LogFields{"event_id": e.ID, "topic": sub.topic, "source": item.source, "locked_until": e.LockedUntil})
-			return false
 		}
 	}
 }
@@ -554,6 +546,7 @@ func answer(msg *message.Message, abandon <-chan struct{}) (acked, answered bool
 	}
 }
 
+// isDone reports, without waiting, whether ch, a done channel, is closed.
 func isDone(ch <-chan struct{}) bool {
 	select {
 	case <-ch:
