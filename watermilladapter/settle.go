@@ -27,15 +27,18 @@ const maxSettleBatch = 500
 // cuts it short.
 const settleLinger = 50 * time.Millisecond
 
-// A failed flush is retried after settleRetry, doubling up to
-// settleRetryMax, for as long as the subscriber runs: a database that is
-// down for minutes must not leave claims held until their leases end.
-// Once Close begins, the settler keeps trying until settleGiveUp after the
-// first failure, for all its statements together, and each statement left
-// after that gets one attempt of at most settleLastChance: Close then ends
-// in about settleGiveUp however much is queued. Outcomes not recorded are
-// not lost: the leases expire and the events are delivered again.
+// A statement is given settleTimeout while the subscriber runs. A failed
+// flush is retried after settleRetry, doubling up to settleRetryMax, for
+// as long as the subscriber runs: a database that is down for minutes must
+// not leave claims held until their leases end. Once Close begins, the
+// settler keeps trying until settleGiveUp after that, for all its
+// statements together (a statement sent before is cut off then too), and
+// each statement left after that gets one attempt of at most
+// settleLastChance: Close then ends in about settleGiveUp however much is
+// queued. Outcomes not recorded are not lost: the leases expire and the
+// events are delivered again.
 const (
+	settleTimeout    = 10 * time.Second
 	settleRetry      = 50 * time.Millisecond
 	settleRetryMax   = 2 * time.Second
 	settleGiveUp     = 10 * time.Second
@@ -76,15 +79,15 @@ type settler struct {
 	cut      chan struct{}      // signalled when updates is half full or a flush is asked for: end the linger
 	released chan struct{}      // signalled when releases has items
 	flushes  chan chan struct{} // unbuffered: a request sent is a request taken
-	stopping chan struct{}      // closed by stop: failing flushes give up
+	stopped  context.Context    // ended by stop: failing flushes give up
+	stopNow  context.CancelFunc
+	stopAt   time.Time // set by stop before it ends stopped
 	quit     chan struct{}
 	done     chan struct{}
 	stopOnce sync.Once
 	quitOnce sync.Once
 
-	// Owned by run: when failing statements are given up, and how many
-	// outcomes and releases were.
-	giveUpAt    time.Time
+	// Owned by run: how many outcomes and releases were given up.
 	notRecorded int
 
 	// Claims to hand back queue in a list, not a channel: release is called
@@ -109,10 +112,10 @@ func newSettler(store outbox.Store, owner string, logger watermill.LoggerAdapter
 		cut:      make(chan struct{}, 1),
 		released: make(chan struct{}, 1),
 		flushes:  make(chan chan struct{}),
-		stopping: make(chan struct{}),
 		quit:     make(chan struct{}),
 		done:     make(chan struct{}),
 	}
+	st.stopped, st.stopNow = context.WithCancel(context.Background())
 	go st.run()
 	return st
 }
@@ -330,18 +333,11 @@ func (st *settler) releaseOp(items []releaseItem) func(ctx context.Context) erro
 func (st *settler) retry(what string, n int, op func(ctx context.Context) error) bool {
 	pause := settleRetry
 	for {
-		timeout := st.giveUp
-		if st.gaveUp() {
-			timeout = min(timeout, settleLastChance)
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		ctx, cancel := st.attemptContext()
 		err := op(ctx)
 		cancel()
 		if err == nil {
 			return true
-		}
-		if st.giveUpAt.IsZero() && st.isStopping() {
-			st.giveUpAt = time.Now().Add(st.giveUp)
 		}
 		if st.gaveUp() || errors.Is(err, outbox.ErrInvalidRequest) {
 			st.logger.Error("outbox: giving up; the claims will expire and the events be delivered again", err,
@@ -355,19 +351,59 @@ func (st *settler) retry(what string, n int, op func(ctx context.Context) error)
 	}
 }
 
-// gaveUp reports whether the settler's deadline for failing statements
-// has passed. Only run calls it.
-func (st *settler) gaveUp() bool {
-	return !st.giveUpAt.IsZero() && !time.Now().Before(st.giveUpAt)
+// attemptContext bounds one statement: by settleTimeout while the
+// subscriber runs, and by the give-up deadline once Close began, which cuts off a
+// statement sent before too; near or past the deadline, by
+// settleLastChance.
+func (st *settler) attemptContext() (context.Context, context.CancelFunc) {
+	if !st.isStopping() {
+		return boundedAfterStop(st.stopped, settleTimeout, st.giveUp)
+	}
+	deadline := st.stopAt.Add(st.giveUp)
+	if last := time.Now().Add(settleLastChance); last.After(deadline) {
+		deadline = last
+	}
+	return context.WithDeadline(context.Background(), deadline)
 }
 
-func (st *settler) isStopping() bool { return isDone(st.stopping) }
+// gaveUp reports whether the settler's deadline for failing statements,
+// settleGiveUp after Close began, has passed.
+func (st *settler) gaveUp() bool {
+	return st.isStopping() && !time.Now().Before(st.stopAt.Add(st.giveUp))
+}
+
+// boundedAfterStop returns a context that ends after timeout, or grace
+// after stopped ends if that comes first: a statement sent while running
+// is cut off once Close has waited grace for it.
+func boundedAfterStop(stopped context.Context, timeout, grace time.Duration) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	unwatch := context.AfterFunc(stopped, func() {
+		cutOff := time.NewTimer(grace)
+		defer cutOff.Stop()
+		select {
+		case <-cutOff.C:
+			cancel()
+		case <-ctx.Done():
+		}
+	})
+	return ctx, func() {
+		unwatch()
+		cancel()
+	}
+}
+
+func (st *settler) isStopping() bool { return st.stopped.Err() != nil }
 
 // stop tells the settler that its subscriber is closing: it still records
 // what comes, but a statement that keeps failing is given up after
 // settleGiveUp, so that the subscriptions' final flushes, and Close with
 // them, end while the database is down.
-func (st *settler) stop() { st.stopOnce.Do(func() { close(st.stopping) }) }
+func (st *settler) stop() {
+	st.stopOnce.Do(func() {
+		st.stopAt = time.Now()
+		st.stopNow()
+	})
+}
 
 // close records everything queued and stops. It returns [ErrNotRecorded]
 // if it gave up on any of it.

@@ -279,6 +279,24 @@ func TestSettlerReleasesQueuedBehindAHangingStatementTogether(t *testing.T) {
 	require.LessOrEqual(t, store.statements.Load(), int64(3), "statements: 2 for the first release, 1 for the rest")
 }
 
+// A statement sent before Close began is given up by the deadline of the
+// statements sent after: settleGiveUp after Close began. With a timeout of
+// its own, it would hang that long from when it was sent, and a statement
+// after it would then get another settleGiveUp: Close took about twice
+// settleGiveUp with the database not answering.
+func TestSettlerCutsOffAStatementSentBeforeClose(t *testing.T) {
+	t.Parallel()
+	store := &hangingStore{}
+	st := newSettler(store, "me", watermill.NopLogger{}, func(...string) {})
+	st.giveUp = 200 * time.Millisecond // set before the first statement is sent
+	st.update(outbox.Done("done"), nil)
+	for store.statements.Load() == 0 { // sent, and hanging
+		time.Sleep(time.Millisecond)
+	}
+	require.ErrorIs(t, st.close(), ErrNotRecorded)
+	require.Equal(t, int64(1), store.statements.Load(), "the statement hanging when Close began is the last one tried")
+}
+
 // stoppingSettler returns a settler on store that is stopping (Close
 // began) and gives up after 100 ms.
 func stoppingSettler(store outbox.Store) *settler {
@@ -377,6 +395,52 @@ func TestCloseGivesUpOnAHangingClaim(t *testing.T) {
 	case <-time.After(claimTimeout / 2):
 		t.Fatalf("Close still waiting for a hanging claim after %s", claimTimeout/2)
 	}
+}
+
+// failingClaims is a database that refuses claims (a revoked permission,
+// a statement timeout) until told to accept them; it counts the claims.
+type failingClaims struct {
+	instantStore
+	claims    atomic.Int64
+	accepting atomic.Bool
+}
+
+func (s *failingClaims) Claim(context.Context, outbox.ClaimRequest) ([]outbox.Event, error) {
+	s.claims.Add(1)
+	if s.accepting.Load() {
+		return nil, nil
+	}
+	return nil, errors.New("permission denied for table outbox_event")
+}
+
+// Claims that fail are not sent again at the rate of the wake-ups, which
+// come with every commit announced, but after a pause that grows with
+// each failure; once a claim succeeds, wake-ups bring claims at once again.
+func TestFailingClaimsBackOffWhateverWakesThem(t *testing.T) {
+	t.Parallel()
+	store := &failingClaims{}
+	sub, err := NewSubscriber(store, SubscriberConfig{PollInterval: time.Hour, BacklogInterval: time.Hour})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, sub.Close()) })
+	_, err = sub.Subscribe(t.Context(), "orders")
+	require.NoError(t, err)
+	wakeFor := func(d time.Duration) {
+		for end := time.Now().Add(d); time.Now().Before(end); {
+			sub.Wake("orders")
+			time.Sleep(time.Millisecond)
+		}
+	}
+	wakeFor(time.Second)
+	// 50 ms doubling: 5 claims in the first second; at the wake-ups' rate
+	// (one per WakeCooldown) there would be about 200.
+	require.LessOrEqual(t, store.claims.Load(), int64(6), "failing claims sent in a second of wake-ups")
+
+	store.accepting.Store(true)
+	require.Eventually(t, func() bool { sub.Wake("orders"); return store.claims.Load() > 6 },
+		10*time.Second, 10*time.Millisecond, "claims resume once the database accepts them")
+	before := store.claims.Load()
+	wakeFor(500 * time.Millisecond)
+	require.Greater(t, store.claims.Load()-before, int64(6), "after a claim that succeeds, wake-ups bring claims without a pause")
 }
 
 // queuedReleaseCount returns how many claims wait to be released.

@@ -293,10 +293,12 @@ func (s *Subscriber) remove(sub *subscription) {
 // once (relays of other processes when [SubscriberConfig.Notify] tells
 // them, else at their next poll), records pending outcomes, and closes the
 // output channels. Every call, concurrent ones included, returns once all
-// of that is done. With the database failing, it gives up on the outcomes
-// and releases about 10 s after the first failure and returns
-// [ErrNotRecorded]; a claim the database does not answer is given up 10 s
-// after Close begins, and what it may have claimed waits for its lease.
+// of that is done. With the database failing or not answering, it gives up
+// on the outcomes and releases about 10 s after it began (statements
+// already waiting included; each statement queued after that gets one
+// attempt of at most a second) and returns [ErrNotRecorded]; a claim the
+// database does not answer is given up 10 s after Close begins too, and
+// what it may have claimed waits for its lease.
 func (s *Subscriber) Close() error {
 	s.closeOnce.Do(func() { s.closeErr = s.close() })
 	return s.closeErr

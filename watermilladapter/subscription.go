@@ -148,6 +148,12 @@ func (sub *subscription) releaseQueued() {
 // claimTimeout bounds one claim statement.
 const claimTimeout = 30 * time.Second
 
+// After a failed claim, the next waits claimRetry, doubling with each
+// failure up to the poll interval, whatever wakes it: wake-ups come with
+// every commit announced, and a claim that keeps failing (a permission, a
+// statement timeout) would otherwise be sent, and logged, at their rate.
+const claimRetry = 50 * time.Millisecond
+
 // claimRescan is how long claims follow their cursor through a backlog
 // before one starts again from the earliest due event, picking up events
 // that became due behind the cursor (see outbox.ClaimCursor); a claim that
@@ -158,6 +164,8 @@ const claimRescan = time.Second
 // cold queue; otherwise wait for the poll interval, a wake-up (acted on no
 // sooner than WakeCooldown after the last claim started), room, or the
 // earliest claim time this subscription keeps (retries, recent commits).
+// After a failed claim, nothing brings the next one sooner than claimRetry
+// allows.
 //
 // Stopping does not cancel a claim at once: the server may commit a claim
 // whose client gave up, and nobody would release those rows before their
@@ -174,8 +182,9 @@ func (sub *subscription) claimLoop() {
 	req.Cursor = &cursor
 	timer := time.NewTimer(0)
 	defer timer.Stop()
-	var claimed time.Time // when the last claim started
-	woken := false        // a wake-up came since the last claim
+	var claimed time.Time      // when the last claim started
+	var failWait time.Duration // after a failed claim, the least time to the next
+	woken := false             // a wake-up came since the last claim
 	for {
 		free := cap(sub.cold) - len(sub.cold)
 		var room chan struct{} // nil unless the cold queue held the claim back
@@ -194,18 +203,8 @@ func (sub *subscription) claimLoop() {
 			}
 			woken = false
 			fromCursor := !cursor.IsZero()
-			ctx, cancel := context.WithTimeout(context.Background(), claimTimeout)
-			unwatch := context.AfterFunc(sub.stopped, func() {
-				giveUp := time.NewTimer(sub.s.settler.giveUp)
-				defer giveUp.Stop()
-				select {
-				case <-giveUp.C:
-					cancel()
-				case <-ctx.Done():
-				}
-			})
+			ctx, cancel := boundedAfterStop(sub.stopped, claimTimeout, sub.s.settler.giveUp)
 			events, err := sub.s.store.Claim(ctx, req)
-			unwatch()
 			cancel()
 			if sub.stopping() {
 				// Whatever was claimed goes back to the table.
@@ -213,7 +212,10 @@ func (sub *subscription) claimLoop() {
 				return
 			}
 			if err != nil {
-				cfg.Logger.Error("outbox claim failed", err, watermill.LogFields{"topic": sub.topic})
+				failWait = min(max(2*failWait, claimRetry), cfg.PollInterval)
+				cfg.Logger.Error("outbox claim failed", err, watermill.LogFields{"topic": sub.topic, "pause": failWait})
+			} else {
+				failWait = 0
 			}
 			for _, e := range events {
 				// A scheduled or retried event's latency counts from its
@@ -252,17 +254,21 @@ func (sub *subscription) claimLoop() {
 		case <-room:
 		case <-timer.C:
 		}
-		if woken && !sub.coolDown(timer, claimed) {
+		hold := failWait
+		if woken {
+			hold = max(hold, cfg.WakeCooldown)
+		}
+		if !sub.holdOff(timer, claimed, hold) {
 			return
 		}
 	}
 }
 
-// coolDown waits until WakeCooldown has passed since the claim that started
-// at claimed, and reports false if the subscription stops meanwhile.
+// holdOff waits until hold has passed since the claim that started at
+// claimed, and reports false if the subscription stops meanwhile.
 // Wake-ups that arrive during the wait are merged into the claim after it.
-func (sub *subscription) coolDown(timer *time.Timer, claimed time.Time) bool {
-	wait := sub.s.cfg.WakeCooldown - time.Since(claimed)
+func (sub *subscription) holdOff(timer *time.Timer, claimed time.Time, hold time.Duration) bool {
+	wait := hold - time.Since(claimed)
 	if wait <= 0 {
 		return true
 	}
