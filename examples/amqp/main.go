@@ -30,6 +30,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -71,7 +72,7 @@ func main() {
 	orders := flag.Int("orders", 60, "how many orders to create")
 	flag.Parse()
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, *databaseURL, *amqpURL, *orders); err != nil {
 		fmt.Fprintln(os.Stderr, "examples/amqp:", err)

@@ -28,9 +28,11 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -86,8 +88,13 @@ func main() {
 	invalid := flag.Int("invalid", 5, "how many invalid PlaceOrder commands (unknown product) to send among them")
 	flag.Parse()
 
-	if err := run(context.Background(), *databaseURL, *orders, *invalid); err != nil {
+	// Ctrl-C or a stop ends ctx, and run returns through its deferred
+	// clean-up (the temporary directory of the SQLite database included).
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, *databaseURL, *orders, *invalid); err != nil {
 		fmt.Fprintln(os.Stderr, "cqrs:", err)
+		stop()
 		os.Exit(1)
 	}
 }

@@ -31,6 +31,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -75,7 +76,7 @@ func main() {
 	deleteDone := flag.Bool("delete-done", false, "delete each outbox row once Kafka has its event, instead of keeping it DONE")
 	flag.Parse()
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, *databaseURL, *brokers, *orders, *deleteDone); err != nil {
 		fmt.Fprintln(os.Stderr, "examples/kafka:", err)
@@ -295,11 +296,14 @@ func readBack(ctx context.Context, brokers []string, want map[string]string) (re
 		return got, fmt.Errorf("Kafka consumer: %w", err)
 	}
 	defer client.Close()
-	ctx, cancel := context.WithTimeout(ctx, deliveryLimit)
+	waitCtx, cancel := context.WithTimeout(ctx, deliveryLimit)
 	defer cancel()
 	for len(got.partition) < len(want) {
-		fetches := client.PollFetches(ctx)
-		if ctx.Err() != nil {
+		fetches := client.PollFetches(waitCtx)
+		if err := ctx.Err(); err != nil {
+			return got, err
+		}
+		if waitCtx.Err() != nil {
 			return got, fmt.Errorf("%d of %d events did not arrive on %s within %s",
 				len(want)-len(got.partition), len(want), kafkaTopic, deliveryLimit)
 		}

@@ -18,8 +18,10 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -50,9 +52,13 @@ func main() {
 	orders := flag.Int("orders", 100, "how many orders to create")
 	flag.Parse()
 
-	ctx := context.Background()
+	// Ctrl-C or a stop ends ctx, and run returns through its deferred
+	// clean-up (the temporary directory of the SQLite database included).
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
 	if err := run(ctx, *databaseURL, *brokers, *orders); err != nil {
 		fmt.Fprintln(os.Stderr, "quickstart:", err)
+		stop()
 		os.Exit(1)
 	}
 }
@@ -182,14 +188,19 @@ func relay[Tx any](ctx context.Context, store outbox.TxStore[Tx], createOrder fu
 	router.AddConsumerHandler("orders-to-kafka", outboxTopic, sub, toKafka)
 	routerDone := make(chan error, 1)
 	go func() { routerDone <- router.Run(ctx) }()
+	select {
+	case <-router.Running():
+	case err := <-routerDone:
+		return fmt.Errorf("router stopped at start: %w", err)
+	}
 	defer func() {
 		_ = router.Close() // closes the subscriber
 		<-routerDone
 	}()
-	<-router.Running()
 
 	// The service: each order and its event commit together.
 	written := make(map[string]bool, orders)
+	var ids []string // the event ids, in the order written
 	for i := range orders {
 		o := order{ID: fmt.Sprintf("order-%04d", i+1), TotalCents: int64(1000 + i)}
 		eventID := outbox.NewID()
@@ -209,36 +220,64 @@ func relay[Tx any](ctx context.Context, store outbox.TxStore[Tx], createOrder fu
 			return fmt.Errorf("create %s: %w", o.ID, err)
 		}
 		written[eventID] = true
+		ids = append(ids, eventID)
 	}
 
-	received, err := consume(ctx, brokers, written)
-	fmt.Printf("delivered %d/%d events\n", received, len(written))
+	got, err := consume(ctx, brokers, written)
+	fmt.Printf("delivered %d/%d events\n", len(got), len(written))
+	if err == nil && len(got) != len(written) {
+		err = errors.New("not every event arrived")
+	}
 	if err != nil {
-		return err
+		for _, id := range ids {
+			if !got[id] {
+				return fmt.Errorf("%w; %s", err, eventState(context.WithoutCancel(ctx), store, id))
+			}
+		}
 	}
-	if received != len(written) {
-		return errors.New("not every event arrived")
+	return err
+}
+
+// eventState says where the outbox has an event: its status, attempts and
+// last error, which tell why it did not arrive.
+func eventState(ctx context.Context, store outbox.Store, id string) string {
+	e, err := store.Get(ctx, id)
+	if err != nil {
+		return "cannot read event " + id + ": " + err.Error()
 	}
-	return nil
+	state := fmt.Sprintf("event %s is %s after %d failed attempts", id, e.Status, e.Attempts)
+	if e.LastError != "" {
+		state += "; last error: " + e.LastError
+	}
+	return state
 }
 
 // consume reads the Kafka topic with franz-go, a client independent of the
-// relay's, until every written event id has arrived or the time is up.
-func consume(ctx context.Context, brokers []string, want map[string]bool) (int, error) {
+// relay's, until every written event id has arrived or the time is up, and
+// returns the ids that arrived.
+func consume(ctx context.Context, brokers []string, want map[string]bool) (map[string]bool, error) {
+	got := map[string]bool{}
 	client, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(kafkaTopic),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	if err != nil {
-		return 0, err
+		return got, err
 	}
 	defer client.Close()
-	ctx, cancel := context.WithTimeout(ctx, waitLimit)
+	waitCtx, cancel := context.WithTimeout(ctx, waitLimit)
 	defer cancel()
-	got := map[string]bool{}
+	var fetchErr error // the last the consumer met: the topic missing, a broker down
 	for len(got) < len(want) {
-		fetches := client.PollFetches(ctx)
-		if ctx.Err() != nil {
-			return len(got), fmt.Errorf("waited %s for the events", waitLimit)
+		fetches := client.PollFetches(waitCtx)
+		if err := ctx.Err(); err != nil {
+			return got, err
 		}
+		if waitCtx.Err() != nil {
+			if fetchErr != nil {
+				return got, fmt.Errorf("waited %s for the events (the consumer's last error: %w)", waitLimit, fetchErr)
+			}
+			return got, fmt.Errorf("waited %s for the events", waitLimit)
+		}
+		fetches.EachError(func(_ string, _ int32, err error) { fetchErr = err })
 		fetches.EachRecord(func(r *kgo.Record) {
 			for _, h := range r.Headers {
 				if h.Key == watermilladapter.MetadataEventID && want[string(h.Value)] {
@@ -247,5 +286,5 @@ func consume(ctx context.Context, brokers []string, want map[string]bool) (int, 
 			}
 		})
 	}
-	return len(got), nil
+	return got, nil
 }
