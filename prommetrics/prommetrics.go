@@ -13,9 +13,21 @@
 //	outbox_failures_total              failed deliveries scheduled again (RETRY or deferred)
 //	outbox_dead_total                  events that went DEAD
 //	outbox_queue_depth{queue}          hot and cold queue lengths, summed over the subscriptions of the topic
-//	outbox_pending_count               NEW and RETRY rows of the topic (alert when it does not fall)
+//	outbox_pending_events              NEW and RETRY rows of the topic (alert when it does not fall)
 //	outbox_oldest_pending_age_seconds  how long the earliest due pending row has been due (lag)
 //	outbox_delivery_latency_seconds    due → acknowledgement histogram
+//
+// The names follow Prometheus's conventions, checked by its linter: the
+// logistics plan's outbox_pending_count is outbox_pending_events here (a
+// _count suffix belongs to histograms and summaries), and its
+// outbox_failure_count is outbox_failures_total.
+//
+// Create one Metrics per process and give it to every subscriber: a second
+// New on the same registerer fails, since its series exist already.
+// Subscribers of different tables that serve a topic of the same name
+// would overwrite each other's backlog gauges; give each its own Metrics,
+// on a registerer that labels its series, such as
+// prometheus.WrapRegistererWith(prometheus.Labels{"table": …}, reg).
 //
 // The queue depths are this process's. Pending count and age are the
 // table's, measured by each subscriber of the topic every BacklogInterval
@@ -92,7 +104,7 @@ func New(reg prometheus.Registerer, cfg Config) (*Metrics, error) {
 		failures:     counter("failures_total", "Failed deliveries scheduled for another attempt."),
 		dead:         counter("dead_total", "Events that went DEAD."),
 		queueDepth:   gauge("queue_depth", "Events waiting in the queues of the topic's subscriptions.", "queue"),
-		pending:      gauge("pending_count", "NEW and RETRY events of the topic."),
+		pending:      gauge("pending_events", "NEW and RETRY events of the topic."),
 		oldestAge:    gauge("oldest_pending_age_seconds", "How long the earliest due pending event of the topic has been due."),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: ns, Name: "delivery_latency_seconds", Help: "Time from an event being due (its commit, unless scheduled or retried) to its acknowledgement.", Buckets: buckets,

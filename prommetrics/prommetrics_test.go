@@ -48,16 +48,19 @@ outbox_dead_total{topic="payments"} 1
 # TYPE outbox_queue_depth gauge
 outbox_queue_depth{queue="cold",topic="orders"} 9
 outbox_queue_depth{queue="hot",topic="orders"} 7
-# HELP outbox_pending_count NEW and RETRY events of the topic.
-# TYPE outbox_pending_count gauge
-outbox_pending_count{topic="orders"} 1234
+# HELP outbox_pending_events NEW and RETRY events of the topic.
+# TYPE outbox_pending_events gauge
+outbox_pending_events{topic="orders"} 1234
 # HELP outbox_oldest_pending_age_seconds How long the earliest due pending event of the topic has been due.
 # TYPE outbox_oldest_pending_age_seconds gauge
 outbox_oldest_pending_age_seconds{topic="orders"} 90
 `
 	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(expected),
 		"outbox_hot_enqueued_total", "outbox_hot_dropped_total", "outbox_cold_enqueued_total", "outbox_dead_total",
-		"outbox_queue_depth", "outbox_pending_count", "outbox_oldest_pending_age_seconds"))
+		"outbox_queue_depth", "outbox_pending_events", "outbox_oldest_pending_age_seconds"))
+	problems, err := testutil.GatherAndLint(reg)
+	require.NoError(t, err)
+	require.Empty(t, problems, "series names and help texts as Prometheus's linter wants them")
 	require.Equal(t, 1, testutil.CollectAndCount(reg, "outbox_delivery_latency_seconds"))
 	require.Equal(t, 1, testutil.CollectAndCount(reg, "outbox_failures_total"))
 
