@@ -3,7 +3,6 @@ package main
 import (
 	"slices"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
@@ -37,14 +36,8 @@ func TestForwarderLatency(t *testing.T) {
 	require.Len(t, lat, count)
 	slices.Sort(lat)
 	t.Logf("tuned, %d events at %d/s: p50 %s, p99 %s, max %s", count, rate,
-		fwdPercentile(lat, 50), fwdPercentile(lat, 99), lat[len(lat)-1])
+		percentile(lat, 50), percentile(lat, 99), lat[len(lat)-1])
 	fwdRequireNoTables(t, pool)
-}
-
-// fwdPercentile is the nearest-rank percentile p of sorted.
-func fwdPercentile(sorted []time.Duration, p float64) time.Duration {
-	rank := int(p/100*float64(len(sorted))+0.999999) - 1
-	return sorted[min(max(rank, 0), len(sorted)-1)]
 }
 
 // fwdRequireNoTables checks that a run dropped the tables it created.

@@ -84,8 +84,16 @@ func latencyOf(sample []time.Duration) percentiles {
 		return percentiles{}
 	}
 	s := slices.Sorted(slices.Values(sample))
-	at := func(q float64) time.Duration { return s[min(int(q*float64(len(s))), len(s)-1)] }
-	return percentiles{p50: at(0.50), p99: at(0.99), max: s[len(s)-1]}
+	return percentiles{p50: percentile(s, 50), p99: percentile(s, 99), max: s[len(s)-1]}
+}
+
+// percentile is the nearest-rank p-th percentile of sorted, which is not
+// empty: the smallest value that at least p% of the values do not exceed.
+// The rank is worked out in integers, as a float's q*n can land just
+// above a whole number and take the next rank.
+func percentile(sorted []time.Duration, p int) time.Duration {
+	rank := (p*len(sorted) + 99) / 100 // ceil(p/100 · n)
+	return sorted[min(max(rank, 1), len(sorted))-1]
 }
 
 func (p percentiles) String() string {

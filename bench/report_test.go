@@ -33,3 +33,34 @@ func TestStolenShare(t *testing.T) {
 		require.Positive(t, readCPUTimes().busy, "read from /proc/stat")
 	}
 }
+
+// TestPercentileIsTheNearestRank: the p-th percentile of n values is the
+// ⌈p·n/100⌉-th smallest, so that the p99 of 100 values is not their
+// maximum.
+func TestPercentileIsTheNearestRank(t *testing.T) {
+	upTo := func(n int) []time.Duration { // 1, 2, …, n ms
+		s := make([]time.Duration, n)
+		for i := range s {
+			s[i] = time.Duration(i+1) * time.Millisecond
+		}
+		return s
+	}
+	for _, c := range []struct {
+		n, p int
+		want time.Duration
+	}{
+		{100, 99, 99 * time.Millisecond},
+		{100, 50, 50 * time.Millisecond},
+		{100, 100, 100 * time.Millisecond},
+		{100, 7, 7 * time.Millisecond}, // 0.07·100 is 7.000000000000001 in floats
+		{200, 99, 198 * time.Millisecond},
+		{101, 99, 100 * time.Millisecond},
+		{4, 50, 2 * time.Millisecond},
+		{1, 99, time.Millisecond},
+		{3, 0, time.Millisecond},
+	} {
+		require.Equal(t, c.want, percentile(upTo(c.n), c.p), "p%d of %d", c.p, c.n)
+	}
+	p := latencyOf(upTo(100))
+	require.Equal(t, percentiles{p50: 50 * time.Millisecond, p99: 99 * time.Millisecond, max: 100 * time.Millisecond}, p)
+}
