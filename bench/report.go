@@ -110,13 +110,12 @@ type series struct {
 	windows []window
 }
 
-// rotate runs each of n configurations once per repetition, rotating the
-// order from one repetition to the next, so that the drift of a shared
-// machine's speed falls on all of them alike.
-func rotate(reps, n int, run func(i int) error) error {
+// takeTurns runs each of n configurations once per repetition, in turnOrder,
+// so that the drift of a shared machine's speed falls on all of them alike.
+func takeTurns(reps, n int, run func(i int) error) error {
 	for rep := range reps {
-		for k := range n {
-			if err := run((rep + k) % n); err != nil {
+		for _, i := range turnOrder(rep, n) {
+			if err := run(i); err != nil {
 				return err
 			}
 		}
@@ -124,9 +123,25 @@ func rotate(reps, n int, run func(i int) error) error {
 	return nil
 }
 
-// interleave runs every series once per repetition, in rotation.
+// turnOrder is the order of n configurations in repetition rep: reversed in
+// odd repetitions, so that of any two, each runs first in every other
+// repetition, and over two repetitions each configuration's mean place is
+// the same. (Rotating the order by one left most pairs in the same order
+// in most repetitions.)
+func turnOrder(rep, n int) []int {
+	order := make([]int, n)
+	for k := range order {
+		order[k] = k
+		if rep%2 == 1 {
+			order[k] = n - 1 - k
+		}
+	}
+	return order
+}
+
+// interleave runs every series once per repetition, taking turns.
 func interleave(reps int, all ...*series) error {
-	return rotate(reps, len(all), func(i int) error {
+	return takeTurns(reps, len(all), func(i int) error {
 		s := all[i]
 		w, err := s.measure()
 		if err != nil {

@@ -64,3 +64,30 @@ func TestPercentileIsTheNearestRank(t *testing.T) {
 	p := latencyOf(upTo(100))
 	require.Equal(t, percentiles{p50: 50 * time.Millisecond, p99: 99 * time.Millisecond, max: 100 * time.Millisecond}, p)
 }
+
+// TestTurnsAlternateEveryPair: each repetition runs every configuration
+// once, and of any two, the one that ran first in a repetition runs second
+// in the next.
+func TestTurnsAlternateEveryPair(t *testing.T) {
+	const reps, n = 4, 5
+	var places [reps][n]int // places[rep][i]: when configuration i ran in rep
+	var ran []int
+	require.NoError(t, takeTurns(reps, n, func(i int) error { ran = append(ran, i); return nil }))
+	require.Len(t, ran, reps*n)
+	for rep := range reps {
+		turn := ran[rep*n : (rep+1)*n]
+		require.ElementsMatch(t, []int{0, 1, 2, 3, 4}, turn, "repetition %d runs each once", rep)
+		for place, i := range turn {
+			places[rep][i] = place
+		}
+	}
+	for rep := range reps - 1 {
+		for i := range n {
+			for j := i + 1; j < n; j++ {
+				before := places[rep][i] < places[rep][j]
+				after := places[rep+1][i] < places[rep+1][j]
+				require.NotEqual(t, before, after, "configurations %d and %d in repetitions %d and %d", i, j, rep, rep+1)
+			}
+		}
+	}
+}

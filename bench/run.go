@@ -203,7 +203,7 @@ func (s forwarderSetting) describe() string {
 }
 
 // measureLatency runs ours on the hot and the cold path and the forwarder
-// in rotation, and reports the median of each percentile over the
+// taking turns, and reports the median of each percentile over the
 // repetitions.
 func (res *results) measureLatency(ctx context.Context, db *database, pool *pgxpool.Pool, sz sizes, rep *report) error {
 	at := fmt.Sprintf("%d events at %d/s", sz.latencyEvents, latencyRate)
@@ -219,7 +219,7 @@ func (res *results) measureLatency(ctx context.Context, db *database, pool *pgxp
 				return forwarderLatency(ctx, pool, latencyRate, sz.latencyEvents, s)
 			}})
 	}
-	err := rotate(sz.reps, len(all), func(i int) error {
+	err := takeTurns(sz.reps, len(all), func(i int) error {
 		l := all[i]
 		lat, err := l.measure()
 		if err != nil {
