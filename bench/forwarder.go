@@ -262,26 +262,28 @@ func forwarderDrain(ctx context.Context, pool *pgxpool.Pool, n int, s forwarderS
 	if err := r.stop(); err != nil {
 		return window{}, err
 	}
-	return watch.stop(n), tally.check("forwarder drain")
+	w := watch.stop(n)
+	w.duplicates = tally.duplicates()
+	return w, tally.check("forwarder drain")
 }
 
 // forwarderLatency runs the forwarder, then writes count events one per business transaction
 // (BEGIN; publish through the forwarder publisher bound to that transaction; COMMIT), paced at
 // `rate` events per second (no bursts: schedule by start time + i/rate), and returns, for each
-// event, the time from its commit returning to the sink's handler receiving it.
-func forwarderLatency(ctx context.Context, pool *pgxpool.Pool, rate float64, count int, s forwarderSetting) (_ []time.Duration, err error) {
+// event, the time from its commit returning to the sink's handler receiving it, and the duplicates.
+func forwarderLatency(ctx context.Context, pool *pgxpool.Pool, rate float64, count int, s forwarderSetting) (_ latencySample, err error) {
 	if rate <= 0 {
-		return nil, fmt.Errorf("forwarder latency: rate %v must be positive", rate)
+		return latencySample{}, fmt.Errorf("forwarder latency: rate %v must be positive", rate)
 	}
 	r, err := newFwdRig(ctx, pool, s)
 	if err != nil {
-		return nil, err
+		return latencySample{}, err
 	}
 	defer func() { err = errors.Join(err, r.close()) }()
 
 	tally := newLatencyTally(count)
 	if err := r.start(ctx, s, tally.recv); err != nil {
-		return nil, err
+		return latencySample{}, err
 	}
 
 	committed := make([]time.Time, count)
@@ -295,23 +297,20 @@ func forwarderLatency(ctx context.Context, pool *pgxpool.Pool, rate float64, cou
 			select {
 			case <-timer.C:
 			case <-ctx.Done():
-				return nil, ctx.Err()
+				return latencySample{}, ctx.Err()
 			}
 		}
 		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 			return r.publishTx(tx, fwdMessage(ctx, i))
 		})
 		if err != nil {
-			return nil, fmt.Errorf("forwarder latency: event %d: %w", i, err)
+			return latencySample{}, fmt.Errorf("forwarder latency: event %d: %w", i, err)
 		}
 		committed[i] = time.Now()
 	}
 
 	if err := tally.wait(ctx, r.log); err != nil {
-		return nil, err
+		return latencySample{}, err
 	}
-	if err := tally.check("forwarder latency"); err != nil {
-		return nil, err
-	}
-	return tally.latencies(committed), nil
+	return tally.sample(committed), tally.check("forwarder latency")
 }

@@ -31,8 +31,9 @@ func TestForwarderLatency(t *testing.T) {
 		rate  = 500
 		count = 200
 	)
-	lat, err := forwarderLatency(t.Context(), pool, rate, count, forwarderTuned)
+	sample, err := forwarderLatency(t.Context(), pool, rate, count, forwarderTuned)
 	require.NoError(t, err)
+	lat := sample.latencies
 	require.Len(t, lat, count)
 	slices.Sort(lat)
 	t.Logf("tuned, %d events at %d/s: p50 %s, p99 %s, max %s", count, rate,

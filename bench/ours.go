@@ -298,6 +298,7 @@ func oursWrite(ctx context.Context, db *database, pool *pgxpool.Pool, n, writers
 	if err := t.wait(ctx, nil); err != nil {
 		return window{}, err
 	}
+	w.duplicates = t.duplicates()
 	return w, t.check("write path")
 }
 
@@ -404,6 +405,7 @@ func oursDrain(ctx context.Context, db *database, pool *pgxpool.Pool, n, instanc
 	if err := requireRecorded(ctx, pool, table.Table, n); err != nil {
 		return window{}, err
 	}
+	w.duplicates = t.duplicates()
 	return w, t.check("drain")
 }
 
@@ -437,22 +439,22 @@ func toSink(ctx context.Context) func(recv func(*message.Message)) (message.Publ
 // writer with no relay commits them and a relay on another pool, woken by
 // the writer's notification, delivers them (the cold path), with the
 // default poll interval.
-func oursLatency(ctx context.Context, db *database, pool *pgxpool.Pool, count int, hot bool) (_ []time.Duration, err error) {
+func oursLatency(ctx context.Context, db *database, pool *pgxpool.Pool, count int, hot bool) (_ latencySample, err error) {
 	table, drop, err := freshTable(ctx, pool, "bench_latency")
 	if err != nil {
-		return nil, err
+		return latencySample{}, err
 	}
 	defer drop()
 	t := newLatencyTally(count)
 	snk, err := startSink(ctx, sinkTopic, t.recv)
 	if err != nil {
-		return nil, err
+		return latencySample{}, err
 	}
 	defer func() { err = errors.Join(err, snk.close()) }()
 
 	store, pub, closeOutbox, err := startOutbox(ctx, db, pool, table, snk.pub, !hot)
 	if err != nil {
-		return nil, err
+		return latencySample{}, err
 	}
 	defer func() { err = errors.Join(err, closeOutbox()) }()
 
@@ -467,12 +469,12 @@ func oursLatency(ctx context.Context, db *database, pool *pgxpool.Pool, count in
 		})
 	})
 	if err != nil {
-		return nil, err
+		return latencySample{}, err
 	}
 	if err := t.wait(ctx, nil); err != nil {
-		return nil, err
+		return latencySample{}, err
 	}
-	return t.latencies(committed), t.check("latency")
+	return t.sample(committed), t.check("latency")
 }
 
 // paced calls write(i) for i in [0, count) at latencyRate, each at its

@@ -24,7 +24,22 @@ type row struct {
 
 // add reports a throughput series: its median rate and CPU per event.
 func (r *report) add(s *series, compared string) {
-	r.addRow(row{scenario: s.name, value: rate(s.median()), cpu: s.cpu(), wal: s.wal(), compared: compared})
+	r.addRow(row{scenario: s.name, value: rate(s.median()), cpu: s.cpu(), wal: s.wal(),
+		compared: withDuplicates(compared, s.duplicates())})
+}
+
+// withDuplicates adds to compared the duplicate deliveries of all a
+// series' repetitions, if any: at-least-once delivery allows them, but
+// the table does not hide them.
+func withDuplicates(compared string, duplicates int) string {
+	if duplicates == 0 {
+		return compared
+	}
+	text := fmt.Sprintf("%d duplicate deliveries (all repetitions)", duplicates)
+	if compared == "" {
+		return text
+	}
+	return compared + "; " + text
 }
 
 // addValue reports a scenario measured otherwise.
@@ -157,8 +172,9 @@ func interleave(reps int, all ...*series) error {
 // percentiles of each repetition.
 type latencySeries struct {
 	name, note string
-	measure    func() ([]time.Duration, error)
+	measure    func() (latencySample, error)
 	runs       []percentiles
+	duplicates int // over all runs
 }
 
 // median is the median over the repetitions of each percentile.
@@ -168,6 +184,15 @@ func (l *latencySeries) median() percentiles {
 		p50, p99, most = append(p50, float64(p.p50)), append(p99, float64(p.p99)), append(most, float64(p.max))
 	}
 	return percentiles{p50: time.Duration(median(p50)), p99: time.Duration(median(p99)), max: time.Duration(median(most))}
+}
+
+// duplicates is the duplicate deliveries of all repetitions.
+func (s *series) duplicates() int {
+	n := 0
+	for _, w := range s.windows {
+		n += w.duplicates
+	}
+	return n
 }
 
 // median is the median rate, events per second.

@@ -91,3 +91,16 @@ func TestTurnsAlternateEveryPair(t *testing.T) {
 		}
 	}
 }
+
+// TestDuplicatesShowInTheComparedColumn: at-least-once delivery allows
+// duplicates, and the table shows those of all repetitions, only when
+// there are some.
+func TestDuplicatesShowInTheComparedColumn(t *testing.T) {
+	s := &series{windows: []window{{events: 10, elapsed: time.Second, duplicates: 2}, {events: 10, elapsed: time.Second, duplicates: 1}}}
+	rep := &report{}
+	rep.add(s, "1.00× raw insert")
+	rep.add(&series{windows: []window{{events: 10, elapsed: time.Second}}}, "1.00× raw insert")
+	require.Equal(t, "1.00× raw insert; 3 duplicate deliveries (all repetitions)", rep.rows[0].compared)
+	require.Equal(t, "1.00× raw insert", rep.rows[1].compared)
+	require.Equal(t, "4 duplicate deliveries (all repetitions)", withDuplicates("", 4))
+}

@@ -209,23 +209,24 @@ func (res *results) measureLatency(ctx context.Context, db *database, pool *pgxp
 	at := fmt.Sprintf("%d events at %d/s", sz.latencyEvents, latencyRate)
 	all := []*latencySeries{
 		{name: "4 latency commit→sink: ours, hot path, " + at,
-			measure: func() ([]time.Duration, error) { return oursLatency(ctx, db, pool, sz.latencyEvents, true) }},
+			measure: func() (latencySample, error) { return oursLatency(ctx, db, pool, sz.latencyEvents, true) }},
 		{name: "4 latency commit→sink: ours, cold path (other process, poll 5s), " + at, note: "woken by the writer's notification",
-			measure: func() ([]time.Duration, error) { return oursLatency(ctx, db, pool, sz.latencyEvents, false) }},
+			measure: func() (latencySample, error) { return oursLatency(ctx, db, pool, sz.latencyEvents, false) }},
 	}
 	for _, s := range []forwarderSetting{forwarderTuned, forwarderDefault} {
 		all = append(all, &latencySeries{name: "4 latency commit→sink: forwarder " + s.describe() + ", " + at,
-			measure: func() ([]time.Duration, error) {
+			measure: func() (latencySample, error) {
 				return forwarderLatency(ctx, pool, latencyRate, sz.latencyEvents, s)
 			}})
 	}
 	err := takeTurns(sz.reps, len(all), func(i int) error {
 		l := all[i]
-		lat, err := l.measure()
+		sample, err := l.measure()
 		if err != nil {
 			return fmt.Errorf("%s: %w", l.name, err)
 		}
-		l.runs = append(l.runs, latencyOf(lat))
+		l.runs = append(l.runs, latencyOf(sample.latencies))
+		l.duplicates += sample.duplicates
 		return nil
 	})
 	if err != nil {
@@ -233,7 +234,7 @@ func (res *results) measureLatency(ctx context.Context, db *database, pool *pgxp
 	}
 	res.hot, res.cold = all[0].median(), all[1].median()
 	for _, l := range all {
-		rep.addValue(l.name, l.median().String(), l.note)
+		rep.addValue(l.name, l.median().String(), withDuplicates(l.note, l.duplicates))
 	}
 	return nil
 }

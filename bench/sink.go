@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
 	"strconv"
 	"sync"
 	"time"
@@ -144,18 +143,22 @@ func (t *tally) wait(ctx context.Context, log *errLog) error {
 	}
 }
 
-// check reports stray messages as an error, and duplicates on stderr:
-// at-least-once delivery allows them, but the table should not hide them.
+// check reports stray messages as an error.
 func (t *tally) check(what string) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.dups > 0 {
-		fmt.Fprintf(os.Stderr, "%s: %d duplicate deliveries\n", what, t.dups)
-	}
 	if t.stray > 0 {
 		return fmt.Errorf("%s: %d unexpected messages at the sink", what, t.stray)
 	}
 	return nil
+}
+
+// duplicates is how many deliveries repeated an event already delivered:
+// at-least-once delivery allows them, and the table shows them.
+func (t *tally) duplicates() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.dups
 }
 
 // errLog is a watermill.LoggerAdapter that keeps only the last error, so
@@ -185,15 +188,22 @@ func (*errLog) Debug(string, watermill.LogFields)                  {}
 func (*errLog) Trace(string, watermill.LogFields)                  {}
 func (l *errLog) With(watermill.LogFields) watermill.LoggerAdapter { return l }
 
-// latencies returns, for each event of a latency tally, the time from its
-// commit to its first delivery. A relay can see a row before COMMIT's
-// reply reaches the writer; that is zero latency, not negative.
-func (t *tally) latencies(committed []time.Time) []time.Duration {
+// latencySample is one latency run: each event's time from its commit to
+// its first delivery, and the deliveries that repeated an event.
+type latencySample struct {
+	latencies  []time.Duration
+	duplicates int
+}
+
+// sample returns the latencies of a latency tally's events. A relay can
+// see a row before COMMIT's reply reaches the writer; that is zero
+// latency, not negative.
+func (t *tally) sample(committed []time.Time) latencySample {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	lat := make([]time.Duration, len(committed))
 	for i := range lat {
 		lat[i] = max(t.at[i].Sub(committed[i]), 0)
 	}
-	return lat
+	return latencySample{latencies: lat, duplicates: t.dups}
 }

@@ -24,6 +24,7 @@ type window struct {
 	elapsed          time.Duration
 	machine, process time.Duration
 	wal              int64 // bytes; -1 when the server's position could not be read
+	duplicates       int   // deliveries that repeated an event, counted after the window
 }
 
 func (w window) rate() float64 { return float64(w.events) / w.elapsed.Seconds() }
