@@ -56,6 +56,15 @@ const (
 	// fwdFillBatch events per fill transaction: 3 bind parameters each, well
 	// under PostgreSQL's 65535.
 	fwdFillBatch = 1000
+
+	// fwdConsumerGroup is the subscriber's consumer group, watermill-sql's
+	// default, whose row of the offsets table the drain watches.
+	fwdConsumerGroup = ""
+
+	// fwdAckTimeout bounds the wait for the last offset once every event
+	// is delivered: the forwarder acks a batch a few milliseconds after
+	// its last delivery.
+	fwdAckTimeout = 30 * time.Second
 )
 
 // fwdMessage is event i as a Watermill message.
@@ -127,6 +136,7 @@ func newFwdRig(ctx context.Context, pool *pgxpool.Pool, s forwarderSetting) (*fw
 
 func (r *fwdRig) subscriber(s forwarderSetting) (*wsql.Subscriber, error) {
 	sub, err := wsql.NewSubscriber(wsql.BeginnerFromPgx(r.subPool), wsql.SubscriberConfig{
+		ConsumerGroup:  fwdConsumerGroup,
 		PollInterval:   s.pollInterval,
 		SchemaAdapter:  r.schema,
 		OffsetsAdapter: r.offsets,
@@ -185,6 +195,73 @@ func (r *fwdRig) start(ctx context.Context, s forwarderSetting, recv func(*messa
 	}
 }
 
+// lastOffset is the offset of the topic's last row in the subscriber's
+// order (transaction id, then offset): the offset the forwarder acks last.
+func (r *fwdRig) lastOffset(ctx context.Context) (int64, error) {
+	var last int64
+	err := r.pool.QueryRow(ctx, `SELECT "offset" FROM `+r.schema.MessagesTable(r.topic)+
+		` ORDER BY transaction_id DESC, "offset" DESC LIMIT 1`).Scan(&last)
+	if err != nil {
+		return 0, fmt.Errorf("forwarder: last offset: %w", err)
+	}
+	return last, nil
+}
+
+// ackedOffset is the offset the forwarder's consumer group has acked, as
+// committed in watermill-sql's offsets table.
+func (r *fwdRig) ackedOffset(ctx context.Context) (int64, error) {
+	var acked int64
+	err := r.pool.QueryRow(ctx, `SELECT offset_acked FROM `+r.offsets.MessagesOffsetsTable(r.topic)+
+		` WHERE consumer_group = $1`, fwdConsumerGroup).Scan(&acked)
+	if err != nil {
+		return 0, fmt.Errorf("forwarder: acked offset: %w", err)
+	}
+	return acked, nil
+}
+
+// waitAcked returns once the forwarder has acked offset last, or an
+// error after fwdAckTimeout. The sink counts a message before the
+// forwarder acks it, and the subscriber records a batch's offset after its
+// last ack, dropping it if closed first: stopping at the last delivery
+// left the last batch's offset unwritten.
+func (r *fwdRig) waitAcked(ctx context.Context, last int64) error {
+	ctx, cancel := context.WithTimeout(ctx, fwdAckTimeout)
+	defer cancel()
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	var acked int64
+	for {
+		now, err := r.ackedOffset(ctx)
+		switch {
+		case ctx.Err() != nil:
+			return fmt.Errorf("forwarder: offset %d of %d acked %s after the last delivery: %w",
+				acked, last, fwdAckTimeout, context.Cause(ctx))
+		case err != nil:
+			return err
+		case now == last:
+			return nil
+		}
+		acked = now
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+		}
+	}
+}
+
+// requireAcked fails unless the forwarder, stopped, has acked offset
+// last, as requireRecorded checks our outcomes.
+func (r *fwdRig) requireAcked(ctx context.Context, last int64) error {
+	acked, err := r.ackedOffset(ctx)
+	if err != nil {
+		return err
+	}
+	if acked != last {
+		return fmt.Errorf("forwarder: offset %d of %d acked after the forwarder stopped", acked, last)
+	}
+	return nil
+}
+
 // stop stops the forwarder, which closes its subscriber once the acked
 // messages' offsets are committed.
 func (r *fwdRig) stop() error {
@@ -222,7 +299,8 @@ func (r *fwdRig) close() error {
 // forwarder topic, each in a committed transaction or in large batches (whatever is fastest to fill;
 // the fill is not measured), then starts the forwarder (watermill-sql subscriber -> forwarder ->
 // gochannel publisher) and a gochannel subscriber that counts messages, and returns how long it took
-// from forwarder start until all n messages reached the sink. It stops and cleans up everything it started.
+// from forwarder start until all n messages reached the sink, the last offset was recorded and the
+// forwarder stopped. It stops and cleans up everything it started.
 func forwarderDrain(ctx context.Context, pool *pgxpool.Pool, n int, s forwarderSetting) (_ window, err error) {
 	r, err := newFwdRig(ctx, pool, s)
 	if err != nil {
@@ -248,6 +326,10 @@ func forwarderDrain(ctx context.Context, pool *pgxpool.Pool, n int, s forwarderS
 	if _, err := pool.Exec(ctx, "ANALYZE "+r.schema.MessagesTable(r.topic)); err != nil {
 		return window{}, fmt.Errorf("forwarder drain: analyze: %w", err)
 	}
+	last, err := r.lastOffset(ctx)
+	if err != nil {
+		return window{}, err
+	}
 
 	tally := newTally(n)
 	watch := startWatch(ctx, pool)
@@ -259,10 +341,16 @@ func forwarderDrain(ctx context.Context, pool *pgxpool.Pool, n int, s forwarderS
 	}
 	// As ours: the drain ends when the forwarder has stopped, every offset
 	// recorded.
+	if err := r.waitAcked(ctx, last); err != nil {
+		return window{}, err
+	}
 	if err := r.stop(); err != nil {
 		return window{}, err
 	}
 	w := watch.stop(n)
+	if err := r.requireAcked(ctx, last); err != nil {
+		return window{}, err
+	}
 	w.duplicates = tally.duplicates()
 	return w, tally.check("forwarder drain")
 }
