@@ -31,6 +31,12 @@ func createDatabase(ctx context.Context, server string) (*database, error) {
 		return nil, fmt.Errorf("database URL: %w", err)
 	}
 	u.Path = "/" + db.name
+	// Every connection of the program, its relay process's included, names
+	// itself after the database, so that othersWatch can tell it from
+	// other clients'.
+	q := u.Query()
+	q.Set("application_name", db.name)
+	u.RawQuery = q.Encode()
 	db.url = u.String()
 	conn, err := pgx.Connect(ctx, server)
 	if err != nil {

@@ -56,6 +56,8 @@ func runIn(ctx context.Context, db *database, sz sizes, only string, quick bool)
 		mode, runtime.NumCPU(), version, writers, sz.reps, len(payload(0)), machineLine())
 
 	cpuAtStart := readCPUTimes()
+	others := watchOthers(ctx, pool, db.name)
+	defer others.stop()
 	want := func(name string) bool { return only == "" || strings.Contains(name, only) }
 	rep := &report{}
 	var res results
@@ -77,12 +79,14 @@ func runIn(ctx context.Context, db *database, sz sizes, only string, quick bool)
 			return fmt.Errorf("%s: %w", step.name, err)
 		}
 	}
+	othersLine := others.stop()
 	fmt.Println()
 	rep.print(os.Stdout)
 	if stolen := readCPUTimes().stolenShare(cpuAtStart); stolen >= 0 {
 		fmt.Printf("\nsteal: a hypervisor held back %.0f%% of this machine's CPU time during the run; "+
 			"with much of it, compare ratios within this run, not figures across runs\n", 100*stolen)
 	}
+	fmt.Println(othersLine)
 	if quick {
 		fmt.Printf("summary: write_ratio=%.2f drain_per_s=%.0f drain_ratio_vs_forwarder=%.2f hot_p50_ms=%.2f hot_p99_ms=%.2f cold_p99_ms=%.2f kafka_drain_per_s=%.0f\n",
 			res.writeRatio, res.drain1, res.drain1Ratio,
