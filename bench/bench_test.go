@@ -109,3 +109,14 @@ func TestUntilEOFEndsWithItsInput(t *testing.T) {
 		t.Fatal("the context outlived its input")
 	}
 }
+
+// The memory scenario's relay process reports its figures on stdout, in
+// the form the program reads back.
+func TestMemoryReportReadsBack(t *testing.T) {
+	want := memoryReport{peakRSSKB: 34_816, drain: 18_812_345_678, duplicates: 2}
+	got, err := parseMemoryReport(want.String())
+	require.NoError(t, err)
+	require.Equal(t, want, got)
+	_, err = parseMemoryReport("peak_rss_kb=1\n")
+	require.Error(t, err)
+}

@@ -23,8 +23,6 @@ type results struct {
 	writeRatio, drain1, drain1Ratio float64
 	hot, cold                       percentiles
 	kafka                           float64
-	memoryRSS                       int64
-	memoryElapsed                   time.Duration
 }
 
 // run runs the scenarios of only (all with "") in a database of its own,
@@ -69,7 +67,7 @@ func runIn(ctx context.Context, db *database, sz sizes, only string, quick bool)
 		{"drain", func() error { return res.measureDrain(ctx, db, pool, sz, rep) }},
 		{"latency", func() error { return res.measureLatency(ctx, db, pool, sz, rep) }},
 		{"kafka", func() error { return res.measureKafka(ctx, db, pool, sz, rep) }},
-		{"memory", func() error { return res.measureMemory(ctx, db, sz, rep) }},
+		{"memory", func() error { return measureMemory(ctx, db, sz, rep) }},
 	}
 	for _, step := range steps {
 		if !want(step.name) {
@@ -269,16 +267,16 @@ func (res *results) measureKafka(ctx context.Context, db *database, pool *pgxpoo
 	return nil
 }
 
-func (res *results) measureMemory(ctx context.Context, db *database, sz sizes, rep *report) (err error) {
+func measureMemory(ctx context.Context, db *database, sz sizes, rep *report) error {
 	if sz.memory == 0 {
 		return nil
 	}
-	res.memoryRSS, res.memoryElapsed, err = memoryDrain(ctx, db, sz.memory)
+	m, err := memoryDrain(ctx, db, sz.memory)
 	if err != nil {
 		return err
 	}
 	rep.addValue(fmt.Sprintf("6 memory: drain %s backlog, relay process", thousands(int64(sz.memory))),
-		fmt.Sprintf("peak RSS %.0f MB", float64(res.memoryRSS)/1e6),
-		fmt.Sprintf("in %.1f s (%s)", res.memoryElapsed.Seconds(), rate(float64(sz.memory)/res.memoryElapsed.Seconds())))
+		fmt.Sprintf("peak RSS %.0f MB", float64(m.peakRSSKB)*1024/1e6),
+		withDuplicates(fmt.Sprintf("drained in %.1f s (%s)", m.drain.Seconds(), rate(float64(sz.memory)/m.drain.Seconds())), m.duplicates))
 	return nil
 }
