@@ -120,3 +120,15 @@ func TestMemoryReportReadsBack(t *testing.T) {
 	_, err = parseMemoryReport("peak_rss_kb=1\n")
 	require.Error(t, err)
 }
+
+// -only chooses scenarios by name; -quick has no memory scenario, so
+// "-quick -only memory" is refused instead of printing an empty table.
+func TestOnlySelectsScenariosThatRun(t *testing.T) {
+	require.Equal(t, scenarios, selected("", fullSizes))
+	require.Equal(t, []string{"write", "drain", "latency", "kafka"}, selected("", quickSizes))
+	require.Equal(t, []string{"drain"}, selected("drain", quickSizes))
+	require.Equal(t, []string{"memory"}, selected("mem", fullSizes))
+	require.Empty(t, selected("memory", quickSizes))
+	require.ErrorContains(t, noScenario("memory", true), "-quick skips the memory scenario")
+	require.ErrorContains(t, noScenario("disk", false), `-only "disk" selects none of the scenarios write, drain, latency, kafka, memory`)
+}

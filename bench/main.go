@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/pprof"
+	"strings"
 	"syscall"
 )
 
@@ -37,6 +38,15 @@ var (
 const latencyRate = 500
 
 func main() {
+	if err := runProgram(); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+// runProgram is main, returning its error so that the deferred calls, the
+// CPU profile's end among them, run before the program exits.
+func runProgram() error {
 	quick := flag.Bool("quick", false, "run a reduced version (under a minute) and end with a summary line")
 	url := flag.String("database-url", envOr("BENCH_DATABASE_URL", defaultDatabaseURL),
 		"PostgreSQL server to use; the program creates its own database there and drops it at the end")
@@ -50,14 +60,11 @@ func main() {
 
 	if *memoryChild != "" {
 		if err := runMemoryRelay(*memoryChild, *memoryTable, *memoryEvents); err != nil {
-			fmt.Fprintln(os.Stderr, "memory relay:", err)
-			os.Exit(1)
+			return fmt.Errorf("memory relay: %w", err)
 		}
-		return
+		return nil
 	}
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	sz := fullSizes
 	if *quick {
 		sz = quickSizes
@@ -65,28 +72,39 @@ func main() {
 	if *reps > 0 {
 		sz.reps = *reps
 	}
+	if len(selected(*only, sz)) == 0 {
+		return noScenario(*only, *quick)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
 	if *cpuProfile != "" {
 		stopProfile, err := startCPUProfile(*cpuProfile)
 		if err != nil {
-			fmt.Fprintln(os.Stderr, "bench:", err)
-			os.Exit(1)
+			return err
 		}
 		defer stopProfile()
 	}
-	if _, err := run(ctx, *url, sz, *only, *quick); err != nil {
-		fmt.Fprintln(os.Stderr, "bench:", err)
-		os.Exit(1)
+	_, err := run(ctx, *url, sz, *only, *quick)
+	return err
+}
+
+// noScenario is the error of an -only that selects nothing to run, rather
+// than an empty table.
+func noScenario(only string, quick bool) error {
+	if quick && strings.Contains("memory", only) {
+		return fmt.Errorf("-only %q: -quick skips the memory scenario (a 1M backlog); run it without -quick", only)
 	}
+	return fmt.Errorf("-only %q selects none of the scenarios %s", only, strings.Join(scenarios, ", "))
 }
 
 func startCPUProfile(path string) (stop func(), err error) {
 	f, err := os.Create(path)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("cpu profile: %w", err)
 	}
 	if err := pprof.StartCPUProfile(f); err != nil {
 		f.Close()
-		return nil, err
+		return nil, fmt.Errorf("cpu profile: %w", err)
 	}
 	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }
