@@ -35,7 +35,11 @@ func TestDecide(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			require.Equal(t, tt.want, outbox.Decide("e", tt.attempt, tt.err, policy, now))
+			want := tt.want
+			if tt.err != nil {
+				want.Attempt = tt.attempt // a failure says which attempt it reports
+			}
+			require.Equal(t, want, outbox.Decide("e", tt.attempt, tt.err, policy, now))
 		})
 	}
 }

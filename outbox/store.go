@@ -50,9 +50,11 @@ type Store interface {
 	// pending (NEW or RETRY) event that owner still claims, its lease
 	// running or run out while no other relay claimed the event since;
 	// with owner "", the caller holds no claim, and they apply only to a
-	// pending event under no running lease. Any other outcome is stale (a
-	// relay slower than its lease, whose event another relay now delivers;
-	// an outcome recorded already; an event since DEAD or replayed) and
+	// pending event under no running lease. A RETRY or DEAD that says its
+	// attempt ([StatusUpdate.Attempt]) applies only to an event with the
+	// failed attempts before it. Any other outcome is stale (a relay
+	// slower than its lease, whose event another relay now delivers; an
+	// outcome recorded already; an event since DEAD or replayed) and
 	// changes nothing: it would clear another relay's lease, revive a
 	// DEAD event or count an attempt twice. Every update applied clears
 	// the claim. Of several outcomes of one event in one call, a DONE
@@ -282,6 +284,13 @@ type StatusUpdate struct {
 	// Error is stored in last_error (cut by [CutError]); "" keeps the
 	// previous last_error, and so does a DONE outcome.
 	Error string
+	// Attempt is the number of the delivery attempt a RETRY or DEAD
+	// reports: 1 for the first, the event's Attempts when delivered plus
+	// one, as [Decide] sets it. Set, the outcome applies only while the
+	// event has Attempt-1 failed attempts recorded, so that an outcome
+	// written twice (a statement sent again after its reply was lost) counts
+	// once and leaves a newer claim alone. 0 leaves it unchecked.
+	Attempt int
 }
 
 // Done records a successful delivery.
@@ -322,6 +331,8 @@ func (u StatusUpdate) Validate() error {
 		return invalidRequest("deferral of %s without a next time", u.ID)
 	case u.Status < StatusNew || u.Status > StatusDead:
 		return invalidRequest("unknown status %d for %s", u.Status, u.ID)
+	case u.Attempt < 0:
+		return invalidRequest("attempt %d of %s", u.Attempt, u.ID)
 	}
 	return nil
 }
@@ -329,6 +340,16 @@ func (u StatusUpdate) Validate() error {
 // AttemptSpent reports whether the update counts as a failed attempt.
 func (u StatusUpdate) AttemptSpent() bool {
 	return u.Status == StatusRetry || u.Status == StatusDead
+}
+
+// AttemptsBefore returns the failed attempts the event must have recorded
+// for the update to apply, and false when the update does not check them
+// (see [StatusUpdate.Attempt]).
+func (u StatusUpdate) AttemptsBefore() (int, bool) {
+	if u.Attempt == 0 || !u.AttemptSpent() {
+		return 0, false
+	}
+	return u.Attempt - 1, true
 }
 
 // DeadFilter selects DEAD events: those that match every field set. Zero

@@ -1584,3 +1584,64 @@ func (d *deliveryCount) requireOnceEach(t *testing.T, pool *pgxpool.Pool, events
 		require.Equal(t, 1, n, "deliveries of %s", id)
 	}
 }
+
+// replyLost is a store whose first RETRY batch commits on the server but
+// reaches the relay as an error, as when the connection dies between the
+// commit and its reply; the error comes once ready is closed.
+type replyLost struct {
+	*postgres.Store
+	lost  atomic.Bool
+	ready chan struct{}
+}
+
+func (s *replyLost) UpdateStatus(ctx context.Context, owner string, updates ...outbox.StatusUpdate) (int64, error) {
+	n, err := s.Store.UpdateStatus(ctx, owner, updates...)
+	if err == nil && len(updates) > 0 && updates[0].Status == outbox.StatusRetry && s.lost.CompareAndSwap(false, true) {
+		<-s.ready
+		return 0, errors.New("read tcp: connection reset by peer")
+	}
+	return n, err
+}
+
+// The relay sends a failed outcome statement again. When the first had
+// committed (its reply lost) and the relay has claimed the event again
+// since, the RETRY sent again must not count a second attempt for one
+// Nack, nor end the new claim under the handler now holding the event,
+// which would let another relay deliver it at the same time.
+func TestRetrySentAgainAfterALostReplyCountsOnce(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t)
+	base := storeWithBacklog(t, pool, 1)
+	store := &replyLost{Store: base, ready: make(chan struct{})}
+	fast := outbox.Backoff{Base: 10 * time.Millisecond, Max: 10 * time.Millisecond, MaxAttempts: 100}
+	newRelay := func(store outbox.Store, owner string) <-chan *message.Message {
+		sub, err := watermilladapter.NewSubscriber(store, watermilladapter.SubscriberConfig{
+			Owner: owner, PollInterval: 50 * time.Millisecond, RetryPolicy: fast})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = sub.Close() })
+		msgs, err := sub.Subscribe(t.Context(), "orders")
+		require.NoError(t, err)
+		return msgs
+	}
+
+	a := newRelay(store, "a")
+	first := nextMessage(t, a, "first delivery")
+	id := first.Metadata.Get(watermilladapter.MetadataEventID)
+	first.Nack() // the RETRY commits; its reply waits for ready
+	second := nextMessage(t, a, "the retry, claimed again by relay a")
+	require.Equal(t, id, second.Metadata.Get(watermilladapter.MetadataEventID))
+	b := newRelay(base, "b")
+	close(store.ready) // the reply is lost; relay a sends the RETRY again
+
+	for range 50 { // a second, while relay a's handler holds the event
+		select {
+		case msg := <-b:
+			t.Fatalf("relay b got %s while relay a's handler holds it", msg.Metadata.Get(watermilladapter.MetadataEventID))
+		case <-time.After(20 * time.Millisecond):
+		}
+		e := statusOf(t, base, id)
+		require.Equal(t, 1, e.Attempts, "one Nack, one attempt")
+		require.Equal(t, "a", e.LockedBy, "relay a's new claim holds")
+	}
+	second.Ack()
+}

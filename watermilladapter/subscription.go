@@ -447,7 +447,9 @@ func (sub *subscription) process(item queued, wait *time.Timer) {
 	defer s.inflight.Release(e.ID)
 	if e.Malformed != nil {
 		s.cfg.Logger.Error("outbox event cannot be decoded: DEAD", e.Malformed, watermill.LogFields{"event_id": e.ID})
-		s.settler.update(outbox.Dead(e.ID, e.Malformed), nil)
+		dead := outbox.Dead(e.ID, e.Malformed)
+		dead.Attempt = e.Attempts + 1
+		s.settler.update(dead, nil)
 		s.cfg.Metrics.Dead(sub.topic)
 		return
 	}

@@ -66,6 +66,7 @@ func Run[Tx any](t *testing.T, newHarness func(t *testing.T) Harness[Tx]) {
 		{"StatusTransitions", testStatusTransitions[Tx]},
 		{"UpdateStatusDoneOrLastUpdatePerEventWins", testUpdateStatusDoneOrLastUpdatePerEventWins[Tx]},
 		{"StaleOutcomesChangeNothing", testStaleOutcomesChangeNothing[Tx]},
+		{"OutcomeWrittenTwiceCountsOnce", testOutcomeWrittenTwiceCountsOnce[Tx]},
 		{"DeleteDoneDeletesOnlyDeliveredEvents", testDeleteDoneDeletesOnlyDeliveredEvents[Tx]},
 		{"DelayedEventsInvisibleUntilDue", testDelayedEventsInvisibleUntilDue[Tx]},
 		{"RetryAndDeferredDueAgainAtNextTime", testRetryAndDeferredDueAgainAtNextTime[Tx]},
@@ -632,6 +633,56 @@ func testStaleOutcomesChangeNothing[Tx any](t *testing.T, f *fixture[Tx]) {
 	require.EqualValues(t, 2, n)
 	require.Equal(t, outbox.StatusDone, f.get(t, delivered).Status)
 	require.Equal(t, outbox.StatusDone, f.get(t, dead).Status)
+}
+
+// An outcome that says which attempt it reports applies once: written
+// again (its statement sent again after the reply was lost), it neither
+// counts the attempt twice nor ends the claim its owner has made since.
+// One that does not say is applied as before.
+func testOutcomeWrittenTwiceCountsOnce[Tx any](t *testing.T, f *fixture[Tx]) {
+	ctx := t.Context()
+	written := f.write(t, JSONEvent(1), JSONEvent(2), JSONEvent(3))
+	retried, dead, unchecked := written[0], written[1], written[2]
+	require.Len(t, f.claim(t, outbox.ClaimRequest{Owner: "me", LockTimeout: time.Minute}), 3)
+	now := f.Clock.Now()
+	failed := errors.New("failed")
+	outcomes := []outbox.StatusUpdate{
+		outbox.Decide(retried, 1, failed, outbox.Backoff{Base: time.Second, Max: time.Second, MaxAttempts: 5}, now),
+		outbox.Decide(dead, 1, outbox.Permanent(failed), nil, now),
+		outbox.Retry(unchecked, now, failed),
+	}
+	require.Equal(t, 1, outcomes[0].Attempt)
+	n, err := f.Store.UpdateStatus(ctx, "me", outcomes...)
+	require.NoError(t, err)
+	require.EqualValues(t, 3, n)
+
+	f.Clock.Advance(2 * time.Second)
+	require.ElementsMatch(t, []string{retried, unchecked},
+		f.claim(t, outbox.ClaimRequest{Owner: "me", LockTimeout: time.Minute}), "due again, and claimed again by me")
+	n, err = f.Store.UpdateStatus(ctx, "me", outcomes...)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n, "only the outcome that does not say its attempt is applied again")
+
+	e := f.get(t, retried)
+	require.Equal(t, outbox.StatusRetry, e.Status)
+	require.Equal(t, 1, e.Attempts, "one failure, counted once")
+	require.Equal(t, "me", e.LockedBy, "the newer claim holds")
+	e = f.get(t, dead)
+	require.Equal(t, outbox.StatusDead, e.Status)
+	require.Equal(t, 1, e.Attempts)
+	e = f.get(t, unchecked)
+	require.Equal(t, 2, e.Attempts, "unchecked: applied to the newer claim too")
+	require.Empty(t, e.LockedBy)
+
+	// The next attempt's outcome is recorded.
+	next := outbox.Decide(retried, 2, failed, outbox.Backoff{Base: time.Second, Max: time.Second, MaxAttempts: 5}, now)
+	n, err = f.Store.UpdateStatus(ctx, "me", next)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n)
+	require.Equal(t, 2, f.get(t, retried).Attempts)
+
+	_, err = f.Store.UpdateStatus(ctx, "me", outbox.StatusUpdate{ID: retried, Status: outbox.StatusDead, Attempt: -1})
+	require.ErrorIs(t, err, outbox.ErrInvalidRequest)
 }
 
 func testUpdateStatusDoneOrLastUpdatePerEventWins[Tx any](t *testing.T, f *fixture[Tx]) {

@@ -396,7 +396,7 @@ func (s *Store) UpdateStatus(ctx context.Context, owner string, updates ...outbo
 	return outbox.RecordOutcomes(owner, updates, recordDone, func(updates []outbox.StatusUpdate) (int64, error) {
 		n := len(updates)
 		ids, statuses, spent := make(array[text], n), make([]int16, n), make([]int32, n)
-		nextAt, errs := make([]*time.Time, n), make(array[text], n)
+		nextAt, errs, before := make([]*time.Time, n), make(array[text], n), make([]*int32, n)
 		for i := range updates {
 			u := &updates[i] // not a copy: a copy's NextAt taken by address would be allocated for every event
 			ids[i], statuses[i], errs[i] = text(u.ID), int16(u.Status), text(outbox.CutError(u.Error))
@@ -406,8 +406,11 @@ func (s *Store) UpdateStatus(ctx context.Context, owner string, updates ...outbo
 			if !u.NextAt.IsZero() {
 				nextAt[i] = &u.NextAt
 			}
+			if attempts, checked := u.AttemptsBefore(); checked {
+				before[i] = new(int32(attempts))
+			}
 		}
-		tag, err := s.db.Exec(ctx, s.t.sql.updateStatus, s.clock.Now(), ids, statuses, spent, nextAt, errs, owner)
+		tag, err := s.db.Exec(ctx, s.t.sql.updateStatus, s.clock.Now(), ids, statuses, spent, nextAt, errs, owner, before)
 		if err != nil {
 			return 0, fmt.Errorf("postgres: update status of %d events: %w", n, err)
 		}

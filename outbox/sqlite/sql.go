@@ -120,10 +120,11 @@ WHERE event_id IN (` + sqlIDs + `) AND locked_by = ?2 AND status IN (0, 2)`
 
 // sqlUpdateStatus applies a batch of RETRY, DEAD and deferral outcomes
 // reported by owner ?3, given as a JSON array of {"id" (hex), "status",
-// "spent", "next_at", "error"} objects: status 0 keeps the current status
-// (a deferral). DONE rows are never touched. An outcome needs a pending
-// row that ?3 still holds or, from no owner, one under no running lease
-// (see outbox.Store.UpdateStatus).
+// "spent", "next_at", "error", "before"} objects: status 0 keeps the
+// current status (a deferral). DONE rows are never touched. An outcome
+// needs a pending row that ?3 still holds or, from no owner, one under no
+// running lease (see outbox.Store.UpdateStatus), and, where it says how
+// many failed attempts the row has before it ("before"), that many.
 const sqlUpdateStatus = `
 UPDATE {table} AS o SET
     status       = CASE WHEN u.status = 0 THEN o.status ELSE u.status END,
@@ -136,11 +137,12 @@ UPDATE {table} AS o SET
     locked_until = NULL
 FROM (
     SELECT CAST(unhex(value ->> '$.id') AS TEXT) AS event_id, value ->> '$.status' AS status, value ->> '$.spent' AS spent,
-        value ->> '$.next_at' AS next_at, value ->> '$.error' AS error
+        value ->> '$.next_at' AS next_at, value ->> '$.error' AS error, value ->> '$.before' AS attempts_before
     FROM json_each(?2)
 ) AS u
 WHERE o.event_id = u.event_id AND o.status IN (0, 2) AND (o.locked_by = ?3
-    OR ?3 = '' AND (o.locked_until IS NULL OR o.locked_until <= ?1))`
+    OR ?3 = '' AND (o.locked_until IS NULL OR o.locked_until <= ?1))
+    AND (u.attempts_before IS NULL OR o.attempts = u.attempts_before)`
 
 // sqlMarkDone records the DONE outcomes of a batch, given as a JSON array
 // of ids (?1), at ?2: a DONE applies whoever holds the row, spends no

@@ -389,6 +389,7 @@ type statusRow struct {
 	Spent  int    `json:"spent"`
 	NextAt *int64 `json:"next_at"`
 	Error  string `json:"error"`
+	Before *int   `json:"before"` // failed attempts the row must have; nil: unchecked
 }
 
 // UpdateStatus implements [outbox.Store]: one statement for the DONE
@@ -413,6 +414,9 @@ func (s *Store) UpdateStatus(ctx context.Context, owner string, updates ...outbo
 			if !u.NextAt.IsZero() {
 				next := micros(u.NextAt)
 				rows[i].NextAt = &next
+			}
+			if attempts, checked := u.AttemptsBefore(); checked {
+				rows[i].Before = &attempts
 			}
 		}
 		batch, err := json.Marshal(rows)
