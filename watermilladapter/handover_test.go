@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill/message"
+
 	"github.com/wmoutbox/wmoutbox/outbox"
 )
 
@@ -49,4 +51,46 @@ func TestHandOverGivesUpAfterAClockStepBack(t *testing.T) {
 		t.Fatal("an event was handed over after its claim ended")
 	default:
 	}
+}
+
+// sameEventEveryClaim's claims all return the same event, freshly
+// claimed: as when this relay claims again an event whose handler still
+// runs.
+type sameEventEveryClaim struct {
+	instantStore
+	claims atomic.Int64
+}
+
+func (s *sameEventEveryClaim) Claim(_ context.Context, req outbox.ClaimRequest) ([]outbox.Event, error) {
+	s.claims.Add(1)
+	e := outbox.Event{Envelope: outbox.NewJSON("OrderCreated", []byte(`{}`)), Status: outbox.StatusNew,
+		LockedUntil: time.Now().Add(req.LockTimeout)}
+	e.ID, e.Topic = "event-1", "orders"
+	return []outbox.Event{e}, nil
+}
+
+// While a handler holds an event, the relay does not hand it over again,
+// however many of its claims return it: a second worker takes each copy
+// and drops it. (After half the lease it does: see
+// TestEventOfAHungHandlerIsDeliveredAgainAfterTheLease.)
+func TestEventInAHandlerIsNotHandedOverAgain(t *testing.T) {
+	t.Parallel()
+	store := &sameEventEveryClaim{}
+	_, msgs := subscribeOrders(t, store, SubscriberConfig{LockTimeout: time.Minute, WorkerCount: 2,
+		PollInterval: 10 * time.Millisecond, BacklogInterval: time.Hour, DrainTimeout: 50 * time.Millisecond})
+	var first *message.Message
+	select {
+	case first = <-msgs:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no delivery")
+	}
+	for store.claims.Load() < 10 { // each claim queued a copy for the second worker
+		time.Sleep(time.Millisecond)
+	}
+	select {
+	case <-msgs:
+		t.Fatal("the event was handed over again while its handler held it")
+	case <-time.After(200 * time.Millisecond):
+	}
+	first.Ack()
 }

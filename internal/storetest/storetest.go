@@ -525,6 +525,20 @@ func testStatusTransitions[Tx any](t *testing.T, f *fixture[Tx]) {
 	require.Equal(t, outbox.StatusDone, e.Status)
 	require.Equal(t, now, e.DoneAt.UTC(), "a DONE row is never rewritten")
 	require.Equal(t, now, e.UpdatedAt.UTC())
+	// Nor by an outcome alone in its batch, from no owner: the DONE row
+	// holds no claim that would stop it.
+	for _, late := range []outbox.StatusUpdate{
+		outbox.Retry(done, now, errors.New("late")), outbox.Dead(done, errors.New("late")), outbox.Defer(done, now, nil),
+	} {
+		n, err = f.Store.UpdateStatus(ctx, "", late)
+		require.NoError(t, err)
+		require.Zero(t, n, "%v from no owner on a DONE row", late.Status)
+		e = f.get(t, done)
+		require.Equal(t, outbox.StatusDone, e.Status)
+		require.Zero(t, e.Attempts)
+		require.Equal(t, now, e.DoneAt.UTC())
+		require.Empty(t, e.LastError)
+	}
 
 	// The relay's claim ended with its first outcome: the same RETRY sent
 	// again (a statement retried after a timeout) spends no second attempt.

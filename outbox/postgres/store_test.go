@@ -263,7 +263,11 @@ func TestHotPathCheckAddsNoSerializationConflict(t *testing.T) {
 		w, err := outbox.NewWriter[pgx.Tx](&pausingStore{Store: store, checked: checked, goOn: proceed}, outbox.WriterConfig{AfterCommit: noHook})
 		require.NoError(t, err)
 		go func() { result <- store.InTx(t.Context(), inSavepoint(w, id)) }()
-		<-checked
+		select {
+		case <-checked:
+		case err := <-result:
+			t.Fatalf("%s ended without the savepoint check: %v", id, err)
+		}
 		return goOn, result
 	}
 	goOnA, resultA := start("a")
@@ -578,6 +582,37 @@ func TestTableCannotBeTheMigrationTable(t *testing.T) {
 		_, err = postgres.Migrations(cfg)
 		require.ErrorIs(t, err, postgres.ErrInvalidIdentifier, "%+v", cfg)
 	}
+}
+
+// A claim passes over rows another transaction holds locked (SKIP LOCKED)
+// instead of waiting for it: relays claiming at once get disjoint events
+// without taking turns, and a lock held for long (a row being claimed or
+// updated by a slow transaction) holds no claim up.
+func TestClaimPassesOverLockedRows(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := testdb.New(t)
+	store, err := postgres.NewStore(pool, postgres.Config{Clock: clocktest.New(storetest.Start)})
+	require.NoError(t, err)
+	written := writeEvents(t, store, 3)
+
+	holder, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = holder.Rollback(ctx) }()
+	_, err = holder.Exec(ctx, `SELECT 1 FROM outbox_event WHERE event_id = $1 FOR UPDATE`, written[0])
+	require.NoError(t, err)
+
+	req := outbox.ClaimRequest{Owner: "me", Limit: 10, LockTimeout: time.Minute}
+	waitAtMost, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	events, err := store.Claim(waitAtMost, req)
+	require.NoError(t, err, "the claim waited for the locked row")
+	require.ElementsMatch(t, written[1:], storetest.IDs(events))
+
+	require.NoError(t, holder.Rollback(ctx))
+	events, err = store.Claim(ctx, req)
+	require.NoError(t, err)
+	require.Equal(t, written[:1], storetest.IDs(events), "the row once its lock is gone")
 }
 
 // TestPurgePassesOverLockedRows: rows another transaction holds locked do
