@@ -352,8 +352,8 @@ func (st *settler) retry(what string, n int, op func(ctx context.Context) error)
 }
 
 // attemptContext bounds one statement: by settleTimeout while the
-// subscriber runs, and by the give-up deadline once Close began, which cuts off a
-// statement sent before too; near or past the deadline, by
+// subscriber runs, and by the give-up deadline once Close began, which
+// cuts off a statement sent before too; near or past the deadline, by
 // settleLastChance.
 func (st *settler) attemptContext() (context.Context, context.CancelFunc) {
 	if !st.isStopping() {

@@ -2,12 +2,14 @@ package kafkaforward
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 
 	"github.com/IBM/sarama"
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/eapache/go-resiliency/breaker"
 )
 
 // Publisher is a Watermill publisher to Kafka made for forwarding, built
@@ -50,11 +52,29 @@ func newPublisher(client sarama.Client, producer sarama.AsyncProducer, logger wa
 		}
 	})
 	p.answers.Go(func() {
+		causes := map[string]error{} // by topic, the last failure that did not come from the breaker
 		for perr := range producer.Errors() {
-			perr.Msg.Metadata.(chan error) <- perr.Err
+			perr.Msg.Metadata.(chan error) <- withCause(perr, causes)
 		}
 	})
 	return p
+}
+
+// withCause returns perr's error, and for a circuit breaker's refusal,
+// the last other failure of the topic with it. Sarama stops producing to
+// a topic or partition for 10 s after three failures in a row and then
+// answers only "circuit breaker is open", which is what the outbox would
+// record as the events' last error: a topic the broker does not create,
+// or a broker refusing the client, would not show.
+func withCause(perr *sarama.ProducerError, causes map[string]error) error {
+	if !errors.Is(perr.Err, breaker.ErrBreakerOpen) {
+		causes[perr.Msg.Topic] = perr.Err
+		return perr.Err
+	}
+	if cause := causes[perr.Msg.Topic]; cause != nil {
+		return fmt.Errorf("%w (after failures such as: %w)", perr.Err, cause)
+	}
+	return perr.Err
 }
 
 // Publish sends msgs to topic, one after the other, and returns once

@@ -13,6 +13,7 @@ import (
 	"github.com/IBM/sarama"
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/eapache/go-resiliency/breaker"
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -221,4 +222,33 @@ func TestInvalidTopicIsPermanent(t *testing.T) {
 		require.True(t, outbox.IsPermanent(err), "topic %q: %v", topic, err)
 	}
 	require.NoError(t, pub.Publish("shop.Order_Line-v2", message.NewMessage(watermill.NewUUID(), []byte("x"))))
+}
+
+// Once Sarama's circuit breaker stops producing to a topic that keeps
+// failing, every record fails with "circuit breaker is open" alone, which
+// is what the outbox records as the events' last error; the publisher adds
+// the failure behind it, here a topic the broker does not create.
+func TestBreakerRefusalCarriesTheFailureBehindIt(t *testing.T) {
+	t.Parallel()
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1)) // no topic is created on first use
+	require.NoError(t, err)
+	t.Cleanup(cluster.Close)
+	pub, err := kafkaforward.NewPublisher(cluster.ListenAddrs(), kafkaforward.Config{})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, pub.Close()) })
+
+	var last error
+	for range 10 {
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+		msg := message.NewMessage(watermill.NewUUID(), []byte("x"))
+		msg.SetContext(ctx)
+		last = pub.Publish("shop.Missing", msg)
+		cancel()
+		require.Error(t, last)
+		if errors.Is(last, breaker.ErrBreakerOpen) {
+			break
+		}
+	}
+	require.ErrorIs(t, last, breaker.ErrBreakerOpen, "the breaker opened")
+	require.ErrorIs(t, last, sarama.ErrUnknownTopicOrPartition, "the failure behind it")
 }
