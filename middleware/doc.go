@@ -1,6 +1,7 @@
 // Package middleware holds Watermill handler middleware for outbox
-// subscribers: error capture for last_error and the specification's
-// EventInterceptor. Import it under an alias beside Watermill's own
+// subscribers: error capture for last_error, the specification's
+// EventInterceptor, and consumer-side deduplication ([Deduplicate]: a
+// handler's effects once per event, recorded in its transaction). Import it under an alias beside Watermill's own
 // middleware package:
 //
 //	import (

@@ -111,6 +111,11 @@ func TestMigrations(t *testing.T) {
 	require.Contains(t, first.SQL, `CREATE INDEX "t_due_idx" ON "s"."t"`)
 	require.Contains(t, first.SQL, `CREATE INDEX "t_finished_idx" ON "s"."t"`)
 	require.NotContains(t, first.SQL, `"s"."t_`, "index names are never schema-qualified")
+
+	inbox := migrations[2]
+	require.Equal(t, "0003_create_inbox.sql", inbox.Name)
+	require.Contains(t, inbox.SQL, `CREATE TABLE "s"."t_inbox" (`, "the inbox, a table, is in the schema")
+	require.Contains(t, inbox.SQL, `CREATE INDEX "t_inbox_idx" ON "s"."t_inbox"`)
 }
 
 func TestMigrationsDefaultTable(t *testing.T) {

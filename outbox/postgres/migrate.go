@@ -107,10 +107,15 @@ func (t *table) migrations() ([]Migration, error) {
 }
 
 // rename gives the configured name for the default table (suffix "") and
-// for the index names derived from it, which are never schema-qualified.
+// for the names derived from it: the inbox table (suffix "_inbox"), in the
+// same schema, and index names (suffix "…_idx"), which are never
+// schema-qualified.
 func (t *table) rename(suffix string) string {
-	if suffix == "" {
+	switch suffix {
+	case "":
 		return t.qualified
+	case inboxSuffix:
+		return t.inbox
 	}
 	return pgx.Identifier{t.name + suffix}.Sanitize()
 }

@@ -249,6 +249,23 @@ DELETE FROM {table} WHERE event_id IN (
     FOR UPDATE SKIP LOCKED
 )`
 
+// sqlMarkProcessed records that consumer $1 processed event $2, in the
+// consumer's transaction: no row when a committed transaction recorded it
+// already. While another transaction that recorded it is open, the insert
+// waits for it, and then records the event only if that one rolled back.
+const sqlMarkProcessed = `
+INSERT INTO {inbox} (consumer, event_id, processed_at) VALUES ($1, $2, $3)
+ON CONFLICT DO NOTHING`
+
+// sqlPurgeProcessed deletes one batch of inbox records older than $1.
+const sqlPurgeProcessed = `
+DELETE FROM {inbox} WHERE (consumer, event_id) IN (
+    SELECT consumer, event_id FROM {inbox}
+    WHERE processed_at < $1
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+)`
+
 // statements holds the SQL rendered for one table.
 type statements struct {
 	createMigrationTable, migrationVersion, recordMigration string
@@ -261,9 +278,10 @@ type statements struct {
 	queryDead, countDead, replayDead string
 	backlog                          string
 	purge                            string
+	markProcessed, purgeProcessed    string
 }
 
-func renderStatements(schema, qualified string, synchronous, deleteDone bool) statements {
+func renderStatements(schema, qualified, inbox string, synchronous, deleteDone bool) statements {
 	migrations := pgx.Identifier{ident.MigrationTable}
 	if schema != "" {
 		migrations = pgx.Identifier{schema, ident.MigrationTable}
@@ -272,7 +290,7 @@ func renderStatements(schema, qualified string, synchronous, deleteDone bool) st
 	if synchronous {
 		async = ""
 	}
-	r := strings.NewReplacer("{table}", qualified, "{migrations}", migrations.Sanitize(), "{o}", "", "{async}", async)
+	r := strings.NewReplacer("{table}", qualified, "{inbox}", inbox, "{migrations}", migrations.Sanitize(), "{o}", "", "{async}", async)
 	s := statements{
 		createMigrationTable: r.Replace(sqlCreateMigrationTable),
 		migrationVersion:     r.Replace(sqlMigrationVersion),
@@ -290,6 +308,8 @@ func renderStatements(schema, qualified string, synchronous, deleteDone bool) st
 		replayDead:           r.Replace(sqlReplayDead),
 		purge:                r.Replace(sqlPurge),
 		backlog:              r.Replace(sqlBacklog),
+		markProcessed:        r.Replace(sqlMarkProcessed),
+		purgeProcessed:       r.Replace(sqlPurgeProcessed),
 	}
 	if deleteDone {
 		s.deleteDone = r.Replace(sqlDeleteDone)

@@ -90,8 +90,12 @@ var _ outbox.TxStore[pgx.Tx] = (*Store)(nil)
 type table struct {
 	name      string
 	qualified string
+	inbox     string // the inbox table, qualified
 	sql       statements
 }
+
+// inboxSuffix names the inbox table after the outbox table.
+const inboxSuffix = "_inbox"
 
 func newTable(cfg Config) (*table, error) {
 	name := cfg.Table
@@ -101,15 +105,20 @@ func newTable(cfg Config) (*table, error) {
 	if err := ident.ValidateTable(name, maxTableLen, ErrInvalidIdentifier); err != nil {
 		return nil, fmt.Errorf("postgres: table: %w", err)
 	}
-	ident := pgx.Identifier{name}
 	if cfg.Schema != "" {
 		if err := ValidateIdentifier(cfg.Schema, maxSchemaLen); err != nil {
 			return nil, fmt.Errorf("postgres: schema: %w", err)
 		}
-		ident = pgx.Identifier{cfg.Schema, name}
 	}
-	qualified := ident.Sanitize()
-	return &table{name: name, qualified: qualified, sql: renderStatements(cfg.Schema, qualified, cfg.SynchronousBookkeeping, cfg.DeleteDone)}, nil
+	qualify := func(name string) string {
+		if cfg.Schema == "" {
+			return pgx.Identifier{name}.Sanitize()
+		}
+		return pgx.Identifier{cfg.Schema, name}.Sanitize()
+	}
+	t := &table{name: name, qualified: qualify(name), inbox: qualify(name + inboxSuffix)}
+	t.sql = renderStatements(cfg.Schema, t.qualified, t.inbox, cfg.SynchronousBookkeeping, cfg.DeleteDone)
+	return t, nil
 }
 
 // NewStore returns a store on db, usually a *pgxpool.Pool. Claims, status
