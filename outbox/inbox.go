@@ -16,7 +16,7 @@ const (
 // processed. A handler's writes and the record that it ran commit in one
 // transaction, so an event delivered twice has its effects once. The
 // Watermill middleware Deduplicate (package middleware) runs handlers this
-// way; a dialect's store implements it (postgres.Store).
+// way; the dialects' stores implement it (postgres.Store, sqlite.Store).
 type Inbox[Tx any] interface {
 	// InTx begins a transaction on the inbox's database and runs fn in it
 	// as [RunInTx] does.

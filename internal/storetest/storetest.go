@@ -86,6 +86,10 @@ func Run[Tx any](t *testing.T, newHarness func(t *testing.T) Harness[Tx]) {
 		{"BatchReadsEqualSingleReads", testBatchReadsEqualSingleReads[Tx]},
 		{"GetUnknownEvent", testGetUnknownEvent[Tx]},
 		{"Backlog", testBacklog[Tx]},
+		{"InboxRecordsOncePerConsumer", testInboxRecordsOncePerConsumer[Tx]},
+		{"InboxWaitsForAnOpenTransaction", testInboxWaitsForAnOpenTransaction[Tx]},
+		{"InboxRefusesBadInput", testInboxRefusesBadInput[Tx]},
+		{"InboxPurge", testInboxPurge[Tx]},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -1235,4 +1239,130 @@ func testBacklog[Tx any](t *testing.T, f *fixture[Tx]) {
 	n, _, err = f.Store.Backlog(ctx, "other")
 	require.NoError(t, err)
 	require.Zero(t, n, "per topic")
+}
+
+func (f *fixture[Tx]) inbox(t *testing.T) outbox.Inbox[Tx] {
+	t.Helper()
+	inbox, ok := any(f.Store).(outbox.Inbox[Tx])
+	require.True(t, ok, "the store keeps an inbox")
+	return inbox
+}
+
+// markProcessed records id for consumer in a transaction of its own and
+// reports whether it was new.
+func (f *fixture[Tx]) markProcessed(t *testing.T, consumer, id string) bool {
+	t.Helper()
+	inbox := f.inbox(t)
+	var first bool
+	require.NoError(t, inbox.InTx(t.Context(), func(ctx context.Context, tx Tx) (err error) {
+		first, err = inbox.MarkProcessed(ctx, tx, consumer, id)
+		return err
+	}))
+	return first
+}
+
+// An event is new to a consumer once: committed, its record makes every
+// later delivery a duplicate, for that consumer only; rolled back, it
+// leaves no record.
+func testInboxRecordsOncePerConsumer[Tx any](t *testing.T, f *fixture[Tx]) {
+	require.True(t, f.markProcessed(t, "billing", "event-1"))
+	require.False(t, f.markProcessed(t, "billing", "event-1"), "recorded already")
+	require.True(t, f.markProcessed(t, "shipping", "event-1"), "another consumer")
+
+	inbox := f.inbox(t)
+	failed := errors.New("the handler failed")
+	err := inbox.InTx(t.Context(), func(ctx context.Context, tx Tx) error {
+		first, err := inbox.MarkProcessed(ctx, tx, "billing", "event-2")
+		require.NoError(t, err)
+		require.True(t, first)
+		return failed
+	})
+	require.ErrorIs(t, err, failed)
+	require.True(t, f.markProcessed(t, "billing", "event-2"), "the rolled-back record is gone")
+}
+
+// Two deliveries of one event at once: the second waits for the first's
+// transaction, and finds the event processed if it commits, new if it
+// rolls back.
+func testInboxWaitsForAnOpenTransaction[Tx any](t *testing.T, f *fixture[Tx]) {
+	inbox := f.inbox(t)
+	for _, commit := range []bool{true, false} {
+		id := map[bool]string{true: "committed", false: "rolled-back"}[commit]
+		holding, release := make(chan struct{}), make(chan struct{})
+		firstDone := make(chan error, 1)
+		go func() {
+			firstDone <- inbox.InTx(context.Background(), func(ctx context.Context, tx Tx) error {
+				if _, err := inbox.MarkProcessed(ctx, tx, "billing", id); err != nil {
+					close(holding)
+					return err
+				}
+				close(holding)
+				<-release
+				if !commit {
+					return context.Canceled
+				}
+				return nil
+			})
+		}()
+		<-holding
+		var first bool
+		second := make(chan error, 1)
+		go func() {
+			second <- inbox.InTx(context.Background(), func(ctx context.Context, tx Tx) (err error) {
+				first, err = inbox.MarkProcessed(ctx, tx, "billing", id)
+				return err
+			})
+		}()
+		select {
+		case err := <-second:
+			t.Fatalf("the second delivery did not wait for the first's transaction (%v)", err)
+		case <-time.After(200 * time.Millisecond):
+		}
+		close(release)
+		err := <-firstDone
+		if commit {
+			require.NoError(t, err)
+		} else {
+			require.ErrorIs(t, err, context.Canceled)
+		}
+		require.NoError(t, <-second)
+		require.Equal(t, !commit, first, "new to the second delivery only if the first rolled back")
+	}
+}
+
+func testInboxRefusesBadInput[Tx any](t *testing.T, f *fixture[Tx]) {
+	inbox := f.inbox(t)
+	var none Tx
+	_, err := inbox.MarkProcessed(t.Context(), none, "billing", "event-1")
+	require.ErrorIs(t, err, outbox.ErrNoTransaction)
+	for _, bad := range [][2]string{
+		{"", "event-1"}, {"billing", ""}, {strings.Repeat("é", outbox.MaxConsumerLen+1), "event-1"},
+		{"billing", "event\x00"}, {"billing", strings.Repeat("e", outbox.MaxProcessedIDLen+1)}, {"billing", "\xff"},
+	} {
+		err := inbox.InTx(t.Context(), func(ctx context.Context, tx Tx) error {
+			_, err := inbox.MarkProcessed(ctx, tx, bad[0], bad[1])
+			return err
+		})
+		require.ErrorIs(t, err, outbox.ErrInvalidRequest, "%q", bad)
+	}
+	require.True(t, f.markProcessed(t, strings.Repeat("é", outbox.MaxConsumerLen), strings.Repeat("e", outbox.MaxProcessedIDLen)),
+		"at the limits, in characters")
+	_, err = inbox.PurgeProcessed(t.Context(), 0)
+	require.ErrorIs(t, err, outbox.ErrInvalidRequest)
+}
+
+// Records older than the retention go, and their events are new again;
+// younger ones stay.
+func testInboxPurge[Tx any](t *testing.T, f *fixture[Tx]) {
+	for _, id := range []string{"old-1", "old-2", "old-3"} {
+		require.True(t, f.markProcessed(t, "billing", id))
+	}
+	f.Clock.Advance(48 * time.Hour)
+	require.True(t, f.markProcessed(t, "billing", "young"))
+
+	n, err := f.inbox(t).PurgeProcessed(t.Context(), 24*time.Hour)
+	require.NoError(t, err)
+	require.EqualValues(t, 3, n)
+	require.True(t, f.markProcessed(t, "billing", "old-1"), "purged: new again")
+	require.False(t, f.markProcessed(t, "billing", "young"), "kept")
 }

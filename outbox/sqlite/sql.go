@@ -195,6 +195,22 @@ DELETE FROM {table} WHERE event_id IN (
     LIMIT ?3
 )`
 
+// sqlMarkProcessed records that consumer ?1 processed event ?2, at ?3, in
+// the consumer's transaction: no row when a committed transaction
+// recorded it already. SQLite has one writer at a time, so a transaction
+// that recorded it and is still open holds this one back until it ends.
+const sqlMarkProcessed = `
+INSERT INTO {inbox} (consumer, event_id, processed_at) VALUES (?1, ?2, ?3)
+ON CONFLICT DO NOTHING`
+
+// sqlPurgeProcessed deletes one batch of inbox records older than ?1.
+const sqlPurgeProcessed = `
+DELETE FROM {inbox} WHERE (consumer, event_id) IN (
+    SELECT consumer, event_id FROM {inbox}
+    WHERE processed_at < ?1
+    LIMIT ?2
+)`
+
 // statements holds the SQL rendered for one table.
 type statements struct {
 	createMigrationTable, migrationVersion, recordMigration string
@@ -206,10 +222,11 @@ type statements struct {
 	queryDead, countDead, replayDead   string
 	backlog                            string
 	purge                              string
+	markProcessed, purgeProcessed      string
 }
 
-func renderStatements(quoted string, deleteDone bool) statements {
-	r := strings.NewReplacer("{table}", quoted, "{migrations}", ident.Quote(ident.MigrationTable))
+func renderStatements(quoted, inbox string, deleteDone bool) statements {
+	r := strings.NewReplacer("{table}", quoted, "{inbox}", inbox, "{migrations}", ident.Quote(ident.MigrationTable))
 	s := statements{
 		createMigrationTable: r.Replace(sqlCreateMigrationTable),
 		migrationVersion:     r.Replace(sqlMigrationVersion),
@@ -226,6 +243,8 @@ func renderStatements(quoted string, deleteDone bool) statements {
 		replayDead:           r.Replace(sqlReplayDead),
 		purge:                r.Replace(sqlPurge),
 		backlog:              r.Replace(sqlBacklog),
+		markProcessed:        r.Replace(sqlMarkProcessed),
+		purgeProcessed:       r.Replace(sqlPurgeProcessed),
 	}
 	if deleteDone {
 		s.deleteDone = r.Replace(sqlDeleteDone)

@@ -65,6 +65,7 @@ var _ outbox.TxStore[*sql.Tx] = (*Store)(nil)
 type table struct {
 	name   string
 	quoted string
+	inbox  string // the inbox table, quoted
 	sql    statements
 }
 
@@ -76,8 +77,9 @@ func newTable(cfg Config) (*table, error) {
 	if err := ident.ValidateTable(name, maxTableLen, ErrInvalidIdentifier); err != nil {
 		return nil, fmt.Errorf("sqlite: table: %w", err)
 	}
-	quoted := ident.Quote(name)
-	return &table{name: name, quoted: quoted, sql: renderStatements(quoted, cfg.DeleteDone)}, nil
+	t := &table{name: name, quoted: ident.Quote(name), inbox: ident.Quote(name + "_inbox")}
+	t.sql = renderStatements(t.quoted, t.inbox, cfg.DeleteDone)
+	return t, nil
 }
 
 // NewStore returns a store on db, a database opened with the "sqlite"

@@ -1,0 +1,43 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"time"
+
+	"github.com/wmoutbox/wmoutbox/outbox"
+)
+
+var _ outbox.Inbox[*sql.Tx] = (*Store)(nil)
+
+// MarkProcessed implements [outbox.Inbox], on the inbox table beside the
+// outbox table (its name with "_inbox" appended), which [Migrate] creates.
+func (s *Store) MarkProcessed(ctx context.Context, tx *sql.Tx, consumer, id string) (bool, error) {
+	if tx == nil {
+		return false, outbox.ErrNoTransaction
+	}
+	if err := outbox.ValidateProcessed(consumer, id); err != nil {
+		return false, err
+	}
+	res, err := tx.ExecContext(ctx, s.t.sql.markProcessed, consumer, id, micros(s.clock.Now()))
+	if err != nil {
+		return false, fmt.Errorf("sqlite: record event %s processed by %s in %s: %w", id, consumer, s.t.inbox, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return false, fmt.Errorf("sqlite: record event %s processed by %s in %s: %w", id, consumer, s.t.inbox, err)
+	}
+	return n == 1, nil
+}
+
+// PurgeProcessed implements [outbox.Inbox].
+func (s *Store) PurgeProcessed(ctx context.Context, olderThan time.Duration) (int64, error) {
+	if olderThan <= 0 {
+		return 0, fmt.Errorf("%w: inbox retention must be positive, got %s", outbox.ErrInvalidRequest, olderThan)
+	}
+	cutoff := micros(s.clock.Now().Add(-olderThan))
+	return outbox.PurgeInBatches(outbox.DefaultPurgeBatch, func(deleted int64) (int64, error) {
+		return s.exec(ctx, fmt.Sprintf("purge %s after %d rows", s.t.inbox, deleted), s.t.sql.purgeProcessed, cutoff, outbox.DefaultPurgeBatch)
+	})
+}
