@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
@@ -16,7 +17,10 @@ import (
 type DeduplicateConfig struct {
 	// Consumer names what the handler does ("billing.charge-order"):
 	// events are deduplicated per consumer, so that two handlers of one
-	// event each process it once. Required; at most
+	// event each process it once. Default: the name of the router handler
+	// the message came to, so that middleware added to a whole router
+	// keeps a record per handler. Set, it serves one handler: a message
+	// that comes to a second handler fails. At most
 	// [outbox.MaxConsumerLen] characters.
 	Consumer string
 	// EventID returns the id a message is deduplicated by. Default: its
@@ -26,58 +30,112 @@ type DeduplicateConfig struct {
 	EventID func(msg *message.Message) string
 }
 
+// ErrMessagesReturned is the permanent error of a handler under
+// [Deduplicate] that returned messages: the router would publish them
+// after the transaction committed, and a failed publish would leave the
+// event recorded as processed with its messages never sent. Publish them
+// with the outbox's Publisher, in the handler's transaction, instead.
+var ErrMessagesReturned = errors.New("middleware: Deduplicate: the handler returned messages to publish after the commit; publish them through the outbox in its transaction")
+
 // Deduplicate returns middleware that gives a handler's effects once per
 // event, whatever the deliveries: it runs the handler in a transaction of
 // inbox's database, with the message's context carrying the transaction
 // ([outbox.TxFromContext]), and records the event's id there with the
 // handler's writes. An event whose id a committed transaction recorded
-// already is acknowledged without running the handler. One delivered
-// twice at once waits for the first delivery's transaction, and is
-// skipped if that commits or processed if it rolls back. A handler error
+// already is acknowledged without running the handler. A handler error
 // rolls everything back, the record included, and the event is delivered
 // again.
 //
+// Two deliveries of one event at once take turns: under READ COMMITTED,
+// PostgreSQL's default, the second waits for the first's transaction and
+// is skipped if it commits; under REPEATABLE READ or SERIALIZABLE it fails
+// with a serialization error instead, and is skipped when delivered again.
+//
 // The handler's writes must go through the transaction, and so must the
 // events it produces: publish them with the outbox's Publisher, whose
-// messages given the handler's context are written in it. Messages the
-// handler returns are published by the router after the commit; should
-// that fail, the event delivered again is found processed, and they are
-// not produced again.
+// messages given the handler's context are written in it. A handler that
+// returns messages fails with [ErrMessagesReturned]. Add Deduplicate
+// inside any middleware that retries the handler (after Watermill's Retry
+// in AddMiddleware), so that each try has a transaction of its own.
 //
-// A message with no id to deduplicate by fails with a permanent error
-// ([outbox.Permanent]): delivering it again cannot help. Records are kept
-// until [outbox.Inbox.PurgeProcessed] deletes them.
+// A message with no id to deduplicate by, or with no consumer to record it
+// for, fails with a permanent error ([outbox.Permanent]): delivering it
+// again cannot help. Records are kept until
+// [outbox.Inbox.PurgeProcessed] deletes them.
 func Deduplicate[Tx any](inbox outbox.Inbox[Tx], cfg DeduplicateConfig) (message.HandlerMiddleware, error) {
 	if nilcheck.Is(inbox) {
 		return nil, fmt.Errorf("%w: Deduplicate needs an inbox", outbox.ErrInvalidRequest)
 	}
-	if err := outbox.ValidateConsumer(cfg.Consumer); err != nil {
-		return nil, fmt.Errorf("middleware: Deduplicate: %w", err)
+	if cfg.Consumer != "" {
+		if err := outbox.ValidateConsumer(cfg.Consumer); err != nil {
+			return nil, fmt.Errorf("middleware: Deduplicate: %w", err)
+		}
 	}
 	eventID := cfg.EventID
 	if eventID == nil {
 		eventID = defaultEventID
 	}
+	consumerOf := consumers{fixed: cfg.Consumer}
 	return func(h message.HandlerFunc) message.HandlerFunc {
 		return func(msg *message.Message) (produced []*message.Message, err error) {
+			consumer, err := consumerOf.of(msg)
 			id := eventID(msg)
+			if err == nil {
+				err = outbox.ValidateProcessed(consumer, id)
+			}
+			if err != nil {
+				return nil, outbox.Permanent(fmt.Errorf("middleware: Deduplicate: message %s: %w", msg.UUID, err))
+			}
 			err = inbox.InTx(msg.Context(), func(ctx context.Context, tx Tx) error {
-				first, err := inbox.MarkProcessed(ctx, tx, cfg.Consumer, id)
+				first, err := inbox.MarkProcessed(ctx, tx, consumer, id)
 				if err != nil || !first {
 					return err
 				}
 				delivered := msg.Context()
 				msg.SetContext(ctx)
 				defer msg.SetContext(delivered)
-				produced, err = h(msg)
+				if produced, err = h(msg); err == nil && len(produced) > 0 {
+					err = outbox.Permanent(ErrMessagesReturned)
+				}
 				return err
 			})
-			if errors.Is(err, outbox.ErrInvalidRequest) {
-				return nil, outbox.Permanent(fmt.Errorf("middleware: Deduplicate: message %s: %w", msg.UUID, err))
+			if err != nil {
+				return nil, err
 			}
-			return produced, err
+			return nil, nil
 		}
 	}, nil
+}
+
+// consumers names the consumer of a message: the configured one, checked
+// to serve one handler, or the handler's name.
+type consumers struct {
+	fixed string
+
+	mu      sync.Mutex
+	served  bool
+	handler string // the handler the fixed consumer serves
+}
+
+func (c *consumers) of(msg *message.Message) (string, error) {
+	handler := message.HandlerNameFromCtx(msg.Context())
+	if c.fixed == "" {
+		if handler == "" {
+			return "", fmt.Errorf("%w: no consumer: set DeduplicateConfig.Consumer, or run the handler on a router", outbox.ErrInvalidRequest)
+		}
+		return handler, nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.served {
+		c.served, c.handler = true, handler
+	}
+	if handler != c.handler {
+		// One record for two handlers would skip the second's events.
+		return "", fmt.Errorf("%w: consumer %q serves handler %q, not %q: give each handler a Deduplicate of its own",
+			outbox.ErrInvalidRequest, c.fixed, c.handler, handler)
+	}
+	return c.fixed, nil
 }
 
 func defaultEventID(msg *message.Message) string {

@@ -3,6 +3,7 @@ package middleware_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
@@ -146,8 +148,106 @@ func TestDeduplicateRefusesABadConfig(t *testing.T) {
 	require.ErrorIs(t, err, outbox.ErrInvalidRequest)
 	store, err := postgres.NewStore(testdb.New(t), postgres.Config{})
 	require.NoError(t, err)
-	_, err = outboxmw.Deduplicate(store, outboxmw.DeduplicateConfig{})
+	_, err = outboxmw.Deduplicate(store, outboxmw.DeduplicateConfig{Consumer: "billing\x00"})
 	require.ErrorIs(t, err, outbox.ErrInvalidRequest)
+}
+
+// A handler that returns messages fails for good, and its writes and the
+// record roll back: the router would publish them after the commit, and a
+// failed publish would leave the event recorded with its messages never
+// sent. An invalid request of the handler's own stays its own error.
+func TestDeduplicateRefusesReturnedMessages(t *testing.T) {
+	t.Parallel()
+	c, store := newCharging(t)
+	handle := deduplicated(t, store, "billing", func(msg *message.Message) ([]*message.Message, error) {
+		if _, err := c.handle(msg); err != nil {
+			return nil, err
+		}
+		return []*message.Message{message.NewMessage(watermill.NewUUID(), []byte(`{}`))}, nil
+	})
+	for range 2 {
+		produced, err := handle(eventMessage("event-1"))
+		require.ErrorIs(t, err, outboxmw.ErrMessagesReturned)
+		require.True(t, outbox.IsPermanent(err))
+		require.Empty(t, produced)
+	}
+	require.EqualValues(t, 2, c.runs.Load(), "nothing recorded: each delivery runs the handler")
+	require.Zero(t, c.charges(t))
+
+	invalid := fmt.Errorf("publish: %w", outbox.ErrInvalidRequest)
+	_, err := deduplicated(t, store, "billing", func(*message.Message) ([]*message.Message, error) {
+		return nil, invalid
+	})(eventMessage("event-2"))
+	require.ErrorIs(t, err, invalid)
+	require.False(t, outbox.IsPermanent(err), "the handler's own error, retried as it would be without Deduplicate")
+}
+
+// Added to a whole router, with no consumer set, Deduplicate keeps a
+// record per handler: two handlers of one topic each handle an event once,
+// however often it comes. With a consumer set it serves one handler, and
+// refuses a second, whose events its record would skip.
+func TestDeduplicateOnARouterKeepsARecordPerHandler(t *testing.T) {
+	t.Parallel()
+	for _, consumer := range []string{"", "billing"} {
+		t.Run(fmt.Sprintf("consumer %q", consumer), func(t *testing.T) {
+			t.Parallel()
+			c, store := newCharging(t)
+			dedupe, err := outboxmw.Deduplicate(store, outboxmw.DeduplicateConfig{Consumer: consumer})
+			require.NoError(t, err)
+			bus := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
+			router, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
+			require.NoError(t, err)
+			var mu sync.Mutex
+			outcomes := map[string][]error{} // by handler
+			router.AddMiddleware(func(h message.HandlerFunc) message.HandlerFunc {
+				return func(msg *message.Message) ([]*message.Message, error) {
+					_, err := h(msg)
+					mu.Lock()
+					defer mu.Unlock()
+					name := message.HandlerNameFromCtx(msg.Context())
+					outcomes[name] = append(outcomes[name], err)
+					return nil, nil // acked either way: the test reads the outcomes
+				}
+			}, dedupe)
+			for _, name := range []string{"charge", "ship"} {
+				router.AddConsumerHandler(name, "orders", bus, func(msg *message.Message) error {
+					_, err := c.handle(msg)
+					return err
+				})
+			}
+			relaytest.RunRouter(t, router)
+			for range 2 {
+				require.NoError(t, bus.Publish("orders", eventMessage("event-1")))
+			}
+			relaytest.Eventually(t, "both handlers saw both deliveries", func() bool {
+				mu.Lock()
+				defer mu.Unlock()
+				return len(outcomes["charge"]) == 2 && len(outcomes["ship"]) == 2
+			})
+			mu.Lock()
+			defer mu.Unlock()
+			if consumer == "" {
+				require.EqualValues(t, 2, c.runs.Load(), "each handler once")
+				require.Equal(t, 2, c.charges(t))
+				for _, errs := range outcomes {
+					require.NoError(t, errors.Join(errs...))
+				}
+				return
+			}
+			require.EqualValues(t, 1, c.runs.Load(), "the first handler the consumer served, once")
+			var refused int
+			for _, errs := range outcomes {
+				for _, err := range errs {
+					if err != nil {
+						require.True(t, outbox.IsPermanent(err))
+						require.ErrorContains(t, err, "give each handler a Deduplicate of its own")
+						refused++
+					}
+				}
+			}
+			require.Equal(t, 2, refused, "both deliveries to the second handler")
+		})
+	}
 }
 
 // On the relay: the handler's transaction commits, and something after it

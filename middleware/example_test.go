@@ -20,8 +20,10 @@ import (
 // PaymentTaken through its own outbox. Deduplicate runs the handler in one
 // transaction with the record of the event, so however often OrderPlaced
 // arrives (delivery is at least once), the order is charged once and one
-// PaymentTaken is written. On a router: router.AddMiddleware(
-// outboxmw.RecordErrors, dedupe).
+// PaymentTaken is written. On a router, a Deduplicate with no Consumer
+// set keeps a record per handler: router.AddMiddleware(
+// outboxmw.RecordErrors, dedupe). Here the handler is called directly,
+// with its consumer named.
 func ExampleDeduplicate() {
 	url, drop := testdb.ForExample()
 	defer drop()

@@ -26,7 +26,8 @@ type Inbox[Tx any] interface {
 	// and reports whether that is new: false when a committed transaction
 	// recorded it already. While another transaction that recorded it is
 	// open, it waits for that one to end, and records it if that one rolled
-	// back. It fails with [ErrNoTransaction] for a nil tx and with
+	// back (on PostgreSQL under READ COMMITTED; a transaction with one
+	// snapshot fails with a serialization error instead). It fails with [ErrNoTransaction] for a nil tx and with
 	// [ErrInvalidRequest] for an empty consumer or id, or one longer than
 	// [MaxConsumerLen] or [MaxProcessedIDLen] characters.
 	MarkProcessed(ctx context.Context, tx Tx, consumer, id string) (bool, error)
