@@ -403,10 +403,19 @@ type PurgeRequest struct {
 	Statuses []Status
 }
 
+// ValidateRetention reports a retention that [Store.Purge] and
+// [Inbox.PurgeProcessed] refuse, as an [ErrInvalidRequest].
+func ValidateRetention(olderThan time.Duration) error {
+	if olderThan <= 0 {
+		return invalidRequest("purge retention must be positive, got %s", olderThan)
+	}
+	return nil
+}
+
 // Normalize validates r and fills in defaults.
 func (r PurgeRequest) Normalize() (PurgeRequest, error) {
-	if r.OlderThan <= 0 {
-		return r, invalidRequest("purge retention must be positive, got %s", r.OlderThan)
+	if err := ValidateRetention(r.OlderThan); err != nil {
+		return r, err
 	}
 	batch, err := normalizeLimit(r.BatchSize, DefaultPurgeBatch, maxPurgeBatchLength)
 	if err != nil {

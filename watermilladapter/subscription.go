@@ -57,7 +57,7 @@ func newSubscription(s *Subscriber, topic string) *subscription {
 	}
 }
 
-func (sub *subscription) stopping() bool { return isDone(sub.stopped.Done()) }
+func (sub *subscription) stopping() bool { return sub.stopped.Err() != nil }
 
 func signal(ch chan struct{}) {
 	select {

@@ -25,6 +25,10 @@ type Migration struct {
 // that any migration tool can run them as they are.
 const DefaultTable = "outbox_event"
 
+// InboxSuffix names the inbox table after the outbox table: the files
+// create DefaultTable+InboxSuffix, and every dialect renders it so.
+const InboxSuffix = "_inbox"
+
 // token matches the table name and the index names derived from it.
 var token = regexp.MustCompile(`\b` + DefaultTable + `(_[a-z0-9_]+)?\b`)
 

@@ -31,8 +31,8 @@ func (s *Store) MarkProcessed(ctx context.Context, tx pgx.Tx, consumer, id strin
 // PurgeProcessed implements [outbox.Inbox]. Batches pass over records
 // that a transaction holds locked.
 func (s *Store) PurgeProcessed(ctx context.Context, olderThan time.Duration) (int64, error) {
-	if olderThan <= 0 {
-		return 0, fmt.Errorf("%w: inbox retention must be positive, got %s", outbox.ErrInvalidRequest, olderThan)
+	if err := outbox.ValidateRetention(olderThan); err != nil {
+		return 0, err
 	}
 	cutoff := s.clock.Now().Add(-olderThan)
 	return outbox.PurgeInBatches(outbox.DefaultPurgeBatch, func(deleted int64) (int64, error) {

@@ -114,7 +114,7 @@ func (t *table) rename(suffix string) string {
 	switch suffix {
 	case "":
 		return t.qualified
-	case inboxSuffix:
+	case migrationfiles.InboxSuffix:
 		return t.inbox
 	}
 	return pgx.Identifier{t.name + suffix}.Sanitize()

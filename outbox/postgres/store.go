@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/wmoutbox/wmoutbox/internal/ident"
+	"github.com/wmoutbox/wmoutbox/internal/migrationfiles"
 	"github.com/wmoutbox/wmoutbox/internal/nilcheck"
 	"github.com/wmoutbox/wmoutbox/outbox"
 )
@@ -94,9 +95,6 @@ type table struct {
 	sql       statements
 }
 
-// inboxSuffix names the inbox table after the outbox table.
-const inboxSuffix = "_inbox"
-
 func newTable(cfg Config) (*table, error) {
 	name := cfg.Table
 	if name == "" {
@@ -116,7 +114,7 @@ func newTable(cfg Config) (*table, error) {
 		}
 		return pgx.Identifier{cfg.Schema, name}.Sanitize()
 	}
-	t := &table{name: name, qualified: qualify(name), inbox: qualify(name + inboxSuffix)}
+	t := &table{name: name, qualified: qualify(name), inbox: qualify(name + migrationfiles.InboxSuffix)}
 	t.sql = renderStatements(cfg.Schema, t.qualified, t.inbox, cfg.SynchronousBookkeeping, cfg.DeleteDone)
 	return t, nil
 }

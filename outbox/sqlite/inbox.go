@@ -20,11 +20,11 @@ func (s *Store) MarkProcessed(ctx context.Context, tx *sql.Tx, consumer, id stri
 	if err := outbox.ValidateProcessed(consumer, id); err != nil {
 		return false, err
 	}
+	var n int64
 	res, err := tx.ExecContext(ctx, s.t.sql.markProcessed, consumer, id, micros(s.clock.Now()))
-	if err != nil {
-		return false, fmt.Errorf("sqlite: record event %s processed by %s in %s: %w", id, consumer, s.t.inbox, err)
+	if err == nil {
+		n, err = res.RowsAffected()
 	}
-	n, err := res.RowsAffected()
 	if err != nil {
 		return false, fmt.Errorf("sqlite: record event %s processed by %s in %s: %w", id, consumer, s.t.inbox, err)
 	}
@@ -33,8 +33,8 @@ func (s *Store) MarkProcessed(ctx context.Context, tx *sql.Tx, consumer, id stri
 
 // PurgeProcessed implements [outbox.Inbox].
 func (s *Store) PurgeProcessed(ctx context.Context, olderThan time.Duration) (int64, error) {
-	if olderThan <= 0 {
-		return 0, fmt.Errorf("%w: inbox retention must be positive, got %s", outbox.ErrInvalidRequest, olderThan)
+	if err := outbox.ValidateRetention(olderThan); err != nil {
+		return 0, err
 	}
 	cutoff := micros(s.clock.Now().Add(-olderThan))
 	return outbox.PurgeInBatches(outbox.DefaultPurgeBatch, func(deleted int64) (int64, error) {

@@ -16,6 +16,7 @@ import (
 	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/wmoutbox/wmoutbox/internal/ident"
+	"github.com/wmoutbox/wmoutbox/internal/migrationfiles"
 	"github.com/wmoutbox/wmoutbox/outbox"
 )
 
@@ -77,7 +78,7 @@ func newTable(cfg Config) (*table, error) {
 	if err := ident.ValidateTable(name, maxTableLen, ErrInvalidIdentifier); err != nil {
 		return nil, fmt.Errorf("sqlite: table: %w", err)
 	}
-	t := &table{name: name, quoted: ident.Quote(name), inbox: ident.Quote(name + "_inbox")}
+	t := &table{name: name, quoted: ident.Quote(name), inbox: ident.Quote(name + migrationfiles.InboxSuffix)}
 	t.sql = renderStatements(t.quoted, t.inbox, cfg.DeleteDone)
 	return t, nil
 }
