@@ -186,6 +186,19 @@ type ClaimRequest struct {
 	// the same cursor ended, and the store moves it to where this one ends.
 	// Default nil: every claim starts from the earliest due event.
 	Cursor *ClaimCursor
+	// Ordered claims the events of an aggregate one at a time, in the
+	// order they were written: an event is left out while an earlier event
+	// of its topic and aggregate (AggregateType and AggregateID) is
+	// pending, claimed or not, due or not, or DEAD. Events without an
+	// AggregateID are not ordered. Default false.
+	//
+	// Written means inserted: events of one aggregate written by
+	// transactions that run at the same time can commit in the other
+	// order, and a claim between the two commits takes the later event
+	// first. Transactions that change an aggregate normally take turns on
+	// its row (an UPDATE locks it); ones that do not, and must keep the
+	// order, lock it (SELECT … FOR UPDATE) before writing events.
+	Ordered bool
 }
 
 // ClaimCursor is where a run of claims has got to, in due order. It is a

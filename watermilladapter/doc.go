@@ -60,6 +60,23 @@
 // claim holds), and counts as the failed attempt it is when this relay
 // did (the claims of one relay carry one owner).
 //
+// # Ordered delivery
+//
+// With SubscriberConfig.Ordered, the events of an aggregate (within a
+// topic, the events with one AggregateType and AggregateID) reach the
+// handlers one at a time, in the order they were written: a claim takes
+// an event only once every earlier event of its aggregate is DONE, and the
+// subscription claims again as soon as an ordered event's DONE is
+// recorded. An event that is retried, deferred, scheduled for later or
+// DEAD holds back the rest of its aggregate until it is delivered, or
+// replayed and delivered, or purged. Different aggregates, and events
+// without an AggregateID, are delivered WorkerCount at a time as usual.
+// Ordered events skip the hot path: the Publisher whose HotPath is the
+// Subscriber wakes its claims at the commit instead, and a
+// postgres.Listener does so across processes. With a forwarder that keys
+// records by aggregate (forward/kafkaforward does), the order holds
+// downstream too.
+//
 // # Routing rule
 //
 // A subscription claims only its own topic. An event of a topic that no

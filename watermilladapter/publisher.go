@@ -77,11 +77,19 @@ func NewPublisher[Tx any](store outbox.TxStore[Tx], cfg PublisherConfig) (*Publi
 		return nil, fmt.Errorf("%w: publisher needs a store", outbox.ErrInvalidRequest)
 	}
 	wcfg := outbox.WriterConfig{Clock: cfg.Clock, Committed: cfg.Notify}
-	if cfg.HotPath != nil {
-		wcfg.AfterCommit = cfg.HotPath.acceptCommitted
-		wcfg.HotTopic = cfg.HotPath.serves
-		wcfg.ClaimOwner = cfg.HotPath.owner
-		wcfg.ClaimTimeout = cfg.HotPath.cfg.LockTimeout
+	if hot := cfg.HotPath; hot != nil {
+		wcfg.AfterCommit = hot.acceptCommitted
+		wcfg.HotTopic = hot.takesHot
+		// Events the hot path does not take are claimed at once by
+		// HotPath too, where it relays their topic (ordered).
+		wcfg.Committed = func(topics []string) {
+			hot.Wake(topics...)
+			if cfg.Notify != nil {
+				cfg.Notify(topics)
+			}
+		}
+		wcfg.ClaimOwner = hot.owner
+		wcfg.ClaimTimeout = hot.cfg.LockTimeout
 	}
 	writer, err := outbox.NewWriter(outbox.Inserter[Tx](store), wcfg)
 	if err != nil {

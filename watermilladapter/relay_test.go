@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -1644,4 +1645,88 @@ func TestRetrySentAgainAfterALostReplyCountsOnce(t *testing.T) {
 		require.Equal(t, "a", e.LockedBy, "relay a's new claim holds")
 	}
 	second.Ack()
+}
+
+// Ordered: the events of each aggregate reach the handler one at a time
+// and in write order, through retries, while different aggregates run in
+// parallel. Nothing polls (PollInterval is an hour): commits and acks must
+// wake the claims themselves.
+func TestOrderedDeliveryKeepsEachAggregatesOrder(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t)
+	const aggregates, perAggregate = 5, 20
+	var mu sync.Mutex
+	inFlight := map[string]int{}
+	got := map[string][]int{}
+	tries := map[string]int{}
+	var total, mostInFlight int
+	var overlaps []string
+	done := make(chan struct{})
+	r := relaytest.Start(t, pool, watermilladapter.SubscriberConfig{Ordered: true, WorkerCount: 8, PollInterval: time.Hour},
+		relaytest.Handlers{"orders": func(msg *message.Message) error {
+			aggregate := msg.Metadata.Get(watermilladapter.MetadataAggregateID)
+			mu.Lock()
+			inFlight[aggregate]++
+			total++
+			mostInFlight = max(mostInFlight, total)
+			if inFlight[aggregate] > 1 {
+				overlaps = append(overlaps, aggregate)
+			}
+			tries[msg.UUID]++
+			fail := tries[msg.UUID] == 1 && len(got[aggregate])%3 == 1
+			mu.Unlock()
+			time.Sleep(2 * time.Millisecond)
+			mu.Lock()
+			defer mu.Unlock()
+			inFlight[aggregate]--
+			total--
+			if fail {
+				return outbox.RetryAfter(time.Millisecond, errors.New("not yet"))
+			}
+			n, err := strconv.Atoi(string(msg.Payload))
+			if err != nil {
+				n = -1
+			}
+			got[aggregate] = append(got[aggregate], n)
+			if len(got[aggregate]) == perAggregate && len(got) == aggregates && allOf(got, perAggregate) {
+				close(done)
+			}
+			return nil
+		}})
+	for i := range perAggregate {
+		for a := range aggregates {
+			msg := newMsg(strconv.Itoa(i))
+			msg.Metadata.Set(watermilladapter.MetadataAggregateType, "Order")
+			msg.Metadata.Set(watermilladapter.MetadataAggregateID, strconv.Itoa(a))
+			r.Publish(t, "orders", msg)
+		}
+	}
+	select {
+	case <-done:
+	case <-time.After(relaytest.WaitLimit):
+		mu.Lock()
+		defer mu.Unlock()
+		t.Fatalf("delivered %v before the time limit", got)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	require.Empty(t, overlaps, "events of one aggregate in the handler at once")
+	inOrder := make([]int, perAggregate)
+	for i := range inOrder {
+		inOrder[i] = i
+	}
+	for a, seq := range got {
+		require.Equal(t, inOrder, seq, "aggregate %s", a)
+	}
+	require.Greater(t, mostInFlight, 1, "different aggregates are delivered in parallel")
+}
+
+// allOf reports whether every aggregate of got has n events.
+func allOf(got map[string][]int, n int) bool {
+	for _, seq := range got {
+		if len(seq) != n {
+			return false
+		}
+	}
+	return true
 }

@@ -54,13 +54,15 @@ const maxQueuedReleases = 100_000
 // releaseItem is a claim to hand back, and the topic to wake for it.
 type releaseItem struct{ id, topic string }
 
-// outcome is a status update to record and, for a RETRY or a deferral,
-// the subscription to wake when the event is due again. It is told once
-// the update is recorded: a claim before that would find the event still
-// held by this relay, and the event would wait for a poll.
+// outcome is a status update to record and the subscription to wake for
+// it: for a RETRY or a deferral when the event is due again, for the DONE
+// of an ordered event at once, since the next event of its aggregate is
+// due then. It is told once the update is recorded: a claim before that
+// would find the event still held by this relay (or, ordered, still
+// holding back its aggregate), and would wait for a poll.
 type outcome struct {
 	update outbox.StatusUpdate
-	retry  *subscription
+	wake   *subscription
 }
 
 // settler records outcomes for every worker of a Subscriber: whatever has
@@ -120,13 +122,13 @@ func newSettler(store outbox.Store, owner string, logger watermill.LoggerAdapter
 	return st
 }
 
-// update queues an outcome, and the subscription to wake when a RETRY or
-// deferral is due (nil for none); it blocks while the queue is full, which
-// slows the workers down to what the database records. After close it
-// drops the outcome: the lease expires and the event is delivered again.
-func (st *settler) update(u outbox.StatusUpdate, retry *subscription) {
+// update queues an outcome, and the subscription to wake for it (see
+// outcome; nil for none); it blocks while the queue is full, which slows
+// the workers down to what the database records. After close it drops
+// the outcome: the lease expires and the event is delivered again.
+func (st *settler) update(u outbox.StatusUpdate, wake *subscription) {
 	select {
-	case st.updates <- outcome{update: u, retry: retry}:
+	case st.updates <- outcome{update: u, wake: wake}:
 		if len(st.updates) >= maxSettleBatch/2 {
 			signal(st.cut)
 		}
@@ -287,8 +289,12 @@ func (st *settler) flushUpdates(batch []outcome) {
 		return
 	}
 	for _, o := range batch {
-		if o.retry != nil {
-			o.retry.scheduleRetry(o.update.NextAt)
+		switch {
+		case o.wake == nil:
+		case o.update.NextAt.IsZero():
+			o.wake.wake()
+		default:
+			o.wake.scheduleRetry(o.update.NextAt)
 		}
 	}
 }

@@ -88,6 +88,20 @@ type SubscriberConfig struct {
 	// Default 0: hot-path events are written claimed, so the cold path
 	// cannot race them anyway.
 	SkipRecent time.Duration
+	// Ordered delivers the events of an aggregate (AggregateType and
+	// AggregateID, within a topic) one at a time, in the order they were
+	// written: the next is claimed once the one before is acked, and
+	// waits while it is retried, deferred, scheduled for later or DEAD
+	// (until it is replayed or purged). Events of different aggregates,
+	// and events without an AggregateID, are delivered WorkerCount at a
+	// time as usual. Give every relay of a topic the same setting: an
+	// unordered one would deliver its events regardless. Ordered events
+	// take no hot path; they are claimed once their commit is announced:
+	// by the Publisher whose HotPath is this Subscriber, or through
+	// Notify and a postgres.Listener. See outbox.ClaimRequest.Ordered for
+	// transactions that write one aggregate's events concurrently.
+	// Default false.
+	Ordered bool
 	// RetryPolicy decides RETRY or DEAD after a Nack. Default
 	// [outbox.Backoff]{} (200 ms, 60 s, 10 attempts, jitter).
 	RetryPolicy outbox.RetryPolicy
@@ -169,7 +183,7 @@ func (c SubscriberConfig) withDefaults() (SubscriberConfig, error) {
 // claimRequest is the claim of topic's subscription, without its limit.
 func (c *SubscriberConfig) claimRequest(topic string) outbox.ClaimRequest {
 	return outbox.ClaimRequest{Owner: c.Owner, LockTimeout: c.LockTimeout, SkipRecent: c.SkipRecent,
-		Topics: []string{topic}}
+		Topics: []string{topic}, Ordered: c.Ordered}
 }
 
 func cmpOr[T int | time.Duration](v, def T) T {
@@ -370,8 +384,13 @@ func (s *Subscriber) offerHot(e outbox.Envelope, committed, claimedUntil time.Ti
 	return false
 }
 
-// serves reports whether a subscription of this subscriber relays topic.
-func (s *Subscriber) serves(topic string) bool {
+// takesHot reports whether the hot path takes events of topic: a
+// subscription of this subscriber relays it, unordered (an ordered event
+// must wait for the claim to find the one before it delivered).
+func (s *Subscriber) takesHot(topic string) bool {
+	if s.cfg.Ordered {
+		return false
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return !s.closed && len(s.subs[topic]) > 0

@@ -472,7 +472,11 @@ func (sub *subscription) process(item queued, wait *time.Timer) {
 	case !answered:
 		s.settler.release([]releaseItem{{id: e.ID, topic: sub.topic}})
 	case acked:
-		s.settler.update(outbox.Done(e.ID), nil)
+		var next *subscription // to claim the next event of e's aggregate
+		if s.cfg.Ordered && e.AggregateID != "" {
+			next = sub
+		}
+		s.settler.update(outbox.Done(e.ID), next)
 		s.cfg.Metrics.Delivered(sub.topic, s.cfg.Clock.Now().Sub(item.since))
 	default:
 		update := outbox.Decide(e.ID, e.Attempts+1, mctx.slot.errOr(errNacked), s.cfg.RetryPolicy, s.cfg.Clock.Now())

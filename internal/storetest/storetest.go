@@ -78,6 +78,7 @@ func Run[Tx any](t *testing.T, newHarness func(t *testing.T) Harness[Tx]) {
 		{"ClaimRejectsBadRequests", testClaimRejectsBadRequests[Tx]},
 		{"ClaimReturnsDueOrderNotIDOrder", testClaimReturnsDueOrderNotIDOrder[Tx]},
 		{"ClaimCursorCoversTheBacklogOnce", testClaimCursorCoversTheBacklogOnce[Tx]},
+		{"OrderedClaimTakesOneEventPerAggregateInWriteOrder", testOrderedClaimTakesOneEventPerAggregateInWriteOrder[Tx]},
 		{"DeadEventsQueryCountReplay", testDeadEventsQueryCountReplay[Tx]},
 		{"EmptyIDListMatchesNoDeadEvent", testEmptyIDListMatchesNoDeadEvent[Tx]},
 		{"ReplayDeadRefusesAFilterThatRestrictsNothing", testReplayDeadRefusesAFilterThatRestrictsNothing[Tx]},
@@ -915,6 +916,68 @@ func testClaimSkipsRecentEvents[Tx any](t *testing.T, f *fixture[Tx]) {
 	require.NoError(t, err)
 	require.Len(t, polled, 1, "a claimed event is not due while its lease runs")
 	require.NotEqual(t, old[0], polled[0].ID)
+}
+
+func testOrderedClaimTakesOneEventPerAggregateInWriteOrder[Tx any](t *testing.T, f *fixture[Tx]) {
+	ctx := t.Context()
+	mk := func(id, topic, aggregateType, aggregateID string) outbox.Envelope {
+		e := JSONEvent(0)
+		e.ID, e.Topic, e.AggregateType, e.AggregateID = id, topic, outbox.AggregateType(aggregateType), aggregateID
+		return e
+	}
+	// One transaction each, in this order. The ids of order 1's events run
+	// backwards: write order decides, not the id, which orders the claim.
+	f.write(t, mk("o1-first", "orders", "Order", "1"))
+	f.write(t, mk("b-order2", "orders", "Order", "2"))
+	f.write(t, mk("a-no-aggregate", "orders", "Order", ""))
+	f.write(t, mk("c-customer1", "orders", "Customer", "1"))
+	f.write(t, mk("d-shipping", "shipping", "Order", "1"))
+	f.write(t, mk("o1-second", "orders", "Order", "1"))
+	f.write(t, mk("o1-a-third", "orders", "Order", "1"))
+
+	lease := time.Minute
+	req := outbox.ClaimRequest{Owner: "r", LockTimeout: lease, Topics: []string{"orders"}, Ordered: true}
+	claim := func(msg string, want ...string) {
+		t.Helper()
+		require.ElementsMatch(t, want, f.claim(t, req), msg)
+	}
+	claim("the first event of each aggregate; one without an aggregate id is not ordered",
+		"o1-first", "b-order2", "a-no-aggregate", "c-customer1")
+	claim("an event in flight holds back the rest of its aggregate")
+
+	update := func(u outbox.StatusUpdate) {
+		t.Helper()
+		n, err := f.Store.UpdateStatus(ctx, "r", u)
+		require.NoError(t, err)
+		require.EqualValues(t, 1, n)
+	}
+	for _, id := range []string{"b-order2", "a-no-aggregate", "c-customer1"} {
+		update(outbox.Done(id))
+	}
+	retry := outbox.Retry("o1-first", Start.Add(time.Minute), errors.New("broker down"))
+	retry.Attempt = 1
+	update(retry)
+	claim("so does one waiting for its retry")
+	f.Clock.Advance(time.Minute)
+	claim("the retry comes first", "o1-first")
+	dead := outbox.Dead("o1-first", errors.New("poison"))
+	dead.Attempt = 2
+	update(dead)
+	claim("a DEAD event holds back the rest of its aggregate")
+	n, err := f.Store.ReplayDead(ctx, outbox.DeadFilter{IDs: []string{"o1-first"}})
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n)
+	claim("until it is replayed, and delivered first", "o1-first")
+	update(outbox.Done("o1-first"))
+	claim("then the next in write order", "o1-second")
+	f.Clock.Advance(lease)
+	claim("a lease run out gives the same event again", "o1-second")
+	update(outbox.Done("o1-second"))
+	claim("then the next", "o1-a-third")
+
+	req.Topics, req.Ordered = []string{"shipping"}, false
+	f.write(t, mk("e-shipping", "shipping", "Order", "1"))
+	claim("an unordered claim takes every due event", "d-shipping", "e-shipping")
 }
 
 func testClaimByTopic[Tx any](t *testing.T, f *fixture[Tx]) {

@@ -115,3 +115,62 @@ func TestUpgradeKeepsEarlierClaims(t *testing.T) {
 	require.NoError(t, err)
 	storetest.CheckEarlierClaimHolds(t, store, clock)
 }
+
+// Migration 4 numbers the events already in the table in write order, so
+// that an ordered claim delivers an aggregate's earlier events before the
+// ones written after the upgrade; DONE rows, which no ordered claim
+// reads, are left as they are.
+func TestUpgradeOrdersEventsWrittenBefore(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := testdb.New(t)
+	cfg := postgres.Config{Table: "ordered_outbox"}
+	migrations, err := postgres.Migrations(cfg)
+	require.NoError(t, err)
+	for _, m := range migrations[:3] {
+		_, err = pool.Exec(ctx, m.SQL)
+		require.NoError(t, err)
+		_, err = pool.Exec(ctx, `INSERT INTO wmoutbox_migration (table_name, version, name) VALUES ($1, $2, $3)`,
+			cfg.Table, m.Version, m.Name)
+		require.NoError(t, err)
+	}
+	// As version 3 left them: two events of order 1, the later with the
+	// smaller id, and a delivered one.
+	start := storetest.Start
+	for _, row := range []struct {
+		id      string
+		written time.Time
+		status  outbox.Status
+	}{{"z-first", start, outbox.StatusNew}, {"a-second", start.Add(time.Second), outbox.StatusRetry}, {"done", start, outbox.StatusDone}} {
+		_, err = pool.Exec(ctx, `INSERT INTO ordered_outbox (event_id, event_type, topic, aggregate_type, aggregate_id,
+			payload, status, occurred_at, available_at, created_at, updated_at)
+			VALUES ($1, 'T', 'orders', 'Order', '1', '\x00', $2, $3, $3, $3, $3)`, row.id, row.status, row.written)
+		require.NoError(t, err)
+	}
+	require.NoError(t, postgres.Migrate(ctx, pool, cfg))
+
+	clock := clocktest.New(start.Add(time.Minute))
+	cfg.Clock = clock
+	store, err := postgres.NewStore(pool, cfg)
+	require.NoError(t, err)
+	newer := storetest.JSONEvent(0)
+	newer.ID, newer.Topic, newer.AggregateType, newer.AggregateID = "0-newer", "orders", "Order", "1"
+	writer, err := outbox.NewWriter(store, outbox.WriterConfig{Clock: clock})
+	require.NoError(t, err)
+	require.NoError(t, store.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		_, err := writer.Write(ctx, tx, newer)
+		return err
+	}))
+
+	req := outbox.ClaimRequest{Owner: "r", Ordered: true}
+	for _, want := range []string{"z-first", "a-second", "0-newer"} {
+		claimed, err := store.Claim(ctx, req)
+		require.NoError(t, err)
+		require.Equal(t, []string{want}, storetest.IDs(claimed))
+		_, err = store.UpdateStatus(ctx, "r", outbox.Done(want))
+		require.NoError(t, err)
+	}
+	var unnumbered bool
+	require.NoError(t, pool.QueryRow(ctx, `SELECT seq IS NULL FROM ordered_outbox WHERE event_id = 'done'`).Scan(&unnumbered))
+	require.True(t, unnumbered, "DONE rows are not rewritten")
+}

@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -45,13 +46,17 @@ func TestClaimCursorSkipsWhatLiesBehindIt(t *testing.T) {
 // TestClaimPlan: the cursor is where the due index scan starts, not a
 // filter applied to the rows it walks, which spares a claim the index
 // entries of the rows claimed before it; and the rows it locked are
-// updated by ctid, without a primary key descent each.
+// updated by ctid, without a primary key descent each. An ordered claim
+// plans the same, plus one aggregate index probe per row.
 func TestClaimPlan(t *testing.T) {
 	t.Parallel()
 	pool := testdb.New(t)
 	store, err := postgres.NewStore(pool, postgres.Config{})
 	require.NoError(t, err)
 	writeEvents(t, store, 5000) // enough for the planner to prefer the index
+	// Aggregates of 5 events each, as an ordered claim meets them.
+	_, err = pool.Exec(t.Context(), `UPDATE outbox_event SET aggregate_id = (seq / 5)::text`)
+	require.NoError(t, err)
 	_, err = pool.Exec(t.Context(), `ANALYZE outbox_event`)
 	require.NoError(t, err)
 
@@ -64,21 +69,23 @@ func TestClaimPlan(t *testing.T) {
 	_, err = conn.Exec(t.Context(), `SET enable_hashjoin = off`)
 	require.NoError(t, err)
 
-	now := time.Now()
-	rows, err := conn.Query(t.Context(), "EXPLAIN "+postgres.ClaimStatement(store, true),
-		now, now, now.Add(time.Minute), 100, "me", "orders", now.Add(-time.Hour), "")
-	require.NoError(t, err)
-	plan, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	require.NoError(t, err)
-	text := strings.Join(plan, "\n")
-	require.Contains(t, text, "outbox_event_due_idx", "the claim scans the due index:\n%s", text)
-	require.Contains(t, text, "Tid Scan", "the claim updates the rows it locked by ctid:\n%s", text)
-	for _, line := range plan {
-		if strings.Contains(line, "Index Cond") && strings.Contains(line, "ROW(available_at") {
-			return
+	for _, ordered := range []bool{false, true} {
+		now := time.Now()
+		rows, err := conn.Query(t.Context(), "EXPLAIN "+postgres.ClaimStatement(store, true, ordered),
+			now, now, now.Add(time.Minute), 100, "me", "orders", now.Add(-time.Hour), "")
+		require.NoError(t, err)
+		plan, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		require.NoError(t, err)
+		text := strings.Join(plan, "\n")
+		require.Contains(t, text, "outbox_event_due_idx", "the claim scans the due index:\n%s", text)
+		require.Contains(t, text, "Tid Scan", "the claim updates the rows it locked by ctid:\n%s", text)
+		require.True(t, slices.ContainsFunc(plan, func(line string) bool {
+			return strings.Contains(line, "Index Cond") && strings.Contains(line, "ROW(available_at")
+		}), "the cursor is not an index condition of the claim:\n%s", text)
+		if ordered {
+			require.Contains(t, text, "outbox_event_aggregate_idx", "each probe reads the aggregate index:\n%s", text)
 		}
 	}
-	t.Fatalf("the cursor is not an index condition of the claim:\n%s", text)
 }
 
 // writeEvents commits n events on topic "orders", in due order, and

@@ -7,12 +7,16 @@ import (
 )
 
 // ClaimStatement is the claim SQL the store runs for one topic, with or
-// without a cursor, for tests that read its plan.
-func ClaimStatement(s *Store, withCursor bool) string {
+// without a cursor, ordered or not, for tests that read its plan.
+func ClaimStatement(s *Store, withCursor, ordered bool) string {
+	variants := s.t.sql.claim
 	if withCursor {
-		return s.t.sql.claimAfter[1]
+		variants = s.t.sql.claimAfter
 	}
-	return s.t.sql.claim[1]
+	if ordered {
+		return variants[1][1]
+	}
+	return variants[0][1]
 }
 
 // ListenChecked is Listen with the liveness timing a test can wait for:

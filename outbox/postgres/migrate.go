@@ -106,16 +106,22 @@ func (t *table) migrations() ([]Migration, error) {
 	return migrations, nil
 }
 
+// sequenceSuffix names the sequence numbering the table's events (seq,
+// migration 4) after the table.
+const sequenceSuffix = "_seq"
+
 // rename gives the configured name for the default table (suffix "") and
-// for the names derived from it: the inbox table (suffix "_inbox"), in the
-// same schema, and index names (suffix "…_idx"), which are never
-// schema-qualified.
+// for the names derived from it: the inbox table (suffix "_inbox") and the
+// sequence (suffix "_seq"), in the same schema, and index names (suffix
+// "…_idx"), which are never schema-qualified.
 func (t *table) rename(suffix string) string {
 	switch suffix {
 	case "":
 		return t.qualified
 	case migrationfiles.InboxSuffix:
 		return t.inbox
+	case sequenceSuffix:
+		return t.qualify(t.name + suffix)
 	}
 	return pgx.Identifier{t.name + suffix}.Sanitize()
 }

@@ -113,6 +113,8 @@ const sqlDue = `status IN (0, 2) {topics} AND available_at <= $1 AND created_at 
 // {cursor} starts the scan after the last row of the previous claim
 // instead (see outbox.ClaimCursor), which also skips the entries that
 // earlier outcomes left until a vacuum.
+// {ordered} passes over the events that must wait for an earlier one of
+// their aggregate (see orderedHead).
 // Each row comes back with its due time, the claim's order; sorting the
 // batch in Go is cheaper than materialising it for an ORDER BY.
 // The update finds the locked rows by ctid, a direct fetch, instead of one
@@ -122,8 +124,8 @@ const sqlDue = `status IN (0, 2) {topics} AND available_at <= $1 AND created_at 
 // it is left out of this claim and stays due.
 const sqlClaim = `
 WITH due AS (
-    SELECT ctid FROM {table}
-    WHERE ` + sqlDue + ` {cursor}
+    SELECT ctid FROM {table} AS t
+    WHERE ` + sqlDue + ` {cursor} {ordered}
     ORDER BY available_at, event_id
     LIMIT $4
     FOR UPDATE SKIP LOCKED
@@ -145,6 +147,19 @@ const (
 	topicsOne  = `AND topic = $%d`
 	topicsMany = `AND topic = ANY($%d::text[])`
 )
+
+// orderedHead is sqlClaim's {ordered} for an ordered claim: a row is
+// claimed only if no earlier row of its topic and aggregate (by seq, the
+// order of the inserts, migration 4) is pending or DEAD; a row without an
+// aggregate id always is. An earlier row in flight is pending, so one
+// event of an aggregate is out at a time. The claim's snapshot decides: a
+// row that becomes the first of its aggregate while the claim runs waits
+// for the next claim. The aggregate index answers each probe; its
+// predicate is spelled out so that the planner sees it holds.
+const orderedHead = `AND NOT EXISTS (
+        SELECT 1 FROM {table} AS p
+        WHERE p.topic = t.topic AND p.aggregate_type = t.aggregate_type AND p.aggregate_id = t.aggregate_id
+            AND p.aggregate_id IS NOT NULL AND p.status <> 1 AND p.seq < t.seq)`
 
 // cursorAfter is sqlClaim's {cursor} when a cursor is set: due time and id
 // in the two parameter slots after the topic filter's. A row comparison,
@@ -273,8 +288,9 @@ type statements struct {
 	insert, insertOne, get           string
 	insertHot, insertOneHot          string
 	release, updateStatus            string
-	markDone, deleteDone             string    // deleteDone empty unless Config.DeleteDone
-	claim, claimAfter, poll          [3]string // by topic filter: any, one, many; claimAfter with a cursor
+	markDone, deleteDone             string       // deleteDone empty unless Config.DeleteDone
+	claim, claimAfter                [2][3]string // by ordered (0, 1), then topic filter; claimAfter with a cursor
+	poll                             [3]string    // by topic filter: any, one, many
 	queryDead, countDead, replayDead string
 	backlog                          string
 	purge                            string
@@ -318,8 +334,11 @@ func renderStatements(schema, qualified, inbox string, synchronous, deleteDone b
 		topics, next := withSlots(filter, 6)
 		after, _ := withSlots(cursorAfter, next)
 		claim := strings.ReplaceAll(strings.Replace(sqlClaim, "{topics}", topics, 1), "{o}", "o.")
-		s.claim[i] = r.Replace(strings.Replace(claim, "{cursor}", "", 1))
-		s.claimAfter[i] = r.Replace(strings.Replace(claim, "{cursor}", after, 1))
+		for ordered, head := range []string{"", orderedHead} {
+			claim := strings.Replace(claim, "{ordered}", head, 1)
+			s.claim[ordered][i] = r.Replace(strings.Replace(claim, "{cursor}", "", 1))
+			s.claimAfter[ordered][i] = r.Replace(strings.Replace(claim, "{cursor}", after, 1))
+		}
 		topics, _ = withSlots(filter, 4)
 		s.poll[i] = r.Replace(strings.Replace(sqlPoll, "{topics}", topics, 1))
 	}

@@ -90,9 +90,18 @@ var _ outbox.TxStore[pgx.Tx] = (*Store)(nil)
 // table is a validated table name and the SQL rendered for it.
 type table struct {
 	name      string
+	schema    string
 	qualified string
 	inbox     string // the inbox table, qualified
 	sql       statements
+}
+
+// qualify quotes name, in the table's schema when it has one.
+func (t *table) qualify(name string) string {
+	if t.schema == "" {
+		return pgx.Identifier{name}.Sanitize()
+	}
+	return pgx.Identifier{t.schema, name}.Sanitize()
 }
 
 func newTable(cfg Config) (*table, error) {
@@ -108,13 +117,8 @@ func newTable(cfg Config) (*table, error) {
 			return nil, fmt.Errorf("postgres: schema: %w", err)
 		}
 	}
-	qualify := func(name string) string {
-		if cfg.Schema == "" {
-			return pgx.Identifier{name}.Sanitize()
-		}
-		return pgx.Identifier{cfg.Schema, name}.Sanitize()
-	}
-	t := &table{name: name, qualified: qualify(name), inbox: qualify(name + migrationfiles.InboxSuffix)}
+	t := &table{name: name, schema: cfg.Schema}
+	t.qualified, t.inbox = t.qualify(name), t.qualify(name+migrationfiles.InboxSuffix)
 	t.sql = renderStatements(cfg.Schema, t.qualified, t.inbox, cfg.SynchronousBookkeeping, cfg.DeleteDone)
 	return t, nil
 }
@@ -319,9 +323,13 @@ func (s *Store) Claim(ctx context.Context, req outbox.ClaimRequest) ([]outbox.Ev
 		return nil, err
 	}
 	now := s.clock.Now()
-	variants := s.t.sql.claim
+	ordered := 0
+	if req.Ordered {
+		ordered = 1
+	}
+	variants := s.t.sql.claim[ordered]
 	if !req.Cursor.IsZero() {
-		variants = s.t.sql.claimAfter
+		variants = s.t.sql.claimAfter[ordered]
 	}
 	sql, topicArg := topicVariant(variants, req.Topics)
 	args := []any{now, now.Add(-req.SkipRecent), now.Add(req.LockTimeout), req.Limit, req.Owner}

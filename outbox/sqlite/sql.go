@@ -84,16 +84,30 @@ const sqlDue = `status IN (0, 2) {topics} AND available_at <= ?1 AND created_at 
 //
 // Being a write, this statement takes SQLite's write lock when it starts,
 // before it reads anything, waiting up to the busy timeout: claimers take
-// turns, and each one reads only rows no earlier claim holds.
+// turns, and each one reads only rows no earlier claim holds. {ordered}
+// passes over the events that must wait for an earlier one of their
+// aggregate (see orderedHead).
 const sqlClaim = `
 UPDATE {table} SET locked_by = ?4, locked_at = ?1, locked_until = ?5
 WHERE event_id IN (
-    SELECT event_id FROM {table}
-    WHERE ` + sqlDue + `
+    SELECT event_id FROM {table} AS t
+    WHERE ` + sqlDue + ` {ordered}
     ORDER BY available_at, event_id
     LIMIT ?3
 )
 RETURNING ` + eventColumns
+
+// orderedHead is sqlClaim's {ordered} for an ordered claim: a row is
+// claimed only if no earlier row of its topic and aggregate is pending or
+// DEAD; a row without an aggregate id always is. Earlier is by rowid: the
+// table has no INTEGER PRIMARY KEY, so each insert takes a rowid above
+// every row's in the table, and VACUUM, which may renumber rows, copies
+// them in rowid order. The aggregate index (migration 4) answers each
+// probe; its predicate is spelled out so that SQLite uses it.
+const orderedHead = `AND NOT EXISTS (
+        SELECT 1 FROM {table} AS p
+        WHERE p.topic = t.topic AND p.aggregate_type = t.aggregate_type AND p.aggregate_id = t.aggregate_id
+            AND p.aggregate_id IS NOT NULL AND p.status <> 1 AND p.rowid < t.rowid)`
 
 const sqlPoll = `
 SELECT ` + eventColumns + ` FROM {table}
@@ -217,8 +231,9 @@ type statements struct {
 
 	insert, existing, existingOne, get string
 	release, updateStatus              string
-	markDone, deleteDone               string    // deleteDone empty unless Config.DeleteDone
-	claim, poll                        [3]string // by topic filter: any, one, many
+	markDone, deleteDone               string       // deleteDone empty unless Config.DeleteDone
+	claim                              [2][3]string // by ordered (0, 1), then topic filter
+	poll                               [3]string    // by topic filter: any, one, many
 	queryDead, countDead, replayDead   string
 	backlog                            string
 	purge                              string
@@ -250,7 +265,10 @@ func renderStatements(quoted, inbox string, deleteDone bool) statements {
 		s.deleteDone = r.Replace(sqlDeleteDone)
 	}
 	for i, filter := range []string{topicsAny, topicsOne, topicsMany} {
-		s.claim[i] = r.Replace(strings.Replace(sqlClaim, "{topics}", withSlot(filter, 6), 1))
+		claim := strings.Replace(sqlClaim, "{topics}", withSlot(filter, 6), 1)
+		for ordered, head := range []string{"", orderedHead} {
+			s.claim[ordered][i] = r.Replace(strings.Replace(claim, "{ordered}", head, 1))
+		}
 		s.poll[i] = r.Replace(strings.Replace(sqlPoll, "{topics}", withSlot(filter, 4), 1))
 	}
 	return s

@@ -333,7 +333,11 @@ func (s *Store) Claim(ctx context.Context, req outbox.ClaimRequest) ([]outbox.Ev
 		return nil, err
 	}
 	now := s.clock.Now()
-	query, topicArg := topicVariant(s.t.sql.claim, req.Topics)
+	ordered := 0
+	if req.Ordered {
+		ordered = 1
+	}
+	query, topicArg := topicVariant(s.t.sql.claim[ordered], req.Topics)
 	args := []any{micros(now), micros(now.Add(-req.SkipRecent)), req.Limit, req.Owner, micros(now.Add(req.LockTimeout))}
 	if topicArg != nil {
 		args = append(args, topicArg)
