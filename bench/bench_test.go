@@ -90,7 +90,7 @@ func TestRawTableIsLikeTheOutboxTable(t *testing.T) {
 	params, indexes := shape(raw)
 	require.Contains(t, wantParams, "fillfactor=50")
 	require.Equal(t, wantParams, params)
-	require.Len(t, wantIndexes, 3)
+	require.Len(t, wantIndexes, 4)
 	require.Equal(t, wantIndexes, indexes)
 }
 

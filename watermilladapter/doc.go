@@ -46,7 +46,7 @@
 // one goroutine per subscriber: what queued while the previous statement
 // ran, or arrives within 50 ms of the first (250 outcomes end the wait
 // sooner), goes into the next, so a row shows its outcome up to 50 ms
-// after the handler's. A subscription's channel closes only once the
+// after the handler's (the DONE of an ordered event ends the wait). A subscription's channel closes only once the
 // outcomes of its messages are written, without waiting out those 50 ms,
 // so closing the database after Router.Close loses none.
 //

@@ -24,7 +24,7 @@ const maxSettleBatch = 500
 // cost about twice the CPU per event of one per 50 ms (in the bench's write
 // path, 0.76× against 0.86× the raw insert rate). Delivery does not wait
 // for it; only the row's DONE does, and a flush (a subscription closing)
-// cuts it short.
+// or the DONE of an ordered event cuts it short.
 const settleLinger = 50 * time.Millisecond
 
 // A statement is given settleTimeout while the subscriber runs. A failed
@@ -124,12 +124,15 @@ func newSettler(store outbox.Store, owner string, logger watermill.LoggerAdapter
 
 // update queues an outcome, and the subscription to wake for it (see
 // outcome; nil for none); it blocks while the queue is full, which slows
-// the workers down to what the database records. After close it drops
-// the outcome: the lease expires and the event is delivered again.
+// the workers down to what the database records. The DONE of an ordered
+// event ends the linger: the next event of its aggregate waits for it, and
+// a batch still gathers what queues while the statement before runs.
+// After close it drops the outcome: the lease expires and the event is
+// delivered again.
 func (st *settler) update(u outbox.StatusUpdate, wake *subscription) {
 	select {
 	case st.updates <- outcome{update: u, wake: wake}:
-		if len(st.updates) >= maxSettleBatch/2 {
+		if len(st.updates) >= maxSettleBatch/2 || (wake != nil && u.NextAt.IsZero()) {
 			signal(st.cut)
 		}
 	case <-st.done:

@@ -123,6 +123,26 @@ func TestSettlerFlushCutsTheLingerShort(t *testing.T) {
 	}
 }
 
+// The DONE of an ordered event is recorded without the linger, and then
+// wakes its subscription: the next event of the aggregate waits for both.
+func TestSettlerRecordsAnOrderedDoneAtOnceAndWakesItsSubscription(t *testing.T) {
+	store := &instantStore{}
+	st := newSettler(store, "relay", watermill.NopLogger{}, func(...string) {})
+	defer st.close()
+	st.linger = time.Hour // set before the first outcome is sent, which the settler reads it after
+	sub := &subscription{wakeCh: make(chan struct{}, 1)}
+
+	st.update(outbox.Done("event-1"), sub)
+	select {
+	case <-sub.wakeCh:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the ordered DONE waited for the linger")
+	}
+	if statements, outcomes := store.recorded(); statements != 1 || outcomes != 1 {
+		t.Fatalf("when the subscription was woken: %d statements recording %d outcomes, want 1 and 1", statements, outcomes)
+	}
+}
+
 // Releases do not wait for the outcomes' linger: a writer whose committed
 // events found the hot path full hands them back after its commit, and
 // must not wait out the linger for room in the release queue.
