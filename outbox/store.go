@@ -190,7 +190,11 @@ type ClaimRequest struct {
 	// order they were written: an event is left out while an earlier event
 	// of its topic and aggregate (AggregateType and AggregateID) is
 	// pending, claimed or not, due or not, or DEAD. Events without an
-	// AggregateID are not ordered. Default false.
+	// AggregateID are not ordered. Which events an ordered claim takes is
+	// up to the store: PostgreSQL's go through the aggregates in turn
+	// from the cursor, at a cost that does not grow with the events
+	// waiting behind others; SQLite's take the earliest due, passing over
+	// every waiting event. Default false.
 	//
 	// Written means inserted: events of one aggregate written by
 	// transactions that run at the same time can commit in the other
@@ -211,17 +215,48 @@ type ClaimRequest struct {
 // until the caller resets the cursor: a relay resets it whenever a claim
 // comes back short of its limit, and at least every second. Stores that
 // need no cursor ignore it. A cursor is not safe for concurrent use.
+//
+// Ordered claims go through aggregates in turn rather than in due order,
+// and their cursor is the aggregate of the last event claimed, in
+// [CompareAggregates] order; a cursor serves claims of one kind.
 type ClaimCursor struct {
 	// DueAt and ID are the due time and id of the last event claimed;
 	// zero before the first claim and after Reset.
 	DueAt time.Time
 	ID    string
+	// Topic, AggregateType and AggregateID are that event's aggregate.
+	Topic, AggregateType, AggregateID string
+}
+
+// CursorAt returns the cursor of a claim whose last event is e.
+func CursorAt(e *Event) ClaimCursor {
+	return ClaimCursor{DueAt: e.AvailableAt, ID: e.ID, Topic: e.Topic,
+		AggregateType: string(e.AggregateType), AggregateID: e.AggregateID}
 }
 
 // CompareDue orders events as [Store.Claim] returns them: by due time
 // (AvailableAt), then id. For slices.SortFunc.
 func CompareDue(a, b Event) int {
 	return cmp.Or(a.AvailableAt.Compare(b.AvailableAt), strings.Compare(a.ID, b.ID))
+}
+
+// CompareAggregates orders events as ordered claims go through their
+// aggregates: by topic, aggregate type, then aggregate id, byte by byte,
+// an event without an aggregate id coming after those with one, as an
+// aggregate of its own named by its id.
+func CompareAggregates(a, b Event) int {
+	return cmp.Or(strings.Compare(a.Topic, b.Topic),
+		strings.Compare(string(a.AggregateType), string(b.AggregateType)),
+		cmp.Compare(keyless(&a), keyless(&b)),
+		strings.Compare(cmp.Or(a.AggregateID, a.ID), cmp.Or(b.AggregateID, b.ID)))
+}
+
+// keyless is 1 for an event without an aggregate id, else 0.
+func keyless(e *Event) int {
+	if e.AggregateID == "" {
+		return 1
+	}
+	return 0
 }
 
 // Reset makes the next claim start from the earliest due event.

@@ -168,6 +168,61 @@ func benchClaimBacklog(b *testing.B, withCursor bool) {
 	b.ReportMetric(float64(drained)/b.Elapsed().Seconds(), "events/s")
 }
 
+// BenchmarkOrderedClaim: "drain" is BenchmarkClaimBacklog with a cursor,
+// claims ordered, on a backlog of 100,000 aggregates of one event each;
+// "behind=N" is an ordered claim that finds nothing because the first of
+// the N events of the only aggregate is claimed: its cost must not grow
+// with the events waiting behind it.
+func BenchmarkOrderedClaim(b *testing.B) {
+	b.Run("drain", benchOrderedDrain)
+	for _, behind := range []int{1000, 100000} {
+		b.Run(fmt.Sprint("behind=", behind), func(b *testing.B) { benchOrderedBehind(b, behind) })
+	}
+}
+
+func benchOrderedDrain(b *testing.B) {
+	const backlog, batch = 100000, 100
+	store, writer := benchStore(b)
+	events := benchEvents(1000)
+	drained, written := 0, 0
+	for b.Loop() {
+		b.StopTimer()
+		for range backlog / len(events) {
+			for i := range events {
+				events[i].AggregateID = fmt.Sprint("order-", written)
+				written++
+			}
+			writeBacklog(b, store, writer, events, len(events))
+		}
+		b.StartTimer()
+		var cursor outbox.ClaimCursor
+		req := outbox.ClaimRequest{Owner: "bench", Limit: batch, Topics: []string{"OrderCreated"}, Ordered: true, Cursor: &cursor}
+		for {
+			n := claimAndMarkDone(b, store, req, false)
+			if n == 0 {
+				break
+			}
+			drained += n
+		}
+	}
+	b.ReportMetric(float64(drained)/b.Elapsed().Seconds(), "events/s")
+}
+
+func benchOrderedBehind(b *testing.B, behind int) {
+	store, writer := benchStore(b)
+	writeBacklog(b, store, writer, benchEvents(min(behind, 1000)), behind)
+	req := outbox.ClaimRequest{Owner: "bench", Limit: 100, Topics: []string{"OrderCreated"}, Ordered: true}
+	if claimed, err := store.Claim(b.Context(), req); err != nil || len(claimed) != 1 {
+		b.Fatalf("the first claim took %d events (%v), want the first of the aggregate", len(claimed), err)
+	}
+	for b.Loop() {
+		claimed, err := store.Claim(b.Context(), req)
+		if err != nil || len(claimed) != 0 {
+			b.Fatalf("claimed %d events (%v) while the first is in flight", len(claimed), err)
+		}
+	}
+}
+
 // BenchmarkReadEvents reads a batch of 200 pending events, to show what
 // decoding a claimed batch costs per event apart from the claim's writes.
 func BenchmarkReadEvents(b *testing.B) {

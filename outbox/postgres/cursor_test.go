@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/wmoutbox/wmoutbox/internal/clocktest"
@@ -46,46 +47,75 @@ func TestClaimCursorSkipsWhatLiesBehindIt(t *testing.T) {
 // TestClaimPlan: the cursor is where the due index scan starts, not a
 // filter applied to the rows it walks, which spares a claim the index
 // entries of the rows claimed before it; and the rows it locked are
-// updated by ctid, without a primary key descent each. An ordered claim
-// plans the same, plus one aggregate index probe per row.
+// updated by ctid, without a primary key descent each.
 func TestClaimPlan(t *testing.T) {
 	t.Parallel()
 	pool := testdb.New(t)
 	store, err := postgres.NewStore(pool, postgres.Config{})
 	require.NoError(t, err)
 	writeEvents(t, store, 5000) // enough for the planner to prefer the index
-	// Aggregates of 5 events each, as an ordered claim meets them.
+	conn := planner(t, pool)
+	now := time.Now()
+	plan := explain(t, conn, postgres.ClaimStatement(store, true, false),
+		now, now, now.Add(time.Minute), 100, "me", "orders", now.Add(-time.Hour), "")
+	text := strings.Join(plan, "\n")
+	require.Contains(t, text, "outbox_event_due_idx", "the claim scans the due index:\n%s", text)
+	require.Contains(t, text, "Tid Scan", "the claim updates the rows it locked by ctid:\n%s", text)
+	require.True(t, slices.ContainsFunc(plan, func(line string) bool {
+		return strings.Contains(line, "Index Cond") && strings.Contains(line, "ROW(available_at")
+	}), "the cursor is not an index condition of the claim:\n%s", text)
+}
+
+// An ordered claim walks the aggregate index, one descent per aggregate
+// from the cursor on, and never the events behind the first of each.
+func TestOrderedClaimPlan(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t)
+	store, err := postgres.NewStore(pool, postgres.Config{})
+	require.NoError(t, err)
+	writeEvents(t, store, 5000)
+	// Aggregates of 5 events each.
 	_, err = pool.Exec(t.Context(), `UPDATE outbox_event SET aggregate_id = (seq / 5)::text`)
 	require.NoError(t, err)
-	_, err = pool.Exec(t.Context(), `ANALYZE outbox_event`)
-	require.NoError(t, err)
-
-	// Without hash joins, as the planner chooses for tables large enough
-	// to matter: here it would rather scan 5000 rows than fetch 100. The
-	// pool is this test's own.
-	conn, err := pool.Acquire(t.Context())
-	require.NoError(t, err)
-	defer conn.Release()
-	_, err = conn.Exec(t.Context(), `SET enable_hashjoin = off`)
-	require.NoError(t, err)
-
-	for _, ordered := range []bool{false, true} {
-		now := time.Now()
-		rows, err := conn.Query(t.Context(), "EXPLAIN "+postgres.ClaimStatement(store, true, ordered),
-			now, now, now.Add(time.Minute), 100, "me", "orders", now.Add(-time.Hour), "")
-		require.NoError(t, err)
-		plan, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		require.NoError(t, err)
-		text := strings.Join(plan, "\n")
-		require.Contains(t, text, "outbox_event_due_idx", "the claim scans the due index:\n%s", text)
-		require.Contains(t, text, "Tid Scan", "the claim updates the rows it locked by ctid:\n%s", text)
-		require.True(t, slices.ContainsFunc(plan, func(line string) bool {
-			return strings.Contains(line, "Index Cond") && strings.Contains(line, "ROW(available_at")
-		}), "the cursor is not an index condition of the claim:\n%s", text)
-		if ordered {
-			require.Contains(t, text, "outbox_event_aggregate_idx", "each probe reads the aggregate index:\n%s", text)
+	conn := planner(t, pool)
+	now := time.Now()
+	plan := explain(t, conn, postgres.ClaimStatement(store, true, true),
+		now, now, now.Add(time.Minute), 100, "me", "orders", "orders", "OrderCreated", false, "7")
+	text := strings.Join(plan, "\n")
+	require.Contains(t, text, "Recursive Union", "the claim walks the aggregates:\n%s", text)
+	require.NotContains(t, text, "outbox_event_due_idx", "the claim does not scan events in due order:\n%s", text)
+	require.Contains(t, text, "Tid Scan", "the claim locks and updates the heads by ctid:\n%s", text)
+	var bounded int
+	for _, line := range plan {
+		if strings.Contains(line, "Index Cond") && strings.Contains(line, "ROW((topic)::text") {
+			bounded++
 		}
 	}
+	require.Equal(t, 2, bounded, "the cursor and each step are where the index scans start:\n%s", text)
+}
+
+// planner is a connection of the test's pool without hash joins, as the
+// planner chooses for tables large enough to matter: on a few thousand
+// rows it would rather scan them all than fetch a hundred.
+func planner(t *testing.T, pool *pgxpool.Pool) *pgxpool.Conn {
+	t.Helper()
+	_, err := pool.Exec(t.Context(), `ANALYZE outbox_event`)
+	require.NoError(t, err)
+	conn, err := pool.Acquire(t.Context())
+	require.NoError(t, err)
+	t.Cleanup(conn.Release)
+	_, err = conn.Exec(t.Context(), `SET enable_hashjoin = off`)
+	require.NoError(t, err)
+	return conn
+}
+
+func explain(t *testing.T, conn *pgxpool.Conn, sql string, args ...any) []string {
+	t.Helper()
+	rows, err := conn.Query(t.Context(), "EXPLAIN "+sql, args...)
+	require.NoError(t, err)
+	plan, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	return plan
 }
 
 // writeEvents commits n events on topic "orders", in due order, and
@@ -144,4 +174,43 @@ func TestClaimCursorUnderALinguisticCollation(t *testing.T) {
 	require.Equal(t, []string{"D4", "c3"}, claimIDs(t, store, req))
 	require.Equal(t, []string{"e5"}, claimIDs(t, store, req))
 	require.Empty(t, claimIDs(t, store, req))
+}
+
+// Ordered claims that follow a cursor take the aggregates in turn: each
+// starts after the aggregate of the previous one's last event, and an
+// event without an aggregate id is an aggregate of its own.
+func TestOrderedClaimCursorTakesAggregatesInTurn(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t)
+	store, err := postgres.NewStore(pool, postgres.Config{Clock: clocktest.New(storetest.Start)})
+	require.NoError(t, err)
+	writer, err := outbox.NewWriter(store, outbox.WriterConfig{})
+	require.NoError(t, err)
+	var events []outbox.Envelope
+	for _, name := range []string{"a1", "b1", "c1", "keyless", "a2", "b2", "c2"} {
+		e := storetest.JSONEvent(0)
+		e.ID, e.Topic, e.AggregateType, e.AggregateID = name, "orders", "Order", name[:1]
+		if name == "keyless" {
+			e.AggregateID = ""
+		}
+		events = append(events, e)
+	}
+	require.NoError(t, store.InTx(t.Context(), func(ctx context.Context, tx pgx.Tx) error {
+		_, err := writer.Write(ctx, tx, events...)
+		return err
+	}))
+
+	var cursor outbox.ClaimCursor
+	req := outbox.ClaimRequest{Owner: "me", Limit: 2, Topics: []string{"orders"}, Ordered: true, Cursor: &cursor}
+	require.ElementsMatch(t, []string{"a1", "b1"}, claimIDs(t, store, req))
+	require.Equal(t, "b", cursor.AggregateID, "the cursor is at the last aggregate claimed")
+	require.ElementsMatch(t, []string{"c1", "keyless"}, claimIDs(t, store, req), "after it, the keyless event last")
+	require.Empty(t, claimIDs(t, store, req))
+
+	n, err := store.UpdateStatus(t.Context(), "me", outbox.Done("a1"), outbox.Done("c1"))
+	require.NoError(t, err)
+	require.EqualValues(t, 2, n)
+	require.Empty(t, claimIDs(t, store, req), "a2 and c2 lie behind the cursor")
+	cursor.Reset()
+	require.ElementsMatch(t, []string{"a2", "c2"}, claimIDs(t, store, req))
 }

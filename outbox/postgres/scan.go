@@ -30,7 +30,7 @@ func collectEvents(rows pgx.Rows) ([]outbox.Event, error) {
 
 // collectClaimed scans the rows of a claim of up to limit events, puts
 // them in due order and returns the position of the last.
-func collectClaimed(rows pgx.Rows, limit int) ([]outbox.Event, outbox.ClaimCursor, error) {
+func collectClaimed(rows pgx.Rows, limit int, ordered bool) ([]outbox.Event, outbox.ClaimCursor, error) {
 	defer rows.Close()
 	s := newEventScanner()
 	claimed := make([]outbox.Event, 0, limit)
@@ -48,7 +48,15 @@ func collectClaimed(rows pgx.Rows, limit int) ([]outbox.Event, outbox.ClaimCurso
 	// already, which costs the sort little.
 	slices.SortFunc(claimed, outbox.CompareDue)
 	last := &claimed[len(claimed)-1]
-	return claimed, outbox.ClaimCursor{DueAt: last.AvailableAt, ID: last.ID}, nil
+	if ordered {
+		last = &claimed[0]
+		for i := range claimed {
+			if outbox.CompareAggregates(claimed[i], *last) > 0 {
+				last = &claimed[i]
+			}
+		}
+	}
+	return claimed, outbox.CursorAt(last), nil
 }
 
 // eventScanner scans rows of eventColumns. One scanner serves every row of

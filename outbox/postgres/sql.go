@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"fmt"
 	"strconv"
 	"strings"
 
@@ -113,8 +114,6 @@ const sqlDue = `status IN (0, 2) {topics} AND available_at <= $1 AND created_at 
 // {cursor} starts the scan after the last row of the previous claim
 // instead (see outbox.ClaimCursor), which also skips the entries that
 // earlier outcomes left until a vacuum.
-// {ordered} passes over the events that must wait for an earlier one of
-// their aggregate (see orderedHead).
 // Each row comes back with its due time, the claim's order; sorting the
 // batch in Go is cheaper than materialising it for an ORDER BY.
 // The update finds the locked rows by ctid, a direct fetch, instead of one
@@ -124,8 +123,8 @@ const sqlDue = `status IN (0, 2) {topics} AND available_at <= $1 AND created_at 
 // it is left out of this claim and stays due.
 const sqlClaim = `
 WITH due AS (
-    SELECT ctid FROM {table} AS t
-    WHERE ` + sqlDue + ` {cursor} {ordered}
+    SELECT ctid FROM {table}
+    WHERE ` + sqlDue + ` {cursor}
     ORDER BY available_at, event_id
     LIMIT $4
     FOR UPDATE SKIP LOCKED
@@ -148,18 +147,71 @@ const (
 	topicsMany = `AND topic = ANY($%d::text[])`
 )
 
-// orderedHead is sqlClaim's {ordered} for an ordered claim: a row is
-// claimed only if no earlier row of its topic and aggregate (by seq, the
-// order of the inserts, migration 4) is pending or DEAD; a row without an
-// aggregate id always is. An earlier row in flight is pending, so one
-// event of an aggregate is out at a time. The claim's snapshot decides: a
-// row that becomes the first of its aggregate while the claim runs waits
-// for the next claim. The aggregate index answers each probe; its
-// predicate is spelled out so that the planner sees it holds.
-const orderedHead = `AND NOT EXISTS (
-        SELECT 1 FROM {table} AS p
-        WHERE p.topic = t.topic AND p.aggregate_type = t.aggregate_type AND p.aggregate_id = t.aggregate_id
-            AND p.aggregate_id IS NOT NULL AND p.status <> 1 AND p.seq < t.seq)`
+// aggregateOrder is the order of the aggregate index (migration 4): by
+// topic and aggregate, byte by byte (COLLATE "C", which Go's string
+// comparison matches, for the cursor), an event without an aggregate id
+// being an aggregate of its own, then by seq, the order of the inserts.
+const aggregateOrder = `topic COLLATE "C", aggregate_type COLLATE "C", aggregate_id IS NULL,
+    coalesce(aggregate_id, event_id) COLLATE "C"`
+
+// headColumns are what an ordered claim reads of an aggregate's first
+// event: where it is, its aggregate, and what decides whether it is due.
+const headColumns = `ctid, topic, aggregate_type, aggregate_id IS NULL AS keyless,
+    coalesce(aggregate_id, event_id) AS key, status, available_at, created_at, locked_until`
+
+// sqlClaimOrdered is sqlClaim for an ordered claim: it leases the first
+// event of each aggregate, when that event is due, up to $4 of them. An
+// aggregate whose first event is claimed already, waits for a retry or is
+// DEAD is passed over, since its first event is not DONE. The aggregates
+// are walked in the index's order with one descent each to the next one
+// (a recursive query, which the LIMIT stops), from {start}, and, with a
+// cursor, after the aggregate of the previous claim's last event: the
+// work does not grow with the events waiting behind the first of their
+// aggregate, and aggregates take turns. {within} ends the walk at the end
+// of the claim's topics. The heads found are then locked by ctid alone,
+// skipping those that concurrent claims hold: a row changed since the
+// walk's snapshot has a newer version elsewhere, which the ctid does not
+// match when the lock rechecks it, so it is skipped and stays as it is.
+const sqlClaimOrdered = `
+WITH RECURSIVE heads AS (
+    (SELECT ` + headColumns + ` FROM {table}
+    WHERE status <> 1 {start}
+    ORDER BY ` + aggregateOrder + `, seq
+    LIMIT 1)
+    UNION ALL
+    SELECT next.* FROM heads AS h, LATERAL (
+        SELECT ` + headColumns + ` FROM {table}
+        WHERE status <> 1 AND (` + aggregateOrder + `) > (h.topic, h.aggregate_type, h.keyless, h.key)
+        ORDER BY ` + aggregateOrder + `, seq
+        LIMIT 1
+    ) AS next
+    {within}
+), claimable AS (
+    SELECT ctid FROM heads WHERE ` + sqlDue + `
+    LIMIT $4
+), due AS (
+    SELECT ctid FROM {table}
+    WHERE ctid = ANY(ARRAY(SELECT ctid FROM claimable))
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE {table} AS o SET locked_by = $5, locked_at = $1, locked_until = $3
+FROM due {async} WHERE o.ctid = due.ctid
+RETURNING ` + eventColumns
+
+// The walk's bounds in sqlClaimOrdered, by topic filter: where it starts
+// without a cursor, and where it stops. $%[1]d is the filter's parameter.
+// A topic compared alone is not a bound the row comparison can start the
+// index scan from, so that each step would walk the topic from its start.
+var orderedBounds = [3]struct{ start, within string }{
+	{},
+	{`AND topic COLLATE "C" = $%[1]d`, `WHERE next.topic = $%[1]d`},
+	{`AND topic COLLATE "C" >= (SELECT min(t COLLATE "C") FROM unnest($%[1]d::text[]) AS t)`,
+		`WHERE next.topic COLLATE "C" <= (SELECT max(t COLLATE "C") FROM unnest($%[1]d::text[]) AS t)`},
+}
+
+// orderedAfter is sqlClaimOrdered's {start} with a cursor: the aggregate
+// of the last event claimed, in the four parameter slots from $%[1]d.
+const orderedAfter = `AND (` + aggregateOrder + `) > ($%[1]d::text, $%[2]d::text, $%[3]d::boolean, $%[4]d::text)`
 
 // cursorAfter is sqlClaim's {cursor} when a cursor is set: due time and id
 // in the two parameter slots after the topic filter's. A row comparison,
@@ -334,15 +386,25 @@ func renderStatements(schema, qualified, inbox string, synchronous, deleteDone b
 		topics, next := withSlots(filter, 6)
 		after, _ := withSlots(cursorAfter, next)
 		claim := strings.ReplaceAll(strings.Replace(sqlClaim, "{topics}", topics, 1), "{o}", "o.")
-		for ordered, head := range []string{"", orderedHead} {
-			claim := strings.Replace(claim, "{ordered}", head, 1)
-			s.claim[ordered][i] = r.Replace(strings.Replace(claim, "{cursor}", "", 1))
-			s.claimAfter[ordered][i] = r.Replace(strings.Replace(claim, "{cursor}", after, 1))
-		}
+		s.claim[0][i] = r.Replace(strings.Replace(claim, "{cursor}", "", 1))
+		s.claimAfter[0][i] = r.Replace(strings.Replace(claim, "{cursor}", after, 1))
+		ordered := strings.ReplaceAll(strings.ReplaceAll(sqlClaimOrdered, "{topics}", topics), "{o}", "o.")
+		bounds := orderedBounds[i]
+		ordered = strings.Replace(ordered, "{within}", slotted(bounds.within, 6), 1)
+		s.claim[1][i] = r.Replace(strings.Replace(ordered, "{start}", slotted(bounds.start, 6), 1))
+		s.claimAfter[1][i] = r.Replace(strings.Replace(ordered, "{start}", fmt.Sprintf(orderedAfter, next, next+1, next+2, next+3), 1))
 		topics, _ = withSlots(filter, 4)
 		s.poll[i] = r.Replace(strings.Replace(sqlPoll, "{topics}", topics, 1))
 	}
 	return s
+}
+
+// slotted numbers the parameters of a bound that has any.
+func slotted(bound string, slot int) string {
+	if bound == "" {
+		return ""
+	}
+	return fmt.Sprintf(bound, slot)
 }
 
 // withSlots numbers the parameters of filter from slot on, and returns the

@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -336,14 +337,16 @@ func (s *Store) Claim(ctx context.Context, req outbox.ClaimRequest) ([]outbox.Ev
 	if topicArg != nil {
 		args = append(args, topicArg)
 	}
-	if !req.Cursor.IsZero() {
-		args = append(args, req.Cursor.DueAt, req.Cursor.ID)
+	if c := req.Cursor; !c.IsZero() && req.Ordered {
+		args = append(args, c.Topic, c.AggregateType, c.AggregateID == "", cmp.Or(c.AggregateID, c.ID))
+	} else if !c.IsZero() {
+		args = append(args, c.DueAt, c.ID)
 	}
 	rows, err := s.db.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: claim: %w", err)
 	}
-	events, last, err := collectClaimed(rows, req.Limit)
+	events, last, err := collectClaimed(rows, req.Limit, req.Ordered)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: claim: %w", err)
 	}

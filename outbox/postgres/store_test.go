@@ -326,8 +326,22 @@ func TestInsertOnlyRoleWritesColdEvents(t *testing.T) {
 
 // TestConcurrentClaimersGetDisjointSets runs 8 claimers, each on its own
 // connection, against 10,000 due rows at the same time.
+//
+// Ordered claims walk the same first events of each aggregate at once,
+// and lock them by ctid: one that another claimer committed first is not
+// claimed twice. (The events have no aggregate id: each is the first of
+// its own.)
 func TestConcurrentClaimersGetDisjointSets(t *testing.T) {
 	t.Parallel()
+	for _, ordered := range []bool{false, true} {
+		t.Run(fmt.Sprint("ordered=", ordered), func(t *testing.T) {
+			t.Parallel()
+			claimConcurrently(t, ordered)
+		})
+	}
+}
+
+func claimConcurrently(t *testing.T, ordered bool) {
 	const rows, claimers = 10000, 8
 	url := testdb.URL(t)
 	ctx := t.Context()
@@ -347,7 +361,7 @@ func TestConcurrentClaimersGetDisjointSets(t *testing.T) {
 		store, err := postgres.NewStore(conns[i], postgres.Config{})
 		require.NoError(t, err)
 		claims[i] = storetest.Claimer{Store: store, Request: outbox.ClaimRequest{
-			Owner: fmt.Sprint("claimer-", i), Limit: 100, Topics: []string{"orders"},
+			Owner: fmt.Sprint("claimer-", i), Limit: 100, Topics: []string{"orders"}, Ordered: ordered,
 		}}
 	}
 	storetest.ClaimConcurrently(t, claims, written, nil)

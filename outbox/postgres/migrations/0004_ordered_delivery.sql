@@ -9,8 +9,8 @@
 -- transactions that wrote them across processes whatever their clocks say
 -- (event ids are ULIDs, ordered by each writer's clock). An ordered claim
 -- (outbox.ClaimRequest.Ordered) takes an event only when no earlier event
--- of its topic and aggregate is pending or DEAD, which the aggregate index
--- answers with one probe.
+-- of its topic and aggregate is pending or DEAD: the first event of each
+-- aggregate in the aggregate index.
 --
 -- The column comes without a default first, so that adding it does not
 -- rewrite the table; the default then applies to rows written from now
@@ -39,8 +39,11 @@ WHERE o.event_id = n.event_id;
 
 SELECT setval('outbox_event_seq', coalesce(max(seq), 0) + 1, false) FROM outbox_event;
 
--- The ordered claim's probe: the events of one aggregate of a topic that
--- are not DONE, in write order. Events without an aggregate id are not
--- ordered, so they are left out.
-CREATE INDEX outbox_event_aggregate_idx ON outbox_event (topic, aggregate_type, aggregate_id, seq)
-    WHERE status <> 1 AND aggregate_id IS NOT NULL;
+-- The ordered claim's walk: the events not DONE of each aggregate of a
+-- topic, in write order, so that the first of each is one descent away.
+-- An event without an aggregate id is an aggregate of its own. Byte order
+-- (COLLATE "C") lets the relay compute where a claim ended.
+CREATE INDEX outbox_event_aggregate_idx ON outbox_event
+    (topic COLLATE "C", aggregate_type COLLATE "C", (aggregate_id IS NULL),
+     (coalesce(aggregate_id, event_id)) COLLATE "C", seq)
+    WHERE status <> 1;
