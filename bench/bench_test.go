@@ -64,7 +64,8 @@ func TestRunsEveryScenario(t *testing.T) {
 
 // TestRawTableIsLikeTheOutboxTable: the raw limits run on a table of the
 // outbox table's shape, with its indexes and its storage parameters (the
-// fill factor decides where a row's new versions go).
+// fill factor decides where a row's new versions go), and the migrated
+// table it was made from is gone.
 func TestRawTableIsLikeTheOutboxTable(t *testing.T) {
 	pool := testPool(t)
 	ctx := t.Context()
@@ -90,8 +91,15 @@ func TestRawTableIsLikeTheOutboxTable(t *testing.T) {
 	params, indexes := shape(raw)
 	require.Contains(t, wantParams, "fillfactor=50")
 	require.Equal(t, wantParams, params)
-	require.Len(t, wantIndexes, 4)
+	require.Len(t, wantIndexes, 4) // the primary key, due, finished and aggregate indexes
 	require.Equal(t, wantIndexes, indexes)
+
+	var left int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM pg_class WHERE relname ~ '^bench_like_[0-9a-f]+$'`).Scan(&left))
+	require.Zero(t, left, "the table the raw table was made like is dropped")
+	_, err = pool.Exec(ctx, "INSERT INTO "+pgx.Identifier{raw}.Sanitize()+
+		" (event_id, event_type, topic, payload, occurred_at, available_at, created_at, updated_at) VALUES ('1', 'T', 't', '\\x00', now(), now(), now(), now())")
+	require.NoError(t, err, "the raw table's defaults work without that table")
 }
 
 // The memory scenario's relay process ends when the program that started

@@ -77,9 +77,20 @@ INSERT INTO {raw} (event_id, event_type, topic, aggregate_type, aggregate_id, pa
 SELECT lpad(i::text, 26, '0'), $2, $3, $4, 'order-' || i, $5, true, $6, 0, 0, $7, $7, $7, $7
 FROM generate_series(1, $1) AS i`
 
+// sqlOwnedSequences lists, as the statements that give them to table $2,
+// the sequences owned by the columns of table $1: the one numbering
+// events (seq, migration 4), whose nextval a table made LIKE it calls too.
+const sqlOwnedSequences = `
+SELECT format('ALTER SEQUENCE %s OWNED BY %s.%I', s.oid::regclass, $2::regclass, a.attname)
+FROM pg_depend AS d
+JOIN pg_class AS s ON s.oid = d.objid AND s.relkind = 'S'
+JOIN pg_attribute AS a ON a.attrelid = d.refobjid AND a.attnum = d.refobjsubid
+WHERE d.classid = 'pg_class'::regclass AND d.refclassid = 'pg_class'::regclass
+    AND d.refobjid = $1::regclass AND d.deptype = 'a'`
+
 // rawTable creates a table like the outbox table (columns, constraints,
-// indexes and storage parameters such as the fill factor), from a migrated
-// one.
+// indexes and storage parameters such as the fill factor, defaults and
+// the sequences they draw on), from a migrated one.
 func rawTable(ctx context.Context, pool *pgxpool.Pool) (string, func(), error) {
 	like, dropLike, err := freshTable(ctx, pool, "bench_like")
 	if err != nil {
@@ -105,6 +116,23 @@ func rawTable(ctx context.Context, pool *pgxpool.Pool) (string, func(), error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		_, _ = pool.Exec(ctx, "DROP TABLE IF EXISTS "+pgx.Identifier{name}.Sanitize())
+	}
+	// The raw table's defaults call the migrated table's sequences, which
+	// would keep that table from being dropped: they pass to the raw
+	// table, and go with it.
+	rows, err := pool.Query(ctx, sqlOwnedSequences, pgx.Identifier{like.Table}.Sanitize(), pgx.Identifier{name}.Sanitize())
+	var adopt []string
+	if err == nil {
+		adopt, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	}
+	for _, stmt := range adopt {
+		if err == nil {
+			_, err = pool.Exec(ctx, stmt)
+		}
+	}
+	if err != nil {
+		drop()
+		return "", nil, fmt.Errorf("raw table: take over sequences: %w", err)
 	}
 	return name, drop, nil
 }
