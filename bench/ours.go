@@ -28,12 +28,13 @@ const (
 	sinkTopic   = "orders-out"
 )
 
-// benchMessage is event i as the Watermill message a service publishes.
-func benchMessage(ctx context.Context, i int) *message.Message {
+// benchMessage is event i as the Watermill message a service publishes,
+// of an aggregate of perAggregate events (see aggregateOf; 1: its own).
+func benchMessage(ctx context.Context, i, perAggregate int) *message.Message {
 	msg := message.NewMessage(watermill.NewUUID(), payload(i))
 	msg.Metadata.Set(watermilladapter.MetadataEventType, eventType)
 	msg.Metadata.Set(watermilladapter.MetadataAggregateType, aggregateType)
-	msg.Metadata.Set(watermilladapter.MetadataAggregateID, aggregateID(i))
+	msg.Metadata.Set(watermilladapter.MetadataAggregateID, aggregateOf(i, perAggregate))
 	msg.Metadata.Set(keySeq, strconv.Itoa(i))
 	msg.SetContext(ctx)
 	return msg
@@ -65,14 +66,16 @@ func newWriter(pool *pgxpool.Pool, table postgres.Config) (*writer, error) {
 
 func (w *writer) close() error { return errors.Join(w.pub.Close(), w.notifier.Close()) }
 
-// fill writes events [from, to) in transactions of 1000, untimed.
-func (w *writer) fill(ctx context.Context, from, to int) error {
+// fill writes events [from, to) in transactions of 1000, untimed, in
+// aggregates of perAggregate events (see aggregateOf), each event in its
+// place: an aggregate's events are written in the order of their numbers.
+func (w *writer) fill(ctx context.Context, from, to, perAggregate int) error {
 	const perTx = 1000
 	for lo := from; lo < to; lo += perTx {
 		hi := min(lo+perTx, to)
 		msgs := make([]*message.Message, 0, hi-lo)
 		for i := lo; i < hi; i++ {
-			msgs = append(msgs, benchMessage(ctx, i))
+			msgs = append(msgs, benchMessage(ctx, i, perAggregate))
 		}
 		err := w.store.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
 			return w.pub.WithTx(tx).Publish(outboxTopic, msgs...)
@@ -179,14 +182,14 @@ func closeAll(relays []*relay) error {
 	return errors.Join(errs...)
 }
 
-// startOutbox starts a relay on table forwarding to downstream and returns
-// the store and publisher to write with, and what closes them: the relay's
-// own, whose hot path is its subscriber; or, with otherProcess, a writer on
-// pool whose notifier wakes the relay, which runs on a pool of its own, as
-// another process's would.
-func startOutbox(ctx context.Context, db *database, pool *pgxpool.Pool, table postgres.Config, downstream message.Publisher, otherProcess bool) (*postgres.Store, *watermilladapter.Publisher[pgx.Tx], func() error, error) {
+// startOutbox starts a relay (subscriber configuration cfg) on table
+// forwarding to downstream and returns the store and publisher to write
+// with, and what closes them: the relay's own, whose hot path is its
+// subscriber; or, with otherProcess, a writer on pool whose notifier wakes
+// the relay, which runs on a pool of its own, as another process's would.
+func startOutbox(ctx context.Context, db *database, pool *pgxpool.Pool, table postgres.Config, downstream message.Publisher, otherProcess bool, cfg watermilladapter.SubscriberConfig) (*postgres.Store, *watermilladapter.Publisher[pgx.Tx], func() error, error) {
 	if !otherProcess {
-		r, err := startRelay(ctx, pool, table, downstream, watermilladapter.SubscriberConfig{})
+		r, err := startRelay(ctx, pool, table, downstream, cfg)
 		if err != nil {
 			return nil, nil, nil, err
 		}
@@ -196,7 +199,7 @@ func startOutbox(ctx context.Context, db *database, pool *pgxpool.Pool, table po
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	r, err := startRelay(ctx, relayPool, table, downstream, watermilladapter.SubscriberConfig{})
+	r, err := startRelay(ctx, relayPool, table, downstream, cfg)
 	if err != nil {
 		relayPool.Close()
 		return nil, nil, nil, err
@@ -257,7 +260,7 @@ func oursWrite(ctx context.Context, db *database, pool *pgxpool.Pool, n, writers
 	)
 	if down != nil && !setting.routerOnly {
 		var closeOutbox func() error
-		if store, pub, closeOutbox, err = startOutbox(ctx, db, pool, table, down, setting.otherProcess); err != nil {
+		if store, pub, closeOutbox, err = startOutbox(ctx, db, pool, table, down, setting.otherProcess, watermilladapter.SubscriberConfig{}); err != nil {
 			return window{}, err
 		}
 		defer func() { err = errors.Join(err, closeOutbox()) }()
@@ -283,7 +286,7 @@ func oursWrite(ctx context.Context, db *database, pool *pgxpool.Pool, n, writers
 	err = parallel(writers, n, func(i int) error {
 		var msg *message.Message
 		err := store.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
-			msg = benchMessage(ctx, i)
+			msg = benchMessage(ctx, i, 1)
 			return pub.Publish(outboxTopic, msg)
 		})
 		if err != nil {
@@ -321,9 +324,10 @@ func parallel(workers, n int, do func(i int) error) error {
 	return errors.Join(errs...)
 }
 
-// backlogTable returns a fresh outbox table holding n due events, analyzed
-// as autovacuum would leave it, and the function that drops it.
-func backlogTable(ctx context.Context, pool *pgxpool.Pool, prefix string, n int) (_ postgres.Config, drop func(), err error) {
+// backlogTable returns a fresh outbox table holding n due events in
+// aggregates of perAggregate (see writer.fill), analyzed as autovacuum
+// would leave it, and the function that drops it.
+func backlogTable(ctx context.Context, pool *pgxpool.Pool, prefix string, n, perAggregate int) (_ postgres.Config, drop func(), err error) {
 	table, drop, err := freshTable(ctx, pool, prefix)
 	if err != nil {
 		return table, nil, err
@@ -337,7 +341,7 @@ func backlogTable(ctx context.Context, pool *pgxpool.Pool, prefix string, n int)
 	if err != nil {
 		return table, nil, err
 	}
-	err = w.fill(ctx, 0, n)
+	err = w.fill(ctx, 0, n, perAggregate)
 	if err = errors.Join(err, w.close()); err != nil {
 		return table, nil, err
 	}
@@ -348,18 +352,36 @@ func backlogTable(ctx context.Context, pool *pgxpool.Pool, prefix string, n int)
 }
 
 // drainSetting is how oursDrain relays: the subscriber's configuration,
-// and whether delivered events are deleted (postgres.Config.DeleteDone).
+// and whether delivered events are deleted (postgres.Config.DeleteDone);
+// and the backlog it drains: aggregates of perAggregate events each (0 or
+// 1: every event its own).
 type drainSetting struct {
-	name       string
-	cfg        watermilladapter.SubscriberConfig
-	deleteDone bool
+	name         string
+	cfg          watermilladapter.SubscriberConfig
+	deleteDone   bool
+	perAggregate int
+}
+
+// ordered is s with ordered claims (SubscriberConfig.Ordered), draining a
+// backlog of aggregates of perAggregate events each.
+func (s drainSetting) ordered(perAggregate int) drainSetting {
+	s.cfg.Ordered = true
+	s.perAggregate = perAggregate
+	s.name += ", ordered, "
+	if perAggregate > 1 {
+		s.name += fmt.Sprintf("aggregates of %d events", perAggregate)
+	} else {
+		s.name += "every event its own aggregate"
+	}
+	return s
 }
 
 // oursDrain fills a backlog of n events, then times instances relays (on
 // pools of their own, as separate processes would be) until the sink has
-// every event.
+// every event. An ordered setting's drain fails if an event reached the
+// sink after a later one of its aggregate.
 func oursDrain(ctx context.Context, db *database, pool *pgxpool.Pool, n, instances int, setting drainSetting, downstream func(recv func(*message.Message)) (message.Publisher, func() error, error)) (_ window, err error) {
-	table, drop, err := backlogTable(ctx, pool, "bench_drain", n)
+	table, drop, err := backlogTable(ctx, pool, "bench_drain", n, setting.perAggregate)
 	if err != nil {
 		return window{}, err
 	}
@@ -367,6 +389,9 @@ func oursDrain(ctx context.Context, db *database, pool *pgxpool.Pool, n, instanc
 	table.DeleteDone = setting.deleteDone
 
 	t := newTally(n)
+	if setting.cfg.Ordered {
+		t.checkOrder(setting.perAggregate)
+	}
 	pub, closeDownstream, err := downstream(t.recv)
 	if err != nil {
 		return window{}, err
@@ -434,12 +459,13 @@ func toSink(ctx context.Context) func(recv func(*message.Message)) (message.Publ
 }
 
 // oursLatency writes count events at latencyRate, one per business
-// transaction, and returns each one's time from commit to the sink. With
-// hot, the writing process relays them itself (the hot path); otherwise a
-// writer with no relay commits them and a relay on another pool, woken by
-// the writer's notification, delivers them (the cold path), with the
-// default poll interval.
-func oursLatency(ctx context.Context, db *database, pool *pgxpool.Pool, count int, hot bool) (_ latencySample, err error) {
+// transaction, and returns each one's time from commit to the sink. The
+// writing process relays them itself (the hot path; with cfg.Ordered,
+// claims its Publisher wakes at the commit); with otherProcess, a writer
+// with no relay commits them and a relay on another pool, woken by the
+// writer's notification, delivers them (the cold path), with the default
+// poll interval.
+func oursLatency(ctx context.Context, db *database, pool *pgxpool.Pool, count int, otherProcess bool, cfg watermilladapter.SubscriberConfig) (_ latencySample, err error) {
 	table, drop, err := freshTable(ctx, pool, "bench_latency")
 	if err != nil {
 		return latencySample{}, err
@@ -452,7 +478,7 @@ func oursLatency(ctx context.Context, db *database, pool *pgxpool.Pool, count in
 	}
 	defer func() { err = errors.Join(err, snk.close()) }()
 
-	store, pub, closeOutbox, err := startOutbox(ctx, db, pool, table, snk.pub, !hot)
+	store, pub, closeOutbox, err := startOutbox(ctx, db, pool, table, snk.pub, otherProcess, cfg)
 	if err != nil {
 		return latencySample{}, err
 	}
@@ -465,7 +491,7 @@ func oursLatency(ctx context.Context, db *database, pool *pgxpool.Pool, count in
 			if err := outbox.AfterCommit(ctx, func(context.Context) error { committed[i] = time.Now(); return nil }); err != nil {
 				return err
 			}
-			return pub.Publish(outboxTopic, benchMessage(ctx, i))
+			return pub.Publish(outboxTopic, benchMessage(ctx, i, 1))
 		})
 	})
 	if err != nil {

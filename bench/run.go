@@ -166,6 +166,10 @@ var (
 		cfg: drainTuned.cfg, deleteDone: true}
 )
 
+// orderedAggregate is the aggregate size of the ordered drain whose
+// events wait for the one before them: 10 events in a row per aggregate.
+const orderedAggregate = 10
+
 // measureDrain times the raw claim loops, the forwarder and ours on
 // backlogs of the same size, one repetition of each in turn.
 func (res *results) measureDrain(ctx context.Context, db *database, pool *pgxpool.Pool, sz sizes, rep *report) error {
@@ -185,7 +189,8 @@ func (res *results) measureDrain(ctx context.Context, db *database, pool *pgxpoo
 	for _, r := range []struct {
 		instances int
 		setting   drainSetting
-	}{{1, drainDefault}, {1, drainTuned}, {4, drainTuned}, {1, drainTunedDeleting}} {
+	}{{1, drainDefault}, {1, drainTuned}, {4, drainTuned}, {1, drainTunedDeleting},
+		{1, drainTuned.ordered(1)}, {1, drainTuned.ordered(orderedAggregate)}} {
 		ours = append(ours, &series{name: fmt.Sprintf("3 drain %s: ours, %d instance(s), %s", backlog, r.instances, r.setting.name),
 			measure: func() (window, error) {
 				return oursDrain(ctx, db, pool, sz.drain, r.instances, r.setting, toSink(ctx))
@@ -202,9 +207,16 @@ func (res *results) measureDrain(ctx context.Context, db *database, pool *pgxpoo
 	for _, f := range fwd {
 		rep.add(f, "")
 	}
-	for _, o := range ours {
+	unordered, ordered := ours[:4], ours[4:]
+	for _, o := range unordered {
 		rep.add(o, strings.Join([]string{o.comparedTo(rawLease, "raw lease claim"), o.comparedTo(rawLock, "raw locking claim"),
 			o.comparedTo(fwd[1], "forwarder tuned"), o.comparedTo(fwd[0], "forwarder default")}, ", "))
+	}
+	// The cost of the order: against the same relay unordered, and the
+	// forwarder, which delivers in order too (the whole topic's).
+	for _, o := range ordered {
+		rep.add(o, strings.Join([]string{o.comparedTo(ours[1], "ours tuned unordered"),
+			o.comparedTo(fwd[1], "forwarder tuned")}, ", ")+"; order checked at the sink")
 	}
 	return nil
 }
@@ -213,16 +225,25 @@ func (s forwarderSetting) describe() string {
 	return fmt.Sprintf("%s (poll %s, batch %d)", s.name, s.pollInterval, s.batchSize)
 }
 
-// measureLatency runs ours on the hot and the cold path and the forwarder
-// taking turns, and reports the median of each percentile over the
-// repetitions.
+// measureLatency runs ours on the hot and the cold path, ours ordered,
+// and the forwarder taking turns, and reports the median of each
+// percentile over the repetitions.
 func (res *results) measureLatency(ctx context.Context, db *database, pool *pgxpool.Pool, sz sizes, rep *report) error {
 	at := fmt.Sprintf("%d events at %d/s", sz.latencyEvents, latencyRate)
 	all := []*latencySeries{
 		{name: "4 latency commit→sink: ours, hot path, " + at,
-			measure: func() (latencySample, error) { return oursLatency(ctx, db, pool, sz.latencyEvents, true) }},
+			measure: func() (latencySample, error) {
+				return oursLatency(ctx, db, pool, sz.latencyEvents, false, watermilladapter.SubscriberConfig{})
+			}},
 		{name: "4 latency commit→sink: ours, cold path (other process, poll 5s), " + at, note: "woken by the writer's notification",
-			measure: func() (latencySample, error) { return oursLatency(ctx, db, pool, sz.latencyEvents, false) }},
+			measure: func() (latencySample, error) {
+				return oursLatency(ctx, db, pool, sz.latencyEvents, true, watermilladapter.SubscriberConfig{})
+			}},
+		{name: "4 latency commit→sink: ours, ordered, every event its own aggregate (same process, no hot path), " + at,
+			note: "claimed when its Publisher wakes the relay at the commit",
+			measure: func() (latencySample, error) {
+				return oursLatency(ctx, db, pool, sz.latencyEvents, false, watermilladapter.SubscriberConfig{Ordered: true})
+			}},
 	}
 	for _, s := range []forwarderSetting{forwarderTuned, forwarderDefault} {
 		all = append(all, &latencySeries{name: "4 latency commit→sink: forwarder " + s.describe() + ", " + at,

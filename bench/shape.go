@@ -11,6 +11,12 @@ const (
 
 func aggregateID(i int) string { return fmt.Sprintf("order-%010d", i) }
 
+// aggregateOf is the aggregate id of event i when the events come in
+// aggregates of perAggregate each, written one after the other: events
+// k·perAggregate to k·perAggregate+perAggregate-1 share the first one's id.
+// With 0 or 1 every event is an aggregate of its own, aggregateID(i).
+func aggregateOf(i, perAggregate int) string { return aggregateID(i - i%max(perAggregate, 1)) }
+
 // payload is the JSON body of event i; every event's differs, as in real
 // traffic, and all are the same length.
 func payload(i int) []byte {

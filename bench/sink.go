@@ -83,6 +83,12 @@ type tally struct {
 	dups     int
 	stray    int // messages that are none of ours
 	done     chan struct{}
+
+	// With checkOrder: events per aggregate, and for each aggregate one
+	// more than the number of its latest event delivered (0: none yet).
+	perAggregate int
+	latest       []int
+	disorder     int // first deliveries that came after a later event of their aggregate
 }
 
 // newTally counts deliveries of n events. It keeps one byte per event: the
@@ -102,6 +108,16 @@ func newLatencyTally(n int) *tally {
 	return t
 }
 
+// checkOrder makes t check that the events of each aggregate, as
+// writer.fill writes them in aggregates of perAggregate, reach it in write
+// order: an event's first delivery after that of a later event of its
+// aggregate counts as out of order, and check fails. A repeated delivery
+// of an event already delivered is a duplicate, not out of order.
+func (t *tally) checkOrder(perAggregate int) {
+	t.perAggregate = max(perAggregate, 1)
+	t.latest = make([]int, (len(t.seen)+t.perAggregate-1)/t.perAggregate)
+}
+
 func (t *tally) recv(msg *message.Message) {
 	now := time.Now()
 	i, err := strconv.Atoi(msg.Metadata.Get(keySeq))
@@ -116,6 +132,14 @@ func (t *tally) recv(msg *message.Message) {
 		t.seen[i] = true
 		if t.at != nil {
 			t.at[i] = now
+		}
+		if t.latest != nil {
+			k := i / t.perAggregate
+			if t.latest[k] > i+1 { // a later event of the aggregate came first
+				t.disorder++
+			} else {
+				t.latest[k] = i + 1
+			}
 		}
 		t.distinct++
 		if t.distinct == len(t.seen) {
@@ -143,12 +167,17 @@ func (t *tally) wait(ctx context.Context, log *errLog) error {
 	}
 }
 
-// check reports stray messages as an error.
+// check reports stray messages, and events of an aggregate delivered out
+// of order (see checkOrder), as an error.
 func (t *tally) check(what string) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.stray > 0 {
 		return fmt.Errorf("%s: %d unexpected messages at the sink", what, t.stray)
+	}
+	if t.disorder > 0 {
+		return fmt.Errorf("%s: %d events reached the sink after a later event of their aggregate (aggregates of %d)",
+			what, t.disorder, t.perAggregate)
 	}
 	return nil
 }
