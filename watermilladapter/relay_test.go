@@ -1730,3 +1730,36 @@ func allOf(got map[string][]int, n int) bool {
 	}
 	return true
 }
+
+// The next event of an ordered aggregate is claimed as soon as the DONE
+// before it is recorded, not after WakeCooldown, which is there to merge
+// other processes' commit announcements: here, a cooldown and a poll of
+// an hour each.
+func TestOrderedAggregateIsNotHeldByTheWakeCooldown(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t)
+	store, err := postgres.NewStore(pool, postgres.Config{})
+	require.NoError(t, err)
+	writer, err := outbox.NewWriter(store, outbox.WriterConfig{})
+	require.NoError(t, err)
+	events := make([]outbox.Envelope, 5)
+	for i := range events {
+		events[i] = outbox.NewJSON("OrderCreated", fmt.Appendf(nil, `{"step": %d}`, i))
+		events[i].AggregateID = "o-1"
+	}
+	require.NoError(t, store.InTx(t.Context(), func(ctx context.Context, tx pgx.Tx) error {
+		_, err := writer.Write(ctx, tx, events...)
+		return err
+	}))
+	sub, err := watermilladapter.NewSubscriber(store, watermilladapter.SubscriberConfig{
+		Ordered: true, WakeCooldown: time.Hour, PollInterval: time.Hour})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, sub.Close()) }()
+	msgs, err := sub.Subscribe(t.Context(), "OrderCreated")
+	require.NoError(t, err)
+	for i := range events {
+		msg := nextMessage(t, msgs, fmt.Sprintf("event %d of the aggregate", i))
+		require.JSONEq(t, fmt.Sprintf(`{"step": %d}`, i), string(msg.Payload))
+		msg.Ack()
+	}
+}

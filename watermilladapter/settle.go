@@ -295,7 +295,7 @@ func (st *settler) flushUpdates(batch []outcome) {
 		switch {
 		case o.wake == nil:
 		case o.update.NextAt.IsZero():
-			o.wake.wake()
+			o.wake.claimNext()
 		default:
 			o.wake.scheduleRetry(o.update.NextAt)
 		}

@@ -130,11 +130,11 @@ func TestSettlerRecordsAnOrderedDoneAtOnceAndWakesItsSubscription(t *testing.T) 
 	st := newSettler(store, "relay", watermill.NopLogger{}, func(...string) {})
 	defer st.close()
 	st.linger = time.Hour // set before the first outcome is sent, which the settler reads it after
-	sub := &subscription{wakeCh: make(chan struct{}, 1)}
+	sub := &subscription{nextCh: make(chan struct{}, 1)}
 
 	st.update(outbox.Done("event-1"), sub)
 	select {
-	case <-sub.wakeCh:
+	case <-sub.nextCh:
 	case <-time.After(10 * time.Second):
 		t.Fatal("the ordered DONE waited for the linger")
 	}

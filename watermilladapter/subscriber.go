@@ -69,7 +69,8 @@ type SubscriberConfig struct {
 	// processes then cost a claim of many events every few milliseconds
 	// rather than a claim per notification, at the price of up to this
 	// much latency on the cold path. Claims through a backlog, at the poll
-	// interval and for retries are not delayed. Default 5ms; a nanosecond
+	// interval, for retries and for the next event of an ordered aggregate
+	// are not delayed. Default 5ms; a nanosecond
 	// acts on every wake-up at once.
 	WakeCooldown time.Duration
 	// LockTimeout is the claim lease: an event claimed (or written for the

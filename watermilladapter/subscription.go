@@ -28,7 +28,8 @@ type subscription struct {
 	out   chan *message.Message
 
 	hot, cold chan queued
-	wakeCh    chan struct{}   // claim now
+	wakeCh    chan struct{}   // claim now, or at the end of WakeCooldown
+	nextCh    chan struct{}   // claim now: an ordered event's DONE is recorded
 	spaceCh   chan struct{}   // a worker took a cold event
 	stopped   context.Context // cancelled to stop claiming and taking events
 	stop      context.CancelFunc
@@ -49,6 +50,7 @@ func newSubscription(s *Subscriber, topic string) *subscription {
 		hot:     make(chan queued, s.cfg.HotQueueCapacity),
 		cold:    make(chan queued, s.cfg.ColdQueueCapacity),
 		wakeCh:  make(chan struct{}, 1),
+		nextCh:  make(chan struct{}, 1),
 		spaceCh: make(chan struct{}, 1),
 		stopped: stopped,
 		stop:    stop,
@@ -67,6 +69,13 @@ func signal(ch chan struct{}) {
 }
 
 func (sub *subscription) wake() { signal(sub.wakeCh) }
+
+// claimNext makes the cold path claim at once, whatever WakeCooldown says:
+// the DONE of an ordered event is recorded, and the next event of its
+// aggregate is due. An aggregate's events follow one another at the pace
+// of a claim and an outcome statement, not of the cooldown; the signals
+// come at most once per outcome statement.
+func (sub *subscription) claimNext() { signal(sub.nextCh) }
 
 // offerHot queues a committed event unless the hot queue is full or the
 // subscription is stopping.
@@ -162,8 +171,9 @@ const claimRescan = time.Second
 
 // claimLoop is the cold path: claim while there is backlog and room in the
 // cold queue; otherwise wait for the poll interval, a wake-up (acted on no
-// sooner than WakeCooldown after the last claim started), room, or the
-// earliest claim time this subscription keeps (retries, recent commits).
+// sooner than WakeCooldown after the last claim started), an ordered
+// aggregate's next event (claimNext), room, or the earliest claim time
+// this subscription keeps (retries, recent commits).
 // After a failed claim, nothing brings the next one sooner than claimRetry
 // allows.
 //
@@ -251,6 +261,7 @@ func (sub *subscription) claimLoop() {
 			return
 		case <-sub.wakeCh:
 			woken = true
+		case <-sub.nextCh:
 		case <-room:
 		case <-timer.C:
 		}
