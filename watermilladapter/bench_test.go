@@ -17,56 +17,13 @@ import (
 // BenchmarkDrain measures the cold path end to end: a backlog of events is
 // claimed, handed to a consumer that acks at once, and recorded DONE.
 func BenchmarkDrain(b *testing.B) {
-	if testing.Short() {
-		b.Skip("needs PostgreSQL; skipped with -short")
+	batch := make([]outbox.Envelope, 1000)
+	for i := range batch {
+		batch[i] = outbox.NewJSON("OrderCreated", []byte(`{"orderId":"9f1c2e4a-7b3d-4c5e-8f6a-1b2c3d4e5f60","total":"188.98"}`))
 	}
-	const backlog = 20000
 	for _, workers := range []int{4, 16} {
 		b.Run(fmt.Sprint("workers=", workers), func(b *testing.B) {
-			pool := testdb.New(b)
-			store, err := postgres.NewStore(pool, postgres.Config{})
-			if err != nil {
-				b.Fatal(err)
-			}
-			writer, err := outbox.NewWriter(store, outbox.WriterConfig{})
-			if err != nil {
-				b.Fatal(err)
-			}
-			batch := make([]outbox.Envelope, 1000)
-			for i := range batch {
-				batch[i] = outbox.NewJSON("OrderCreated", []byte(`{"orderId":"9f1c2e4a-7b3d-4c5e-8f6a-1b2c3d4e5f60","total":"188.98"}`))
-			}
-			var drained time.Duration
-			for b.Loop() {
-				b.StopTimer()
-				for range backlog / len(batch) {
-					err := store.InTx(b.Context(), func(ctx context.Context, tx pgx.Tx) error {
-						_, err := writer.Write(ctx, tx, batch...)
-						return err
-					})
-					if err != nil {
-						b.Fatal(err)
-					}
-				}
-				sub, err := watermilladapter.NewSubscriber(store, watermilladapter.SubscriberConfig{WorkerCount: workers, BatchSize: 500})
-				if err != nil {
-					b.Fatal(err)
-				}
-				start := time.Now()
-				b.StartTimer()
-				msgs, err := sub.Subscribe(b.Context(), "OrderCreated")
-				if err != nil {
-					b.Fatal(err)
-				}
-				for range backlog {
-					(<-msgs).Ack()
-				}
-				if err := sub.Close(); err != nil { // records the last outcomes
-					b.Fatal(err)
-				}
-				drained += time.Since(start)
-			}
-			b.ReportMetric(float64(backlog*b.N)/drained.Seconds(), "events/s")
+			benchSubscriberDrain(b, batch, 20, watermilladapter.SubscriberConfig{WorkerCount: workers, BatchSize: 500})
 		})
 	}
 }
@@ -76,12 +33,22 @@ func BenchmarkDrain(b *testing.B) {
 // before it is recorded, so the pace is a claim and an outcome statement
 // per event, whatever the workers.
 func BenchmarkOrderedAggregate(b *testing.B) {
+	batch := make([]outbox.Envelope, 200)
+	for i := range batch {
+		batch[i] = outbox.NewJSON("OrderCreated", []byte(`{"orderId":"9f1c2e4a-7b3d-4c5e-8f6a-1b2c3d4e5f60","total":"188.98"}`))
+		batch[i].AggregateType, batch[i].AggregateID = "Order", "9f1c2e4a-7b3d-4c5e-8f6a-1b2c3d4e5f60"
+	}
+	benchSubscriberDrain(b, batch, 1, watermilladapter.SubscriberConfig{Ordered: true})
+}
+
+// benchSubscriberDrain writes batch rounds times, then times a Subscriber
+// of cfg from its start until it has handed over every event, acked at
+// once, and recorded the last outcome.
+func benchSubscriberDrain(b *testing.B, batch []outbox.Envelope, rounds int, cfg watermilladapter.SubscriberConfig) {
 	if testing.Short() {
 		b.Skip("needs PostgreSQL; skipped with -short")
 	}
-	const events = 200
-	pool := testdb.New(b)
-	store, err := postgres.NewStore(pool, postgres.Config{})
+	store, err := postgres.NewStore(testdb.New(b), postgres.Config{})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -89,22 +56,20 @@ func BenchmarkOrderedAggregate(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	batch := make([]outbox.Envelope, events)
-	for i := range batch {
-		batch[i] = outbox.NewJSON("OrderCreated", []byte(`{"orderId":"9f1c2e4a-7b3d-4c5e-8f6a-1b2c3d4e5f60","total":"188.98"}`))
-		batch[i].AggregateType, batch[i].AggregateID = "Order", "9f1c2e4a-7b3d-4c5e-8f6a-1b2c3d4e5f60"
-	}
+	backlog := rounds * len(batch)
 	var drained time.Duration
 	for b.Loop() {
 		b.StopTimer()
-		err := store.InTx(b.Context(), func(ctx context.Context, tx pgx.Tx) error {
-			_, err := writer.Write(ctx, tx, batch...)
-			return err
-		})
-		if err != nil {
-			b.Fatal(err)
+		for range rounds {
+			err := store.InTx(b.Context(), func(ctx context.Context, tx pgx.Tx) error {
+				_, err := writer.Write(ctx, tx, batch...)
+				return err
+			})
+			if err != nil {
+				b.Fatal(err)
+			}
 		}
-		sub, err := watermilladapter.NewSubscriber(store, watermilladapter.SubscriberConfig{Ordered: true})
+		sub, err := watermilladapter.NewSubscriber(store, cfg)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -114,13 +79,13 @@ func BenchmarkOrderedAggregate(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		for range events {
+		for range backlog {
 			(<-msgs).Ack()
 		}
-		if err := sub.Close(); err != nil {
+		if err := sub.Close(); err != nil { // records the last outcomes
 			b.Fatal(err)
 		}
 		drained += time.Since(start)
 	}
-	b.ReportMetric(float64(events*b.N)/drained.Seconds(), "events/s")
+	b.ReportMetric(float64(backlog*b.N)/drained.Seconds(), "events/s")
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/wmoutbox/wmoutbox/internal/clocktest"
@@ -83,13 +84,7 @@ func TestUpgradeKeepsEarlierClaims(t *testing.T) {
 	ctx := t.Context()
 	pool := testdb.New(t)
 	cfg := postgres.Config{Table: "upgraded_outbox"}
-	migrations, err := postgres.Migrations(cfg)
-	require.NoError(t, err)
-	_, err = pool.Exec(ctx, migrations[0].SQL)
-	require.NoError(t, err)
-	_, err = pool.Exec(ctx, `INSERT INTO wmoutbox_migration (table_name, version, name) VALUES ($1, 1, $2)`,
-		cfg.Table, migrations[0].Name)
-	require.NoError(t, err)
+	migrateTo(t, pool, cfg, 1)
 
 	// As version 1 left them: one event due, one claimed by a relay whose
 	// lease ends a minute from now.
@@ -98,7 +93,7 @@ func TestUpgradeKeepsEarlierClaims(t *testing.T) {
 		id, owner string
 		available time.Time
 	}{{"due", "", start}, {"leased", "old-relay", start.Add(time.Minute)}} {
-		_, err = pool.Exec(ctx, `INSERT INTO upgraded_outbox (event_id, event_type, topic, payload, occurred_at,
+		_, err := pool.Exec(ctx, `INSERT INTO upgraded_outbox (event_id, event_type, topic, payload, occurred_at,
 			available_at, created_at, updated_at, locked_by, locked_at) VALUES ($1, 'T', 'orders', '\x00', $2, $3, $2, $2,
 			nullif($4, ''), CASE WHEN $4 <> '' THEN $2::timestamptz END)`, row.id, start, row.available, row.owner)
 		require.NoError(t, err)
@@ -125,15 +120,7 @@ func TestUpgradeOrdersEventsWrittenBefore(t *testing.T) {
 	ctx := t.Context()
 	pool := testdb.New(t)
 	cfg := postgres.Config{Table: "ordered_outbox"}
-	migrations, err := postgres.Migrations(cfg)
-	require.NoError(t, err)
-	for _, m := range migrations[:3] {
-		_, err = pool.Exec(ctx, m.SQL)
-		require.NoError(t, err)
-		_, err = pool.Exec(ctx, `INSERT INTO wmoutbox_migration (table_name, version, name) VALUES ($1, $2, $3)`,
-			cfg.Table, m.Version, m.Name)
-		require.NoError(t, err)
-	}
+	migrateTo(t, pool, cfg, 3)
 	// As version 3 left them: two events of order 1, the later with the
 	// smaller id, and a delivered one.
 	start := storetest.Start
@@ -142,7 +129,7 @@ func TestUpgradeOrdersEventsWrittenBefore(t *testing.T) {
 		written time.Time
 		status  outbox.Status
 	}{{"z-first", start, outbox.StatusNew}, {"a-second", start.Add(time.Second), outbox.StatusRetry}, {"done", start, outbox.StatusDone}} {
-		_, err = pool.Exec(ctx, `INSERT INTO ordered_outbox (event_id, event_type, topic, aggregate_type, aggregate_id,
+		_, err := pool.Exec(ctx, `INSERT INTO ordered_outbox (event_id, event_type, topic, aggregate_type, aggregate_id,
 			payload, status, occurred_at, available_at, created_at, updated_at)
 			VALUES ($1, 'T', 'orders', 'Order', '1', '\x00', $2, $3, $3, $3, $3)`, row.id, row.status, row.written)
 		require.NoError(t, err)
@@ -173,4 +160,19 @@ func TestUpgradeOrdersEventsWrittenBefore(t *testing.T) {
 	var unnumbered bool
 	require.NoError(t, pool.QueryRow(ctx, `SELECT seq IS NULL FROM ordered_outbox WHERE event_id = 'done'`).Scan(&unnumbered))
 	require.True(t, unnumbered, "DONE rows are not rewritten")
+}
+
+// migrateTo applies cfg's first version migrations and records them, as
+// a relay of that version left the table.
+func migrateTo(t *testing.T, pool *pgxpool.Pool, cfg postgres.Config, version int) {
+	t.Helper()
+	migrations, err := postgres.Migrations(cfg)
+	require.NoError(t, err)
+	for _, m := range migrations[:version] {
+		_, err = pool.Exec(t.Context(), m.SQL)
+		require.NoError(t, err)
+		_, err = pool.Exec(t.Context(), `INSERT INTO wmoutbox_migration (table_name, version, name) VALUES ($1, $2, $3)`,
+			cfg.Table, m.Version, m.Name)
+		require.NoError(t, err)
+	}
 }
