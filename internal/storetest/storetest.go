@@ -79,6 +79,7 @@ func Run[Tx any](t *testing.T, newHarness func(t *testing.T) Harness[Tx]) {
 		{"ClaimReturnsDueOrderNotIDOrder", testClaimReturnsDueOrderNotIDOrder[Tx]},
 		{"ClaimCursorCoversTheBacklogOnce", testClaimCursorCoversTheBacklogOnce[Tx]},
 		{"OrderedClaimTakesOneEventPerAggregateInWriteOrder", testOrderedClaimTakesOneEventPerAggregateInWriteOrder[Tx]},
+		{"OrderedClaimByTopics", testOrderedClaimByTopics[Tx]},
 		{"DeadEventsQueryCountReplay", testDeadEventsQueryCountReplay[Tx]},
 		{"EmptyIDListMatchesNoDeadEvent", testEmptyIDListMatchesNoDeadEvent[Tx]},
 		{"ReplayDeadRefusesAFilterThatRestrictsNothing", testReplayDeadRefusesAFilterThatRestrictsNothing[Tx]},
@@ -978,6 +979,30 @@ func testOrderedClaimTakesOneEventPerAggregateInWriteOrder[Tx any](t *testing.T,
 	req.Topics, req.Ordered = []string{"shipping"}, false
 	f.write(t, mk("e-shipping", "shipping", "Order", "1"))
 	claim("an unordered claim takes every due event", "d-shipping", "e-shipping")
+}
+
+// Ordered claims of several topics, or of every topic, keep each topic's
+// aggregates apart: the same aggregate in two topics is two sequences.
+func testOrderedClaimByTopics[Tx any](t *testing.T, f *fixture[Tx]) {
+	mk := func(id, topic string) outbox.Envelope {
+		e := JSONEvent(0)
+		e.ID, e.Topic, e.AggregateType, e.AggregateID = id, topic, "Order", "1"
+		return e
+	}
+	for _, e := range []outbox.Envelope{mk("x1", "x"), mk("y1", "y"), mk("z1", "z"), mk("x2", "x"), mk("y2", "y"), mk("z2", "z")} {
+		f.write(t, e)
+	}
+	req := outbox.ClaimRequest{Owner: "r", Ordered: true}
+	req.Topics = []string{"x", "y"}
+	require.ElementsMatch(t, []string{"x1", "y1"}, f.claim(t, req))
+	req.Topics = nil
+	require.ElementsMatch(t, []string{"z1"}, f.claim(t, req), "every topic: the first of z's aggregate")
+	n, err := f.Store.UpdateStatus(t.Context(), "r", outbox.Done("x1"), outbox.Done("z1"))
+	require.NoError(t, err)
+	require.EqualValues(t, 2, n)
+	require.ElementsMatch(t, []string{"x2", "z2"}, f.claim(t, req))
+	req.Topics = []string{"y", "w"}
+	require.Empty(t, f.claim(t, req), "y2 waits for y1")
 }
 
 func testClaimByTopic[Tx any](t *testing.T, f *fixture[Tx]) {
