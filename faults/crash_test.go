@@ -111,12 +111,15 @@ type relayProcess struct {
 	err   error // of Wait, once done is closed
 }
 
-func startRelayProcess(t *testing.T, url, owner string) *relayProcess {
+// startRelayProcess starts a relay process named owner on url; env adds
+// variables (envScenario) to its environment.
+func startRelayProcess(t *testing.T, url, owner string, env ...string) *relayProcess {
 	t.Helper()
 	exe, err := os.Executable()
 	require.NoError(t, err)
 	cmd := exec.Command(exe)
 	cmd.Env = append(os.Environ(), envRole+"="+roleRelay, envDatabase+"="+url, envOwner+"="+owner)
+	cmd.Env = append(cmd.Env, env...)
 	out := &syncbuf.Buffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	stdin, err := cmd.StdinPipe()

@@ -53,6 +53,18 @@
 //     connection is closed by the broker (rabbitmqctl) several times.
 //   - poison: one event that always fails among 10,000 good ones.
 //   - relays: four relays on one table, nothing failing: no duplicates.
+//   - ordered relays: four ordered relays (SubscriberConfig.Ordered), three
+//     in this process and one child process killed with SIGKILL five
+//     times, on events of 50 aggregates, each numbered in its aggregate;
+//     handlers fail a tenth of first deliveries (RETRY) and defer a
+//     twentieth (RetryAfter). Besides the ledger, the times of the
+//     deliveries (one clock for the host's processes) are checked: the
+//     first delivery of each event starts after an Ack of the event
+//     before it in its aggregate (order_violations), and no two events of
+//     an aggregate are in handlers at the same time (concurrent), unless
+//     the earlier one had been acked by another delivery before the later
+//     one started, so that the overlapping one is a redelivery of an
+//     event already handled (concurrent_excused).
 //   - slow: a handler ten times slower than the writers; the relay's heap
 //     does not grow with the backlog, which drains afterwards.
 //   - bad input: invalid envelopes, bad table names, rows with malformed

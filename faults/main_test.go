@@ -19,13 +19,16 @@ import (
 	"github.com/wmoutbox/wmoutbox/watermilladapter"
 )
 
-// The crash scenario runs relays as separate OS processes: this test
-// binary started again with these variables set, which TestMain turns into
-// a relay instead of a test run.
+// The crash and ordered-relays scenarios run relays as separate OS
+// processes: this test binary started again with these variables set,
+// which TestMain turns into a relay instead of a test run.
 const (
 	envRole     = "WMOUTBOX_FAULTS_ROLE"
 	envDatabase = "WMOUTBOX_FAULTS_DATABASE_URL"
 	envOwner    = "WMOUTBOX_FAULTS_OWNER"
+	// envScenario picks the child relay's configuration and handler: empty
+	// for the crash scenario's, scenarioOrdered for the ordered relays'.
+	envScenario = "WMOUTBOX_FAULTS_SCENARIO"
 
 	roleRelay = "relay"
 )
@@ -52,7 +55,8 @@ const (
 )
 
 // runRelayProcess is the child role: a relay whose handler records each
-// delivery in the ledger table before acking. It runs until its standard
+// delivery in the ledger table before acking (for the ordered relays, the
+// scenario's handler, see orderedHandler). It runs until its standard
 // input closes (a graceful stop) or it is killed.
 func runRelayProcess() int {
 	owner := os.Getenv(envOwner)
@@ -75,14 +79,23 @@ func runRelayProcess() int {
 	if err != nil {
 		return fail("store", err)
 	}
-	sub, err := watermilladapter.NewSubscriber(store, watermilladapter.SubscriberConfig{
+	subCfg := watermilladapter.SubscriberConfig{
 		Owner:             owner,
 		WorkerCount:       crashWorkers,
 		ColdQueueCapacity: crashColdQueue,
 		BatchSize:         crashBatch,
 		PollInterval:      crashPollInterval,
 		LockTimeout:       crashLockTimeout,
-	})
+	}
+	topic := crashTopic
+	handler := func(msg *message.Message) error {
+		return recordDelivered(msg.Context(), pool, msg.Metadata.Get(watermilladapter.MetadataEventID), owner)
+	}
+	if os.Getenv(envScenario) == scenarioOrdered {
+		subCfg, topic = orderedSubscriberConfig(owner), orderedTopic
+		handler = orderedHandler(pool, owner, dbOrderLog{pool: pool})
+	}
+	sub, err := watermilladapter.NewSubscriber(store, subCfg)
 	if err != nil {
 		return fail("subscriber", err)
 	}
@@ -91,9 +104,7 @@ func runRelayProcess() int {
 		return fail("router", err)
 	}
 	router.AddMiddleware(outboxmw.RecordErrors)
-	router.AddConsumerHandler("record", crashTopic, sub, func(msg *message.Message) error {
-		return recordDelivered(msg.Context(), pool, msg.Metadata.Get(watermilladapter.MetadataEventID), owner)
-	})
+	router.AddConsumerHandler("record", topic, sub, handler)
 	done := make(chan error, 1)
 	go func() { done <- router.Run(ctx) }()
 	<-router.Running()
