@@ -1763,3 +1763,38 @@ func TestOrderedAggregateIsNotHeldByTheWakeCooldown(t *testing.T) {
 		msg.Ack()
 	}
 }
+
+// A DEAD ordered event holds back its aggregate: its log line says so,
+// with the aggregate, so that an operator knows a replay or a purge is
+// awaited. An unordered relay's does not.
+func TestDeadOrderedEventSaysItHoldsBackItsAggregate(t *testing.T) {
+	t.Parallel()
+	for _, ordered := range []bool{false, true} {
+		t.Run(fmt.Sprint("ordered=", ordered), func(t *testing.T) {
+			t.Parallel()
+			pool := testdb.New(t)
+			logger := watermill.NewCaptureLogger()
+			r := relaytest.Start(t, pool, watermilladapter.SubscriberConfig{Ordered: ordered, Logger: logger},
+				relaytest.Handlers{"orders": func(*message.Message) error { return outbox.Permanent(errors.New("poison")) }})
+			msg := newMsg("x")
+			msg.Metadata.Set(watermilladapter.MetadataAggregateType, "Order")
+			msg.Metadata.Set(watermilladapter.MetadataAggregateID, "o-9")
+			r.Publish(t, "orders", msg)
+			id := onlyEventID(t, pool)
+			relaytest.Eventually(t, "DEAD", func() bool { return statusOf(t, r.Store, id).Status == outbox.StatusDead })
+			var dead []watermill.CapturedMessage
+			for _, m := range logger.Captured()[watermill.ErrorLogLevel] {
+				if m.Msg == "outbox event is DEAD" {
+					dead = append(dead, m)
+				}
+			}
+			require.Len(t, dead, 1)
+			if ordered {
+				require.Equal(t, true, dead[0].Fields["holds_back_aggregate"])
+				require.Equal(t, "o-9", dead[0].Fields["aggregate_id"])
+			} else {
+				require.NotContains(t, dead[0].Fields, "holds_back_aggregate")
+			}
+		})
+	}
+}

@@ -93,7 +93,8 @@ type SubscriberConfig struct {
 	// AggregateID, within a topic) one at a time, in the order they were
 	// written: the next is claimed once the one before is acked, and
 	// waits while it is retried, deferred, scheduled for later or DEAD
-	// (until it is replayed or purged). Events of different aggregates,
+	// (until it is replayed or purged; the DEAD event's log line has
+	// holds_back_aggregate=true). Events of different aggregates,
 	// and events without an AggregateID, are delivered WorkerCount at a
 	// time as usual. Give every relay of a topic the same setting: an
 	// unordered one would deliver its events regardless. Ordered events

@@ -457,7 +457,7 @@ func (sub *subscription) process(item queued, wait *time.Timer) {
 	}
 	defer s.inflight.Release(e.ID)
 	if e.Malformed != nil {
-		s.cfg.Logger.Error("outbox event cannot be decoded: DEAD", e.Malformed, watermill.LogFields{"event_id": e.ID})
+		sub.logDead("outbox event cannot be decoded: DEAD", e, e.Malformed)
 		dead := outbox.Dead(e.ID, e.Malformed)
 		dead.Attempt = e.Attempts + 1
 		s.settler.update(dead, nil)
@@ -493,8 +493,7 @@ func (sub *subscription) process(item queued, wait *time.Timer) {
 		update := outbox.Decide(e.ID, e.Attempts+1, mctx.slot.errOr(errNacked), s.cfg.RetryPolicy, s.cfg.Clock.Now())
 		if update.Status == outbox.StatusDead {
 			s.cfg.Metrics.Dead(sub.topic)
-			s.cfg.Logger.Error("outbox event is DEAD", errors.New(update.Error), watermill.LogFields{
-				"event_id": e.ID, "topic": sub.topic, "attempts": e.Attempts + 1})
+			sub.logDead("outbox event is DEAD", e, errors.New(update.Error))
 		}
 		var retry *subscription
 		if !update.NextAt.IsZero() {
@@ -503,6 +502,18 @@ func (sub *subscription) process(item queued, wait *time.Timer) {
 		}
 		s.settler.update(update, retry)
 	}
+}
+
+// logDead logs that e is DEAD after its attempt that just ended. An
+// ordered event holds back the later events of its aggregate, which the
+// fields say, so that an operator knows a replay or a purge is awaited.
+func (sub *subscription) logDead(msg string, e *outbox.Event, err error) {
+	fields := watermill.LogFields{"event_id": e.ID, "topic": sub.topic, "attempts": e.Attempts + 1}
+	if sub.s.cfg.Ordered && e.AggregateID != "" {
+		fields["aggregate_type"], fields["aggregate_id"] = string(e.AggregateType), e.AggregateID
+		fields["holds_back_aggregate"] = true
+	}
+	sub.s.cfg.Logger.Error(msg, err, fields)
 }
 
 // handOver gives msg to the subscription's reader and reports whether it
