@@ -20,7 +20,9 @@ type PublisherConfig struct {
 	// HotPath, when set, receives the events of each transaction begun by
 	// an InTx helper right after it commits, so that they are delivered
 	// without waiting for a poll. Usually the [Subscriber] of this
-	// process. Default: none; the subscribers' pollers deliver.
+	// process. An ordered one (SubscriberConfig.Ordered) takes no events
+	// this way; its claims are woken at the commit instead. Default: none;
+	// the subscribers' pollers deliver.
 	HotPath *Subscriber
 
 	// Notify, when set, is told after each commit of a transaction begun
