@@ -1798,3 +1798,150 @@ func TestDeadOrderedEventSaysItHoldsBackItsAggregate(t *testing.T) {
 		})
 	}
 }
+
+// An ordered relay that closes while a handler still holds the first
+// event of an aggregate (a rolling deploy, a handler slower than
+// DrainTimeout) must not let the aggregate go on: Close gives up on the
+// handler, but the handler may still be forwarding the event. Another
+// relay must not deliver the next event of that aggregate while the first
+// is in a handler and its lease (an hour here) has not run out.
+func TestOrderedCloseDoesNotLetTheAggregateOvertakeAHandlerItGaveUpOn(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t)
+	store, err := postgres.NewStore(pool, postgres.Config{})
+	require.NoError(t, err)
+	writer, err := outbox.NewWriter(store, outbox.WriterConfig{})
+	require.NoError(t, err)
+	events := make([]outbox.Envelope, 2)
+	for i := range events {
+		events[i] = outbox.NewJSON("OrderCreated", fmt.Appendf(nil, `{"step": %d}`, i))
+		events[i].Topic, events[i].AggregateType, events[i].AggregateID = "orders", "Order", "o-1"
+	}
+	require.NoError(t, store.InTx(t.Context(), func(ctx context.Context, tx pgx.Tx) error {
+		_, err := writer.Write(ctx, tx, events...)
+		return err
+	}))
+
+	subscribe := func(owner string, drain time.Duration) (*watermilladapter.Subscriber, <-chan *message.Message) {
+		sub, err := watermilladapter.NewSubscriber(store, watermilladapter.SubscriberConfig{Owner: owner, Ordered: true,
+			LockTimeout: time.Hour, PollInterval: 20 * time.Millisecond, DrainTimeout: drain})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = sub.Close() })
+		msgs, err := sub.Subscribe(t.Context(), "orders")
+		require.NoError(t, err)
+		return sub, msgs
+	}
+	first, firstMsgs := subscribe("first", 50*time.Millisecond)
+	held := nextMessage(t, firstMsgs, "the first relay delivered nothing")
+	require.JSONEq(t, `{"step": 0}`, string(held.Payload))
+	// The handler goes on with held past DrainTimeout: Close gives up on it.
+	require.NoError(t, closeWithin(t, first, relaytest.WaitLimit, "Close did not end"))
+
+	_, msgs := subscribe("second", time.Second)
+	deadline := time.After(2 * time.Second)
+	for {
+		select {
+		case msg := <-msgs:
+			if string(msg.Payload) != `{"step": 0}` {
+				t.Fatalf("the second relay delivered %s while the first relay's handler still held step 0 under a claim of an hour", msg.Payload)
+			}
+			msg.Ack() // a redelivery of step 0: at least once allows it
+		case <-deadline:
+			held.Ack()
+			return
+		}
+	}
+}
+
+// The next event of an ordered aggregate is claimed as soon as the DONE
+// before it is recorded, even when a commit announced meanwhile (here a
+// Wake, as the Publisher and a Listener send) put the claim loop into the
+// cooldown's wait, here an hour.
+func TestOrderedAggregateIsNotHeldByTheCooldownOfAnotherCommit(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t)
+	store, err := postgres.NewStore(pool, postgres.Config{})
+	require.NoError(t, err)
+	writer, err := outbox.NewWriter(store, outbox.WriterConfig{})
+	require.NoError(t, err)
+	events := make([]outbox.Envelope, 2)
+	for i := range events {
+		events[i] = outbox.NewJSON("OrderCreated", fmt.Appendf(nil, `{"step": %d}`, i))
+		events[i].AggregateID = "o-1"
+	}
+	require.NoError(t, store.InTx(t.Context(), func(ctx context.Context, tx pgx.Tx) error {
+		_, err := writer.Write(ctx, tx, events...)
+		return err
+	}))
+	sub, err := watermilladapter.NewSubscriber(store, watermilladapter.SubscriberConfig{
+		Ordered: true, WakeCooldown: time.Hour, PollInterval: time.Hour})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, sub.Close()) }()
+	msgs, err := sub.Subscribe(t.Context(), "OrderCreated")
+	require.NoError(t, err)
+
+	first := nextMessage(t, msgs, "event 0 of the aggregate")
+	require.JSONEq(t, `{"step": 0}`, string(first.Payload))
+	sub.Wake("OrderCreated")          // another aggregate's commit, announced
+	time.Sleep(50 * time.Millisecond) // room for the claim loop to take the wake-up
+	first.Ack()
+	second := nextMessage(t, msgs, "event 1 waited for the cooldown of a wake-up that came while event 0 was in its handler")
+	require.JSONEq(t, `{"step": 1}`, string(second.Payload))
+	second.Ack()
+}
+
+// Ordered claims take the aggregates in turn through a backlog: the relay
+// does not send them back to the first aggregate every second, as it
+// sends unordered claims back to the earliest due event, which would
+// serve the first aggregates again and again while the last ones wait.
+// Here 1,000 aggregates of 4 events each, a relay that delivers a few
+// hundred events a second: the last aggregate must have its first event
+// before the first aggregate has its third.
+func TestOrderedAggregatesTakeTurnsThroughABacklog(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t)
+	store, err := postgres.NewStore(pool, postgres.Config{})
+	require.NoError(t, err)
+	writer, err := outbox.NewWriter(store, outbox.WriterConfig{})
+	require.NoError(t, err)
+	const aggregates, perAggregate = 1000, 4
+	var events []outbox.Envelope
+	for i := range perAggregate {
+		for a := range aggregates {
+			e := outbox.NewJSON("OrderCreated", fmt.Appendf(nil, `{"step": %d}`, i))
+			e.Topic, e.AggregateType, e.AggregateID = "orders", "Order", fmt.Sprintf("a%03d", a)
+			events = append(events, e)
+		}
+	}
+	require.NoError(t, store.InTx(t.Context(), func(ctx context.Context, tx pgx.Tx) error {
+		_, err := writer.Write(ctx, tx, events...)
+		return err
+	}))
+	sub, err := watermilladapter.NewSubscriber(store, watermilladapter.SubscriberConfig{Ordered: true,
+		WorkerCount: 1, ColdQueueCapacity: 10, BatchSize: 10, PollInterval: time.Hour})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, sub.Close()) }()
+	msgs, err := sub.Subscribe(t.Context(), "orders")
+	require.NoError(t, err)
+
+	first, last := "a000", fmt.Sprintf("a%03d", aggregates-1)
+	firstDelivered := 0
+	timeout := time.After(2 * relaytest.WaitLimit)
+	for {
+		select {
+		case msg := <-msgs:
+			time.Sleep(2 * time.Millisecond) // the handler's work
+			msg.Ack()
+			switch msg.Metadata.Get(watermilladapter.MetadataAggregateID) {
+			case last:
+				return
+			case first:
+				if firstDelivered++; firstDelivered == 3 {
+					t.Fatalf("%s had its third event before %s had its first", first, last)
+				}
+			}
+		case <-timeout:
+			t.Fatalf("%s had no event in time", last)
+		}
+	}
+}

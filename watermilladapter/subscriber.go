@@ -112,7 +112,9 @@ type SubscriberConfig struct {
 	// contexts and releases their events to be delivered again, with no
 	// attempt spent; an Ack given as it does still counts, a Nack (as
 	// handlers answer an ended context) does not, and whatever comes
-	// later changes nothing.
+	// later changes nothing. With Ordered, an event whose handler has
+	// not returned is not released but left to its lease, so that the
+	// next event of its aggregate cannot overtake it.
 	DrainTimeout time.Duration
 	// Metrics receives counters, queue depths, backlog and latency.
 	// Default [outbox.NopMetrics].

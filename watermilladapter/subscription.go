@@ -163,10 +163,10 @@ const claimTimeout = 30 * time.Second
 // statement timeout) would otherwise be sent, and logged, at their rate.
 const claimRetry = 50 * time.Millisecond
 
-// claimRescan is how long claims follow their cursor through a backlog
-// before one starts again from the earliest due event, picking up events
-// that became due behind the cursor (see outbox.ClaimCursor); a claim that
-// comes back short starts again too.
+// claimRescan is how long unordered claims follow their cursor through a
+// backlog before one starts again from the earliest due event, picking up
+// events that became due behind the cursor (see outbox.ClaimCursor); a
+// claim that comes back short starts again too, ordered ones only then.
 const claimRescan = time.Second
 
 // claimLoop is the cold path: claim while there is backlog and room in the
@@ -240,7 +240,11 @@ func (sub *subscription) claimLoop() {
 				cfg.Metrics.ColdEnqueued(sub.topic, len(events))
 			}
 			full := err == nil && len(events) == req.Limit
-			if now := cfg.Clock.Now(); !full || !now.Before(rescan) {
+			// An ordered claim's cursor is an aggregate, not a due time:
+			// going back to the first aggregate every second would serve
+			// the first ones again and again while the last ones wait.
+			// Its walk wraps around when a claim comes back short.
+			if now := cfg.Clock.Now(); !full || (!cfg.Ordered && !now.Before(rescan)) {
 				cursor.Reset()
 				rescan = now.Add(claimRescan)
 			}
@@ -269,16 +273,21 @@ func (sub *subscription) claimLoop() {
 		if woken {
 			hold = max(hold, cfg.WakeCooldown)
 		}
-		if !sub.holdOff(timer, claimed, hold) {
+		var next chan struct{} // an ordered aggregate's next event ends a cooldown, not a pause after failures
+		if failWait == 0 {
+			next = sub.nextCh
+		}
+		if !sub.holdOff(timer, claimed, hold, next) {
 			return
 		}
 	}
 }
 
 // holdOff waits until hold has passed since the claim that started at
-// claimed, and reports false if the subscription stops meanwhile.
-// Wake-ups that arrive during the wait are merged into the claim after it.
-func (sub *subscription) holdOff(timer *time.Timer, claimed time.Time, hold time.Duration) bool {
+// claimed, or until next signals, and reports false if the subscription
+// stops meanwhile. Wake-ups that arrive during the wait are merged into
+// the claim after it.
+func (sub *subscription) holdOff(timer *time.Timer, claimed time.Time, hold time.Duration, next <-chan struct{}) bool {
 	wait := hold - time.Since(claimed)
 	if wait <= 0 {
 		return true
@@ -288,6 +297,8 @@ func (sub *subscription) holdOff(timer *time.Timer, claimed time.Time, hold time
 	case <-sub.stopped.Done():
 		return false
 	case <-timer.C:
+		return true
+	case <-next:
 		return true
 	}
 }
@@ -480,6 +491,13 @@ func (sub *subscription) process(item queued, wait *time.Timer) {
 	// the database does.
 	cancel()
 	switch {
+	case !answered && s.cfg.Ordered && !isDone(msg.Nacked()):
+		// The handler may still be at work on e: released, e could be
+		// delivered again, and the next event of its aggregate after it,
+		// while this handler still holds e. The lease holds the
+		// aggregate until it ends instead.
+		s.cfg.Logger.Info("outbox handler still running at Close: ordered event left to its lease, its aggregate waits",
+			watermill.LogFields{"event_id": e.ID, "topic": sub.topic, "locked_until": e.LockedUntil})
 	case !answered:
 		s.settler.release([]releaseItem{{id: e.ID, topic: sub.topic}})
 	case acked:
