@@ -214,3 +214,26 @@ func TestOrderedClaimCursorTakesAggregatesInTurn(t *testing.T) {
 	cursor.Reset()
 	require.ElementsMatch(t, []string{"a2", "c2"}, claimIDs(t, store, req))
 }
+
+// An aggregate id of '' (written by another program; this package writes
+// NULL) reads back as none, and an ordered claim treats it so: such
+// events are not ordered, as the relay, which sees no aggregate, assumes,
+// and each is an aggregate of its own for the cursor.
+func TestOrderedClaimTreatsAnEmptyAggregateIDAsNone(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := testdb.New(t)
+	store, err := postgres.NewStore(pool, postgres.Config{})
+	require.NoError(t, err)
+	for _, id := range []string{"e1", "e2"} {
+		_, err := pool.Exec(ctx, `INSERT INTO outbox_event (event_id, event_type, topic, aggregate_type, aggregate_id,
+			payload, occurred_at, available_at, created_at, updated_at)
+			VALUES ($1, 'T', 'orders', 'Order', '', '\x00', $2, $2, $2, $2)`, id, storetest.Start)
+		require.NoError(t, err)
+	}
+	var cursor outbox.ClaimCursor
+	req := outbox.ClaimRequest{Owner: "r", Ordered: true, Limit: 1, Cursor: &cursor}
+	require.Equal(t, []string{"e1"}, claimIDs(t, store, req))
+	require.Equal(t, []string{"e2"}, claimIDs(t, store, req), "the cursor passed e1 alone")
+	require.Empty(t, claimIDs(t, store, req))
+}

@@ -150,14 +150,16 @@ const (
 // aggregateOrder is the order of the aggregate index (migration 4): by
 // topic and aggregate, byte by byte (COLLATE "C", which Go's string
 // comparison matches, for the cursor), an event without an aggregate id
-// being an aggregate of its own, then by seq, the order of the inserts.
-const aggregateOrder = `topic COLLATE "C", aggregate_type COLLATE "C", aggregate_id IS NULL,
-    coalesce(aggregate_id, event_id) COLLATE "C"`
+// (NULL, or '' from a writer other than this package's, which the store
+// reads back as none) being an aggregate of its own, then by seq, the
+// order of the inserts.
+const aggregateOrder = `topic COLLATE "C", aggregate_type COLLATE "C", nullif(aggregate_id, '') IS NULL,
+    coalesce(nullif(aggregate_id, ''), event_id) COLLATE "C"`
 
 // headColumns are what an ordered claim reads of an aggregate's first
 // event: where it is, its aggregate, and what decides whether it is due.
-const headColumns = `ctid, topic, aggregate_type, aggregate_id IS NULL AS keyless,
-    coalesce(aggregate_id, event_id) AS key, status, available_at, created_at, locked_until`
+const headColumns = `ctid, topic, aggregate_type, nullif(aggregate_id, '') IS NULL AS keyless,
+    coalesce(nullif(aggregate_id, ''), event_id) AS key, status, available_at, created_at, locked_until`
 
 // sqlClaimOrdered is sqlClaim for an ordered claim: it leases the first
 // event of each aggregate, when that event is due, up to $4 of them. An

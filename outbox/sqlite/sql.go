@@ -99,15 +99,17 @@ RETURNING ` + eventColumns
 
 // orderedHead is sqlClaim's {ordered} for an ordered claim: a row is
 // claimed only if no earlier row of its topic and aggregate is pending or
-// DEAD; a row without an aggregate id always is. Earlier is by rowid: the
-// table has no INTEGER PRIMARY KEY, so each insert takes a rowid above
-// every row's in the table, and VACUUM, which may renumber rows, copies
-// them in rowid order. The aggregate index (migration 4) answers each
+// DEAD; a row without an aggregate id (NULL, or '' from a writer other
+// than this package's, which the store reads back as none) always is.
+// Earlier is by rowid: the table has no INTEGER PRIMARY KEY, so each
+// insert takes a rowid above every row's in the table, and VACUUM, which
+// may renumber rows, copies them in rowid order. The aggregate index (migration 4) answers each
 // probe; its predicate is spelled out so that SQLite uses it.
 const orderedHead = `AND NOT EXISTS (
         SELECT 1 FROM {table} AS p
         WHERE p.topic = t.topic AND p.aggregate_type = t.aggregate_type AND p.aggregate_id = t.aggregate_id
-            AND p.aggregate_id IS NOT NULL AND p.status <> 1 AND p.rowid < t.rowid)`
+            AND p.aggregate_id IS NOT NULL AND p.status <> 1 AND p.rowid < t.rowid
+            AND t.aggregate_id <> '')`
 
 const sqlPoll = `
 SELECT ` + eventColumns + ` FROM {table}

@@ -534,3 +534,25 @@ func TestTableCannotBeTheMigrationTable(t *testing.T) {
 	_, err = sqlite.Migrations(cfg)
 	require.ErrorIs(t, err, sqlite.ErrInvalidIdentifier)
 }
+
+// An aggregate id of '' (written by another program; this package writes
+// NULL) reads back as none, and an ordered claim treats it so: such
+// events are not ordered, as the relay, which sees no aggregate, assumes.
+func TestOrderedClaimTreatsAnEmptyAggregateIDAsNone(t *testing.T) {
+	t.Parallel()
+	db := openDB(t)
+	store, err := sqlite.NewStore(db, sqlite.Config{})
+	require.NoError(t, err)
+	ctx := t.Context()
+	for _, id := range []string{"e1", "e2"} {
+		_, err = db.ExecContext(ctx, `INSERT INTO outbox_event (event_id, event_type, topic, aggregate_type, aggregate_id,
+			payload, occurred_at, available_at, created_at, updated_at) VALUES (?1, 'T', 't', 'Order', '', x'00', 0, 0, 0, 0)`, id)
+		require.NoError(t, err)
+	}
+	claimed, err := store.Claim(ctx, outbox.ClaimRequest{Owner: "relay", Ordered: true})
+	require.NoError(t, err)
+	require.Equal(t, []string{"e1", "e2"}, storetest.IDs(claimed))
+	for _, e := range claimed {
+		require.Empty(t, e.AggregateID)
+	}
+}

@@ -41,9 +41,10 @@ SELECT setval('outbox_event_seq', coalesce(max(seq), 0) + 1, false) FROM outbox_
 
 -- The ordered claim's walk: the events not DONE of each aggregate of a
 -- topic, in write order, so that the first of each is one descent away.
--- An event without an aggregate id is an aggregate of its own. Byte order
--- (COLLATE "C") lets the relay compute where a claim ended.
+-- An event without an aggregate id (NULL, or '' written by another
+-- program) is an aggregate of its own. Byte order (COLLATE "C") lets the
+-- relay compute where a claim ended.
 CREATE INDEX outbox_event_aggregate_idx ON outbox_event
-    (topic COLLATE "C", aggregate_type COLLATE "C", (aggregate_id IS NULL),
-     (coalesce(aggregate_id, event_id)) COLLATE "C", seq)
+    (topic COLLATE "C", aggregate_type COLLATE "C", (nullif(aggregate_id, '') IS NULL),
+     (coalesce(nullif(aggregate_id, ''), event_id)) COLLATE "C", seq)
     WHERE status <> 1;
