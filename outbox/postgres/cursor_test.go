@@ -215,7 +215,7 @@ func TestOrderedClaimCursorTakesAggregatesInTurn(t *testing.T) {
 	require.ElementsMatch(t, []string{"a2", "c2"}, claimIDs(t, store, req))
 }
 
-// An aggregate id of ” (written by another program; this package writes
+// An empty aggregate id (written by another program; this package writes
 // NULL) reads back as none, and an ordered claim treats it so: such
 // events are not ordered, as the relay, which sees no aggregate, assumes,
 // and each is an aggregate of its own for the cursor.

@@ -150,7 +150,7 @@ const (
 // aggregateOrder is the order of the aggregate index (migration 4): by
 // topic and aggregate, byte by byte (COLLATE "C", which Go's string
 // comparison matches, for the cursor), an event without an aggregate id
-// (NULL, or ” from a writer other than this package's, which the store
+// (NULL, or empty from a writer other than this package's, which the store
 // reads back as none) being an aggregate of its own, then by seq, the
 // order of the inserts.
 const aggregateOrder = `topic COLLATE "C", aggregate_type COLLATE "C", nullif(aggregate_id, '') IS NULL,

@@ -99,7 +99,7 @@ RETURNING ` + eventColumns
 
 // orderedHead is sqlClaim's {ordered} for an ordered claim: a row is
 // claimed only if no earlier row of its topic and aggregate is pending or
-// DEAD; a row without an aggregate id (NULL, or ” from a writer other
+// DEAD; a row without an aggregate id (NULL, or empty from a writer other
 // than this package's, which the store reads back as none) always is.
 // Earlier is by rowid: the table has no INTEGER PRIMARY KEY, so each
 // insert takes a rowid above every row's in the table, and VACUUM, which

@@ -535,7 +535,7 @@ func TestTableCannotBeTheMigrationTable(t *testing.T) {
 	require.ErrorIs(t, err, sqlite.ErrInvalidIdentifier)
 }
 
-// An aggregate id of ” (written by another program; this package writes
+// An empty aggregate id (written by another program; this package writes
 // NULL) reads back as none, and an ordered claim treats it so: such
 // events are not ordered, as the relay, which sees no aggregate, assumes.
 func TestOrderedClaimTreatsAnEmptyAggregateIDAsNone(t *testing.T) {
