@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -176,12 +177,37 @@ func benchClaimBacklog(b *testing.B, withCursor, ordered bool) {
 	b.ReportMetric(float64(drained)/b.Elapsed().Seconds(), "events/s")
 }
 
-// BenchmarkOrderedClaim is an ordered claim that finds nothing because
-// the first of the N events of the only aggregate is claimed: its cost
-// must not grow with the events waiting behind it.
+// BenchmarkOrderedClaim is an ordered claim that finds nothing. With
+// "behind=N", the first of the N events of the only aggregate is claimed:
+// its cost must not grow with the events waiting behind it. With
+// "notdue=N", each of N aggregates has one event, due tomorrow: the walk
+// reads each aggregate's first event, which is what such a claim costs.
 func BenchmarkOrderedClaim(b *testing.B) {
 	for _, behind := range []int{1000, 100000} {
 		b.Run(fmt.Sprint("behind=", behind), func(b *testing.B) { benchOrderedBehind(b, behind) })
+	}
+	for _, aggregates := range []int{1000, 10000} {
+		b.Run(fmt.Sprint("notdue=", aggregates), func(b *testing.B) { benchOrderedNotDue(b, aggregates) })
+	}
+}
+
+func benchOrderedNotDue(b *testing.B, aggregates int) {
+	store, writer := benchStore(b)
+	events := benchEvents(min(aggregates, 1000))
+	for written := 0; written < aggregates; {
+		for i := range events {
+			events[i].AggregateID = fmt.Sprint("order-", written)
+			events[i].DeliverAfter = time.Now().Add(24 * time.Hour)
+			written++
+		}
+		writeBacklog(b, store, writer, events, len(events))
+	}
+	req := outbox.ClaimRequest{Owner: "bench", Limit: 100, Topics: []string{"OrderCreated"}, Ordered: true}
+	for b.Loop() {
+		claimed, err := store.Claim(b.Context(), req)
+		if err != nil || len(claimed) != 0 {
+			b.Fatalf("claimed %d events (%v) due tomorrow", len(claimed), err)
+		}
 	}
 }
 
