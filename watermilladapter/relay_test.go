@@ -1737,27 +1737,9 @@ func allOf(got map[string][]int, n int) bool {
 // an hour each.
 func TestOrderedAggregateIsNotHeldByTheWakeCooldown(t *testing.T) {
 	t.Parallel()
-	pool := testdb.New(t)
-	store, err := postgres.NewStore(pool, postgres.Config{})
-	require.NoError(t, err)
-	writer, err := outbox.NewWriter(store, outbox.WriterConfig{})
-	require.NoError(t, err)
-	events := make([]outbox.Envelope, 5)
-	for i := range events {
-		events[i] = outbox.NewJSON("OrderCreated", fmt.Appendf(nil, `{"step": %d}`, i))
-		events[i].AggregateID = "o-1"
-	}
-	require.NoError(t, store.InTx(t.Context(), func(ctx context.Context, tx pgx.Tx) error {
-		_, err := writer.Write(ctx, tx, events...)
-		return err
-	}))
-	sub, err := watermilladapter.NewSubscriber(store, watermilladapter.SubscriberConfig{
-		Ordered: true, WakeCooldown: time.Hour, PollInterval: time.Hour})
-	require.NoError(t, err)
-	defer func() { require.NoError(t, sub.Close()) }()
-	msgs, err := sub.Subscribe(t.Context(), "OrderCreated")
-	require.NoError(t, err)
-	for i := range events {
+	store := committedSteps(t, "OrderCreated", 5)
+	_, msgs := subscribeColdly(t, store)
+	for i := range 5 {
 		msg := nextMessage(t, msgs, fmt.Sprintf("event %d of the aggregate", i))
 		require.JSONEq(t, fmt.Sprintf(`{"step": %d}`, i), string(msg.Payload))
 		msg.Ack()
@@ -1807,20 +1789,7 @@ func TestDeadOrderedEventSaysItHoldsBackItsAggregate(t *testing.T) {
 // is in a handler and its lease (an hour here) has not run out.
 func TestOrderedCloseDoesNotLetTheAggregateOvertakeAHandlerItGaveUpOn(t *testing.T) {
 	t.Parallel()
-	pool := testdb.New(t)
-	store, err := postgres.NewStore(pool, postgres.Config{})
-	require.NoError(t, err)
-	writer, err := outbox.NewWriter(store, outbox.WriterConfig{})
-	require.NoError(t, err)
-	events := make([]outbox.Envelope, 2)
-	for i := range events {
-		events[i] = outbox.NewJSON("OrderCreated", fmt.Appendf(nil, `{"step": %d}`, i))
-		events[i].Topic, events[i].AggregateType, events[i].AggregateID = "orders", "Order", "o-1"
-	}
-	require.NoError(t, store.InTx(t.Context(), func(ctx context.Context, tx pgx.Tx) error {
-		_, err := writer.Write(ctx, tx, events...)
-		return err
-	}))
+	store := committedSteps(t, "orders", 2)
 
 	subscribe := func(owner string, drain time.Duration) (*watermilladapter.Subscriber, <-chan *message.Message) {
 		sub, err := watermilladapter.NewSubscriber(store, watermilladapter.SubscriberConfig{Owner: owner, Ordered: true,
@@ -1859,26 +1828,8 @@ func TestOrderedCloseDoesNotLetTheAggregateOvertakeAHandlerItGaveUpOn(t *testing
 // cooldown's wait, here an hour.
 func TestOrderedAggregateIsNotHeldByTheCooldownOfAnotherCommit(t *testing.T) {
 	t.Parallel()
-	pool := testdb.New(t)
-	store, err := postgres.NewStore(pool, postgres.Config{})
-	require.NoError(t, err)
-	writer, err := outbox.NewWriter(store, outbox.WriterConfig{})
-	require.NoError(t, err)
-	events := make([]outbox.Envelope, 2)
-	for i := range events {
-		events[i] = outbox.NewJSON("OrderCreated", fmt.Appendf(nil, `{"step": %d}`, i))
-		events[i].AggregateID = "o-1"
-	}
-	require.NoError(t, store.InTx(t.Context(), func(ctx context.Context, tx pgx.Tx) error {
-		_, err := writer.Write(ctx, tx, events...)
-		return err
-	}))
-	sub, err := watermilladapter.NewSubscriber(store, watermilladapter.SubscriberConfig{
-		Ordered: true, WakeCooldown: time.Hour, PollInterval: time.Hour})
-	require.NoError(t, err)
-	defer func() { require.NoError(t, sub.Close()) }()
-	msgs, err := sub.Subscribe(t.Context(), "OrderCreated")
-	require.NoError(t, err)
+	store := committedSteps(t, "OrderCreated", 2)
+	sub, msgs := subscribeColdly(t, store)
 
 	first := nextMessage(t, msgs, "event 0 of the aggregate")
 	require.JSONEq(t, `{"step": 0}`, string(first.Payload))
@@ -1944,4 +1895,40 @@ func TestOrderedAggregatesTakeTurnsThroughABacklog(t *testing.T) {
 			t.Fatalf("%s had no event in time", last)
 		}
 	}
+}
+
+// committedSteps commits, in one transaction on a fresh database, n events
+// of the aggregate Order o-1 on topic, with the payloads {"step": 0} to
+// {"step": n-1}, and returns the store.
+func committedSteps(t *testing.T, topic string, n int) *postgres.Store {
+	t.Helper()
+	store, err := postgres.NewStore(testdb.New(t), postgres.Config{})
+	require.NoError(t, err)
+	writer, err := outbox.NewWriter(store, outbox.WriterConfig{})
+	require.NoError(t, err)
+	events := make([]outbox.Envelope, n)
+	for i := range events {
+		events[i] = outbox.NewJSON("OrderCreated", fmt.Appendf(nil, `{"step": %d}`, i))
+		events[i].Topic, events[i].AggregateType, events[i].AggregateID = topic, "Order", "o-1"
+	}
+	require.NoError(t, store.InTx(t.Context(), func(ctx context.Context, tx pgx.Tx) error {
+		_, err := writer.Write(ctx, tx, events...)
+		return err
+	}))
+	return store
+}
+
+// subscribeColdly subscribes an ordered relay to topic OrderCreated of
+// store whose wake-ups wait out a cooldown of an hour and which polls once
+// an hour: what it claims sooner, something asked for at once. It is
+// closed at the end of the test.
+func subscribeColdly(t *testing.T, store *postgres.Store) (*watermilladapter.Subscriber, <-chan *message.Message) {
+	t.Helper()
+	sub, err := watermilladapter.NewSubscriber(store, watermilladapter.SubscriberConfig{
+		Ordered: true, WakeCooldown: time.Hour, PollInterval: time.Hour})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, sub.Close()) })
+	msgs, err := sub.Subscribe(t.Context(), "OrderCreated")
+	require.NoError(t, err)
+	return sub, msgs
 }
