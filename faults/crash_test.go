@@ -92,13 +92,7 @@ func TestCrashedRelayProcess(t *testing.T) {
 	l.report(t, f, 1, crashKills, fmt.Sprintf("in_flight_at_kills=%d survivor_deliveries=%d", bound, survivorDelivered),
 		fmt.Sprintf("writer_failures=%d", ws.failures.Load()))
 
-	require.Zero(t, f.lost, "lost")
-	require.Zero(t, f.phantom, "delivered but never committed")
-	require.Positive(t, f.rolledBack, "some transactions rolled back on purpose")
-	require.LessOrEqual(t, f.duplicates, bound, "duplicates bounded by what the killed relays held: %v", inFlight)
-	require.Equal(t, f.events, st.done, "every committed event is DONE: %s", st)
-	require.Zero(t, st.pending+st.claimed+st.dead, "nothing pending, claimed or DEAD: %s", st)
-	require.Equal(t, f.events, st.total, "no row from a rolled-back transaction: %s", st)
+	requireRecoveredFromKills(t, f, st, bound, inFlight)
 }
 
 // relayProcess is a relay running as a child process (see TestMain).

@@ -425,3 +425,18 @@ func (l *errorLog) String() string {
 	last, _ := l.last.Load().(string)
 	return fmt.Sprintf("%d errors, last %q", l.errors.Load(), last)
 }
+
+// requireRecoveredFromKills checks a scenario whose relays were killed:
+// nothing lost or made up, duplicates no more than the killed relays held
+// (bound; inFlight, what each held, for the message), every committed
+// event DONE and no other row.
+func requireRecoveredFromKills(t *testing.T, f figures, st tableState, bound int64, inFlight []int64) {
+	t.Helper()
+	require.Zero(t, f.lost, "lost")
+	require.Zero(t, f.phantom, "delivered but never committed")
+	require.Positive(t, f.rolledBack, "some transactions rolled back on purpose")
+	require.LessOrEqual(t, f.duplicates, bound, "duplicates bounded by what the killed relays held: %v", inFlight)
+	require.Equal(t, f.events, st.done, "every committed event is DONE: %s", st)
+	require.Zero(t, st.pending+st.claimed+st.dead, "nothing pending, claimed or DEAD: %s", st)
+	require.Equal(t, f.events, st.total, "no row from a rolled-back transaction: %s", st)
+}

@@ -213,13 +213,7 @@ SELECT (SELECT count(*) FROM fault_delivered WHERE by_relay = $1),
 		orderedInProcess+1, orderedAggregates, orderedRelaysOrdered, bound), o.String(),
 		fmt.Sprintf("seconds=%.1f", time.Since(began).Seconds()))
 
-	require.Zero(t, f.lost, "lost")
-	require.Zero(t, f.phantom, "delivered but never committed")
-	require.Positive(t, f.rolledBack, "some transactions rolled back on purpose")
-	require.LessOrEqual(t, f.duplicates, bound, "duplicates bounded by what the killed relays held: %v", inFlight)
-	require.Equal(t, f.events, st.done, "every committed event is DONE: %s", st)
-	require.Zero(t, st.pending+st.claimed+st.dead, "nothing pending, claimed or DEAD: %s", st)
-	require.Equal(t, f.events, st.total, "no row from a rolled-back transaction: %s", st)
+	requireRecoveredFromKills(t, f, st, bound, inFlight)
 	require.Equal(t, f.events, int64(len(events)), "every committed event numbered")
 
 	require.Positive(t, o.retries, "first deliveries failed with an error")

@@ -229,7 +229,7 @@ type ClaimCursor struct {
 }
 
 // CursorAt returns the cursor of a claim whose last event is e.
-func CursorAt(e *Event) ClaimCursor {
+func CursorAt(e Event) ClaimCursor {
 	return ClaimCursor{DueAt: e.AvailableAt, ID: e.ID, Topic: e.Topic,
 		AggregateType: string(e.AggregateType), AggregateID: e.AggregateID}
 }
@@ -245,18 +245,32 @@ func CompareDue(a, b Event) int {
 // an event without an aggregate id coming after those with one, as an
 // aggregate of its own named by its id.
 func CompareAggregates(a, b Event) int {
+	aKeyless, aKey := AggregateKey(a.AggregateID, a.ID)
+	bKeyless, bKey := AggregateKey(b.AggregateID, b.ID)
 	return cmp.Or(strings.Compare(a.Topic, b.Topic),
 		strings.Compare(string(a.AggregateType), string(b.AggregateType)),
-		cmp.Compare(keyless(&a), keyless(&b)),
-		strings.Compare(cmp.Or(a.AggregateID, a.ID), cmp.Or(b.AggregateID, b.ID)))
+		compareBool(aKeyless, bKeyless), strings.Compare(aKey, bKey))
 }
 
-// keyless is 1 for an event without an aggregate id, else 0.
-func keyless(e *Event) int {
-	if e.AggregateID == "" {
+// AggregateKey is how ordered claims name the aggregate of the event
+// with the given aggregate id and id within its topic and aggregate type:
+// by its aggregate id, or, when it has none (keyless), by its own id.
+func AggregateKey(aggregateID, id string) (keyless bool, key string) {
+	if aggregateID == "" {
+		return true, id
+	}
+	return false, aggregateID
+}
+
+// compareBool orders false before true.
+func compareBool(a, b bool) int {
+	switch {
+	case a == b:
+		return 0
+	case a:
 		return 1
 	}
-	return 0
+	return -1
 }
 
 // Reset makes the next claim start from the earliest due event.

@@ -65,6 +65,10 @@ type outcome struct {
 	wake   *subscription
 }
 
+// freesNext reports whether o is the DONE of an ordered event, which the
+// next event of its aggregate waits for.
+func (o outcome) freesNext() bool { return o.wake != nil && o.update.NextAt.IsZero() }
+
 // settler records outcomes for every worker of a Subscriber: whatever has
 // queued while the previous statement ran, or arrives within settleLinger,
 // goes into the next one.
@@ -130,9 +134,10 @@ func newSettler(store outbox.Store, owner string, logger watermill.LoggerAdapter
 // After close it drops the outcome: the lease expires and the event is
 // delivered again.
 func (st *settler) update(u outbox.StatusUpdate, wake *subscription) {
+	o := outcome{update: u, wake: wake}
 	select {
-	case st.updates <- outcome{update: u, wake: wake}:
-		if len(st.updates) >= maxSettleBatch/2 || (wake != nil && u.NextAt.IsZero()) {
+	case st.updates <- o:
+		if len(st.updates) >= maxSettleBatch/2 || o.freesNext() {
 			signal(st.cut)
 		}
 	case <-st.done:
@@ -293,10 +298,9 @@ func (st *settler) flushUpdates(batch []outcome) {
 	}
 	for _, o := range batch {
 		switch {
-		case o.wake == nil:
-		case o.update.NextAt.IsZero():
+		case o.freesNext():
 			o.wake.claimNext()
-		default:
+		case o.wake != nil:
 			o.wake.scheduleRetry(o.update.NextAt)
 		}
 	}

@@ -502,7 +502,7 @@ func (sub *subscription) process(item queued, wait *time.Timer) {
 		s.settler.release([]releaseItem{{id: e.ID, topic: sub.topic}})
 	case acked:
 		var next *subscription // to claim the next event of e's aggregate
-		if s.cfg.Ordered && e.AggregateID != "" {
+		if sub.holdsBack(e) {
 			next = sub
 		}
 		s.settler.update(outbox.Done(e.ID), next)
@@ -522,12 +522,18 @@ func (sub *subscription) process(item queued, wait *time.Timer) {
 	}
 }
 
+// holdsBack reports whether later events of e's aggregate wait for e's
+// outcome: the subscription is ordered and e has an aggregate.
+func (sub *subscription) holdsBack(e *outbox.Event) bool {
+	return sub.s.cfg.Ordered && e.AggregateID != ""
+}
+
 // logDead logs that e is DEAD after its attempt that just ended. An
 // ordered event holds back the later events of its aggregate, which the
 // fields say, so that an operator knows a replay or a purge is awaited.
 func (sub *subscription) logDead(msg string, e *outbox.Event, err error) {
 	fields := watermill.LogFields{"event_id": e.ID, "topic": sub.topic, "attempts": e.Attempts + 1}
-	if sub.s.cfg.Ordered && e.AggregateID != "" {
+	if sub.holdsBack(e) {
 		fields["aggregate_type"], fields["aggregate_id"] = string(e.AggregateType), e.AggregateID
 		fields["holds_back_aggregate"] = true
 	}

@@ -47,14 +47,9 @@ func collectClaimed(rows pgx.Rows, limit int, ordered bool) ([]outbox.Event, out
 	// The order of the due index. A claim's rows usually come back in it
 	// already, which costs the sort little.
 	slices.SortFunc(claimed, outbox.CompareDue)
-	last := &claimed[len(claimed)-1]
+	last := claimed[len(claimed)-1]
 	if ordered {
-		last = &claimed[0]
-		for i := range claimed {
-			if outbox.CompareAggregates(claimed[i], *last) > 0 {
-				last = &claimed[i]
-			}
-		}
+		last = slices.MaxFunc(claimed, outbox.CompareAggregates)
 	}
 	return claimed, outbox.CursorAt(last), nil
 }

@@ -1,7 +1,6 @@
 package postgres
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -338,7 +337,8 @@ func (s *Store) Claim(ctx context.Context, req outbox.ClaimRequest) ([]outbox.Ev
 		args = append(args, topicArg)
 	}
 	if c := req.Cursor; !c.IsZero() && req.Ordered {
-		args = append(args, c.Topic, c.AggregateType, c.AggregateID == "", cmp.Or(c.AggregateID, c.ID))
+		keyless, key := outbox.AggregateKey(c.AggregateID, c.ID)
+		args = append(args, c.Topic, c.AggregateType, keyless, key)
 	} else if !c.IsZero() {
 		args = append(args, c.DueAt, c.ID)
 	}
