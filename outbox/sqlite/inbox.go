@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/wmoutbox/wmoutbox/internal/sqlcodec"
 	"github.com/wmoutbox/wmoutbox/outbox"
 )
 
@@ -21,7 +22,7 @@ func (s *Store) MarkProcessed(ctx context.Context, tx *sql.Tx, consumer, id stri
 		return false, err
 	}
 	var n int64
-	res, err := tx.ExecContext(ctx, s.t.sql.markProcessed, consumer, id, micros(s.clock.Now()))
+	res, err := tx.ExecContext(ctx, s.t.sql.markProcessed, consumer, id, sqlcodec.Micros(s.clock.Now()))
 	if err == nil {
 		n, err = res.RowsAffected()
 	}
@@ -36,7 +37,7 @@ func (s *Store) PurgeProcessed(ctx context.Context, olderThan time.Duration) (in
 	if err := outbox.ValidateRetention(olderThan); err != nil {
 		return 0, err
 	}
-	cutoff := micros(s.clock.Now().Add(-olderThan))
+	cutoff := sqlcodec.Micros(s.clock.Now().Add(-olderThan))
 	return outbox.PurgeInBatches(outbox.DefaultPurgeBatch, func(deleted int64) (int64, error) {
 		return s.exec(ctx, fmt.Sprintf("purge %s after %d rows", s.t.inbox, deleted), s.t.sql.purgeProcessed, cutoff, outbox.DefaultPurgeBatch)
 	})

@@ -9,6 +9,7 @@ import (
 
 	"github.com/wmoutbox/wmoutbox/internal/ident"
 	"github.com/wmoutbox/wmoutbox/internal/migrationfiles"
+	"github.com/wmoutbox/wmoutbox/internal/sqlcodec"
 	"github.com/wmoutbox/wmoutbox/outbox"
 )
 
@@ -88,7 +89,7 @@ func (t *table) migrate(ctx context.Context, db execer, cfg Config) error {
 		if _, err := db.ExecContext(ctx, m.SQL); err != nil {
 			return fmt.Errorf("sqlite: migrate %s to version %d (%s): %w", t.name, m.Version, m.Name, err)
 		}
-		if _, err := db.ExecContext(ctx, t.sql.recordMigration, t.name, m.Version, m.Name, micros(now)); err != nil {
+		if _, err := db.ExecContext(ctx, t.sql.recordMigration, t.name, m.Version, m.Name, sqlcodec.Micros(now)); err != nil {
 			return fmt.Errorf("sqlite: migrate: record version %d: %w", m.Version, err)
 		}
 	}

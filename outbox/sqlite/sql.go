@@ -11,7 +11,7 @@ import (
 // migrations folder). {table} and {migrations} stand for the quoted names;
 // every value is a bind parameter (?N is the N-th argument). Times are
 // INTEGER unix microseconds; lists travel as one JSON array, read with
-// json_each, event ids in it as hex (see idArray).
+// json_each, event ids in it as hex (see sqlcodec.HexIDs).
 
 const sqlCreateMigrationTable = `
 CREATE TABLE IF NOT EXISTS {migrations} (
@@ -61,7 +61,7 @@ VALUES (?1, ?2, ?3, ?4, nullif(?5, ''), nullif(?6, ''),
     ?7, ?8, ?9, 0, 0,
     ?10, ?11, ?12, ?12, ?13, ?14, ?15)`
 
-// sqlExisting returns those of the event ids of idArray(ids), passed as
+// sqlExisting returns those of the event ids of sqlcodec.HexIDs(ids), passed as
 // ?1, that have a row; sqlExistingOne does for one id, ?1, what most
 // business transactions write, without the JSON.
 const (
@@ -126,7 +126,7 @@ const (
 	topicsMany = `AND topic IN (SELECT value FROM json_each(?%d))`
 )
 
-// sqlIDs reads the event ids of idArray(ids) passed as ?1.
+// sqlIDs reads the event ids of sqlcodec.HexIDs(ids) passed as ?1.
 const sqlIDs = `SELECT CAST(unhex(value) AS TEXT) FROM json_each(?1)`
 
 // sqlRelease ends owner ?2's claims; the rows are due again in their place.

@@ -3,7 +3,6 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/wmoutbox/wmoutbox/internal/ident"
 	"github.com/wmoutbox/wmoutbox/internal/migrationfiles"
+	"github.com/wmoutbox/wmoutbox/internal/sqlcodec"
 	"github.com/wmoutbox/wmoutbox/outbox"
 )
 
@@ -180,7 +180,7 @@ func (s *Store) insert(ctx context.Context, tx *sql.Tx, hot, cold []outbox.Envel
 	// The claim columns (locked_by, locked_at, locked_until) of a row
 	// written claimed, and of one written unclaimed: NULL.
 	var unclaimed [3]any
-	claimed := [3]any{lease.Owner, micros(now), micros(now.Add(lease.Duration))}
+	claimed := [3]any{lease.Owner, sqlcodec.Micros(now), sqlcodec.Micros(now.Add(lease.Duration))}
 	defer inserting.lock(tx)()
 	if _, err := tx.ExecContext(ctx, sqlInsertSavepoint); err != nil {
 		return fmt.Errorf("sqlite: insert into %s: %w", s.t.name, err)
@@ -220,7 +220,7 @@ func (s *Store) insert(ctx context.Context, tx *sql.Tx, hot, cold []outbox.Envel
 			claim = claimed
 		}
 		_, err = stmt.ExecContext(ctx, e.ID, string(e.Type), e.Topic, string(e.AggregateType), e.AggregateID, e.TenantID,
-			payload, e.IsJSON(), headerText, micros(e.OccurredAt), micros(available), micros(now), claim[0], claim[1], claim[2])
+			payload, e.IsJSON(), headerText, sqlcodec.Micros(e.OccurredAt), sqlcodec.Micros(available), sqlcodec.Micros(now), claim[0], claim[1], claim[2])
 		if isUniqueViolation(err) {
 			return fmt.Errorf("sqlite: insert into %s: %w: %w", s.t.name, outbox.ErrDuplicateEvent, err)
 		}
@@ -288,7 +288,7 @@ func (s *Store) Kept(ctx context.Context, tx *sql.Tx, _ uint64, ids []string) ([
 	if len(ids) == 1 {
 		rows, err = tx.QueryContext(ctx, s.t.sql.existingOne, ids[0])
 	} else {
-		rows, err = tx.QueryContext(ctx, s.t.sql.existing, idArray(ids))
+		rows, err = tx.QueryContext(ctx, s.t.sql.existing, sqlcodec.HexIDs(ids))
 	}
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: look up events in %s: %w", s.t.name, err)
@@ -338,7 +338,7 @@ func (s *Store) Claim(ctx context.Context, req outbox.ClaimRequest) ([]outbox.Ev
 		ordered = 1
 	}
 	query, topicArg := topicVariant(s.t.sql.claim[ordered], req.Topics)
-	args := []any{micros(now), micros(now.Add(-req.SkipRecent)), req.Limit, req.Owner, micros(now.Add(req.LockTimeout))}
+	args := []any{sqlcodec.Micros(now), sqlcodec.Micros(now.Add(-req.SkipRecent)), req.Limit, req.Owner, sqlcodec.Micros(now.Add(req.LockTimeout))}
 	if topicArg != nil {
 		args = append(args, topicArg)
 	}
@@ -363,7 +363,7 @@ func (s *Store) PollPending(ctx context.Context, req outbox.PollRequest) ([]outb
 	}
 	now := s.clock.Now()
 	query, topicArg := topicVariant(s.t.sql.poll, req.Topics)
-	args := []any{micros(now), micros(now.Add(-req.SkipRecent)), req.Limit}
+	args := []any{sqlcodec.Micros(now), sqlcodec.Micros(now.Add(-req.SkipRecent)), req.Limit}
 	if topicArg != nil {
 		args = append(args, topicArg)
 	}
@@ -378,7 +378,7 @@ func topicVariant(variants [3]string, topics []string) (string, any) {
 	case 1:
 		return variants[1], topics[0]
 	}
-	return variants[2], jsonArray(topics)
+	return variants[2], sqlcodec.Strings(topics)
 }
 
 // Release implements [outbox.Store].
@@ -386,17 +386,7 @@ func (s *Store) Release(ctx context.Context, owner string, ids []string) (int64,
 	if len(ids) == 0 {
 		return 0, nil
 	}
-	return s.exec(ctx, fmt.Sprintf("release %d claims", len(ids)), s.t.sql.release, idArray(ids), owner)
-}
-
-// statusRow is one outcome as sqlUpdateStatus reads it from JSON.
-type statusRow struct {
-	ID     string `json:"id"` // hex, as in idArray
-	Status int    `json:"status"`
-	Spent  int    `json:"spent"`
-	NextAt *int64 `json:"next_at"`
-	Error  string `json:"error"`
-	Before *int   `json:"before"` // failed attempts the row must have; nil: unchecked
+	return s.exec(ctx, fmt.Sprintf("release %d claims", len(ids)), s.t.sql.release, sqlcodec.HexIDs(ids), owner)
 }
 
 // UpdateStatus implements [outbox.Store]: one statement for the DONE
@@ -405,32 +395,18 @@ type statusRow struct {
 // the last (see [outbox.PrepareUpdates]).
 func (s *Store) UpdateStatus(ctx context.Context, owner string, updates ...outbox.StatusUpdate) (int64, error) {
 	recordDone := func(ids []string) (int64, error) {
-		query, args := s.t.sql.markDone, []any{idArray(ids), micros(s.clock.Now())}
+		query, args := s.t.sql.markDone, []any{sqlcodec.HexIDs(ids), sqlcodec.Micros(s.clock.Now())}
 		if s.t.sql.deleteDone != "" {
-			query, args = s.t.sql.deleteDone, []any{idArray(ids)}
+			query, args = s.t.sql.deleteDone, []any{sqlcodec.HexIDs(ids)}
 		}
 		return s.exec(ctx, fmt.Sprintf("record %d events done", len(ids)), query, args...)
 	}
 	return outbox.RecordOutcomes(owner, updates, recordDone, func(updates []outbox.StatusUpdate) (int64, error) {
-		rows := make([]statusRow, len(updates))
-		for i, u := range updates {
-			rows[i] = statusRow{ID: hex.EncodeToString([]byte(u.ID)), Status: int(u.Status), Error: outbox.CutError(u.Error)}
-			if u.AttemptSpent() {
-				rows[i].Spent = 1
-			}
-			if !u.NextAt.IsZero() {
-				next := micros(u.NextAt)
-				rows[i].NextAt = &next
-			}
-			if attempts, checked := u.AttemptsBefore(); checked {
-				rows[i].Before = &attempts
-			}
-		}
-		batch, err := json.Marshal(rows)
+		batch, err := sqlcodec.StatusUpdates(updates)
 		if err != nil {
-			return 0, fmt.Errorf("sqlite: update status of %d events: %w", len(rows), err)
+			return 0, fmt.Errorf("sqlite: update status of %d events: %w", len(updates), err)
 		}
-		return s.exec(ctx, fmt.Sprintf("update status of %d events", len(rows)), s.t.sql.updateStatus, micros(s.clock.Now()), string(batch), owner)
+		return s.exec(ctx, fmt.Sprintf("update status of %d events", len(updates)), s.t.sql.updateStatus, sqlcodec.Micros(s.clock.Now()), batch, owner)
 	})
 }
 
@@ -459,17 +435,17 @@ func (s *Store) ReplayDead(ctx context.Context, f outbox.DeadFilter) (int64, err
 	if err := f.ValidateReplay(); err != nil {
 		return 0, err
 	}
-	return s.exec(ctx, "replay dead events", s.t.sql.replayDead, append(deadArgs(f), micros(s.clock.Now()))...)
+	return s.exec(ctx, "replay dead events", s.t.sql.replayDead, append(deadArgs(f), sqlcodec.Micros(s.clock.Now()))...)
 }
 
 func deadArgs(f outbox.DeadFilter) []any {
 	var ids any // NULL: no id filter; "[]" (an empty slice) matches no event
 	if f.IDs != nil {
-		ids = idArray(f.IDs)
+		ids = sqlcodec.HexIDs(f.IDs)
 	}
 	var diedBefore any // NULL
 	if !f.DiedBefore.IsZero() {
-		diedBefore = micros(f.DiedBefore)
+		diedBefore = sqlcodec.Micros(f.DiedBefore)
 	}
 	return []any{ids, string(f.EventType), f.Topic, diedBefore}
 }
@@ -483,7 +459,7 @@ func (s *Store) Backlog(ctx context.Context, topic string) (int64, time.Time, er
 	if err := s.db.QueryRowContext(ctx, s.t.sql.backlog, topic).Scan(&n, &oldest); err != nil {
 		return 0, time.Time{}, fmt.Errorf("sqlite: backlog of %s: %w", topic, err)
 	}
-	return n, fromMicros(oldest), nil
+	return n, sqlcodec.FromMicros(oldest), nil
 }
 
 // Purge implements [outbox.Store].
@@ -500,7 +476,7 @@ func (s *Store) Purge(ctx context.Context, req outbox.PurgeRequest) (int64, erro
 	if err != nil {
 		return 0, fmt.Errorf("sqlite: purge: %w", err)
 	}
-	cutoff := micros(s.clock.Now().Add(-req.OlderThan))
+	cutoff := sqlcodec.Micros(s.clock.Now().Add(-req.OlderThan))
 	return outbox.PurgeInBatches(req.BatchSize, func(deleted int64) (int64, error) {
 		return s.exec(ctx, fmt.Sprintf("purge after %d rows", deleted), s.t.sql.purge, string(statuses), cutoff, req.BatchSize)
 	})
@@ -524,103 +500,14 @@ func (s *Store) exec(ctx context.Context, op, query string, args ...any) (int64,
 	return n, nil
 }
 
-// querier is what queryEvents runs on: *sql.DB or *sql.Tx.
-type querier interface {
-	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
-}
-
 // queryEvents runs a statement returning eventColumns; op names it in
 // errors.
-func queryEvents(ctx context.Context, q querier, op, query string, args ...any) ([]outbox.Event, error) {
-	rows, err := q.QueryContext(ctx, query, args...)
-	if err != nil {
-		return nil, fmt.Errorf("sqlite: %s: %w", op, err)
-	}
-	events, err := scanEvents(rows)
+func queryEvents(ctx context.Context, q sqlcodec.Querier, op, query string, args ...any) ([]outbox.Event, error) {
+	events, err := sqlcodec.QueryEvents(ctx, q, query, args...)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: %s: %w", op, err)
 	}
 	return events, nil
-}
-
-// scanEvents scans rows of eventColumns. A row whose headers cannot be
-// decoded comes back with Malformed set instead of failing the batch.
-func scanEvents(rows *sql.Rows) ([]outbox.Event, error) {
-	defer rows.Close()
-	var events []outbox.Event
-	for rows.Next() {
-		var (
-			e                                     outbox.Event
-			payload, headers                      []byte
-			isJSON                                bool
-			status                                int16
-			occurred, available, created, updated int64
-			doneAt, lockedAt, lockedUntil         sql.NullInt64
-			eventType, aggType                    string
-		)
-		err := rows.Scan(&e.ID, &eventType, &e.Topic, &aggType, &e.AggregateID, &e.TenantID,
-			&payload, &isJSON, &headers, &status, &e.Attempts, &occurred, &available,
-			&created, &updated, &doneAt, &e.LastError, &e.LockedBy, &lockedAt, &lockedUntil)
-		if err != nil {
-			return nil, err
-		}
-		e.Type, e.AggregateType, e.Status = outbox.EventType(eventType), outbox.AggregateType(aggType), outbox.Status(status)
-		if payload == nil {
-			payload = []byte{}
-		}
-		if isJSON {
-			e.PayloadJSON = payload
-		} else {
-			e.PayloadBytes = payload
-		}
-		e.OccurredAt, e.AvailableAt = time.UnixMicro(occurred).UTC(), time.UnixMicro(available).UTC()
-		e.CreatedAt, e.UpdatedAt = time.UnixMicro(created).UTC(), time.UnixMicro(updated).UTC()
-		e.DoneAt, e.LockedAt, e.LockedUntil = fromMicros(doneAt), fromMicros(lockedAt), fromMicros(lockedUntil)
-		e.Headers, e.Malformed = outbox.DecodeHeaders(headers)
-		events = append(events, e)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return events, nil
-}
-
-// micros is the stored form of a time: unix microseconds.
-func micros(t time.Time) int64 { return t.UnixMicro() }
-
-// fromMicros reads a nullable stored time; NULL is the zero time.
-func fromMicros(v sql.NullInt64) time.Time {
-	if !v.Valid {
-		return time.Time{}
-	}
-	return time.UnixMicro(v.Int64).UTC()
-}
-
-// idArray encodes event ids as the JSON array of their bytes in hex that
-// sqlIDs reads. Hex, because JSON would replace the bytes of an id that is
-// not valid UTF-8, which another writer may have stored (TEXT holds any
-// bytes), and the statement would then miss its row.
-func idArray(ids []string) string {
-	b := make([]byte, 0, 2+len(ids)*(2*26+3)) // room for ULIDs
-	b = append(b, '[')
-	for i, id := range ids {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = append(b, '"')
-		b = hex.AppendEncode(b, []byte(id))
-		b = append(b, '"')
-	}
-	return string(append(b, ']'))
-}
-
-// jsonArray encodes strings as the JSON array json_each reads.
-func jsonArray(values []string) string {
-	b, err := json.Marshal(values)
-	if err != nil {
-		panic(err) // a []string always encodes
-	}
-	return string(b)
 }
 
 // isUniqueViolation reports a duplicate event id.

@@ -1,0 +1,156 @@
+// Package sqlcodec is how the database/sql stores (SQLite, MySQL) read and
+// write what the database cannot take as it is: times as unix
+// microseconds, lists as one JSON array, event rows in the column order
+// both stores select.
+package sqlcodec
+
+import (
+	"context"
+	"database/sql"
+	"encoding/hex"
+	"encoding/json"
+	"time"
+
+	"github.com/wmoutbox/wmoutbox/outbox"
+)
+
+// Micros is the stored form of a time: unix microseconds, the resolution of
+// PostgreSQL's timestamptz, so that comparisons and ordering are exact.
+func Micros(t time.Time) int64 { return t.UnixMicro() }
+
+// Stored is t as it reads back once stored: to the microsecond, in UTC.
+func Stored(t time.Time) time.Time { return time.UnixMicro(Micros(t)).UTC() }
+
+// FromMicros reads a nullable stored time; NULL is the zero time.
+func FromMicros(v sql.NullInt64) time.Time {
+	if !v.Valid {
+		return time.Time{}
+	}
+	return time.UnixMicro(v.Int64).UTC()
+}
+
+// HexIDs encodes event ids as a JSON array of their bytes in hex. Hex,
+// because JSON would replace the bytes of an id that is not valid UTF-8,
+// which another writer may have stored, and the statement would then miss
+// its row.
+func HexIDs(ids []string) string {
+	b := make([]byte, 0, 2+len(ids)*(2*26+3)) // room for ULIDs
+	b = append(b, '[')
+	for i, id := range ids {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, '"')
+		b = hex.AppendEncode(b, []byte(id))
+		b = append(b, '"')
+	}
+	return string(append(b, ']'))
+}
+
+// Strings encodes values as a JSON array.
+func Strings(values []string) string {
+	b, err := json.Marshal(values)
+	if err != nil {
+		panic(err) // a []string always encodes
+	}
+	return string(b)
+}
+
+// statusRow is one outcome as the stores' status statements read it from
+// JSON. Absent fields read as NULL.
+type statusRow struct {
+	ID     string `json:"id"` // hex, as in HexIDs
+	Status int    `json:"status"`
+	Spent  int    `json:"spent"`
+	NextAt *int64 `json:"next_at,omitempty"`
+	Error  string `json:"error"`
+	Before *int   `json:"before,omitempty"` // failed attempts the row must have; nil: unchecked
+}
+
+// StatusUpdates encodes outcomes other than DONE as the JSON array of
+// {"id" (hex), "status", "spent", "next_at", "error", "before"} objects
+// that the stores' status statements apply: status 0 is a deferral, spent
+// 1 a failed attempt, before the failed attempts the row must have.
+func StatusUpdates(updates []outbox.StatusUpdate) (string, error) {
+	rows := make([]statusRow, len(updates))
+	for i, u := range updates {
+		rows[i] = statusRow{ID: hex.EncodeToString([]byte(u.ID)), Status: int(u.Status), Error: outbox.CutError(u.Error)}
+		if u.AttemptSpent() {
+			rows[i].Spent = 1
+		}
+		if !u.NextAt.IsZero() {
+			next := Micros(u.NextAt)
+			rows[i].NextAt = &next
+		}
+		if attempts, checked := u.AttemptsBefore(); checked {
+			rows[i].Before = &attempts
+		}
+	}
+	batch, err := json.Marshal(rows)
+	if err != nil {
+		return "", err
+	}
+	return string(batch), nil
+}
+
+// Querier is what QueryEvents runs on: *sql.DB, *sql.Conn or *sql.Tx.
+type Querier interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
+// ScanEvents scans rows of the stores' event columns: event_id,
+// event_type, topic, aggregate_type, aggregate_id, tenant_id (both ”
+// for NULL), payload, payload_json, headers, status, attempts,
+// occurred_at, available_at, created_at, updated_at, done_at, last_error
+// (” for NULL), locked_by (” for NULL), locked_at, locked_until. A row
+// whose headers cannot be decoded comes back with Malformed set instead of
+// failing the batch. It closes rows.
+func ScanEvents(rows *sql.Rows) ([]outbox.Event, error) {
+	defer rows.Close()
+	var events []outbox.Event
+	for rows.Next() {
+		var (
+			e                                     outbox.Event
+			payload, headers                      []byte
+			isJSON                                bool
+			status                                int16
+			occurred, available, created, updated int64
+			doneAt, lockedAt, lockedUntil         sql.NullInt64
+			eventType, aggType                    string
+		)
+		err := rows.Scan(&e.ID, &eventType, &e.Topic, &aggType, &e.AggregateID, &e.TenantID,
+			&payload, &isJSON, &headers, &status, &e.Attempts, &occurred, &available,
+			&created, &updated, &doneAt, &e.LastError, &e.LockedBy, &lockedAt, &lockedUntil)
+		if err != nil {
+			return nil, err
+		}
+		e.Type, e.AggregateType, e.Status = outbox.EventType(eventType), outbox.AggregateType(aggType), outbox.Status(status)
+		if payload == nil {
+			payload = []byte{}
+		}
+		if isJSON {
+			e.PayloadJSON = payload
+		} else {
+			e.PayloadBytes = payload
+		}
+		e.OccurredAt, e.AvailableAt = time.UnixMicro(occurred).UTC(), time.UnixMicro(available).UTC()
+		e.CreatedAt, e.UpdatedAt = time.UnixMicro(created).UTC(), time.UnixMicro(updated).UTC()
+		e.DoneAt, e.LockedAt, e.LockedUntil = FromMicros(doneAt), FromMicros(lockedAt), FromMicros(lockedUntil)
+		e.Headers, e.Malformed = outbox.DecodeHeaders(headers)
+		events = append(events, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return events, nil
+}
+
+// QueryEvents runs query, which selects the event columns (see
+// ScanEvents), on q.
+func QueryEvents(ctx context.Context, q Querier, query string, args ...any) ([]outbox.Event, error) {
+	rows, err := q.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	return ScanEvents(rows)
+}
