@@ -1,0 +1,105 @@
+package mysql_test
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/wmoutbox/wmoutbox/internal/testmysql"
+	"github.com/wmoutbox/wmoutbox/outbox"
+	"github.com/wmoutbox/wmoutbox/outbox/mysql"
+)
+
+// benchPayload is the ≈300-byte JSON event of the benchmarks.
+var benchPayload = []byte(`{"orderId":"9f1c2e4a-7b3d-4c5e-8f6a-1b2c3d4e5f60","customerId":"c-1029384756",` +
+	`"items":[{"sku":"SKU-000123","qty":2,"price":"19.99"},{"sku":"SKU-004567","qty":1,"price":"149.00"}],` +
+	`"currency":"EUR","total":"188.98","shipping":{"method":"express","country":"DE"},"createdAt":"2026-11-22T05:00:00Z"}`)
+
+func benchStore(b *testing.B, cfg outbox.WriterConfig) (*mysql.Store, *outbox.Writer[*sql.Tx]) {
+	if testing.Short() {
+		b.Skip("needs MySQL; skipped with -short")
+	}
+	store, err := mysql.NewStore(testmysql.New(b), mysql.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	writer, err := outbox.NewWriter(store, cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return store, writer
+}
+
+// BenchmarkWrite is one business transaction writing one event, with and
+// without a hot path: a hot write is looked up before its commit, since
+// MySQL cannot tell whether a savepoint holds it.
+func BenchmarkWrite(b *testing.B) {
+	for _, hot := range []bool{false, true} {
+		b.Run(fmt.Sprint("hot=", hot), func(b *testing.B) {
+			var cfg outbox.WriterConfig
+			if hot {
+				cfg.ClaimOwner = "bench"
+				cfg.AfterCommit = func(context.Context, []outbox.Envelope, time.Duration) error { return nil }
+			}
+			store, writer := benchStore(b, cfg)
+			event := outbox.NewJSON("OrderCreated", benchPayload)
+			b.ReportAllocs()
+			for b.Loop() {
+				err := store.InTx(b.Context(), func(ctx context.Context, tx *sql.Tx) error {
+					_, err := writer.Write(ctx, tx, event)
+					return err
+				})
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
+		})
+	}
+}
+
+// BenchmarkClaimAndMarkDone is the relay's cold path: claim 100 due events
+// (one transaction of four statements) and record them DONE in one
+// statement; the backlog is written again, untimed, when it runs out.
+func BenchmarkClaimAndMarkDone(b *testing.B) {
+	store, writer := benchStore(b, outbox.WriterConfig{})
+	events := make([]outbox.Envelope, 1000)
+	for i := range events {
+		events[i] = outbox.NewJSON("OrderCreated", benchPayload)
+	}
+	ctx := b.Context()
+	var cursor outbox.ClaimCursor
+	req := outbox.ClaimRequest{Owner: "bench", Limit: 100, Topics: []string{"OrderCreated"}, Cursor: &cursor}
+	delivered := 0
+	b.ReportAllocs()
+	for b.Loop() {
+		claimed, err := store.Claim(ctx, req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(claimed) == 0 {
+			b.StopTimer()
+			cursor.Reset()
+			err := store.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+				_, err := writer.Write(ctx, tx, events...)
+				return err
+			})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.StartTimer()
+			continue
+		}
+		done := make([]outbox.StatusUpdate, len(claimed))
+		for i, e := range claimed {
+			done[i] = outbox.Done(e.ID)
+		}
+		if _, err := store.UpdateStatus(ctx, req.Owner, done...); err != nil {
+			b.Fatal(err)
+		}
+		delivered += len(claimed)
+	}
+	b.ReportMetric(float64(delivered)/b.Elapsed().Seconds(), "events/s")
+}

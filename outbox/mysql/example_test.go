@@ -1,0 +1,87 @@
+package mysql_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+
+	_ "github.com/go-sql-driver/mysql" // registers the "mysql" database/sql driver
+
+	"github.com/wmoutbox/wmoutbox/internal/testmysql"
+	"github.com/wmoutbox/wmoutbox/outbox"
+	"github.com/wmoutbox/wmoutbox/outbox/mysql"
+)
+
+const OrderCreated outbox.EventType = "OrderCreated"
+
+// An order and its event commit together; the rolled-back one leaves
+// nothing behind. A relay then claims the event and records its delivery.
+func Example() {
+	ctx := context.Background()
+	dsn, drop := testmysql.ForExample() // "app:secret@tcp(db:3306)/shop?interpolateParams=true" in a service
+	defer drop()
+	db, err := sql.Open("mysql", dsn)
+	if err != nil {
+		panic(err)
+	}
+	defer db.Close()
+
+	// Start-up: migrate (safe from every instance at once), then build the
+	// store and the writer.
+	if err := mysql.Migrate(ctx, db, mysql.Config{}); err != nil {
+		panic(err)
+	}
+	if _, err := db.ExecContext(ctx, `CREATE TABLE orders (id varchar(64) PRIMARY KEY)`); err != nil {
+		panic(err)
+	}
+	store, err := mysql.NewStore(db, mysql.Config{})
+	if err != nil {
+		panic(err)
+	}
+	writer, err := outbox.NewWriter(store, outbox.WriterConfig{})
+	if err != nil {
+		panic(err)
+	}
+
+	placeOrder := func(id string, fail bool) error {
+		return store.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+			if _, err := tx.ExecContext(ctx, `INSERT INTO orders (id) VALUES (?)`, id); err != nil {
+				return err
+			}
+			event := outbox.NewJSON(OrderCreated, fmt.Appendf(nil, `{"orderId": %q}`, id))
+			event.AggregateType, event.AggregateID = "Order", id
+			if _, err := writer.Write(ctx, tx, event); err != nil {
+				return err
+			}
+			if fail {
+				return errors.New("payment declined")
+			}
+			return nil
+		})
+	}
+	fmt.Println(placeOrder("order-1", false))
+	fmt.Println(placeOrder("order-2", true))
+
+	// A relay's cold path: claim due events, deliver, record the outcome.
+	events, err := store.Claim(ctx, outbox.ClaimRequest{Owner: "relay-1", Topics: []string{string(OrderCreated)}})
+	if err != nil {
+		panic(err)
+	}
+	for _, e := range events {
+		fmt.Printf("deliver %s %s/%s %s\n", e.Type, e.AggregateType, e.AggregateID, e.PayloadJSON)
+		if _, err := store.UpdateStatus(ctx, "relay-1", outbox.Done(e.ID)); err != nil {
+			panic(err)
+		}
+	}
+	done, err := store.Get(ctx, events[0].ID)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(done.Status)
+	// Output:
+	// <nil>
+	// payment declined
+	// deliver OrderCreated Order/order-1 {"orderId": "order-1"}
+	// DONE
+}

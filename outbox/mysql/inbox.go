@@ -1,0 +1,44 @@
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"time"
+
+	"github.com/wmoutbox/wmoutbox/internal/sqlcodec"
+	"github.com/wmoutbox/wmoutbox/outbox"
+)
+
+var _ outbox.Inbox[*sql.Tx] = (*Store)(nil)
+
+// MarkProcessed implements [outbox.Inbox], on the inbox table beside the
+// outbox table (its name with "_inbox" appended), which [Migrate] creates.
+func (s *Store) MarkProcessed(ctx context.Context, tx *sql.Tx, consumer, id string) (bool, error) {
+	if tx == nil {
+		return false, outbox.ErrNoTransaction
+	}
+	if err := outbox.ValidateProcessed(consumer, id); err != nil {
+		return false, err
+	}
+	var n int64
+	res, err := tx.ExecContext(ctx, s.t.sql.markProcessed, consumer, id, sqlcodec.Micros(s.clock.Now()))
+	if err == nil {
+		n, err = res.RowsAffected()
+	}
+	if err != nil {
+		return false, fmt.Errorf("mysql: record event %s processed by %s in %s: %w", id, consumer, s.t.inbox, err)
+	}
+	return n == 1, nil
+}
+
+// PurgeProcessed implements [outbox.Inbox].
+func (s *Store) PurgeProcessed(ctx context.Context, olderThan time.Duration) (int64, error) {
+	if err := outbox.ValidateRetention(olderThan); err != nil {
+		return 0, err
+	}
+	cutoff := sqlcodec.Micros(s.clock.Now().Add(-olderThan))
+	return outbox.PurgeInBatches(outbox.DefaultPurgeBatch, func(deleted int64) (int64, error) {
+		return s.exec(ctx, fmt.Sprintf("purge %s after %d rows", s.t.inbox, deleted), s.t.sql.purgeProcessed, cutoff, outbox.DefaultPurgeBatch)
+	})
+}

@@ -1,0 +1,146 @@
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"embed"
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/wmoutbox/wmoutbox/internal/ident"
+	"github.com/wmoutbox/wmoutbox/internal/migrationfiles"
+	"github.com/wmoutbox/wmoutbox/internal/sqlcodec"
+	"github.com/wmoutbox/wmoutbox/outbox"
+)
+
+//go:embed migrations/*.sql
+var migrationFiles embed.FS
+
+// Migration is one schema change, rendered for a configured table.
+type Migration = migrationfiles.Migration
+
+// MigrateLockTimeout is how long [Migrate] waits for another migrator of
+// the same table before it returns [ErrMigrationLocked].
+const MigrateLockTimeout = time.Minute
+
+// Migrations returns the schema migrations rendered for cfg's table, for
+// use with your own migration tool. The same files, written for the
+// default table name, are in this package's migrations folder.
+func Migrations(cfg Config) ([]Migration, error) {
+	t, err := newTable(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return t.migrations()
+}
+
+// Migrate applies the migrations cfg's table lacks, in the database of
+// db's connections, and records each in the wmoutbox_migration table beside
+// it. MySQL commits every DDL statement on its own, so migrations are not
+// applied in one transaction: migrators of one table take turns on a named
+// lock of the server (GET_LOCK), each migration is recorded once applied,
+// and every statement of a migration can run again (CREATE TABLE IF NOT
+// EXISTS), so that a migration cut short is applied again from its start.
+// It is safe to call at every start.
+func Migrate(ctx context.Context, db *sql.DB, cfg Config) error {
+	t, err := newTable(cfg)
+	if err != nil {
+		return err
+	}
+	migrations, err := t.migrations()
+	if err != nil {
+		return err
+	}
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("mysql: migrate: %w", err)
+	}
+	defer conn.Close()
+	lock := "wmoutbox:" + t.name
+	var got sql.NullInt64
+	if err := conn.QueryRowContext(ctx, sqlLock, lock, int(MigrateLockTimeout/time.Second)).Scan(&got); err != nil {
+		return fmt.Errorf("mysql: migrate: lock: %w", err)
+	}
+	if got.Int64 != 1 {
+		return fmt.Errorf("%w %s (waited %s)", ErrMigrationLocked, t.name, MigrateLockTimeout)
+	}
+	defer func() {
+		// The lock is the session's: a connection that cannot release it
+		// is closed rather than returned to the pool still holding it.
+		if _, err := conn.ExecContext(context.WithoutCancel(ctx), sqlUnlock, lock); err != nil {
+			_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+		}
+	}()
+	return t.migrate(ctx, conn, migrations, cfg)
+}
+
+func (t *table) migrate(ctx context.Context, conn *sql.Conn, migrations []Migration, cfg Config) error {
+	if _, err := conn.ExecContext(ctx, t.sql.createMigrationTable); err != nil {
+		return fmt.Errorf("mysql: migrate: create %s: %w", ident.MigrationTable, err)
+	}
+	var applied int
+	if err := conn.QueryRowContext(ctx, t.sql.migrationVersion, t.name).Scan(&applied); err != nil {
+		return fmt.Errorf("mysql: migrate: read version: %w", err)
+	}
+	clock := outbox.ClockOrSystem(cfg.Clock)
+	for _, m := range migrations {
+		if m.Version <= applied {
+			continue
+		}
+		for _, stmt := range statementsOf(m.SQL) {
+			if _, err := conn.ExecContext(ctx, stmt); err != nil {
+				return fmt.Errorf("mysql: migrate %s to version %d (%s): %w", t.name, m.Version, m.Name, err)
+			}
+		}
+		if _, err := conn.ExecContext(ctx, t.sql.recordMigration, t.name, m.Version, m.Name, sqlcodec.Micros(clock.Now())); err != nil {
+			return fmt.Errorf("mysql: migrate: record version %d: %w", m.Version, err)
+		}
+	}
+	return nil
+}
+
+// statementEnd ends a statement of a migration file: a semicolon at the
+// end of a line.
+var statementEnd = regexp.MustCompile(`;[ \t]*(\r?\n|$)`)
+
+// statementsOf splits a migration file into its statements, which the
+// driver sends one at a time (it sends several only with multiStatements,
+// a setting of the caller's DSN). Comments stay with the statement they
+// precede; a part that holds nothing else is dropped.
+func statementsOf(file string) []string {
+	var out []string
+	for _, part := range statementEnd.Split(file, -1) {
+		if hasSQL(part) {
+			out = append(out, strings.TrimSpace(part))
+		}
+	}
+	return out
+}
+
+// hasSQL reports whether part holds more than blank lines and -- comments.
+func hasSQL(part string) bool {
+	for line := range strings.Lines(part) {
+		line = strings.TrimSpace(line)
+		if line != "" && !strings.HasPrefix(line, "--") {
+			return true
+		}
+	}
+	return false
+}
+
+func (t *table) migrations() ([]Migration, error) {
+	migrations, err := migrationfiles.Load(migrationFiles, "migrations", t.rename)
+	if err != nil {
+		return nil, fmt.Errorf("mysql: %w", err)
+	}
+	return migrations, nil
+}
+
+// rename gives the configured name for the default table (suffix "") and
+// for the index names derived from it.
+func (t *table) rename(suffix string) string {
+	return quote(t.name + suffix)
+}

@@ -1,0 +1,339 @@
+package mysql
+
+import (
+	"strings"
+)
+
+// Every SQL statement of the MySQL store, except the migrations (see the
+// migrations folder). {table}, {inbox} and {migrations} stand for the
+// quoted names; every value is a bind parameter, in the order of the ?s.
+// Times are BIGINT unix microseconds; lists travel as one JSON array read
+// with JSON_TABLE, event ids in it as hex (see sqlcodec.HexIDs), so that
+// every statement has one text whatever the size of its batch.
+
+const sqlCreateMigrationTable = `
+CREATE TABLE IF NOT EXISTS {migrations} (
+    table_name varchar(64)  NOT NULL,
+    version    int          NOT NULL,
+    name       varchar(255) NOT NULL,
+    applied_at bigint       NOT NULL,
+    PRIMARY KEY (table_name, version)
+) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin`
+
+const sqlMigrationVersion = `SELECT coalesce(max(version), 0) FROM {migrations} WHERE table_name = ?`
+
+const sqlRecordMigration = `INSERT INTO {migrations} (table_name, version, name, applied_at) VALUES (?, ?, ?, ?)`
+
+// Migrators take turns on a named lock of the server, held by their
+// connection: MySQL commits every DDL statement on its own, so a
+// transaction cannot keep two of them from applying one migration each.
+const (
+	sqlLock   = `SELECT GET_LOCK(?, ?)`
+	sqlUnlock = `SELECT RELEASE_LOCK(?)`
+)
+
+// eventColumns is what every read returns, in the order sqlcodec.ScanEvents
+// expects.
+const eventColumns = `event_id, event_type, topic, aggregate_type,
+    coalesce(aggregate_id, ''), coalesce(tenant_id, ''), payload, payload_json, headers,
+    status, attempts, occurred_at, available_at, created_at, updated_at, done_at,
+    coalesce(last_error, ''), coalesce(locked_by, ''), locked_at, locked_until`
+
+// sqlInsert writes the rows of a batch: {rows} is insertValues once for each.
+// The parameters of a row are its event's id, type, topic, aggregate type,
+// aggregate id, tenant id, payload, payload_json, headers, occurred_at and
+// available_at, the write time twice (created_at, updated_at), and the
+// claim of a pre-claimed row (owner, time, end of the lease), NULL
+// otherwise.
+const sqlInsert = `
+INSERT INTO {table} (event_id, event_type, topic, aggregate_type, aggregate_id, tenant_id,
+    payload, payload_json, headers, status, attempts,
+    occurred_at, available_at, created_at, updated_at, locked_by, locked_at, locked_until)
+VALUES {rows}`
+
+const insertValues = `(?, ?, ?, ?, nullif(?, ''), nullif(?, ''), ?, ?, ?, 0, 0, ?, ?, ?, ?, ?, ?, ?)`
+
+// insertValuesParams is the number of parameters of insertValues.
+const insertValuesParams = 16
+
+// sqlIDs is a table of the event ids of a JSON array of hex ids (see
+// sqlcodec.HexIDs).
+const sqlIDs = `JSON_TABLE(?, '$[*]' COLUMNS (id varchar(512) PATH '$')) AS ids`
+
+// sqlRowsOfIDs joins the rows of a JSON array of ids (sqlIDs) as o, one
+// lookup of the event id index each. The join order and the index are
+// forced: on a small table MySQL would rather read every row and match it
+// against the list, and an UPDATE or DELETE that reads a row locks it,
+// waiting for any other transaction that holds it, a claim's among them.
+const sqlRowsOfIDs = sqlIDs + ` STRAIGHT_JOIN {table} AS o FORCE INDEX ({id_idx}) ON o.event_id = unhex(ids.id)`
+
+// sqlUndoInsert deletes the rows of a JSON array of ids that an insert
+// wrote before one of its statements failed.
+const sqlUndoInsert = `DELETE o FROM ` + sqlRowsOfIDs
+
+// sqlExisting returns those of the event ids of a JSON array that have a
+// row; sqlExistingOne does for one id, what most business transactions
+// write, without the JSON.
+const (
+	sqlExisting    = `SELECT o.event_id FROM ` + sqlRowsOfIDs
+	sqlExistingOne = `SELECT event_id FROM {table} WHERE event_id = ?`
+)
+
+const sqlGet = `SELECT ` + eventColumns + ` FROM {table} WHERE event_id = ?`
+
+// The due condition shared by claim and poll, after the topic filter's
+// parameter: now, written-before (skip-recent), now. A claimed row is not
+// due until its lease ends (locked_until). pending leads the due index:
+// the rows of a topic that wait, in due order.
+const sqlDue = `pending = 1 {topics} AND available_at <= ? AND created_at <= ?
+    AND (locked_until IS NULL OR locked_until <= ?)`
+
+// sqlClaim locks up to LIMIT due rows, in due order, for the claim's
+// transaction, which leases them (sqlLease) and commits. SKIP LOCKED lets
+// concurrent claimers pass each other's rows; after the commit,
+// locked_until keeps them out of every claim until the lease runs out. The
+// transaction is READ COMMITTED, so that the scan locks no gap of the due
+// index, which would hold back the inserts of writers, and releases at
+// once the rows it reads and does not take (those in flight).
+//
+// {cursor} starts the scan after the last row of the previous claim (see
+// outbox.ClaimCursor): the due index keeps the entries of the rows in
+// flight, and of rows whose outcome was recorded until InnoDB purges them.
+// {ordered} passes over the events that must wait for an earlier one of
+// their aggregate (see orderedHead).
+const sqlClaim = `
+SELECT ` + eventColumns + ` FROM {table} AS t
+WHERE ` + sqlDue + ` {cursor} {ordered}
+ORDER BY available_at, event_id
+LIMIT ?
+FOR UPDATE SKIP LOCKED`
+
+// cursorAfter is sqlClaim's {cursor} with a cursor: after its due time
+// and id (parameters: due time twice, id), spelled so that the due index
+// starts the scan there; MariaDB scans from the start of the topic for the
+// row comparison (available_at, event_id) > (?, ?).
+const cursorAfter = `AND (available_at > ? OR available_at = ? AND event_id > ?)`
+
+// orderedHead is sqlClaim's {ordered} for an ordered claim: a row is
+// claimed only if no earlier row of its topic and aggregate is pending or
+// DEAD; a row without an aggregate id (NULL, or empty from a writer other
+// than this package's, which the store reads back as none) always is.
+// Earlier is by seq, the order of the inserts. {first} is firstOfAggregate
+// for each status that holds an aggregate back (NEW, RETRY, DEAD): one
+// probe each, reading one entry of the aggregate index, since the index
+// holds seq, the primary key, after its columns and the first entry is the
+// earliest. A probe never reads the aggregate's DONE history nor the
+// events waiting behind the first; a single probe for the three statuses
+// would read them all.
+const orderedHead = `AND coalesce({first}, t.seq) >= t.seq`
+
+// firstOfAggregate is the seq of the first event of t's aggregate with
+// status {status}, NULL if none.
+const firstOfAggregate = `(SELECT p.seq FROM {table} AS p
+        WHERE p.topic = t.topic AND p.aggregate_type = t.aggregate_type AND p.aggregate_id = t.aggregate_id
+            AND p.aggregate_id <> '' AND p.status = {status}
+        ORDER BY p.seq LIMIT 1)`
+
+// orderedHeads renders orderedHead for every status that holds an
+// aggregate back.
+func orderedHeads() string {
+	heads := make([]string, 0, 3)
+	for _, status := range []string{"0", "2", "3"} {
+		first := strings.Replace(firstOfAggregate, "{status}", status, 1)
+		heads = append(heads, strings.Replace(orderedHead, "{first}", first, 1))
+	}
+	return strings.Join(heads, "\n    ")
+}
+
+// sqlLease records owner's claim on the rows a claim locked: parameters
+// ids (JSON), owner, claim time, end of the lease.
+const sqlLease = `
+UPDATE ` + sqlRowsOfIDs + `
+SET o.locked_by = ?, o.locked_at = ?, o.locked_until = ?`
+
+const sqlPoll = `
+SELECT ` + eventColumns + ` FROM {table}
+WHERE ` + sqlDue + `
+ORDER BY available_at, event_id
+LIMIT ?`
+
+// Topic filters for sqlDue, with their parameter first in the statement.
+// One topic gets plain equality so the due index serves the order too;
+// several come as a JSON array of strings.
+const (
+	topicsAny  = ``
+	topicsOne  = `AND topic = ?`
+	topicsMany = `AND topic IN (SELECT topics.topic FROM JSON_TABLE(?, '$[*]' COLUMNS (topic varchar(255) PATH '$')) AS topics)`
+)
+
+// sqlRelease ends an owner's claims: parameters ids (JSON), owner. The
+// rows are due again in their place.
+const sqlRelease = `
+UPDATE ` + sqlRowsOfIDs + `
+SET o.locked_by = NULL, o.locked_at = NULL, o.locked_until = NULL
+WHERE o.locked_by = ? AND o.status IN (0, 2)`
+
+// sqlUpdateStatus applies a batch of RETRY, DEAD and deferral outcomes
+// given as the JSON array of sqlcodec.StatusUpdates: status 0 keeps the
+// current status (a deferral). DONE rows are never touched. An outcome
+// needs a pending row that the owner still holds or, from no owner, one
+// under no running lease (see outbox.Store.UpdateStatus), and, where it
+// says how many failed attempts the row has before it ("before"), that
+// many. The rows are joined as in sqlRowsOfIDs. Parameters: the batch,
+// now, owner, owner, now. Every assignment
+// reads only the column it sets: MySQL sets them in turn, and a later one
+// would see the new value of an earlier one.
+const sqlUpdateStatus = `
+UPDATE JSON_TABLE(?, '$[*]' COLUMNS (
+        id              varchar(512)  PATH '$.id',
+        status          int           PATH '$.status',
+        spent           int           PATH '$.spent',
+        next_at         bigint        PATH '$.next_at',
+        error           varchar(4000) PATH '$.error',
+        attempts_before int           PATH '$.before'
+    )) AS u
+    STRAIGHT_JOIN {table} AS o FORCE INDEX ({id_idx}) ON o.event_id = unhex(u.id)
+SET o.status       = CASE WHEN u.status = 0 THEN o.status ELSE u.status END,
+    o.attempts     = o.attempts + u.spent,
+    o.available_at = coalesce(u.next_at, o.available_at),
+    o.last_error   = coalesce(nullif(u.error, ''), o.last_error),
+    o.updated_at   = ?,
+    o.locked_by    = NULL,
+    o.locked_at    = NULL,
+    o.locked_until = NULL
+WHERE o.status IN (0, 2) AND (o.locked_by = ?
+    OR ? = '' AND (o.locked_until IS NULL OR o.locked_until <= ?))
+    AND (u.attempts_before IS NULL OR o.attempts = u.attempts_before)`
+
+// sqlMarkDone records the DONE outcomes of a batch: parameters ids (JSON),
+// now, now. A DONE applies whoever holds the row, spends no attempt, and
+// leaves the due time and the last error as they are. Rows already DONE
+// are left alone.
+const sqlMarkDone = `
+UPDATE ` + sqlRowsOfIDs + `
+SET o.status = 1, o.done_at = ?, o.updated_at = ?,
+    o.locked_by = NULL, o.locked_at = NULL, o.locked_until = NULL
+WHERE o.status <> 1`
+
+// sqlDeleteDone records DONE outcomes under Config.DeleteDone: parameter
+// ids (JSON). Like sqlMarkDone, it leaves DONE rows alone.
+const sqlDeleteDone = `
+DELETE o FROM ` + sqlRowsOfIDs + `
+WHERE o.status <> 1`
+
+// sqlBacklog reads a topic's pending rows through the due index.
+const sqlBacklog = `SELECT count(*), min(available_at) FROM {table} WHERE pending = 1 AND topic = ?`
+
+// sqlDeadFilter selects DEAD rows; each condition is off when its
+// parameter is NULL or the empty string, and takes it twice: ids (a JSON
+// array, in which an empty one matches no row), event type, topic, died
+// before.
+const sqlDeadFilter = `status = 3
+    AND (? IS NULL OR event_id IN (SELECT unhex(ids.id) FROM ` + sqlIDs + `))
+    AND (? = '' OR event_type = ?)
+    AND (? = '' OR topic = ?)
+    AND (? IS NULL OR updated_at < ?)`
+
+const sqlQueryDead = `
+SELECT ` + eventColumns + ` FROM {table}
+WHERE ` + sqlDeadFilter + ` AND event_id > ?
+ORDER BY event_id
+LIMIT ?`
+
+const sqlCountDead = `SELECT count(*) FROM {table} WHERE ` + sqlDeadFilter
+
+// sqlReplayDead keeps last_error as the record of why the event died.
+// Parameters: now, now, then the filter's.
+const sqlReplayDead = `
+UPDATE {table} SET status = 0, attempts = 0, available_at = ?, updated_at = ?,
+    done_at = NULL, locked_by = NULL, locked_at = NULL, locked_until = NULL
+WHERE ` + sqlDeadFilter
+
+// sqlPurgeBatch locks one batch of terminal rows to purge, passing over
+// rows other transactions hold (MySQL's DELETE has no SKIP LOCKED):
+// parameters two statuses (the same one twice for one), the cutoff, the
+// batch size. The literal status list keeps to the finished index. The
+// purge's transaction deletes them with sqlPurge (parameter: seqs, JSON).
+const sqlPurgeBatch = `
+SELECT seq FROM {table}
+WHERE status IN (1, 3) AND status IN (?, ?) AND updated_at < ?
+LIMIT ?
+FOR UPDATE SKIP LOCKED`
+
+const sqlPurge = `
+DELETE o FROM JSON_TABLE(?, '$[*]' COLUMNS (seq bigint PATH '$')) AS purged
+    STRAIGHT_JOIN {table} AS o FORCE INDEX (PRIMARY) ON o.seq = purged.seq`
+
+// sqlMarkProcessed records that a consumer processed an event, at a time,
+// in the consumer's transaction: no row when a committed transaction
+// recorded it already. While another transaction that recorded it is open,
+// the insert waits for its lock, and then records the event only if that
+// one rolled back. IGNORE turns the duplicate into no row; the values are
+// validated before, so that it hides nothing else.
+const sqlMarkProcessed = `INSERT IGNORE INTO {inbox} (consumer, event_id, processed_at) VALUES (?, ?, ?)`
+
+// sqlPurgeProcessed deletes one batch of inbox records older than a time.
+const sqlPurgeProcessed = `DELETE FROM {inbox} WHERE processed_at < ? LIMIT ?`
+
+// statements holds the SQL rendered for one table.
+type statements struct {
+	createMigrationTable, migrationVersion, recordMigration string
+
+	undoInsert                       string
+	existing, existingOne, get       string
+	lease, release, updateStatus     string
+	markDone, deleteDone             string       // deleteDone empty unless Config.DeleteDone
+	claim                            [2][3]string // by ordered (0, 1), then topic filter
+	claimAfter                       [3]string    // unordered, with a cursor, by topic filter
+	poll                             [3]string    // by topic filter: any, one, many
+	queryDead, countDead, replayDead string
+	backlog                          string
+	purgeBatch, purge                string
+	markProcessed, purgeProcessed    string
+
+	table string // quoted, for the insert's text, which depends on the batch
+}
+
+func renderStatements(quoted, idIndex, inbox, migrations string, deleteDone bool) statements {
+	r := strings.NewReplacer("{table}", quoted, "{id_idx}", idIndex, "{inbox}", inbox, "{migrations}", migrations)
+	s := statements{
+		createMigrationTable: r.Replace(sqlCreateMigrationTable),
+		migrationVersion:     r.Replace(sqlMigrationVersion),
+		recordMigration:      r.Replace(sqlRecordMigration),
+		undoInsert:           r.Replace(sqlUndoInsert),
+		existing:             r.Replace(sqlExisting),
+		existingOne:          r.Replace(sqlExistingOne),
+		get:                  r.Replace(sqlGet),
+		lease:                r.Replace(sqlLease),
+		release:              r.Replace(sqlRelease),
+		updateStatus:         r.Replace(sqlUpdateStatus),
+		markDone:             r.Replace(sqlMarkDone),
+		queryDead:            r.Replace(sqlQueryDead),
+		countDead:            r.Replace(sqlCountDead),
+		replayDead:           r.Replace(sqlReplayDead),
+		purgeBatch:           r.Replace(sqlPurgeBatch),
+		purge:                r.Replace(sqlPurge),
+		backlog:              r.Replace(sqlBacklog),
+		markProcessed:        r.Replace(sqlMarkProcessed),
+		purgeProcessed:       r.Replace(sqlPurgeProcessed),
+		table:                quoted,
+	}
+	if deleteDone {
+		s.deleteDone = r.Replace(sqlDeleteDone)
+	}
+	for i, filter := range []string{topicsAny, topicsOne, topicsMany} {
+		claim := strings.Replace(sqlClaim, "{topics}", filter, 1)
+		unordered := strings.Replace(claim, "{ordered}", "", 1)
+		s.claim[0][i] = r.Replace(strings.Replace(unordered, "{cursor}", "", 1))
+		s.claimAfter[i] = r.Replace(strings.Replace(unordered, "{cursor}", cursorAfter, 1))
+		s.claim[1][i] = r.Replace(strings.Replace(strings.Replace(claim, "{ordered}", orderedHeads(), 1), "{cursor}", "", 1))
+		s.poll[i] = r.Replace(strings.Replace(sqlPoll, "{topics}", filter, 1))
+	}
+	return s
+}
+
+// insert returns sqlInsert for n rows.
+func (s *statements) insert(n int) string {
+	rows := strings.Repeat(insertValues+", ", n-1) + insertValues
+	return strings.NewReplacer("{table}", s.table, "{rows}", rows).Replace(sqlInsert)
+}

@@ -1,0 +1,581 @@
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	mysqldriver "github.com/go-sql-driver/mysql"
+
+	"github.com/wmoutbox/wmoutbox/internal/ident"
+	"github.com/wmoutbox/wmoutbox/internal/migrationfiles"
+	"github.com/wmoutbox/wmoutbox/internal/sqlcodec"
+	"github.com/wmoutbox/wmoutbox/outbox"
+)
+
+// DefaultTable is the outbox table's name when [Config.Table] is empty.
+const DefaultTable = "outbox_event"
+
+// maxTableLen is the longest table name: the limit of every wmoutbox
+// dialect (PostgreSQL's 63 bytes, less the index suffixes), so that a name
+// valid for one store is valid for all.
+const maxTableLen = 48
+
+// A batch insert is split into statements of at most maxInsertRows rows
+// and about maxInsertBytes of payloads and headers: every statement has
+// to fit the server's max_allowed_packet (16 MiB on MariaDB, 64 MiB on
+// MySQL 8) when the driver interpolates parameters, and MySQL takes at
+// most 65,535 parameters.
+const (
+	maxInsertRows  = 1000
+	maxInsertBytes = 4 << 20
+)
+
+// Config configures a [Store]. The zero value is the default table in the
+// connection's database.
+type Config struct {
+	// Table is the outbox table's name. Default [DefaultTable]. 1 to 48
+	// characters of a-z, 0-9 and _, not starting with a digit, sqlite_ or
+	// pg_, and not wmoutbox_migration, where [Migrate] records the
+	// migrations; otherwise [ErrInvalidIdentifier].
+	Table string
+	// Clock stamps created/updated/done times and decides what is due.
+	// Default [outbox.SystemClock].
+	Clock outbox.Clock
+	// Logger receives after-commit hook failures of [Store.InTx]. Default
+	// slog.Default().
+	Logger *slog.Logger
+	// DeleteDone deletes an event's row once it is delivered, instead of
+	// keeping it with status DONE until a [Store.Purge]. Default false.
+	// The table then holds only pending and DEAD events, and the record of
+	// what was delivered and when (done_at) is gone. RETRY and DEAD are
+	// recorded as always. Rows already DONE are left to Purge.
+	DeleteDone bool
+}
+
+// Store is the MySQL outbox store on database/sql with
+// github.com/go-sql-driver/mysql: an [outbox.TxStore] for *sql.Tx. It is
+// safe for concurrent use.
+type Store struct {
+	db     *sql.DB
+	clock  outbox.Clock
+	logger *slog.Logger
+	t      *table
+}
+
+var _ outbox.TxStore[*sql.Tx] = (*Store)(nil)
+
+// table is a validated table name and the SQL rendered for it.
+type table struct {
+	name   string
+	quoted string
+	inbox  string // the inbox table, quoted
+	sql    statements
+}
+
+func newTable(cfg Config) (*table, error) {
+	name := cfg.Table
+	if name == "" {
+		name = DefaultTable
+	}
+	if err := ident.ValidateTable(name, maxTableLen, ErrInvalidIdentifier); err != nil {
+		return nil, fmt.Errorf("mysql: table: %w", err)
+	}
+	t := &table{name: name, quoted: quote(name), inbox: quote(name + migrationfiles.InboxSuffix)}
+	t.sql = renderStatements(t.quoted, quote(name+"_id_idx"), t.inbox, quote(ident.MigrationTable), cfg.DeleteDone)
+	return t, nil
+}
+
+// quote quotes a validated name, which holds only a-z, 0-9 and _.
+func quote(name string) string { return "`" + name + "`" }
+
+// NewStore returns a store on db, a database opened with the "mysql"
+// driver of github.com/go-sql-driver/mysql. Claims, status updates and
+// operator queries run on db; inserts run in the transaction given to
+// [Store.Insert]. It does not touch the database: run [Migrate] first.
+func NewStore(db *sql.DB, cfg Config) (*Store, error) {
+	if db == nil {
+		return nil, fmt.Errorf("%w: mysql store needs a database", outbox.ErrInvalidRequest)
+	}
+	t, err := newTable(cfg)
+	if err != nil {
+		return nil, err
+	}
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.Default()
+	}
+	return &Store{db: db, clock: outbox.ClockOrSystem(cfg.Clock), logger: logger, t: t}, nil
+}
+
+// InTx runs fn in a transaction on the store's database, commits, and then
+// runs the after-commit hooks registered during fn (see [outbox.RunInTx]).
+// It returns fn's error, or the begin or commit error.
+func (s *Store) InTx(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) error {
+	return InTx(ctx, s.db, s.logger, fn)
+}
+
+// InTx runs fn in a transaction begun on db, at the server's isolation
+// level, as [outbox.RunInTx] does: commit when fn returns nil, roll back
+// otherwise, and after a commit run the hooks fn registered with
+// [outbox.AfterCommit]; their failures go to logger (nil: slog.Default()).
+// The context given to fn carries tx, so an outbox Watermill publisher
+// given that context writes in it.
+func InTx(ctx context.Context, db *sql.DB, logger *slog.Logger, fn func(ctx context.Context, tx *sql.Tx) error) error {
+	return outbox.RunInTx(ctx, outbox.TxFuncs[*sql.Tx]{
+		Begin:    func(ctx context.Context) (*sql.Tx, error) { return db.BeginTx(ctx, nil) },
+		Commit:   func(_ context.Context, tx *sql.Tx) error { return tx.Commit() },
+		Rollback: func(_ context.Context, tx *sql.Tx) error { return tx.Rollback() },
+	}, logger, fn)
+}
+
+// Insert implements [outbox.Inserter]: one statement for a batch of up to
+// 1,000 events and 4 MiB, which InnoDB applies whole or not at all; a
+// larger batch takes a statement for each such part, and when one fails,
+// the rows of those before are deleted again, so that tx holds the whole
+// batch or none of it (a MySQL transaction, unlike a PostgreSQL one, stays
+// usable after a failed statement). Events must come from
+// [outbox.Prepare] (the [outbox.Writer] does this).
+//
+// MySQL cannot tell whether a savepoint opened on tx (a SAVEPOINT
+// statement) holds the rows, so Insert marks every write with hot events
+// as one in a savepoint: a [outbox.Writer] looks them up before the
+// commit with [Store.Kept].
+func (s *Store) Insert(ctx context.Context, tx *sql.Tx, hot, cold []outbox.Envelope, lease outbox.Lease) (savepoint uint64, err error) {
+	if tx == nil {
+		return 0, outbox.ErrNoTransaction
+	}
+	if len(hot)+len(cold) == 0 {
+		return 0, nil
+	}
+	if lease.Duration <= 0 {
+		lease.Duration = outbox.DefaultLockTimeout
+	}
+	rows, err := insertRows(hot, cold, lease, s.clock.Now())
+	if err != nil {
+		return 0, err
+	}
+	var inserted []string // the ids of the statements that succeeded
+	for len(rows) > 0 {
+		n := statementRows(rows)
+		if err := s.insertStatement(ctx, tx, rows[:n]); err != nil {
+			if undoErr := s.undoInsert(ctx, tx, inserted); undoErr != nil {
+				err = errors.Join(err, undoErr)
+			}
+			return 0, err
+		}
+		for _, r := range rows[:n] {
+			inserted = append(inserted, r.id)
+		}
+		rows = rows[n:]
+	}
+	if len(hot) > 0 {
+		savepoint = 1
+	}
+	return savepoint, nil
+}
+
+// insertRow is an event's row as sqlInsert's parameters for it.
+type insertRow struct {
+	id     string
+	params []any
+	size   int // of the payload and headers, in bytes
+}
+
+// insertRows returns the rows of an Insert written at now.
+func insertRows(hot, cold []outbox.Envelope, lease outbox.Lease, now time.Time) ([]insertRow, error) {
+	// The claim columns (locked_by, locked_at, locked_until) of a row
+	// written claimed, and of one written unclaimed: NULL.
+	var unclaimed [3]any
+	claimed := [3]any{lease.Owner, sqlcodec.Micros(now), sqlcodec.Micros(now.Add(lease.Duration))}
+	rows := make([]insertRow, 0, len(hot)+len(cold))
+	for e, claiming := range outbox.InsertRows(hot, cold, lease) {
+		headers, err := outbox.EncodeHeaders(e.Headers)
+		if err != nil {
+			return nil, err
+		}
+		var headerText any // NULL
+		if headers != nil {
+			headerText = string(headers)
+		}
+		payload := e.Payload()
+		if payload == nil {
+			payload = []byte{}
+		}
+		available := now
+		if e.DeliverAfter.After(now) {
+			available = e.DeliverAfter
+		}
+		claim := unclaimed
+		if claiming {
+			claim = claimed
+		}
+		rows = append(rows, insertRow{id: e.ID, size: len(payload) + len(headers), params: []any{
+			e.ID, string(e.Type), e.Topic, string(e.AggregateType), e.AggregateID, e.TenantID,
+			payload, e.IsJSON(), headerText, sqlcodec.Micros(e.OccurredAt), sqlcodec.Micros(available),
+			sqlcodec.Micros(now), sqlcodec.Micros(now), claim[0], claim[1], claim[2],
+		}})
+	}
+	return rows, nil
+}
+
+// statementRows returns how many of rows, at least one, the next insert
+// statement takes: at most maxInsertRows and about maxInsertBytes.
+func statementRows(rows []insertRow) int {
+	size := rows[0].size
+	n := 1
+	for n < len(rows) && n < maxInsertRows && size+rows[n].size <= maxInsertBytes {
+		size += rows[n].size
+		n++
+	}
+	return n
+}
+
+// insertStatement writes rows with one statement, which InnoDB applies
+// whole or not at all.
+func (s *Store) insertStatement(ctx context.Context, tx *sql.Tx, rows []insertRow) error {
+	params := make([]any, 0, len(rows)*insertValuesParams)
+	for _, r := range rows {
+		params = append(params, r.params...)
+	}
+	_, err := tx.ExecContext(ctx, s.t.sql.insert(len(rows)), params...)
+	if isUniqueViolation(err) {
+		return fmt.Errorf("mysql: insert into %s: %w: %w", s.t.name, outbox.ErrDuplicateEvent, err)
+	}
+	if err != nil {
+		return fmt.Errorf("mysql: insert into %s: %w", s.t.name, err)
+	}
+	return nil
+}
+
+// undoInsert deletes the rows of ids that an Insert wrote in tx before one
+// of its statements failed.
+func (s *Store) undoInsert(ctx context.Context, tx *sql.Tx, ids []string) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	_, err := tx.ExecContext(context.WithoutCancel(ctx), s.t.sql.undoInsert, sqlcodec.HexIDs(ids))
+	if err != nil {
+		return fmt.Errorf("mysql: undo the first %d rows of a failed insert: %w", len(ids), err)
+	}
+	return nil
+}
+
+// Kept implements [outbox.Inserter]: those of ids that have a row, one
+// query by the event id index. An id written again after its savepoint
+// rolled back counts as kept, the row being the later write's: give events
+// ids of their own, as [outbox.Prepare] does, when you roll back to
+// savepoints and write again.
+func (s *Store) Kept(ctx context.Context, tx *sql.Tx, _ uint64, ids []string) ([]string, error) {
+	if tx == nil {
+		return nil, outbox.ErrNoTransaction
+	}
+	var rows *sql.Rows
+	var err error
+	if len(ids) == 1 {
+		rows, err = tx.QueryContext(ctx, s.t.sql.existingOne, ids[0])
+	} else {
+		rows, err = tx.QueryContext(ctx, s.t.sql.existing, sqlcodec.HexIDs(ids))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("mysql: look up events in %s: %w", s.t.name, err)
+	}
+	defer rows.Close()
+	var existing []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, fmt.Errorf("mysql: look up events in %s: %w", s.t.name, err)
+		}
+		existing = append(existing, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("mysql: look up events in %s: %w", s.t.name, err)
+	}
+	return existing, nil
+}
+
+// Get implements [outbox.Store].
+func (s *Store) Get(ctx context.Context, id string) (outbox.Event, error) {
+	events, err := queryEvents(ctx, s.db, "get "+id, s.t.sql.get, id)
+	if err != nil {
+		return outbox.Event{}, err
+	}
+	if len(events) == 0 {
+		return outbox.Event{}, fmt.Errorf("%w: %s", outbox.ErrNotFound, id)
+	}
+	return events[0], nil
+}
+
+// Claim implements [outbox.Store]: in one READ COMMITTED transaction, it
+// locks due rows with FOR UPDATE SKIP LOCKED and records the lease in them
+// (see sqlClaim). An unordered claim follows req.Cursor; an ordered one
+// leaves it alone and starts from the earliest due event, passing over the
+// events that wait for an earlier one of their aggregate.
+func (s *Store) Claim(ctx context.Context, req outbox.ClaimRequest) ([]outbox.Event, error) {
+	req, err := req.Normalize()
+	if err != nil {
+		return nil, err
+	}
+	now := s.clock.Now()
+	var args []any
+	query := s.t.sql.claim[0]
+	switch {
+	case req.Ordered:
+		query = s.t.sql.claim[1]
+	case !req.Cursor.IsZero():
+		query = s.t.sql.claimAfter
+	}
+	stmt, topicArg := topicVariant(query, req.Topics)
+	if topicArg != nil {
+		args = append(args, topicArg)
+	}
+	args = append(args, sqlcodec.Micros(now), sqlcodec.Micros(now.Add(-req.SkipRecent)), sqlcodec.Micros(now))
+	if !req.Ordered && !req.Cursor.IsZero() {
+		due := sqlcodec.Micros(req.Cursor.DueAt)
+		args = append(args, due, due, req.Cursor.ID)
+	}
+	args = append(args, req.Limit)
+
+	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	if err != nil {
+		return nil, fmt.Errorf("mysql: claim: %w", err)
+	}
+	// A no-op after the commit; after a failure, the claim's error is the
+	// one to report.
+	defer func() { _ = tx.Rollback() }()
+	events, err := queryEvents(ctx, tx, "claim", stmt, args...)
+	if err != nil || len(events) == 0 {
+		return nil, err
+	}
+	ids := make([]string, len(events))
+	for i := range events {
+		ids[i] = events[i].ID
+	}
+	until := now.Add(req.LockTimeout)
+	if _, err := tx.ExecContext(ctx, s.t.sql.lease, sqlcodec.HexIDs(ids), req.Owner, sqlcodec.Micros(now), sqlcodec.Micros(until)); err != nil {
+		return nil, fmt.Errorf("mysql: claim: record the lease: %w", err)
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, fmt.Errorf("mysql: claim: commit: %w", err)
+	}
+	for i := range events {
+		e := &events[i]
+		e.LockedBy, e.LockedAt, e.LockedUntil = req.Owner, sqlcodec.Stored(now), sqlcodec.Stored(until)
+	}
+	if !req.Ordered && req.Cursor != nil {
+		*req.Cursor = outbox.CursorAt(events[len(events)-1])
+	}
+	return events, nil
+}
+
+// PollPending implements [outbox.Store].
+func (s *Store) PollPending(ctx context.Context, req outbox.PollRequest) ([]outbox.Event, error) {
+	req, err := req.Normalize()
+	if err != nil {
+		return nil, err
+	}
+	now := s.clock.Now()
+	query, topicArg := topicVariant(s.t.sql.poll, req.Topics)
+	var args []any
+	if topicArg != nil {
+		args = append(args, topicArg)
+	}
+	args = append(args, sqlcodec.Micros(now), sqlcodec.Micros(now.Add(-req.SkipRecent)), sqlcodec.Micros(now), req.Limit)
+	return queryEvents(ctx, s.db, "poll", query, args...)
+}
+
+// topicVariant picks the statement for a topic filter and its argument.
+func topicVariant(variants [3]string, topics []string) (string, any) {
+	switch len(topics) {
+	case 0:
+		return variants[0], nil
+	case 1:
+		return variants[1], topics[0]
+	}
+	return variants[2], sqlcodec.Strings(topics)
+}
+
+// Release implements [outbox.Store].
+func (s *Store) Release(ctx context.Context, owner string, ids []string) (int64, error) {
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	return s.exec(ctx, fmt.Sprintf("release %d claims", len(ids)), s.t.sql.release, sqlcodec.HexIDs(ids), owner)
+}
+
+// UpdateStatus implements [outbox.Store]: one statement for the DONE
+// outcomes of the batch (deleting their rows under [Config.DeleteDone])
+// and one for the rest. Of several updates of one id, a DONE wins, else
+// the last (see [outbox.PrepareUpdates]).
+func (s *Store) UpdateStatus(ctx context.Context, owner string, updates ...outbox.StatusUpdate) (int64, error) {
+	recordDone := func(ids []string) (int64, error) {
+		now := sqlcodec.Micros(s.clock.Now())
+		query, args := s.t.sql.markDone, []any{sqlcodec.HexIDs(ids), now, now}
+		if s.t.sql.deleteDone != "" {
+			query, args = s.t.sql.deleteDone, []any{sqlcodec.HexIDs(ids)}
+		}
+		return s.exec(ctx, fmt.Sprintf("record %d events done", len(ids)), query, args...)
+	}
+	return outbox.RecordOutcomes(owner, updates, recordDone, func(updates []outbox.StatusUpdate) (int64, error) {
+		batch, err := sqlcodec.StatusUpdates(updates)
+		if err != nil {
+			return 0, fmt.Errorf("mysql: update status of %d events: %w", len(updates), err)
+		}
+		now := sqlcodec.Micros(s.clock.Now())
+		return s.exec(ctx, fmt.Sprintf("update status of %d events", len(updates)), s.t.sql.updateStatus, batch, now, owner, owner, now)
+	})
+}
+
+// QueryDead implements [outbox.Store].
+func (s *Store) QueryDead(ctx context.Context, q outbox.DeadQuery) ([]outbox.Event, error) {
+	q, err := q.Normalize()
+	if err != nil {
+		return nil, err
+	}
+	return queryEvents(ctx, s.db, "query dead events", s.t.sql.queryDead, append(deadArgs(q.DeadFilter), q.After, q.Limit)...)
+}
+
+// CountDead implements [outbox.Store].
+func (s *Store) CountDead(ctx context.Context, f outbox.DeadFilter) (int64, error) {
+	var n int64
+	if err := s.db.QueryRowContext(ctx, s.t.sql.countDead, deadArgs(f)...).Scan(&n); err != nil {
+		return 0, fmt.Errorf("mysql: count dead events: %w", err)
+	}
+	return n, nil
+}
+
+// ReplayDead implements [outbox.Store]. It refuses a filter that restricts
+// nothing ([outbox.DeadFilter.ValidateReplay]); DiedBefore: time.Now()
+// replays every DEAD event.
+func (s *Store) ReplayDead(ctx context.Context, f outbox.DeadFilter) (int64, error) {
+	if err := f.ValidateReplay(); err != nil {
+		return 0, err
+	}
+	now := sqlcodec.Micros(s.clock.Now())
+	return s.exec(ctx, "replay dead events", s.t.sql.replayDead, append([]any{now, now}, deadArgs(f)...)...)
+}
+
+// deadArgs are the parameters of sqlDeadFilter, each twice.
+func deadArgs(f outbox.DeadFilter) []any {
+	var ids any // NULL: no id filter; "[]" (an empty slice) matches no event
+	if f.IDs != nil {
+		ids = sqlcodec.HexIDs(f.IDs)
+	}
+	var diedBefore any // NULL
+	if !f.DiedBefore.IsZero() {
+		diedBefore = sqlcodec.Micros(f.DiedBefore)
+	}
+	return []any{ids, ids, string(f.EventType), string(f.EventType), f.Topic, f.Topic, diedBefore, diedBefore}
+}
+
+// Backlog implements [outbox.Store].
+func (s *Store) Backlog(ctx context.Context, topic string) (int64, time.Time, error) {
+	var (
+		n      int64
+		oldest sql.NullInt64
+	)
+	if err := s.db.QueryRowContext(ctx, s.t.sql.backlog, topic).Scan(&n, &oldest); err != nil {
+		return 0, time.Time{}, fmt.Errorf("mysql: backlog of %s: %w", topic, err)
+	}
+	return n, sqlcodec.FromMicros(oldest), nil
+}
+
+// Purge implements [outbox.Store]. Each batch is a READ COMMITTED
+// transaction that locks the rows it deletes with SKIP LOCKED: rows other
+// transactions hold are left to the next purge, and a batch they make
+// short ends this one.
+func (s *Store) Purge(ctx context.Context, req outbox.PurgeRequest) (int64, error) {
+	req, err := req.Normalize()
+	if err != nil {
+		return 0, err
+	}
+	// sqlPurgeBatch takes two statuses: the one asked for twice, or both.
+	statuses := [2]int{int(req.Statuses[0]), int(req.Statuses[0])}
+	for _, st := range req.Statuses {
+		if int(st) != statuses[0] {
+			statuses[1] = int(st)
+		}
+	}
+	cutoff := sqlcodec.Micros(s.clock.Now().Add(-req.OlderThan))
+	return outbox.PurgeInBatches(req.BatchSize, func(deleted int64) (int64, error) {
+		n, err := s.purgeBatch(ctx, statuses, cutoff, req.BatchSize)
+		if err != nil {
+			return 0, fmt.Errorf("mysql: purge after %d rows: %w", deleted, err)
+		}
+		return n, nil
+	})
+}
+
+// purgeBatch deletes, in a transaction of its own, up to size rows of the
+// statuses last changed before cutoff that no other transaction holds.
+func (s *Store) purgeBatch(ctx context.Context, statuses [2]int, cutoff int64, size int) (int64, error) {
+	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = tx.Rollback() }() // a no-op after the commit
+	rows, err := tx.QueryContext(ctx, s.t.sql.purgeBatch, statuses[0], statuses[1], cutoff, size)
+	if err != nil {
+		return 0, err
+	}
+	var seqs []int64
+	for rows.Next() {
+		var seq int64
+		if err := rows.Scan(&seq); err != nil {
+			rows.Close()
+			return 0, err
+		}
+		seqs = append(seqs, seq)
+	}
+	if err := rows.Err(); err != nil || len(seqs) == 0 {
+		return 0, err
+	}
+	list, err := json.Marshal(seqs)
+	if err != nil {
+		return 0, err
+	}
+	res, err := tx.ExecContext(ctx, s.t.sql.purge, string(list))
+	if err != nil {
+		return 0, err
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, err
+	}
+	return n, tx.Commit()
+}
+
+// exec runs one write statement and returns how many rows it changed; op
+// names it in errors.
+func (s *Store) exec(ctx context.Context, op, query string, args ...any) (int64, error) {
+	res, err := s.db.ExecContext(ctx, query, args...)
+	if err != nil {
+		return 0, fmt.Errorf("mysql: %s: %w", op, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, fmt.Errorf("mysql: %s: %w", op, err)
+	}
+	return n, nil
+}
+
+// queryEvents runs a statement returning eventColumns; op names it in
+// errors.
+func queryEvents(ctx context.Context, q sqlcodec.Querier, op, query string, args ...any) ([]outbox.Event, error) {
+	events, err := sqlcodec.QueryEvents(ctx, q, query, args...)
+	if err != nil {
+		return nil, fmt.Errorf("mysql: %s: %w", op, err)
+	}
+	return events, nil
+}
+
+// isUniqueViolation reports a duplicate event id (ER_DUP_ENTRY).
+func isUniqueViolation(err error) bool {
+	var e *mysqldriver.MySQLError
+	return errors.As(err, &e) && e.Number == 1062
+}

@@ -1,0 +1,99 @@
+package mysql_test
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/wmoutbox/wmoutbox/internal/clocktest"
+	"github.com/wmoutbox/wmoutbox/internal/storetest"
+	"github.com/wmoutbox/wmoutbox/internal/testmysql"
+	"github.com/wmoutbox/wmoutbox/outbox"
+	"github.com/wmoutbox/wmoutbox/outbox/mysql"
+)
+
+// storeWithWriter returns a store on a new migrated database and a writer
+// with no hot path on it.
+func storeWithWriter(t *testing.T) (*sql.DB, *mysql.Store, *outbox.Writer[*sql.Tx]) {
+	t.Helper()
+	db := testmysql.New(t)
+	store, err := mysql.NewStore(db, mysql.Config{})
+	require.NoError(t, err)
+	writer, err := outbox.NewWriter(store, outbox.WriterConfig{})
+	require.NoError(t, err)
+	return db, store, writer
+}
+
+func count(t *testing.T, db *sql.DB, table string) int {
+	t.Helper()
+	var n int
+	require.NoError(t, db.QueryRowContext(t.Context(), "SELECT count(*) FROM "+table).Scan(&n))
+	return n
+}
+
+// TestStore runs the conformance suite of the stores, each test on a
+// database of its own.
+func TestStore(t *testing.T) {
+	t.Parallel()
+	storetest.Run(t, func(t *testing.T) storetest.Harness[*sql.Tx] {
+		db := testmysql.New(t)
+		clock := clocktest.New(storetest.Start)
+		store, err := mysql.NewStore(db, mysql.Config{Clock: clock})
+		require.NoError(t, err)
+		deleteDone, err := mysql.NewStore(db, mysql.Config{Clock: clock, DeleteDone: true})
+		require.NoError(t, err)
+		return storetest.Harness[*sql.Tx]{
+			Store:      store,
+			DeleteDone: deleteDone,
+			Clock:      clock,
+			Tx: outbox.TxFuncs[*sql.Tx]{
+				Begin:    func(ctx context.Context) (*sql.Tx, error) { return db.BeginTx(ctx, nil) },
+				Commit:   func(_ context.Context, tx *sql.Tx) error { return tx.Commit() },
+				Rollback: func(_ context.Context, tx *sql.Tx) error { return tx.Rollback() },
+			},
+			Exec: func(ctx context.Context, tx *sql.Tx, query string) error {
+				_, err := tx.ExecContext(ctx, query)
+				return err
+			},
+			Count: func(t *testing.T) int { return count(t, db, "outbox_event") },
+			CorruptHeaders: func(t *testing.T, id string) {
+				res, err := db.ExecContext(t.Context(), `UPDATE outbox_event SET headers = '{"a": 1}' WHERE event_id = ?`, id)
+				require.NoError(t, err)
+				n, err := res.RowsAffected()
+				require.NoError(t, err)
+				require.EqualValues(t, 1, n)
+			},
+		}
+	})
+}
+
+// TestConcurrentClaimersGetDisjointSets runs 8 claimers on one *sql.DB
+// (so on several connections) against 2,000 due rows at the same time.
+func TestConcurrentClaimersGetDisjointSets(t *testing.T) {
+	t.Parallel()
+	for _, ordered := range []bool{false, true} {
+		t.Run(fmt.Sprint("ordered=", ordered), func(t *testing.T) {
+			t.Parallel()
+			const rows, claimers = 2000, 8
+			_, store, writer := storeWithWriter(t)
+			ctx := t.Context()
+			var written []string
+			require.NoError(t, store.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+				var err error
+				written, err = writer.Write(ctx, tx, storetest.JSONEvents(rows, "orders")...)
+				return err
+			}))
+			claims := make([]storetest.Claimer, claimers)
+			for i := range claims {
+				claims[i] = storetest.Claimer{Store: store, Request: outbox.ClaimRequest{Owner: fmt.Sprint("claimer-", i), Limit: 25, Ordered: ordered}}
+				if i%2 == 0 {
+					claims[i].Request.Topics = []string{"orders"} // the due index, or a scan of all topics
+				}
+			}
+			storetest.ClaimConcurrently(t, claims, written, nil)
+		})
+	}
+}
