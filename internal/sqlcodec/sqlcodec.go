@@ -63,14 +63,16 @@ type statusRow struct {
 	Status int    `json:"status"`
 	Spent  int    `json:"spent"`
 	NextAt *int64 `json:"next_at,omitempty"`
-	Error  string `json:"error"`
+	Error  string `json:"error,omitempty"`
 	Before *int   `json:"before,omitempty"` // failed attempts the row must have; nil: unchecked
 }
 
 // StatusUpdates encodes outcomes other than DONE as the JSON array of
 // {"id" (hex), "status", "spent", "next_at", "error", "before"} objects
 // that the stores' status statements apply: status 0 is a deferral, spent
-// 1 a failed attempt, before the failed attempts the row must have.
+// 1 a failed attempt, before the failed attempts the row must have. An
+// outcome without an error, next time or attempt count leaves the field
+// out, which the statements read as NULL.
 func StatusUpdates(updates []outbox.StatusUpdate) (string, error) {
 	rows := make([]statusRow, len(updates))
 	for i, u := range updates {
@@ -106,8 +108,22 @@ type Querier interface {
 // whose headers cannot be decoded comes back with Malformed set instead of
 // failing the batch. It closes rows.
 func ScanEvents(rows *sql.Rows) ([]outbox.Event, error) {
+	events, _, err := scanEvents(rows, false)
+	return events, err
+}
+
+// ScanEventsWithKeys is ScanEvents for rows that have one more column, an
+// integer key of the row, and returns the keys too, in the rows' order.
+func ScanEventsWithKeys(rows *sql.Rows) ([]outbox.Event, []int64, error) {
+	return scanEvents(rows, true)
+}
+
+func scanEvents(rows *sql.Rows, withKey bool) ([]outbox.Event, []int64, error) {
 	defer rows.Close()
-	var events []outbox.Event
+	var (
+		events []outbox.Event
+		keys   []int64
+	)
 	for rows.Next() {
 		var (
 			e                                     outbox.Event
@@ -117,12 +133,16 @@ func ScanEvents(rows *sql.Rows) ([]outbox.Event, error) {
 			occurred, available, created, updated int64
 			doneAt, lockedAt, lockedUntil         sql.NullInt64
 			eventType, aggType                    string
+			key                                   int64
 		)
-		err := rows.Scan(&e.ID, &eventType, &e.Topic, &aggType, &e.AggregateID, &e.TenantID,
+		dest := []any{&e.ID, &eventType, &e.Topic, &aggType, &e.AggregateID, &e.TenantID,
 			&payload, &isJSON, &headers, &status, &e.Attempts, &occurred, &available,
-			&created, &updated, &doneAt, &e.LastError, &e.LockedBy, &lockedAt, &lockedUntil)
-		if err != nil {
-			return nil, err
+			&created, &updated, &doneAt, &e.LastError, &e.LockedBy, &lockedAt, &lockedUntil}
+		if withKey {
+			dest = append(dest, &key)
+		}
+		if err := rows.Scan(dest...); err != nil {
+			return nil, nil, err
 		}
 		e.Type, e.AggregateType, e.Status = outbox.EventType(eventType), outbox.AggregateType(aggType), outbox.Status(status)
 		if payload == nil {
@@ -138,11 +158,29 @@ func ScanEvents(rows *sql.Rows) ([]outbox.Event, error) {
 		e.DoneAt, e.LockedAt, e.LockedUntil = FromMicros(doneAt), FromMicros(lockedAt), FromMicros(lockedUntil)
 		e.Headers, e.Malformed = outbox.DecodeHeaders(headers)
 		events = append(events, e)
+		if withKey {
+			keys = append(keys, key)
+		}
 	}
 	if err := rows.Err(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return events, nil
+	return events, keys, nil
+}
+
+// ScanColumn scans rows of one column and returns its values. It closes
+// rows.
+func ScanColumn[T any](rows *sql.Rows) ([]T, error) {
+	defer rows.Close()
+	var values []T
+	for rows.Next() {
+		var v T
+		if err := rows.Scan(&v); err != nil {
+			return nil, err
+		}
+		values = append(values, v)
+	}
+	return values, rows.Err()
 }
 
 // QueryEvents runs query, which selects the event columns (see

@@ -9,8 +9,9 @@
 //
 // # Setup
 //
-// Open the database with the driver, create the tables with [Migrate] (or
-// feed [Migrations] to your migration tool), then build a [Store] and an
+// Open the database with the driver (this package imports it, which
+// registers it as "mysql"), create the tables with [Migrate] (or feed
+// [Migrations] to your migration tool), then build a [Store] and an
 // [outbox.Writer] on it:
 //
 //	db, err := sql.Open("mysql", "app:secret@tcp(db:3306)/shop?interpolateParams=true")
@@ -80,10 +81,12 @@
 // flight, and of finished rows until it purges them, and a claim from the
 // start of the topic passes over all of them.
 //
-// A claim of one topic reads the due index in order and stops at its
-// limit; a claim of several topics, or of all, reads and sorts every due
-// row of those topics, and holds the locks of those it does not take until
-// it commits. Relays claim one topic at a time.
+// A claim of one topic reads the due index in order, stops at its limit,
+// and locks only the rows it takes. The index gives no order across
+// topics: a claim of several topics, or of all, first reads and sorts the
+// due rows of those topics without locking them, then locks the first of
+// them by primary key, as many at a time as it still lacks, so that it
+// too locks only what it takes. Relays claim one topic at a time.
 //
 // An ordered claim takes an event only when no earlier event of its
 // aggregate is NEW, RETRY or DEAD: three probes of the aggregate index,
@@ -99,7 +102,11 @@
 // Outcomes, releases and deletions of a batch are one statement each,
 // which joins the batch's ids (a JSON array) to the table one index lookup
 // at a time: the join order is forced, since on a small table MySQL would
-// rather read every row, and an UPDATE locks each row it reads.
+// rather read every row, and an UPDATE locks each row it reads. A claim
+// records its lease by primary key: by the event id index, it would queue
+// behind an outcome that holds the entry and waits for the claimed row.
+// Purges lock their batch with SKIP LOCKED, in READ COMMITTED, as claims
+// do: they pass over rows other transactions hold.
 //
 // No LISTEN/NOTIFY: relays learn of new rows from the hot path or by
 // polling; a relay in another process claims what a writer commits at its

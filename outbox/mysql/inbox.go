@@ -32,13 +32,18 @@ func (s *Store) MarkProcessed(ctx context.Context, tx *sql.Tx, consumer, id stri
 	return n == 1, nil
 }
 
-// PurgeProcessed implements [outbox.Inbox].
+// PurgeProcessed implements [outbox.Inbox]. Like [Store.Purge], it passes
+// over the records other transactions hold.
 func (s *Store) PurgeProcessed(ctx context.Context, olderThan time.Duration) (int64, error) {
 	if err := outbox.ValidateRetention(olderThan); err != nil {
 		return 0, err
 	}
 	cutoff := sqlcodec.Micros(s.clock.Now().Add(-olderThan))
 	return outbox.PurgeInBatches(outbox.DefaultPurgeBatch, func(deleted int64) (int64, error) {
-		return s.exec(ctx, fmt.Sprintf("purge %s after %d rows", s.t.inbox, deleted), s.t.sql.purgeProcessed, cutoff, outbox.DefaultPurgeBatch)
+		n, err := s.deleteLocked(ctx, s.t.sql.purgeProcessedPick, []any{cutoff, outbox.DefaultPurgeBatch}, s.t.sql.purgeProcessedDelete)
+		if err != nil {
+			return 0, fmt.Errorf("mysql: purge %s after %d rows: %w", s.t.inbox, deleted, err)
+		}
+		return n, nil
 	})
 }

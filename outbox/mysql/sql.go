@@ -41,17 +41,20 @@ const eventColumns = `event_id, event_type, topic, aggregate_type,
 
 // sqlInsert writes the rows of a batch: {rows} is insertValues once for each.
 // The parameters of a row are its event's id, type, topic, aggregate type,
-// aggregate id, tenant id, payload, payload_json, headers, occurred_at and
-// available_at, the write time twice (created_at, updated_at), and the
-// claim of a pre-claimed row (owner, time, end of the lease), NULL
-// otherwise.
+// aggregate id and tenant id (NULL for none), payload, payload_json,
+// headers, occurred_at and available_at, the write time twice (created_at,
+// updated_at), and the claim of a pre-claimed row (owner, time, end of the
+// lease), NULL otherwise.
+//
+// No statement of this file compares a parameter with ”: MySQL's text
+// comparisons pad with spaces, so that ' ' = ”. An absent value is NULL.
 const sqlInsert = `
 INSERT INTO {table} (event_id, event_type, topic, aggregate_type, aggregate_id, tenant_id,
     payload, payload_json, headers, status, attempts,
     occurred_at, available_at, created_at, updated_at, locked_by, locked_at, locked_until)
 VALUES {rows}`
 
-const insertValues = `(?, ?, ?, ?, nullif(?, ''), nullif(?, ''), ?, ?, ?, 0, 0, ?, ?, ?, ?, ?, ?, ?)`
+const insertValues = `(?, ?, ?, ?, ?, ?, ?, ?, ?, 0, 0, ?, ?, ?, ?, ?, ?, ?)`
 
 // insertValuesParams is the number of parameters of insertValues.
 const insertValuesParams = 16
@@ -88,24 +91,51 @@ const sqlGet = `SELECT ` + eventColumns + ` FROM {table} WHERE event_id = ?`
 const sqlDue = `pending = 1 {topics} AND available_at <= ? AND created_at <= ?
     AND (locked_until IS NULL OR locked_until <= ?)`
 
-// sqlClaim locks up to LIMIT due rows, in due order, for the claim's
-// transaction, which leases them (sqlLease) and commits. SKIP LOCKED lets
-// concurrent claimers pass each other's rows; after the commit,
-// locked_until keeps them out of every claim until the lease runs out. The
-// transaction is READ COMMITTED, so that the scan locks no gap of the due
-// index, which would hold back the inserts of writers, and releases at
-// once the rows it reads and does not take (those in flight).
+// sqlClaim locks up to LIMIT due rows of one topic, in due order, for the
+// claim's transaction, which leases them (sqlLease) and commits. SKIP
+// LOCKED lets concurrent claimers pass each other's rows; after the
+// commit, locked_until keeps them out of every claim until the lease runs
+// out. The transaction is READ COMMITTED, so that the scan locks no gap of
+// the due index, which would hold back the inserts of writers, and
+// releases at once the rows it reads and does not take (those in flight).
+// The due index gives one topic's rows in due order, so that the scan
+// stops at LIMIT and locks no row it does not take.
 //
 // {cursor} starts the scan after the last row of the previous claim (see
 // outbox.ClaimCursor): the due index keeps the entries of the rows in
 // flight, and of rows whose outcome was recorded until InnoDB purges them.
 // {ordered} passes over the events that must wait for an earlier one of
-// their aggregate (see orderedHead).
+// their aggregate (see orderedHead). Each row comes with its seq, by which
+// sqlLease finds it.
 const sqlClaim = `
-SELECT ` + eventColumns + ` FROM {table} AS t
+SELECT ` + eventColumns + `, seq FROM {table} AS t
 WHERE ` + sqlDue + ` {cursor} {ordered}
 ORDER BY available_at, event_id
 LIMIT ?
+FOR UPDATE SKIP LOCKED`
+
+// sqlCandidates picks the rows a claim of several topics, or of all, is
+// to take: the index gives no order across topics, and a locking read
+// would lock every due row of the topics to sort them, so that concurrent
+// claims found none. This read locks nothing; it reads and sorts the due
+// rows of the topics (a claim of one topic does not), and returns the seqs
+// of the first LIMIT of them, in due order, for sqlClaimCandidates.
+const sqlCandidates = `
+SELECT seq FROM {table} AS t
+WHERE ` + sqlDue + ` {ordered}
+ORDER BY available_at, event_id
+LIMIT ?`
+
+// sqlClaimCandidates locks the candidates ({seqs}: a ? for each) that are
+// still due and no other claim holds, by primary key: parameters the
+// seqs, then those of sqlDue without a topic. The claim locks as many
+// candidates at a time as it still lacks, in due order, so that it locks
+// no row it does not take; sqlCandidates picks twice its limit, for those
+// that concurrent claims take first. A claim that runs out of candidates
+// takes fewer rows than are due.
+const sqlClaimCandidates = `
+SELECT ` + eventColumns + `, seq FROM {table} AS t
+WHERE seq IN ({seqs}) AND ` + sqlDue + ` {ordered}
 FOR UPDATE SKIP LOCKED`
 
 // cursorAfter is sqlClaim's {cursor} with a cursor: after its due time
@@ -145,10 +175,14 @@ func orderedHeads() string {
 	return strings.Join(heads, "\n    ")
 }
 
-// sqlLease records owner's claim on the rows a claim locked: parameters
-// ids (JSON), owner, claim time, end of the lease.
+// sqlLease records owner's claim on the rows a claim locked, found by
+// primary key: parameters seqs (JSON), owner, claim time, end of the
+// lease. By the event id index instead, the claim would queue behind an
+// outcome statement that holds the index entry and waits for the row the
+// claim holds: a deadlock.
 const sqlLease = `
-UPDATE ` + sqlRowsOfIDs + `
+UPDATE JSON_TABLE(?, '$[*]' COLUMNS (seq bigint PATH '$')) AS claimed
+    STRAIGHT_JOIN {table} AS o FORCE INDEX (PRIMARY) ON o.seq = claimed.seq
 SET o.locked_by = ?, o.locked_at = ?, o.locked_until = ?`
 
 const sqlPoll = `
@@ -177,9 +211,10 @@ WHERE o.locked_by = ? AND o.status IN (0, 2)`
 // given as the JSON array of sqlcodec.StatusUpdates: status 0 keeps the
 // current status (a deferral). DONE rows are never touched. An outcome
 // needs a pending row that the owner still holds or, from no owner, one
-// under no running lease (see outbox.Store.UpdateStatus), and, where it
-// says how many failed attempts the row has before it ("before"), that
-// many. The rows are joined as in sqlRowsOfIDs. Parameters: the batch,
+// under no running lease (see outbox.Store.UpdateStatus; no owner is
+// NULL), and, where it says how many failed attempts the row has before
+// it ("before"), that many; an outcome without an error (none in the
+// JSON) keeps last_error. The rows are joined as in sqlRowsOfIDs. Parameters: the batch,
 // now, owner, owner, now. Every assignment
 // reads only the column it sets: MySQL sets them in turn, and a later one
 // would see the new value of an earlier one.
@@ -196,13 +231,13 @@ UPDATE JSON_TABLE(?, '$[*]' COLUMNS (
 SET o.status       = CASE WHEN u.status = 0 THEN o.status ELSE u.status END,
     o.attempts     = o.attempts + u.spent,
     o.available_at = coalesce(u.next_at, o.available_at),
-    o.last_error   = coalesce(nullif(u.error, ''), o.last_error),
+    o.last_error   = coalesce(u.error, o.last_error),
     o.updated_at   = ?,
     o.locked_by    = NULL,
     o.locked_at    = NULL,
     o.locked_until = NULL
 WHERE o.status IN (0, 2) AND (o.locked_by = ?
-    OR ? = '' AND (o.locked_until IS NULL OR o.locked_until <= ?))
+    OR ? IS NULL AND (o.locked_until IS NULL OR o.locked_until <= ?))
     AND (u.attempts_before IS NULL OR o.attempts = u.attempts_before)`
 
 // sqlMarkDone records the DONE outcomes of a batch: parameters ids (JSON),
@@ -225,13 +260,12 @@ WHERE o.status <> 1`
 const sqlBacklog = `SELECT count(*), min(available_at) FROM {table} WHERE pending = 1 AND topic = ?`
 
 // sqlDeadFilter selects DEAD rows; each condition is off when its
-// parameter is NULL or the empty string, and takes it twice: ids (a JSON
-// array, in which an empty one matches no row), event type, topic, died
-// before.
+// parameter is NULL, and takes it twice: ids (a JSON array, in which an
+// empty one matches no row), event type, topic, died before.
 const sqlDeadFilter = `status = 3
     AND (? IS NULL OR event_id IN (SELECT unhex(ids.id) FROM ` + sqlIDs + `))
-    AND (? = '' OR event_type = ?)
-    AND (? = '' OR topic = ?)
+    AND (? IS NULL OR event_type = ?)
+    AND (? IS NULL OR topic = ?)
     AND (? IS NULL OR updated_at < ?)`
 
 const sqlQueryDead = `
@@ -249,18 +283,23 @@ UPDATE {table} SET status = 0, attempts = 0, available_at = ?, updated_at = ?,
     done_at = NULL, locked_by = NULL, locked_at = NULL, locked_until = NULL
 WHERE ` + sqlDeadFilter
 
-// sqlPurgeBatch locks one batch of terminal rows to purge, passing over
-// rows other transactions hold (MySQL's DELETE has no SKIP LOCKED):
-// parameters two statuses (the same one twice for one), the cutoff, the
-// batch size. The literal status list keeps to the finished index. The
-// purge's transaction deletes them with sqlPurge (parameter: seqs, JSON).
-const sqlPurgeBatch = `
-SELECT seq FROM {table}
+// A purge deletes a batch of rows in a READ COMMITTED transaction of its
+// own: the pick (sqlPurgePick, sqlPurgeProcessedPick) locks the batch with
+// SKIP LOCKED, passing over rows other transactions hold, which MySQL's
+// DELETE cannot, and returns the key of each row as JSON; the delete
+// (sqlPurgeDelete, sqlPurgeProcessedDelete) takes them as one array, and
+// finds the rows by primary key.
+
+// sqlPurgePick: parameters two statuses (the same one twice for one), the
+// cutoff, the batch size. The literal status list keeps to the finished
+// index.
+const sqlPurgePick = `
+SELECT CAST(seq AS CHAR) FROM {table}
 WHERE status IN (1, 3) AND status IN (?, ?) AND updated_at < ?
 LIMIT ?
 FOR UPDATE SKIP LOCKED`
 
-const sqlPurge = `
+const sqlPurgeDelete = `
 DELETE o FROM JSON_TABLE(?, '$[*]' COLUMNS (seq bigint PATH '$')) AS purged
     STRAIGHT_JOIN {table} AS o FORCE INDEX (PRIMARY) ON o.seq = purged.seq`
 
@@ -272,8 +311,18 @@ DELETE o FROM JSON_TABLE(?, '$[*]' COLUMNS (seq bigint PATH '$')) AS purged
 // validated before, so that it hides nothing else.
 const sqlMarkProcessed = `INSERT IGNORE INTO {inbox} (consumer, event_id, processed_at) VALUES (?, ?, ?)`
 
-// sqlPurgeProcessed deletes one batch of inbox records older than a time.
-const sqlPurgeProcessed = `DELETE FROM {inbox} WHERE processed_at < ? LIMIT ?`
+// sqlPurgeProcessedPick: parameters the cutoff, the batch size. The keys
+// are the hex of consumer and event id, the delete's join being on bytes.
+const sqlPurgeProcessedPick = `
+SELECT JSON_ARRAY(hex(consumer), hex(event_id)) FROM {inbox}
+WHERE processed_at < ?
+LIMIT ?
+FOR UPDATE SKIP LOCKED`
+
+const sqlPurgeProcessedDelete = `
+DELETE i FROM JSON_TABLE(?, '$[*]' COLUMNS (consumer varchar(1024) PATH '$[0]', event_id varchar(2040) PATH '$[1]')) AS purged
+    STRAIGHT_JOIN {inbox} AS i FORCE INDEX (PRIMARY)
+    ON i.consumer = unhex(purged.consumer) AND i.event_id = unhex(purged.event_id)`
 
 // statements holds the SQL rendered for one table.
 type statements struct {
@@ -283,13 +332,17 @@ type statements struct {
 	existing, existingOne, get       string
 	lease, release, updateStatus     string
 	markDone, deleteDone             string       // deleteDone empty unless Config.DeleteDone
-	claim                            [2][3]string // by ordered (0, 1), then topic filter
-	claimAfter                       [3]string    // unordered, with a cursor, by topic filter
+	claim                            [2]string    // of one topic, by ordered (0, 1)
+	claimAfter                       string       // of one topic, unordered, with a cursor
+	candidates                       [2][2]string // by ordered, then topic filter: any, many
+	claimCandidates                  [2]string    // by ordered; {seqs} left for the batch
 	poll                             [3]string    // by topic filter: any, one, many
 	queryDead, countDead, replayDead string
 	backlog                          string
-	purgeBatch, purge                string
-	markProcessed, purgeProcessed    string
+	purgePick, purgeDelete           string
+	markProcessed                    string
+	purgeProcessedPick               string
+	purgeProcessedDelete             string
 
 	table string // quoted, for the insert's text, which depends on the batch
 }
@@ -311,25 +364,37 @@ func renderStatements(quoted, idIndex, inbox, migrations string, deleteDone bool
 		queryDead:            r.Replace(sqlQueryDead),
 		countDead:            r.Replace(sqlCountDead),
 		replayDead:           r.Replace(sqlReplayDead),
-		purgeBatch:           r.Replace(sqlPurgeBatch),
-		purge:                r.Replace(sqlPurge),
+		purgePick:            r.Replace(sqlPurgePick),
+		purgeDelete:          r.Replace(sqlPurgeDelete),
 		backlog:              r.Replace(sqlBacklog),
 		markProcessed:        r.Replace(sqlMarkProcessed),
-		purgeProcessed:       r.Replace(sqlPurgeProcessed),
+		purgeProcessedPick:   r.Replace(sqlPurgeProcessedPick),
+		purgeProcessedDelete: r.Replace(sqlPurgeProcessedDelete),
 		table:                quoted,
 	}
 	if deleteDone {
 		s.deleteDone = r.Replace(sqlDeleteDone)
 	}
+	for ordered, head := range []string{"", orderedHeads()} {
+		claim := strings.NewReplacer("{topics}", topicsOne, "{ordered}", head).Replace(sqlClaim)
+		s.claim[ordered] = r.Replace(strings.Replace(claim, "{cursor}", "", 1))
+		if ordered == 0 {
+			s.claimAfter = r.Replace(strings.Replace(claim, "{cursor}", cursorAfter, 1))
+		}
+		for i, filter := range []string{topicsAny, topicsMany} {
+			s.candidates[ordered][i] = r.Replace(strings.NewReplacer("{topics}", filter, "{ordered}", head).Replace(sqlCandidates))
+		}
+		s.claimCandidates[ordered] = r.Replace(strings.NewReplacer("{topics}", topicsAny, "{ordered}", head).Replace(sqlClaimCandidates))
+	}
 	for i, filter := range []string{topicsAny, topicsOne, topicsMany} {
-		claim := strings.Replace(sqlClaim, "{topics}", filter, 1)
-		unordered := strings.Replace(claim, "{ordered}", "", 1)
-		s.claim[0][i] = r.Replace(strings.Replace(unordered, "{cursor}", "", 1))
-		s.claimAfter[i] = r.Replace(strings.Replace(unordered, "{cursor}", cursorAfter, 1))
-		s.claim[1][i] = r.Replace(strings.Replace(strings.Replace(claim, "{ordered}", orderedHeads(), 1), "{cursor}", "", 1))
 		s.poll[i] = r.Replace(strings.Replace(sqlPoll, "{topics}", filter, 1))
 	}
 	return s
+}
+
+// claimOf returns s.claimCandidates[ordered] for n seqs.
+func (s *statements) claimOf(ordered, n int) string {
+	return strings.Replace(s.claimCandidates[ordered], "{seqs}", strings.Repeat("?, ", n-1)+"?", 1)
 }
 
 // insert returns sqlInsert for n rows.

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 	"time"
 
 	mysqldriver "github.com/go-sql-driver/mysql"
@@ -215,7 +217,7 @@ func insertRows(hot, cold []outbox.Envelope, lease outbox.Lease, now time.Time) 
 			claim = claimed
 		}
 		rows = append(rows, insertRow{id: e.ID, size: len(payload) + len(headers), params: []any{
-			e.ID, string(e.Type), e.Topic, string(e.AggregateType), e.AggregateID, e.TenantID,
+			e.ID, string(e.Type), e.Topic, string(e.AggregateType), nullIfEmpty(e.AggregateID), nullIfEmpty(e.TenantID),
 			payload, e.IsJSON(), headerText, sqlcodec.Micros(e.OccurredAt), sqlcodec.Micros(available),
 			sqlcodec.Micros(now), sqlcodec.Micros(now), claim[0], claim[1], claim[2],
 		}})
@@ -274,26 +276,16 @@ func (s *Store) Kept(ctx context.Context, tx *sql.Tx, _ uint64, ids []string) ([
 	if tx == nil {
 		return nil, outbox.ErrNoTransaction
 	}
-	var rows *sql.Rows
-	var err error
-	if len(ids) == 1 {
-		rows, err = tx.QueryContext(ctx, s.t.sql.existingOne, ids[0])
-	} else {
-		rows, err = tx.QueryContext(ctx, s.t.sql.existing, sqlcodec.HexIDs(ids))
+	query, arg := s.t.sql.existingOne, any(ids[0])
+	if len(ids) > 1 {
+		query, arg = s.t.sql.existing, sqlcodec.HexIDs(ids)
+	}
+	rows, err := tx.QueryContext(ctx, query, arg)
+	var existing []string
+	if err == nil {
+		existing, err = sqlcodec.ScanColumn[string](rows)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("mysql: look up events in %s: %w", s.t.name, err)
-	}
-	defer rows.Close()
-	var existing []string
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			return nil, fmt.Errorf("mysql: look up events in %s: %w", s.t.name, err)
-		}
-		existing = append(existing, id)
-	}
-	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("mysql: look up events in %s: %w", s.t.name, err)
 	}
 	return existing, nil
@@ -313,64 +305,130 @@ func (s *Store) Get(ctx context.Context, id string) (outbox.Event, error) {
 
 // Claim implements [outbox.Store]: in one READ COMMITTED transaction, it
 // locks due rows with FOR UPDATE SKIP LOCKED and records the lease in them
-// (see sqlClaim). An unordered claim follows req.Cursor; an ordered one
-// leaves it alone and starts from the earliest due event, passing over the
-// events that wait for an earlier one of their aggregate.
+// (see sqlClaim). A claim of one topic reads them in due order and follows
+// req.Cursor when it is unordered; a claim of several topics, or of all,
+// picks its rows first without locking them (sqlCandidates) and leaves the
+// cursor alone, as ordered claims do, which start from the earliest due
+// event and pass over the events that wait for an earlier one of their
+// aggregate.
 func (s *Store) Claim(ctx context.Context, req outbox.ClaimRequest) ([]outbox.Event, error) {
 	req, err := req.Normalize()
 	if err != nil {
 		return nil, err
 	}
 	now := s.clock.Now()
-	var args []any
-	query := s.t.sql.claim[0]
-	switch {
-	case req.Ordered:
-		query = s.t.sql.claim[1]
-	case !req.Cursor.IsZero():
-		query = s.t.sql.claimAfter
-	}
-	stmt, topicArg := topicVariant(query, req.Topics)
-	if topicArg != nil {
-		args = append(args, topicArg)
-	}
-	args = append(args, sqlcodec.Micros(now), sqlcodec.Micros(now.Add(-req.SkipRecent)), sqlcodec.Micros(now))
-	if !req.Ordered && !req.Cursor.IsZero() {
-		due := sqlcodec.Micros(req.Cursor.DueAt)
-		args = append(args, due, due, req.Cursor.ID)
-	}
-	args = append(args, req.Limit)
-
-	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	due := []any{sqlcodec.Micros(now), sqlcodec.Micros(now.Add(-req.SkipRecent)), sqlcodec.Micros(now)}
+	until := now.Add(req.LockTimeout)
+	var events []outbox.Event
+	err = s.readCommitted(ctx, func(tx *sql.Tx) error {
+		var seqs []int64
+		var err error
+		if len(req.Topics) == 1 {
+			events, seqs, err = s.claimTopic(ctx, tx, req, due)
+		} else {
+			events, seqs, err = s.claimCandidates(ctx, tx, req, due)
+		}
+		if err != nil || len(events) == 0 {
+			return err
+		}
+		list, err := json.Marshal(seqs)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, s.t.sql.lease, string(list), req.Owner, sqlcodec.Micros(now), sqlcodec.Micros(until)); err != nil {
+			return fmt.Errorf("record the lease: %w", err)
+		}
+		return nil
+	})
 	if err != nil {
 		return nil, fmt.Errorf("mysql: claim: %w", err)
 	}
-	// A no-op after the commit; after a failure, the claim's error is the
-	// one to report.
-	defer func() { _ = tx.Rollback() }()
-	events, err := queryEvents(ctx, tx, "claim", stmt, args...)
-	if err != nil || len(events) == 0 {
-		return nil, err
-	}
-	ids := make([]string, len(events))
-	for i := range events {
-		ids[i] = events[i].ID
-	}
-	until := now.Add(req.LockTimeout)
-	if _, err := tx.ExecContext(ctx, s.t.sql.lease, sqlcodec.HexIDs(ids), req.Owner, sqlcodec.Micros(now), sqlcodec.Micros(until)); err != nil {
-		return nil, fmt.Errorf("mysql: claim: record the lease: %w", err)
-	}
-	if err := tx.Commit(); err != nil {
-		return nil, fmt.Errorf("mysql: claim: commit: %w", err)
+	if len(events) == 0 {
+		return nil, nil
 	}
 	for i := range events {
 		e := &events[i]
 		e.LockedBy, e.LockedAt, e.LockedUntil = req.Owner, sqlcodec.Stored(now), sqlcodec.Stored(until)
 	}
-	if !req.Ordered && req.Cursor != nil {
+	if len(req.Topics) == 1 && !req.Ordered && req.Cursor != nil {
 		*req.Cursor = outbox.CursorAt(events[len(events)-1])
 	}
 	return events, nil
+}
+
+// claimTopic locks the due rows of req's one topic, in due order (sqlClaim).
+func (s *Store) claimTopic(ctx context.Context, tx *sql.Tx, req outbox.ClaimRequest, due []any) ([]outbox.Event, []int64, error) {
+	query := s.t.sql.claim[0]
+	args := append([]any{req.Topics[0]}, due...)
+	switch {
+	case req.Ordered:
+		query = s.t.sql.claim[1]
+	case !req.Cursor.IsZero():
+		query = s.t.sql.claimAfter
+		at := sqlcodec.Micros(req.Cursor.DueAt)
+		args = append(args, at, at, req.Cursor.ID)
+	}
+	return queryClaimed(ctx, tx, query, append(args, req.Limit)...)
+}
+
+// claimCandidates locks the due rows of req's topics (all when it names
+// none) that sqlCandidates picks, and returns them in due order.
+func (s *Store) claimCandidates(ctx context.Context, tx *sql.Tx, req outbox.ClaimRequest, due []any) ([]outbox.Event, []int64, error) {
+	ordered, filter := 0, 0
+	if req.Ordered {
+		ordered = 1
+	}
+	var args []any
+	if len(req.Topics) > 1 {
+		filter = 1
+		args = append(args, sqlcodec.Strings(req.Topics))
+	}
+	rows, err := tx.QueryContext(ctx, s.t.sql.candidates[ordered][filter], append(append(args, due...), 2*req.Limit)...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("pick rows: %w", err)
+	}
+	candidates, err := sqlcodec.ScanColumn[int64](rows)
+	if err != nil {
+		return nil, nil, fmt.Errorf("pick rows: %w", err)
+	}
+	var (
+		events []outbox.Event
+		seqs   []int64
+	)
+	for len(candidates) > 0 && len(events) < req.Limit {
+		n := min(req.Limit-len(events), len(candidates))
+		args = args[:0]
+		for _, seq := range candidates[:n] {
+			args = append(args, seq)
+		}
+		got, gotSeqs, err := queryClaimed(ctx, tx, s.t.sql.claimOf(ordered, n), append(args, due...)...)
+		if err != nil {
+			return nil, nil, err
+		}
+		events, seqs = append(events, got...), append(seqs, gotSeqs...)
+		candidates = candidates[n:]
+	}
+	// The batches are in due order, each of them in seq order.
+	order := make([]int, len(events))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int { return outbox.CompareDue(events[a], events[b]) })
+	sorted, sortedSeqs := make([]outbox.Event, len(events)), make([]int64, len(events))
+	for i, j := range order {
+		sorted[i], sortedSeqs[i] = events[j], seqs[j]
+	}
+	return sorted, sortedSeqs, nil
+}
+
+// queryClaimed runs a claim's locking read, which selects the event
+// columns and seq.
+func queryClaimed(ctx context.Context, tx *sql.Tx, query string, args ...any) ([]outbox.Event, []int64, error) {
+	rows, err := tx.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, nil, err
+	}
+	return sqlcodec.ScanEventsWithKeys(rows)
 }
 
 // PollPending implements [outbox.Store].
@@ -426,8 +484,8 @@ func (s *Store) UpdateStatus(ctx context.Context, owner string, updates ...outbo
 		if err != nil {
 			return 0, fmt.Errorf("mysql: update status of %d events: %w", len(updates), err)
 		}
-		now := sqlcodec.Micros(s.clock.Now())
-		return s.exec(ctx, fmt.Sprintf("update status of %d events", len(updates)), s.t.sql.updateStatus, batch, now, owner, owner, now)
+		now, ownerOrNull := sqlcodec.Micros(s.clock.Now()), nullIfEmpty(owner)
+		return s.exec(ctx, fmt.Sprintf("update status of %d events", len(updates)), s.t.sql.updateStatus, batch, now, ownerOrNull, ownerOrNull, now)
 	})
 }
 
@@ -470,7 +528,17 @@ func deadArgs(f outbox.DeadFilter) []any {
 	if !f.DiedBefore.IsZero() {
 		diedBefore = sqlcodec.Micros(f.DiedBefore)
 	}
-	return []any{ids, ids, string(f.EventType), string(f.EventType), f.Topic, f.Topic, diedBefore, diedBefore}
+	eventType, topic := nullIfEmpty(string(f.EventType)), nullIfEmpty(f.Topic)
+	return []any{ids, ids, eventType, eventType, topic, topic, diedBefore, diedBefore}
+}
+
+// nullIfEmpty is s as a parameter, NULL when s is empty. The statements
+// never compare a parameter with ”, which MySQL finds equal to ' '.
+func nullIfEmpty(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
 }
 
 // Backlog implements [outbox.Store].
@@ -503,7 +571,7 @@ func (s *Store) Purge(ctx context.Context, req outbox.PurgeRequest) (int64, erro
 	}
 	cutoff := sqlcodec.Micros(s.clock.Now().Add(-req.OlderThan))
 	return outbox.PurgeInBatches(req.BatchSize, func(deleted int64) (int64, error) {
-		n, err := s.purgeBatch(ctx, statuses, cutoff, req.BatchSize)
+		n, err := s.deleteLocked(ctx, s.t.sql.purgePick, []any{statuses[0], statuses[1], cutoff, req.BatchSize}, s.t.sql.purgeDelete)
 		if err != nil {
 			return 0, fmt.Errorf("mysql: purge after %d rows: %w", deleted, err)
 		}
@@ -511,43 +579,45 @@ func (s *Store) Purge(ctx context.Context, req outbox.PurgeRequest) (int64, erro
 	})
 }
 
-// purgeBatch deletes, in a transaction of its own, up to size rows of the
-// statuses last changed before cutoff that no other transaction holds.
-func (s *Store) purgeBatch(ctx context.Context, statuses [2]int, cutoff int64, size int) (int64, error) {
+// deleteLocked deletes, in a READ COMMITTED transaction of its own, the
+// rows that pick locks (with SKIP LOCKED), whose keys it returns as JSON
+// values, one a row; remove gets them as one JSON array.
+func (s *Store) deleteLocked(ctx context.Context, pick string, pickArgs []any, remove string) (deleted int64, err error) {
+	err = s.readCommitted(ctx, func(tx *sql.Tx) error {
+		rows, err := tx.QueryContext(ctx, pick, pickArgs...)
+		if err != nil {
+			return err
+		}
+		keys, err := sqlcodec.ScanColumn[string](rows)
+		if err != nil || len(keys) == 0 {
+			return err
+		}
+		res, err := tx.ExecContext(ctx, remove, "["+strings.Join(keys, ",")+"]")
+		if err != nil {
+			return err
+		}
+		deleted, err = res.RowsAffected()
+		return err
+	})
+	return deleted, err
+}
+
+// readCommitted runs fn in a READ COMMITTED transaction and commits it
+// when fn returns nil: the isolation of claims and purges, whose scans
+// then lock no gap of an index, which would hold back the inserts of
+// writers (of events, or of inbox records).
+func (s *Store) readCommitted(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	if err != nil {
-		return 0, err
+		return err
 	}
-	defer func() { _ = tx.Rollback() }() // a no-op after the commit
-	rows, err := tx.QueryContext(ctx, s.t.sql.purgeBatch, statuses[0], statuses[1], cutoff, size)
-	if err != nil {
-		return 0, err
+	// A no-op after the commit; after a failure, fn's error is the one to
+	// report.
+	defer func() { _ = tx.Rollback() }()
+	if err := fn(tx); err != nil {
+		return err
 	}
-	var seqs []int64
-	for rows.Next() {
-		var seq int64
-		if err := rows.Scan(&seq); err != nil {
-			rows.Close()
-			return 0, err
-		}
-		seqs = append(seqs, seq)
-	}
-	if err := rows.Err(); err != nil || len(seqs) == 0 {
-		return 0, err
-	}
-	list, err := json.Marshal(seqs)
-	if err != nil {
-		return 0, err
-	}
-	res, err := tx.ExecContext(ctx, s.t.sql.purge, string(list))
-	if err != nil {
-		return 0, err
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return 0, err
-	}
-	return n, tx.Commit()
+	return tx.Commit()
 }
 
 // exec runs one write statement and returns how many rows it changed; op

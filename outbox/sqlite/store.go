@@ -283,26 +283,16 @@ func (s *Store) Kept(ctx context.Context, tx *sql.Tx, _ uint64, ids []string) ([
 	if tx == nil {
 		return nil, outbox.ErrNoTransaction
 	}
-	var rows *sql.Rows
-	var err error
-	if len(ids) == 1 {
-		rows, err = tx.QueryContext(ctx, s.t.sql.existingOne, ids[0])
-	} else {
-		rows, err = tx.QueryContext(ctx, s.t.sql.existing, sqlcodec.HexIDs(ids))
+	query, arg := s.t.sql.existingOne, any(ids[0])
+	if len(ids) > 1 {
+		query, arg = s.t.sql.existing, sqlcodec.HexIDs(ids)
+	}
+	rows, err := tx.QueryContext(ctx, query, arg)
+	var existing []string
+	if err == nil {
+		existing, err = sqlcodec.ScanColumn[string](rows)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("sqlite: look up events in %s: %w", s.t.name, err)
-	}
-	defer rows.Close()
-	var existing []string
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			return nil, fmt.Errorf("sqlite: look up events in %s: %w", s.t.name, err)
-		}
-		existing = append(existing, id)
-	}
-	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("sqlite: look up events in %s: %w", s.t.name, err)
 	}
 	return existing, nil
