@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 
-	_ "github.com/go-sql-driver/mysql" // registers the "mysql" database/sql driver
-
 	"github.com/wmoutbox/wmoutbox/internal/testmysql"
 	"github.com/wmoutbox/wmoutbox/outbox"
 	"github.com/wmoutbox/wmoutbox/outbox/mysql"

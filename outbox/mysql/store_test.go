@@ -8,7 +8,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/wmoutbox/wmoutbox/internal/clocktest"
 	"github.com/wmoutbox/wmoutbox/internal/storetest"
 	"github.com/wmoutbox/wmoutbox/internal/testmysql"
 	"github.com/wmoutbox/wmoutbox/outbox"
@@ -40,33 +39,9 @@ func TestStore(t *testing.T) {
 	t.Parallel()
 	storetest.Run(t, func(t *testing.T) storetest.Harness[*sql.Tx] {
 		db := testmysql.New(t)
-		clock := clocktest.New(storetest.Start)
-		store, err := mysql.NewStore(db, mysql.Config{Clock: clock})
-		require.NoError(t, err)
-		deleteDone, err := mysql.NewStore(db, mysql.Config{Clock: clock, DeleteDone: true})
-		require.NoError(t, err)
-		return storetest.Harness[*sql.Tx]{
-			Store:      store,
-			DeleteDone: deleteDone,
-			Clock:      clock,
-			Tx: outbox.TxFuncs[*sql.Tx]{
-				Begin:    func(ctx context.Context) (*sql.Tx, error) { return db.BeginTx(ctx, nil) },
-				Commit:   func(_ context.Context, tx *sql.Tx) error { return tx.Commit() },
-				Rollback: func(_ context.Context, tx *sql.Tx) error { return tx.Rollback() },
-			},
-			Exec: func(ctx context.Context, tx *sql.Tx, query string) error {
-				_, err := tx.ExecContext(ctx, query)
-				return err
-			},
-			Count: func(t *testing.T) int { return count(t, db, "outbox_event") },
-			CorruptHeaders: func(t *testing.T, id string) {
-				res, err := db.ExecContext(t.Context(), `UPDATE outbox_event SET headers = '{"a": 1}' WHERE event_id = ?`, id)
-				require.NoError(t, err)
-				n, err := res.RowsAffected()
-				require.NoError(t, err)
-				require.EqualValues(t, 1, n)
-			},
-		}
+		return storetest.SQLHarness(t, db, func(clock outbox.Clock, deleteDone bool) (outbox.TxStore[*sql.Tx], error) {
+			return mysql.NewStore(db, mysql.Config{Clock: clock, DeleteDone: deleteDone})
+		})
 	})
 }
 

@@ -55,33 +55,9 @@ func TestStore(t *testing.T) {
 	t.Parallel()
 	storetest.Run(t, func(t *testing.T) storetest.Harness[*sql.Tx] {
 		db := openDB(t)
-		clock := clocktest.New(storetest.Start)
-		store, err := sqlite.NewStore(db, sqlite.Config{Clock: clock})
-		require.NoError(t, err)
-		deleteDone, err := sqlite.NewStore(db, sqlite.Config{Clock: clock, DeleteDone: true})
-		require.NoError(t, err)
-		return storetest.Harness[*sql.Tx]{
-			Store:      store,
-			DeleteDone: deleteDone,
-			Clock:      clock,
-			Tx: outbox.TxFuncs[*sql.Tx]{
-				Begin:    func(ctx context.Context) (*sql.Tx, error) { return db.BeginTx(ctx, nil) },
-				Commit:   func(_ context.Context, tx *sql.Tx) error { return tx.Commit() },
-				Rollback: func(_ context.Context, tx *sql.Tx) error { return tx.Rollback() },
-			},
-			Exec: func(ctx context.Context, tx *sql.Tx, query string) error {
-				_, err := tx.ExecContext(ctx, query)
-				return err
-			},
-			Count: func(t *testing.T) int { return count(t, db, "outbox_event") },
-			CorruptHeaders: func(t *testing.T, id string) {
-				res, err := db.ExecContext(t.Context(), `UPDATE outbox_event SET headers = '{"a": 1}' WHERE event_id = ?`, id)
-				require.NoError(t, err)
-				n, err := res.RowsAffected()
-				require.NoError(t, err)
-				require.EqualValues(t, 1, n)
-			},
-		}
+		return storetest.SQLHarness(t, db, func(clock outbox.Clock, deleteDone bool) (outbox.TxStore[*sql.Tx], error) {
+			return sqlite.NewStore(db, sqlite.Config{Clock: clock, DeleteDone: deleteDone})
+		})
 	})
 }
 
