@@ -15,8 +15,9 @@ help: ## List the targets
 test: ## Run every test with the race detector
 	$(GO) test -race -count=1 ./...
 
-examples: ## Run every example program (quickstart needs no server; the others use PostgreSQL, amqp RabbitMQ)
+examples: ## Run every example program (quickstart needs no server; then on MariaDB; the others use PostgreSQL, amqp RabbitMQ)
 	$(GO) run ./examples/quickstart
+	$(GO) run ./examples/quickstart -database-url 'mysql://root@tcp(127.0.0.1:3306)/test'
 	$(GO) run ./examples/cqrs
 	$(GO) run ./examples/kafka
 	$(GO) run ./examples/kafka -delete-done

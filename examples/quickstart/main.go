@@ -9,6 +9,7 @@
 //
 //	go run ./examples/quickstart
 //	go run ./examples/quickstart -database-url postgres://postgres@127.0.0.1:5432/postgres -brokers localhost:9092
+//	go run ./examples/quickstart -database-url 'mysql://root@tcp(127.0.0.1:3306)/test'
 package main
 
 import (
@@ -35,6 +36,7 @@ import (
 	"github.com/wmoutbox/wmoutbox/forward/kafkaforward"
 	outboxmw "github.com/wmoutbox/wmoutbox/middleware"
 	"github.com/wmoutbox/wmoutbox/outbox"
+	"github.com/wmoutbox/wmoutbox/outbox/mysql"
 	"github.com/wmoutbox/wmoutbox/outbox/postgres"
 	"github.com/wmoutbox/wmoutbox/outbox/sqlite"
 	"github.com/wmoutbox/wmoutbox/watermilladapter"
@@ -47,7 +49,7 @@ const (
 )
 
 func main() {
-	databaseURL := flag.String("database-url", "", "PostgreSQL URL (postgres://…); default: an embedded SQLite database in a temporary directory")
+	databaseURL := flag.String("database-url", "", "PostgreSQL URL (postgres://…) or MySQL/MariaDB DSN after mysql:// (mysql://user@tcp(host:3306)/db); default: an embedded SQLite database in a temporary directory")
 	brokers := flag.String("brokers", "", "Kafka brokers, comma separated; default: an in-process Kafka-protocol broker")
 	orders := flag.Int("orders", 100, "how many orders to create")
 	flag.Parse()
@@ -76,8 +78,11 @@ func run(ctx context.Context, databaseURL, brokerList string, orders int) error 
 	if strings.HasPrefix(databaseURL, "postgres://") || strings.HasPrefix(databaseURL, "postgresql://") {
 		return runOnPostgres(ctx, databaseURL, brokers, orders)
 	}
+	if dsn, ok := strings.CutPrefix(databaseURL, "mysql://"); ok {
+		return runOnMySQL(ctx, dsn, brokers, orders)
+	}
 	if databaseURL != "" {
-		return fmt.Errorf("-database-url must be a postgres:// URL (or empty for SQLite), got %q", databaseURL)
+		return fmt.Errorf("-database-url must be a postgres:// URL, mysql:// and a MySQL DSN, or empty for SQLite; got %q", databaseURL)
 	}
 	return runOnSQLite(ctx, brokers, orders)
 }
@@ -151,6 +156,37 @@ func runOnPostgres(ctx context.Context, url string, brokers []string, orders int
 	fmt.Println("outbox: PostgreSQL, tables example_quickstart_outbox and example_quickstart_orders")
 	return relay(ctx, store, func(ctx context.Context, tx pgx.Tx, o order) error {
 		_, err := tx.Exec(ctx, `INSERT INTO example_quickstart_orders (id, total_cents) VALUES ($1, $2)`, o.ID, o.TotalCents)
+		return err
+	}, brokers, orders)
+}
+
+func runOnMySQL(ctx context.Context, dsn string, brokers []string, orders int) error {
+	db, err := sql.Open("mysql", dsn)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	// Tables of its own, emptied as on PostgreSQL.
+	cfg := mysql.Config{Table: "example_quickstart_outbox"}
+	if err := mysql.Migrate(ctx, db, cfg); err != nil {
+		return err
+	}
+	for _, sql := range []string{
+		`CREATE TABLE IF NOT EXISTS example_quickstart_orders (id varchar(64) PRIMARY KEY, total_cents bigint NOT NULL)`,
+		`DELETE FROM example_quickstart_orders`,
+		`DELETE FROM example_quickstart_outbox`,
+	} {
+		if _, err := db.ExecContext(ctx, sql); err != nil {
+			return fmt.Errorf("prepare tables: %w", err)
+		}
+	}
+	store, err := mysql.NewStore(db, cfg)
+	if err != nil {
+		return err
+	}
+	fmt.Println("outbox: MySQL, tables example_quickstart_outbox and example_quickstart_orders")
+	return relay(ctx, store, func(ctx context.Context, tx *sql.Tx, o order) error {
+		_, err := tx.ExecContext(ctx, `INSERT INTO example_quickstart_orders (id, total_cents) VALUES (?, ?)`, o.ID, o.TotalCents)
 		return err
 	}, brokers, orders)
 }
