@@ -9,6 +9,7 @@ import (
 	"database/sql"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"time"
 
 	"github.com/wmoutbox/wmoutbox/outbox"
@@ -191,4 +192,109 @@ func QueryEvents(ctx context.Context, q Querier, query string, args ...any) ([]o
 		return nil, err
 	}
 	return ScanEvents(rows)
+}
+
+// The reads and writes below are the same in every database/sql store,
+// but for their SQL; store names the store in their errors ("mysql").
+
+// Get reads the event with the given id with query, which takes the id;
+// [outbox.ErrNotFound] when there is none.
+func Get(ctx context.Context, q Querier, store, query, id string) (outbox.Event, error) {
+	events, err := QueryEvents(ctx, q, query, id)
+	if err != nil {
+		return outbox.Event{}, fmt.Errorf("%s: get %s: %w", store, id, err)
+	}
+	if len(events) == 0 {
+		return outbox.Event{}, fmt.Errorf("%w: %s", outbox.ErrNotFound, id)
+	}
+	return events[0], nil
+}
+
+// Existing returns those of ids that have a row, read in tx with one, a
+// query that takes one id, or many, which takes HexIDs(ids).
+func Existing(ctx context.Context, tx *sql.Tx, store, one, many string, ids []string) ([]string, error) {
+	if tx == nil {
+		return nil, outbox.ErrNoTransaction
+	}
+	query, arg := one, any(ids[0])
+	if len(ids) > 1 {
+		query, arg = many, HexIDs(ids)
+	}
+	rows, err := tx.QueryContext(ctx, query, arg)
+	var existing []string
+	if err == nil {
+		existing, err = ScanColumn[string](rows)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s: look up %d events: %w", store, len(ids), err)
+	}
+	return existing, nil
+}
+
+// Backlog reads a topic's pending events with query, which takes the topic
+// and returns their count and the earliest due time.
+func Backlog(ctx context.Context, db *sql.DB, store, query, topic string) (int64, time.Time, error) {
+	var (
+		n      int64
+		oldest sql.NullInt64
+	)
+	if err := db.QueryRowContext(ctx, query, topic).Scan(&n, &oldest); err != nil {
+		return 0, time.Time{}, fmt.Errorf("%s: backlog of %s: %w", store, topic, err)
+	}
+	return n, FromMicros(oldest), nil
+}
+
+// MarkProcessed records in tx that consumer processed event id at, with
+// insert, which takes the three and writes no row for a record that
+// exists, and reports whether it wrote one (see [outbox.Inbox]).
+func MarkProcessed(ctx context.Context, tx *sql.Tx, store, insert, consumer, id string, at time.Time) (bool, error) {
+	if tx == nil {
+		return false, outbox.ErrNoTransaction
+	}
+	if err := outbox.ValidateProcessed(consumer, id); err != nil {
+		return false, err
+	}
+	var n int64
+	res, err := tx.ExecContext(ctx, insert, consumer, id, Micros(at))
+	if err == nil {
+		n, err = res.RowsAffected()
+	}
+	if err != nil {
+		return false, fmt.Errorf("%s: record event %s processed by %s: %w", store, id, consumer, err)
+	}
+	return n == 1, nil
+}
+
+// TopicVariant picks, of a statement's variants by topic filter (all
+// topics, one, several), the one for topics, and its parameter: none, the
+// topic, or the topics as a JSON array of strings.
+func TopicVariant(variants [3]string, topics []string) (string, any) {
+	switch len(topics) {
+	case 0:
+		return variants[0], nil
+	case 1:
+		return variants[1], topics[0]
+	}
+	return variants[2], Strings(topics)
+}
+
+// DeadFilter is f as the parameters of the stores' dead-event filters:
+// ids (HexIDs), event type, topic, died before (unix microseconds), each
+// NULL when f does not filter by it. The ids of a non-nil empty IDs are
+// "[]", which matches no event.
+func DeadFilter(f outbox.DeadFilter) []any {
+	params := make([]any, 4) // NULL
+	if f.IDs != nil {
+		params[0] = HexIDs(f.IDs)
+	}
+	if f.EventType != "" {
+		params[1] = string(f.EventType)
+	}
+	if f.Topic != "" {
+		params[2] = f.Topic
+	}
+	if !f.DiedBefore.IsZero() {
+		params[3] = Micros(f.DiedBefore)
+	}
+	return params
 }

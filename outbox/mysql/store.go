@@ -273,34 +273,12 @@ func (s *Store) undoInsert(ctx context.Context, tx *sql.Tx, ids []string) error 
 // ids of their own, as [outbox.Prepare] does, when you roll back to
 // savepoints and write again.
 func (s *Store) Kept(ctx context.Context, tx *sql.Tx, _ uint64, ids []string) ([]string, error) {
-	if tx == nil {
-		return nil, outbox.ErrNoTransaction
-	}
-	query, arg := s.t.sql.existingOne, any(ids[0])
-	if len(ids) > 1 {
-		query, arg = s.t.sql.existing, sqlcodec.HexIDs(ids)
-	}
-	rows, err := tx.QueryContext(ctx, query, arg)
-	var existing []string
-	if err == nil {
-		existing, err = sqlcodec.ScanColumn[string](rows)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("mysql: look up events in %s: %w", s.t.name, err)
-	}
-	return existing, nil
+	return sqlcodec.Existing(ctx, tx, "mysql", s.t.sql.existingOne, s.t.sql.existing, ids)
 }
 
 // Get implements [outbox.Store].
 func (s *Store) Get(ctx context.Context, id string) (outbox.Event, error) {
-	events, err := queryEvents(ctx, s.db, "get "+id, s.t.sql.get, id)
-	if err != nil {
-		return outbox.Event{}, err
-	}
-	if len(events) == 0 {
-		return outbox.Event{}, fmt.Errorf("%w: %s", outbox.ErrNotFound, id)
-	}
-	return events[0], nil
+	return sqlcodec.Get(ctx, s.db, "mysql", s.t.sql.get, id)
 }
 
 // Claim implements [outbox.Store]: in one READ COMMITTED transaction, it
@@ -438,24 +416,13 @@ func (s *Store) PollPending(ctx context.Context, req outbox.PollRequest) ([]outb
 		return nil, err
 	}
 	now := s.clock.Now()
-	query, topicArg := topicVariant(s.t.sql.poll, req.Topics)
+	query, topicArg := sqlcodec.TopicVariant(s.t.sql.poll, req.Topics)
 	var args []any
 	if topicArg != nil {
 		args = append(args, topicArg)
 	}
 	args = append(args, sqlcodec.Micros(now), sqlcodec.Micros(now.Add(-req.SkipRecent)), sqlcodec.Micros(now), req.Limit)
 	return queryEvents(ctx, s.db, "poll", query, args...)
-}
-
-// topicVariant picks the statement for a topic filter and its argument.
-func topicVariant(variants [3]string, topics []string) (string, any) {
-	switch len(topics) {
-	case 0:
-		return variants[0], nil
-	case 1:
-		return variants[1], topics[0]
-	}
-	return variants[2], sqlcodec.Strings(topics)
 }
 
 // Release implements [outbox.Store].
@@ -520,16 +487,11 @@ func (s *Store) ReplayDead(ctx context.Context, f outbox.DeadFilter) (int64, err
 
 // deadArgs are the parameters of sqlDeadFilter, each twice.
 func deadArgs(f outbox.DeadFilter) []any {
-	var ids any // NULL: no id filter; "[]" (an empty slice) matches no event
-	if f.IDs != nil {
-		ids = sqlcodec.HexIDs(f.IDs)
+	params := make([]any, 0, 8)
+	for _, p := range sqlcodec.DeadFilter(f) {
+		params = append(params, p, p)
 	}
-	var diedBefore any // NULL
-	if !f.DiedBefore.IsZero() {
-		diedBefore = sqlcodec.Micros(f.DiedBefore)
-	}
-	eventType, topic := nullIfEmpty(string(f.EventType)), nullIfEmpty(f.Topic)
-	return []any{ids, ids, eventType, eventType, topic, topic, diedBefore, diedBefore}
+	return params
 }
 
 // nullIfEmpty is s as a parameter, NULL when s is empty. The statements
@@ -543,14 +505,7 @@ func nullIfEmpty(s string) any {
 
 // Backlog implements [outbox.Store].
 func (s *Store) Backlog(ctx context.Context, topic string) (int64, time.Time, error) {
-	var (
-		n      int64
-		oldest sql.NullInt64
-	)
-	if err := s.db.QueryRowContext(ctx, s.t.sql.backlog, topic).Scan(&n, &oldest); err != nil {
-		return 0, time.Time{}, fmt.Errorf("mysql: backlog of %s: %w", topic, err)
-	}
-	return n, sqlcodec.FromMicros(oldest), nil
+	return sqlcodec.Backlog(ctx, s.db, "mysql", s.t.sql.backlog, topic)
 }
 
 // Purge implements [outbox.Store]. Each batch is a READ COMMITTED

@@ -15,21 +15,7 @@ var _ outbox.Inbox[*sql.Tx] = (*Store)(nil)
 // MarkProcessed implements [outbox.Inbox], on the inbox table beside the
 // outbox table (its name with "_inbox" appended), which [Migrate] creates.
 func (s *Store) MarkProcessed(ctx context.Context, tx *sql.Tx, consumer, id string) (bool, error) {
-	if tx == nil {
-		return false, outbox.ErrNoTransaction
-	}
-	if err := outbox.ValidateProcessed(consumer, id); err != nil {
-		return false, err
-	}
-	var n int64
-	res, err := tx.ExecContext(ctx, s.t.sql.markProcessed, consumer, id, sqlcodec.Micros(s.clock.Now()))
-	if err == nil {
-		n, err = res.RowsAffected()
-	}
-	if err != nil {
-		return false, fmt.Errorf("sqlite: record event %s processed by %s in %s: %w", id, consumer, s.t.inbox, err)
-	}
-	return n == 1, nil
+	return sqlcodec.MarkProcessed(ctx, tx, "sqlite", s.t.sql.markProcessed, consumer, id, s.clock.Now())
 }
 
 // PurgeProcessed implements [outbox.Inbox].

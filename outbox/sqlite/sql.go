@@ -61,9 +61,9 @@ VALUES (?1, ?2, ?3, ?4, nullif(?5, ''), nullif(?6, ''),
     ?7, ?8, ?9, 0, 0,
     ?10, ?11, ?12, ?12, ?13, ?14, ?15)`
 
-// sqlExisting returns those of the event ids of sqlcodec.HexIDs(ids), passed as
-// ?1, that have a row; sqlExistingOne does for one id, ?1, what most
-// business transactions write, without the JSON.
+// sqlExisting returns those of the event ids of sqlcodec.HexIDs(ids),
+// passed as ?1, that have a row; sqlExistingOne does for one id, ?1, what
+// most business transactions write, without the JSON.
 const (
 	sqlExisting    = `SELECT event_id FROM {table} WHERE event_id IN (` + sqlIDs + `)`
 	sqlExistingOne = `SELECT event_id FROM {table} WHERE event_id = ?1`
@@ -178,13 +178,13 @@ DELETE FROM {table} WHERE event_id IN (` + sqlIDs + `) AND status <> 1`
 const sqlBacklog = `SELECT count(*), min(available_at) FROM {table} WHERE status IN (0, 2) AND topic = ?1`
 
 // sqlDeadFilter selects DEAD rows; each condition is off when its
-// parameter is NULL or the empty string; an empty id array matches no row.
-// ?1 is a JSON array of ids. The literal status list is the finished
+// parameter is NULL (see sqlcodec.DeadFilter); an empty id array matches
+// no row. ?1 is a JSON array of ids. The literal status list is the finished
 // index's condition, which SQLite's planner matches term for term.
 const sqlDeadFilter = `status IN (1, 3) AND status = 3
     AND (?1 IS NULL OR event_id IN (` + sqlIDs + `))
-    AND (?2 = '' OR event_type = ?2)
-    AND (?3 = '' OR topic = ?3)
+    AND (?2 IS NULL OR event_type = ?2)
+    AND (?3 IS NULL OR topic = ?3)
     AND (?4 IS NULL OR updated_at < ?4)`
 
 const sqlQueryDead = `

@@ -280,34 +280,12 @@ func (l *txLocks) lock(tx *sql.Tx) (unlock func()) {
 // of their own, as [outbox.Prepare] does, when you roll back to
 // savepoints and write again.
 func (s *Store) Kept(ctx context.Context, tx *sql.Tx, _ uint64, ids []string) ([]string, error) {
-	if tx == nil {
-		return nil, outbox.ErrNoTransaction
-	}
-	query, arg := s.t.sql.existingOne, any(ids[0])
-	if len(ids) > 1 {
-		query, arg = s.t.sql.existing, sqlcodec.HexIDs(ids)
-	}
-	rows, err := tx.QueryContext(ctx, query, arg)
-	var existing []string
-	if err == nil {
-		existing, err = sqlcodec.ScanColumn[string](rows)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("sqlite: look up events in %s: %w", s.t.name, err)
-	}
-	return existing, nil
+	return sqlcodec.Existing(ctx, tx, "sqlite", s.t.sql.existingOne, s.t.sql.existing, ids)
 }
 
 // Get implements [outbox.Store].
 func (s *Store) Get(ctx context.Context, id string) (outbox.Event, error) {
-	events, err := queryEvents(ctx, s.db, "get "+id, s.t.sql.get, id)
-	if err != nil {
-		return outbox.Event{}, err
-	}
-	if len(events) == 0 {
-		return outbox.Event{}, fmt.Errorf("%w: %s", outbox.ErrNotFound, id)
-	}
-	return events[0], nil
+	return sqlcodec.Get(ctx, s.db, "sqlite", s.t.sql.get, id)
 }
 
 // Claim implements [outbox.Store]. SQLite has no FOR UPDATE SKIP LOCKED
@@ -327,7 +305,7 @@ func (s *Store) Claim(ctx context.Context, req outbox.ClaimRequest) ([]outbox.Ev
 	if req.Ordered {
 		ordered = 1
 	}
-	query, topicArg := topicVariant(s.t.sql.claim[ordered], req.Topics)
+	query, topicArg := sqlcodec.TopicVariant(s.t.sql.claim[ordered], req.Topics)
 	args := []any{sqlcodec.Micros(now), sqlcodec.Micros(now.Add(-req.SkipRecent)), req.Limit, req.Owner, sqlcodec.Micros(now.Add(req.LockTimeout))}
 	if topicArg != nil {
 		args = append(args, topicArg)
@@ -352,23 +330,12 @@ func (s *Store) PollPending(ctx context.Context, req outbox.PollRequest) ([]outb
 		return nil, err
 	}
 	now := s.clock.Now()
-	query, topicArg := topicVariant(s.t.sql.poll, req.Topics)
+	query, topicArg := sqlcodec.TopicVariant(s.t.sql.poll, req.Topics)
 	args := []any{sqlcodec.Micros(now), sqlcodec.Micros(now.Add(-req.SkipRecent)), req.Limit}
 	if topicArg != nil {
 		args = append(args, topicArg)
 	}
 	return queryEvents(ctx, s.db, "poll", query, args...)
-}
-
-// topicVariant picks the statement for a topic filter and its argument.
-func topicVariant(variants [3]string, topics []string) (string, any) {
-	switch len(topics) {
-	case 0:
-		return variants[0], nil
-	case 1:
-		return variants[1], topics[0]
-	}
-	return variants[2], sqlcodec.Strings(topics)
 }
 
 // Release implements [outbox.Store].
@@ -406,13 +373,13 @@ func (s *Store) QueryDead(ctx context.Context, q outbox.DeadQuery) ([]outbox.Eve
 	if err != nil {
 		return nil, err
 	}
-	return queryEvents(ctx, s.db, "query dead events", s.t.sql.queryDead, append(deadArgs(q.DeadFilter), q.After, q.Limit)...)
+	return queryEvents(ctx, s.db, "query dead events", s.t.sql.queryDead, append(sqlcodec.DeadFilter(q.DeadFilter), q.After, q.Limit)...)
 }
 
 // CountDead implements [outbox.Store].
 func (s *Store) CountDead(ctx context.Context, f outbox.DeadFilter) (int64, error) {
 	var n int64
-	if err := s.db.QueryRowContext(ctx, s.t.sql.countDead, deadArgs(f)...).Scan(&n); err != nil {
+	if err := s.db.QueryRowContext(ctx, s.t.sql.countDead, sqlcodec.DeadFilter(f)...).Scan(&n); err != nil {
 		return 0, fmt.Errorf("sqlite: count dead events: %w", err)
 	}
 	return n, nil
@@ -425,31 +392,12 @@ func (s *Store) ReplayDead(ctx context.Context, f outbox.DeadFilter) (int64, err
 	if err := f.ValidateReplay(); err != nil {
 		return 0, err
 	}
-	return s.exec(ctx, "replay dead events", s.t.sql.replayDead, append(deadArgs(f), sqlcodec.Micros(s.clock.Now()))...)
-}
-
-func deadArgs(f outbox.DeadFilter) []any {
-	var ids any // NULL: no id filter; "[]" (an empty slice) matches no event
-	if f.IDs != nil {
-		ids = sqlcodec.HexIDs(f.IDs)
-	}
-	var diedBefore any // NULL
-	if !f.DiedBefore.IsZero() {
-		diedBefore = sqlcodec.Micros(f.DiedBefore)
-	}
-	return []any{ids, string(f.EventType), f.Topic, diedBefore}
+	return s.exec(ctx, "replay dead events", s.t.sql.replayDead, append(sqlcodec.DeadFilter(f), sqlcodec.Micros(s.clock.Now()))...)
 }
 
 // Backlog implements [outbox.Store].
 func (s *Store) Backlog(ctx context.Context, topic string) (int64, time.Time, error) {
-	var (
-		n      int64
-		oldest sql.NullInt64
-	)
-	if err := s.db.QueryRowContext(ctx, s.t.sql.backlog, topic).Scan(&n, &oldest); err != nil {
-		return 0, time.Time{}, fmt.Errorf("sqlite: backlog of %s: %w", topic, err)
-	}
-	return n, sqlcodec.FromMicros(oldest), nil
+	return sqlcodec.Backlog(ctx, s.db, "sqlite", s.t.sql.backlog, topic)
 }
 
 // Purge implements [outbox.Store].
