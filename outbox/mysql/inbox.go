@@ -14,8 +14,14 @@ var _ outbox.Inbox[*sql.Tx] = (*Store)(nil)
 
 // MarkProcessed implements [outbox.Inbox], on the inbox table beside the
 // outbox table (its name with "_inbox" appended), which [Migrate] creates.
+// Like the store's writes, it is refused in a transaction that MySQL
+// rolled back ([ErrTransactionRolledBack]).
 func (s *Store) MarkProcessed(ctx context.Context, tx *sql.Tx, consumer, id string) (bool, error) {
-	return sqlcodec.MarkProcessed(ctx, tx, "mysql", s.t.sql.markProcessed, consumer, id, s.clock.Now())
+	if err := rolledBack(tx); err != nil {
+		return false, err
+	}
+	recorded, err := sqlcodec.MarkProcessed(ctx, tx, "mysql", s.t.sql.markProcessed, consumer, id, s.clock.Now())
+	return recorded, failedIn(tx, err)
 }
 
 // PurgeProcessed implements [outbox.Inbox]. Like [Store.Purge], it passes

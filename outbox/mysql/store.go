@@ -7,9 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"time"
+	"weak"
 
 	mysqldriver "github.com/go-sql-driver/mysql"
 
@@ -127,13 +130,65 @@ func (s *Store) InTx(ctx context.Context, fn func(ctx context.Context, tx *sql.T
 // [outbox.AfterCommit]; their failures go to logger (nil: slog.Default()).
 // The context given to fn carries tx, so an outbox Watermill publisher
 // given that context writes in it.
+//
+// A deadlock makes MySQL roll back the whole transaction, and the
+// session's next statements then commit one by one: when a write of the
+// store in fn fails so ([ErrTransactionRolledBack]), the store's later
+// writes in the transaction are refused (in any transaction), and InTx
+// returns that error instead of committing, even if fn returned nil.
 func InTx(ctx context.Context, db *sql.DB, logger *slog.Logger, fn func(ctx context.Context, tx *sql.Tx) error) error {
 	return outbox.RunInTx(ctx, outbox.TxFuncs[*sql.Tx]{
-		Begin:    func(ctx context.Context) (*sql.Tx, error) { return db.BeginTx(ctx, nil) },
-		Commit:   func(_ context.Context, tx *sql.Tx) error { return tx.Commit() },
+		Begin: func(ctx context.Context) (*sql.Tx, error) { return db.BeginTx(ctx, nil) },
+		Commit: func(_ context.Context, tx *sql.Tx) error {
+			if err := rolledBack(tx); err != nil {
+				_ = tx.Rollback() // the server's transaction is gone; this frees the connection
+				return err
+			}
+			return tx.Commit()
+		},
 		Rollback: func(_ context.Context, tx *sql.Tx) error { return tx.Rollback() },
 	}, logger, fn)
 }
+
+// rolledBackTxs holds the transactions in which a statement of the store
+// made MySQL roll the transaction back, with that statement's error
+// (wrapped in ErrTransactionRolledBack): weak.Pointer[sql.Tx] to error. An
+// entry goes when its transaction is garbage.
+var rolledBackTxs sync.Map
+
+// rolledBack returns the error with which MySQL rolled back tx, if a
+// statement of the store in tx met one: nothing more may be written in
+// it, since it would commit alone.
+func rolledBack(tx *sql.Tx) error {
+	if err, ok := rolledBackTxs.Load(weak.Make(tx)); ok {
+		return err.(error)
+	}
+	return nil
+}
+
+// failedIn returns err, the error of a statement of the store in tx,
+// wrapped in [ErrTransactionRolledBack] when MySQL rolled back the whole
+// transaction with it (a deadlock; a lock wait timeout, which does when
+// innodb_rollback_on_timeout is set), and then records that tx is gone.
+func failedIn(tx *sql.Tx, err error) error {
+	var e *mysqldriver.MySQLError
+	if !errors.As(err, &e) || (e.Number != erLockDeadlock && e.Number != erLockWaitTimeout) {
+		return err
+	}
+	err = fmt.Errorf("%w: %w", ErrTransactionRolledBack, err)
+	key := weak.Make(tx)
+	if _, known := rolledBackTxs.LoadOrStore(key, err); !known {
+		runtime.AddCleanup(tx, func(key weak.Pointer[sql.Tx]) { rolledBackTxs.Delete(key) }, key)
+	}
+	return err
+}
+
+// MySQL's error numbers that the store tells apart.
+const (
+	erDupEntry        = 1062
+	erLockWaitTimeout = 1205
+	erLockDeadlock    = 1213
+)
 
 // Insert implements [outbox.Inserter]: one statement for a batch of up to
 // 1,000 events and 4 MiB, which InnoDB applies whole or not at all; a
@@ -156,6 +211,9 @@ func (s *Store) Insert(ctx context.Context, tx *sql.Tx, hot, cold []outbox.Envel
 	}
 	if lease.Duration <= 0 {
 		lease.Duration = outbox.DefaultLockTimeout
+	}
+	if err := rolledBack(tx); err != nil {
+		return 0, err
 	}
 	rows, err := insertRows(hot, cold, lease, s.clock.Now())
 	if err != nil {
@@ -245,6 +303,7 @@ func (s *Store) insertStatement(ctx context.Context, tx *sql.Tx, rows []insertRo
 		params = append(params, r.params...)
 	}
 	_, err := tx.ExecContext(ctx, s.t.sql.insert(len(rows)), params...)
+	err = failedIn(tx, err)
 	if isUniqueViolation(err) {
 		return fmt.Errorf("mysql: insert into %s: %w: %w", s.t.name, outbox.ErrDuplicateEvent, err)
 	}
@@ -273,7 +332,11 @@ func (s *Store) undoInsert(ctx context.Context, tx *sql.Tx, ids []string) error 
 // ids of their own, as [outbox.Prepare] does, when you roll back to
 // savepoints and write again.
 func (s *Store) Kept(ctx context.Context, tx *sql.Tx, _ uint64, ids []string) ([]string, error) {
-	return sqlcodec.Existing(ctx, tx, "mysql", s.t.sql.existingOne, s.t.sql.existing, ids)
+	if err := rolledBack(tx); err != nil {
+		return nil, err
+	}
+	existing, err := sqlcodec.Existing(ctx, tx, "mysql", s.t.sql.existingOne, s.t.sql.existing, ids)
+	return existing, failedIn(tx, err)
 }
 
 // Get implements [outbox.Store].
@@ -599,8 +662,8 @@ func queryEvents(ctx context.Context, q sqlcodec.Querier, op, query string, args
 	return events, nil
 }
 
-// isUniqueViolation reports a duplicate event id (ER_DUP_ENTRY).
+// isUniqueViolation reports a duplicate event id.
 func isUniqueViolation(err error) bool {
 	var e *mysqldriver.MySQLError
-	return errors.As(err, &e) && e.Number == 1062
+	return errors.As(err, &e) && e.Number == erDupEntry
 }
