@@ -69,6 +69,32 @@ var badEnvelopes = []badEnvelope{
 	{"over-long tenant id", func(e *outbox.Envelope) { e.TenantID = strings.Repeat("t", outbox.MaxTenantIDLen+1) }, "TenantID", "longer than"},
 }
 
+// badMessages are Watermill messages whose metadata or payload make
+// invalid envelopes.
+var badMessages = []struct {
+	name string
+	msg  func() *message.Message
+}{
+	{"NUL in the aggregate id", func() *message.Message {
+		m := message.NewMessage(watermill.NewUUID(), []byte("x"))
+		m.Metadata.Set(watermilladapter.MetadataAggregateID, "a\x00")
+		return m
+	}},
+	{"unparsable deliver-after time", func() *message.Message {
+		m := message.NewMessage(watermill.NewUUID(), []byte("x"))
+		m.Metadata.Set(watermilladapter.MetadataDeliverAfter, "tomorrow")
+		return m
+	}},
+	{"payload over 1 MiB", func() *message.Message {
+		return message.NewMessage(watermill.NewUUID(), make([]byte, outbox.MaxPayloadSize+1))
+	}},
+	{"over-long event id", func() *message.Message {
+		m := message.NewMessage(watermill.NewUUID(), []byte("x"))
+		m.Metadata.Set(watermilladapter.MetadataEventID, strings.Repeat("1", 37))
+		return m
+	}},
+}
+
 // badBatch is [good, bad, good].
 func badBatch(bad badEnvelope) []outbox.Envelope {
 	e := goodEnvelope(badInputTopic)
@@ -119,29 +145,6 @@ func TestBadEnvelopesWriteNothing(t *testing.T) {
 	}
 
 	// Bad metadata through the Watermill publisher fails the same way.
-	badMessages := []struct {
-		name string
-		msg  func() *message.Message
-	}{
-		{"NUL in the aggregate id", func() *message.Message {
-			m := message.NewMessage(watermill.NewUUID(), []byte("x"))
-			m.Metadata.Set(watermilladapter.MetadataAggregateID, "a\x00")
-			return m
-		}},
-		{"unparsable deliver-after time", func() *message.Message {
-			m := message.NewMessage(watermill.NewUUID(), []byte("x"))
-			m.Metadata.Set(watermilladapter.MetadataDeliverAfter, "tomorrow")
-			return m
-		}},
-		{"payload over 1 MiB", func() *message.Message {
-			return message.NewMessage(watermill.NewUUID(), make([]byte, outbox.MaxPayloadSize+1))
-		}},
-		{"over-long event id", func() *message.Message {
-			m := message.NewMessage(watermill.NewUUID(), []byte("x"))
-			m.Metadata.Set(watermilladapter.MetadataEventID, strings.Repeat("1", 37))
-			return m
-		}},
-	}
 	for _, bad := range badMessages {
 		err := r.Store.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
 			good := message.NewMessage(watermill.NewUUID(), []byte(`{}`))

@@ -12,9 +12,11 @@
 // postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable) where the
 // user may create databases (it then owns them, so it may refuse their connections
 // and terminate their backends), and RabbitMQ on 127.0.0.1:5672
-// (TEST_AMQP_URL) with rabbitmqctl on the PATH. Kafka runs in process
-// (kfake). Without a server the tests skip, except under CI=true, where
-// they fail.
+// (TEST_AMQP_URL) with rabbitmqctl on the PATH; the MySQL scenarios need
+// MariaDB 10.6+ or MySQL (TEST_MYSQL_DSN, default
+// root@tcp(127.0.0.1:3306)/, see internal/testmysql) where the user may
+// create databases. Kafka runs in process (kfake). Without a server the
+// tests skip, except under CI=true, where they fail.
 //
 // # The ledger
 //
@@ -23,7 +25,7 @@
 // that writes the event, so the ledger holds exactly the ids of committed
 // transactions, whatever the fault did to the commit; transactions rolled
 // back on purpose are noted apart. Handlers record each delivery (in
-// PostgreSQL when the handler runs in another process, in memory
+// the test database when the handler runs in another process, in memory
 // otherwise); forwarding scenarios read what reached the broker with an
 // independent client. The check then counts:
 //
@@ -69,4 +71,23 @@
 //     does not grow with the backlog, which drains afterwards.
 //   - bad input: invalid envelopes, bad table names, rows with malformed
 //     headers, messages published without a transaction.
+//
+// The MySQL store (outbox/mysql, on MariaDB) has its own ledger tables in
+// its test database, and runs the scenarios where it differs from
+// PostgreSQL:
+//
+//   - crash-mysql: the crash scenario with 8 kills; MySQL has no
+//     LISTEN/NOTIFY, so both relays find the writers' events by polling
+//     every 50 ms.
+//   - bad input on MySQL: invalid envelopes and messages, and batches the
+//     database refuses in their second statement (a batch is split at
+//     1,000 rows or 4 MiB, and the store deletes what the first wrote),
+//     hot-path events of a savepoint that rolls back; bad table names
+//     (backquotes, other databases' names, 49 characters); malformed
+//     stored headers, raw NUL bytes among them; writes without a
+//     transaction or in a finished one.
+//   - deadlocked write on MySQL: a write that InnoDB picks as a
+//     deadlock's victim, which rolls back the whole transaction, in a
+//     business transaction that goes on: nothing of it may commit, and
+//     its end may not report success.
 package faults

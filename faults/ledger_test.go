@@ -40,7 +40,8 @@ var errRollback = errors.New("business rule failed: roll back")
 
 // ledger checks one scenario's deliveries against its committed writes.
 type ledger struct {
-	pool     *pgxpool.Pool
+	pool     *pgxpool.Pool // the PostgreSQL scenarios' database; nil on another store
+	db       ledgerDB      // where the ledger's tables and the outbox table are
 	scenario string
 
 	mu         sync.Mutex
@@ -52,8 +53,22 @@ func newLedger(t *testing.T, pool *pgxpool.Pool, scenario string) *ledger {
 	t.Helper()
 	_, err := pool.Exec(t.Context(), ledgerSchema)
 	require.NoError(t, err)
-	return &ledger{pool: pool, scenario: scenario}
+	return &ledger{pool: pool, db: pgLedger{pool}, scenario: scenario}
 }
+
+// ledgerDB is the database of a ledger's tables and of the outbox table
+// it checks: PostgreSQL (pgLedger) or MySQL (mysqlLedger).
+type ledgerDB interface {
+	// flush copies in-memory records in one transaction.
+	flush(ctx context.Context, delivered []delivery, rolledBack []string) error
+	// count counts the ledger's tables.
+	count(ctx context.Context) (figures, error)
+	// outboxState counts the outbox table's rows.
+	outboxState(ctx context.Context) (tableState, error)
+}
+
+// pgLedger is the ledger of the PostgreSQL scenarios.
+type pgLedger struct{ pool *pgxpool.Pool }
 
 // recordWritten adds ids to the ledger in tx, the transaction that writes
 // their events: they count as written exactly when it commits.
@@ -127,8 +142,12 @@ func (l *ledger) count(ctx context.Context) (figures, error) {
 		l.mu.Unlock()
 		return figures{}, err
 	}
+	return l.db.count(ctx)
+}
+
+func (pg pgLedger) count(ctx context.Context) (figures, error) {
 	var f figures
-	err := l.pool.QueryRow(ctx, `
+	err := pg.pool.QueryRow(ctx, `
 SELECT (SELECT count(*) FROM fault_written),
        (SELECT count(*) FROM fault_rolled_back),
        (SELECT count(*) FROM fault_delivered),
@@ -148,7 +167,11 @@ func (l *ledger) flush(ctx context.Context, delivered []delivery, rolledBack []s
 	if len(delivered) == 0 && len(rolledBack) == 0 {
 		return nil
 	}
-	return pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
+	return l.db.flush(ctx, delivered, rolledBack)
+}
+
+func (pg pgLedger) flush(ctx context.Context, delivered []delivery, rolledBack []string) error {
+	return pgx.BeginFunc(ctx, pg.pool, func(tx pgx.Tx) error {
 		rows := make([][]any, len(delivered))
 		for i, d := range delivered {
 			rows[i] = []any{d.id, d.by}
@@ -173,7 +196,7 @@ func (l *ledger) waitDelivered(t *testing.T, limit time.Duration) figures {
 		if f, err = l.count(t.Context()); err != nil {
 			return false, err.Error()
 		}
-		if st, err = outboxState(t.Context(), l.pool); err != nil {
+		if st, err = l.db.outboxState(t.Context()); err != nil {
 			return false, err.Error()
 		}
 		return f.lost == 0 && st.pending == 0 && st.claimed == 0, fmt.Sprintf("%s; outbox %s", f, st)
@@ -200,6 +223,10 @@ type tableState struct {
 
 func (s tableState) String() string {
 	return fmt.Sprintf("rows=%d done=%d pending=%d dead=%d claimed=%d", s.total, s.done, s.pending, s.dead, s.claimed)
+}
+
+func (pg pgLedger) outboxState(ctx context.Context) (tableState, error) {
+	return outboxState(ctx, pg.pool)
 }
 
 func outboxState(ctx context.Context, db *pgxpool.Pool) (tableState, error) {

@@ -26,8 +26,10 @@ const (
 	envRole     = "WMOUTBOX_FAULTS_ROLE"
 	envDatabase = "WMOUTBOX_FAULTS_DATABASE_URL"
 	envOwner    = "WMOUTBOX_FAULTS_OWNER"
-	// envScenario picks the child relay's configuration and handler: empty
-	// for the crash scenario's, scenarioOrdered for the ordered relays'.
+	// envScenario picks the child relay's store, configuration and
+	// handler: empty for the crash scenario's, scenarioOrdered for the
+	// ordered relays', scenarioMySQLCrash for the crash scenario's on
+	// MySQL (envDatabase is then a MySQL DSN).
 	envScenario = "WMOUTBOX_FAULTS_SCENARIO"
 
 	roleRelay = "relay"
@@ -64,6 +66,9 @@ func runRelayProcess() int {
 		fmt.Fprintf(os.Stderr, "relay %s: %s: %v\n", owner, what, err)
 		return 1
 	}
+	if os.Getenv(envScenario) == scenarioMySQLCrash {
+		return runMySQLRelayProcess(owner, fail)
+	}
 	ctx := context.Background()
 	cfg, err := pgxpool.ParseConfig(os.Getenv(envDatabase))
 	if err != nil {
@@ -79,14 +84,7 @@ func runRelayProcess() int {
 	if err != nil {
 		return fail("store", err)
 	}
-	subCfg := watermilladapter.SubscriberConfig{
-		Owner:             owner,
-		WorkerCount:       crashWorkers,
-		ColdQueueCapacity: crashColdQueue,
-		BatchSize:         crashBatch,
-		PollInterval:      crashPollInterval,
-		LockTimeout:       crashLockTimeout,
-	}
+	subCfg := crashSubscriberConfig(owner)
 	topic := crashTopic
 	handler := func(msg *message.Message) error {
 		return recordDelivered(msg.Context(), pool, msg.Metadata.Get(watermilladapter.MetadataEventID), owner)
@@ -99,6 +97,27 @@ func runRelayProcess() int {
 	if err != nil {
 		return fail("subscriber", err)
 	}
+	return runRelay(sub, topic, handler, fail)
+}
+
+// crashSubscriberConfig is the crashing relays' configuration (both
+// stores').
+func crashSubscriberConfig(owner string) watermilladapter.SubscriberConfig {
+	return watermilladapter.SubscriberConfig{
+		Owner:             owner,
+		WorkerCount:       crashWorkers,
+		ColdQueueCapacity: crashColdQueue,
+		BatchSize:         crashBatch,
+		PollInterval:      crashPollInterval,
+		LockTimeout:       crashLockTimeout,
+	}
+}
+
+// runRelay is the rest of the child role: it runs handler on sub's topic
+// behind RecordErrors, says "relay running", and runs until its standard
+// input closes (then it closes the router and sub) or it is killed.
+func runRelay(sub *watermilladapter.Subscriber, topic string, handler message.NoPublishHandlerFunc, fail func(what string, err error) int) int {
+	ctx := context.Background()
 	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: 10 * time.Second}, watermill.NopLogger{})
 	if err != nil {
 		return fail("router", err)

@@ -43,10 +43,18 @@
 // to [outbox.Writer.Write]; delivery then falls to the poller. A batch is
 // written whole or not at all: in one statement for up to 1,000 events
 // and 4 MiB, and beyond that in several, whose rows are deleted again when
-// a later one fails; the transaction stays usable, as MySQL transactions
-// do after a failed statement. MySQL cannot tell whether a savepoint holds
-// a write, so a write with hot events costs one more query before its
-// commit, which asks which of its events are still there ([Store.Kept]).
+// a later one fails. After a failed write the transaction goes on, as a
+// MySQL transaction does after a statement the server rolled back alone
+// (a duplicate id), except after a deadlock, with which InnoDB rolls back
+// the whole transaction: the session's next statements would then commit
+// one by one. The write returns [ErrTransactionRolledBack] and the store
+// rolls the *sql.Tx back too, so that the statements after it fail with
+// sql.ErrTxDone rather than commit alone, and [InTx] returns the deadlock.
+// Run the whole transaction again.
+//
+// MySQL cannot tell whether a savepoint holds a write, so a write with hot
+// events costs one more query before its commit, which asks which of its
+// events are still there ([Store.Kept]).
 //
 // # The table
 //

@@ -16,11 +16,11 @@ var (
 	// MySQL rolled back the whole transaction: a deadlock (1213), or a
 	// lock wait timeout (1205), which does when innodb_rollback_on_timeout
 	// is set. The session's next statements would then commit one by one,
-	// outside any transaction: the store's later writes in that transaction
-	// return it without running, and [InTx] and [Store.InTx] return it
-	// instead of committing. A transaction you begin yourself must be
-	// rolled back, since its Commit succeeds with nothing to commit. Run
-	// the whole transaction again.
+	// outside any transaction: the store rolls the *sql.Tx back as well,
+	// so that they fail with sql.ErrTxDone (and its Commit too), its own
+	// later writes in that transaction return this error without running,
+	// and [InTx] and [Store.InTx] return it instead of committing. Run the
+	// whole transaction again.
 	ErrTransactionRolledBack = errors.New("mysql: the transaction was rolled back by the server; run it again")
 
 	// ErrMigrationLocked is returned by [Migrate] when another migrator

@@ -141,8 +141,7 @@ func InTx(ctx context.Context, db *sql.DB, logger *slog.Logger, fn func(ctx cont
 		Begin: func(ctx context.Context) (*sql.Tx, error) { return db.BeginTx(ctx, nil) },
 		Commit: func(_ context.Context, tx *sql.Tx) error {
 			if err := rolledBack(tx); err != nil {
-				_ = tx.Rollback() // the server's transaction is gone; this frees the connection
-				return err
+				return err // and tx was rolled back when it was met
 			}
 			return tx.Commit()
 		},
@@ -169,7 +168,8 @@ func rolledBack(tx *sql.Tx) error {
 // failedIn returns err, the error of a statement of the store in tx,
 // wrapped in [ErrTransactionRolledBack] when MySQL rolled back the whole
 // transaction with it (a deadlock; a lock wait timeout, which does when
-// innodb_rollback_on_timeout is set), and then records that tx is gone.
+// innodb_rollback_on_timeout is set), and then records that tx is gone
+// and ends it.
 func failedIn(tx *sql.Tx, err error) error {
 	var e *mysqldriver.MySQLError
 	if !errors.As(err, &e) || (e.Number != erLockDeadlock && e.Number != erLockWaitTimeout) {
@@ -180,6 +180,10 @@ func failedIn(tx *sql.Tx, err error) error {
 	if _, known := rolledBackTxs.LoadOrStore(key, err); !known {
 		runtime.AddCleanup(tx, func(key weak.Pointer[sql.Tx]) { rolledBackTxs.Delete(key) }, key)
 	}
+	// Ended here too, the *sql.Tx refuses the business's next statements
+	// (sql.ErrTxDone), which would otherwise commit one by one, and its
+	// Commit fails instead of committing nothing.
+	_ = tx.Rollback()
 	return err
 }
 
@@ -194,9 +198,10 @@ const (
 // 1,000 events and 4 MiB, which InnoDB applies whole or not at all; a
 // larger batch takes a statement for each such part, and when one fails,
 // the rows of those before are deleted again, so that tx holds the whole
-// batch or none of it (a MySQL transaction, unlike a PostgreSQL one, stays
-// usable after a failed statement). Events must come from
-// [outbox.Prepare] (the [outbox.Writer] does this).
+// batch or none of it (a MySQL transaction, unlike a PostgreSQL one, goes
+// on after most failed statements; after a deadlock, see
+// [ErrTransactionRolledBack]). Events must come from [outbox.Prepare]
+// (the [outbox.Writer] does this).
 //
 // MySQL cannot tell whether a savepoint opened on tx (a SAVEPOINT
 // statement) holds the rows, so Insert marks every write with hot events
