@@ -193,8 +193,8 @@ type ClaimRequest struct {
 	// AggregateID are not ordered. Which events an ordered claim takes is
 	// up to the store: PostgreSQL's go through the aggregates in turn
 	// from the cursor, at a cost that does not grow with the events
-	// waiting behind others; SQLite's take the earliest due, passing over
-	// every waiting event. Default false.
+	// waiting behind others; SQLite's and MySQL's take the earliest due,
+	// passing over every waiting event. Default false.
 	//
 	// Written means inserted: events of one aggregate written by
 	// transactions that run at the same time can commit in the other
