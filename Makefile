@@ -17,7 +17,7 @@ test: ## Run every test with the race detector
 
 examples: ## Run every example program (quickstart needs no server; then on MariaDB; the others use PostgreSQL, amqp RabbitMQ)
 	$(GO) run ./examples/quickstart
-	$(GO) run ./examples/quickstart -database-url 'mysql://root@tcp(127.0.0.1:3306)/test'
+	$(GO) run ./examples/quickstart -database-url 'mysql://root@tcp(127.0.0.1:3306)/test?interpolateParams=true'
 	$(GO) run ./examples/cqrs
 	$(GO) run ./examples/kafka
 	$(GO) run ./examples/kafka -delete-done

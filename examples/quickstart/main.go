@@ -9,7 +9,7 @@
 //
 //	go run ./examples/quickstart
 //	go run ./examples/quickstart -database-url postgres://postgres@127.0.0.1:5432/postgres -brokers localhost:9092
-//	go run ./examples/quickstart -database-url 'mysql://root@tcp(127.0.0.1:3306)/test'
+//	go run ./examples/quickstart -database-url 'mysql://root@tcp(127.0.0.1:3306)/test?interpolateParams=true'
 package main
 
 import (
@@ -171,12 +171,12 @@ func runOnMySQL(ctx context.Context, dsn string, brokers []string, orders int) e
 	if err := mysql.Migrate(ctx, db, cfg); err != nil {
 		return err
 	}
-	for _, sql := range []string{
+	for _, stmt := range []string{
 		`CREATE TABLE IF NOT EXISTS example_quickstart_orders (id varchar(64) PRIMARY KEY, total_cents bigint NOT NULL)`,
 		`DELETE FROM example_quickstart_orders`,
 		`DELETE FROM example_quickstart_outbox`,
 	} {
-		if _, err := db.ExecContext(ctx, sql); err != nil {
+		if _, err := db.ExecContext(ctx, stmt); err != nil {
 			return fmt.Errorf("prepare tables: %w", err)
 		}
 	}

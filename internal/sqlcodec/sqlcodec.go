@@ -1,7 +1,9 @@
-// Package sqlcodec is how the database/sql stores (SQLite, MySQL) read and
-// write what the database cannot take as it is: times as unix
-// microseconds, lists as one JSON array, event rows in the column order
-// both stores select.
+// Package sqlcodec is what the database/sql stores (SQLite, MySQL) share:
+// how they store what the database cannot take as it is (times as unix
+// microseconds, lists as one JSON array), the values of an event's row
+// in the order both insert them, the scan of the event columns in the
+// order both select them, and the reads and writes that differ between
+// them in their SQL alone.
 package sqlcodec
 
 import (
@@ -22,8 +24,8 @@ func Micros(t time.Time) int64 { return t.UnixMicro() }
 // Stored is t as it reads back once stored: to the microsecond, in UTC.
 func Stored(t time.Time) time.Time { return time.UnixMicro(Micros(t)).UTC() }
 
-// FromMicros reads a nullable stored time; NULL is the zero time.
-func FromMicros(v sql.NullInt64) time.Time {
+// fromMicros reads a nullable stored time; NULL is the zero time.
+func fromMicros(v sql.NullInt64) time.Time {
 	if !v.Valid {
 		return time.Time{}
 	}
@@ -102,10 +104,10 @@ type Querier interface {
 }
 
 // ScanEvents scans rows of the stores' event columns: event_id,
-// event_type, topic, aggregate_type, aggregate_id, tenant_id (both ”
-// for NULL), payload, payload_json, headers, status, attempts,
-// occurred_at, available_at, created_at, updated_at, done_at, last_error
-// (” for NULL), locked_by (” for NULL), locked_at, locked_until. A row
+// event_type, topic, aggregate_type, aggregate_id, tenant_id, payload,
+// payload_json, headers, status, attempts, occurred_at, available_at,
+// created_at, updated_at, done_at, last_error, locked_by, locked_at,
+// locked_until, the nullable text columns selected as empty for NULL. A row
 // whose headers cannot be decoded comes back with Malformed set instead of
 // failing the batch. It closes rows.
 func ScanEvents(rows *sql.Rows) ([]outbox.Event, error) {
@@ -156,7 +158,7 @@ func scanEvents(rows *sql.Rows, withKey bool) ([]outbox.Event, []int64, error) {
 		}
 		e.OccurredAt, e.AvailableAt = time.UnixMicro(occurred).UTC(), time.UnixMicro(available).UTC()
 		e.CreatedAt, e.UpdatedAt = time.UnixMicro(created).UTC(), time.UnixMicro(updated).UTC()
-		e.DoneAt, e.LockedAt, e.LockedUntil = FromMicros(doneAt), FromMicros(lockedAt), FromMicros(lockedUntil)
+		e.DoneAt, e.LockedAt, e.LockedUntil = fromMicros(doneAt), fromMicros(lockedAt), fromMicros(lockedUntil)
 		e.Headers, e.Malformed = outbox.DecodeHeaders(headers)
 		events = append(events, e)
 		if withKey {
@@ -167,6 +169,51 @@ func scanEvents(rows *sql.Rows, withKey bool) ([]outbox.Event, []int64, error) {
 		return nil, nil, err
 	}
 	return events, keys, nil
+}
+
+// InsertValues returns the values of e's row as both stores insert it,
+// written at now, claimed by lease if claiming: event_id, event_type,
+// topic, aggregate_type, aggregate_id, tenant_id (NULL for none),
+// payload, payload_json, headers (NULL for none), occurred_at,
+// available_at (DeliverAfter, or now), created_at, updated_at, locked_by,
+// locked_at, locked_until (NULL unless claiming); and the size of its
+// payload and headers.
+func InsertValues(e *outbox.Envelope, claiming bool, lease outbox.Lease, now time.Time) (values []any, size int, err error) {
+	headers, err := outbox.EncodeHeaders(e.Headers)
+	if err != nil {
+		return nil, 0, err
+	}
+	var headerText any // NULL
+	if headers != nil {
+		headerText = string(headers)
+	}
+	payload := e.Payload()
+	if payload == nil {
+		payload = []byte{}
+	}
+	available := now
+	if e.DeliverAfter.After(now) {
+		available = e.DeliverAfter
+	}
+	var claim [3]any // NULL
+	if claiming {
+		claim = [3]any{lease.Owner, Micros(now), Micros(now.Add(lease.Duration))}
+	}
+	return []any{
+		e.ID, string(e.Type), e.Topic, string(e.AggregateType), NullIfEmpty(e.AggregateID), NullIfEmpty(e.TenantID),
+		payload, e.IsJSON(), headerText, Micros(e.OccurredAt), Micros(available),
+		Micros(now), Micros(now), claim[0], claim[1], claim[2],
+	}, len(payload) + len(headers), nil
+}
+
+// NullIfEmpty is s as a parameter, NULL when s is empty: an absent value,
+// which no statement compares with the empty string (MySQL's text
+// comparisons pad with spaces, so that a space equals the empty string).
+func NullIfEmpty(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
 }
 
 // ScanColumn scans rows of one column and returns its values. It closes
@@ -194,15 +241,16 @@ func QueryEvents(ctx context.Context, q Querier, query string, args ...any) ([]o
 	return ScanEvents(rows)
 }
 
-// The reads and writes below are the same in every database/sql store,
-// but for their SQL; store names the store in their errors ("mysql").
+// The reads and writes below are the same in every database/sql store but
+// for their SQL; table names the store and its table in their errors
+// ("mysql: table outbox_event").
 
 // Get reads the event with the given id with query, which takes the id;
 // [outbox.ErrNotFound] when there is none.
-func Get(ctx context.Context, q Querier, store, query, id string) (outbox.Event, error) {
+func Get(ctx context.Context, q Querier, table, query, id string) (outbox.Event, error) {
 	events, err := QueryEvents(ctx, q, query, id)
 	if err != nil {
-		return outbox.Event{}, fmt.Errorf("%s: get %s: %w", store, id, err)
+		return outbox.Event{}, fmt.Errorf("%s: get %s: %w", table, id, err)
 	}
 	if len(events) == 0 {
 		return outbox.Event{}, fmt.Errorf("%w: %s", outbox.ErrNotFound, id)
@@ -212,9 +260,12 @@ func Get(ctx context.Context, q Querier, store, query, id string) (outbox.Event,
 
 // Existing returns those of ids that have a row, read in tx with one, a
 // query that takes one id, or many, which takes HexIDs(ids).
-func Existing(ctx context.Context, tx *sql.Tx, store, one, many string, ids []string) ([]string, error) {
+func Existing(ctx context.Context, tx *sql.Tx, table, one, many string, ids []string) ([]string, error) {
 	if tx == nil {
 		return nil, outbox.ErrNoTransaction
+	}
+	if len(ids) == 0 {
+		return nil, nil
 	}
 	query, arg := one, any(ids[0])
 	if len(ids) > 1 {
@@ -226,28 +277,29 @@ func Existing(ctx context.Context, tx *sql.Tx, store, one, many string, ids []st
 		existing, err = ScanColumn[string](rows)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("%s: look up %d events: %w", store, len(ids), err)
+		return nil, fmt.Errorf("%s: look up %d events: %w", table, len(ids), err)
 	}
 	return existing, nil
 }
 
 // Backlog reads a topic's pending events with query, which takes the topic
 // and returns their count and the earliest due time.
-func Backlog(ctx context.Context, db *sql.DB, store, query, topic string) (int64, time.Time, error) {
+func Backlog(ctx context.Context, db *sql.DB, table, query, topic string) (int64, time.Time, error) {
 	var (
 		n      int64
 		oldest sql.NullInt64
 	)
 	if err := db.QueryRowContext(ctx, query, topic).Scan(&n, &oldest); err != nil {
-		return 0, time.Time{}, fmt.Errorf("%s: backlog of %s: %w", store, topic, err)
+		return 0, time.Time{}, fmt.Errorf("%s: backlog of %s: %w", table, topic, err)
 	}
-	return n, FromMicros(oldest), nil
+	return n, fromMicros(oldest), nil
 }
 
 // MarkProcessed records in tx that consumer processed event id at, with
 // insert, which takes the three and writes no row for a record that
-// exists, and reports whether it wrote one (see [outbox.Inbox]).
-func MarkProcessed(ctx context.Context, tx *sql.Tx, store, insert, consumer, id string, at time.Time) (bool, error) {
+// exists, and reports whether it wrote one (see [outbox.Inbox]); inbox
+// names the store and its inbox table in errors.
+func MarkProcessed(ctx context.Context, tx *sql.Tx, inbox, insert, consumer, id string, at time.Time) (bool, error) {
 	if tx == nil {
 		return false, outbox.ErrNoTransaction
 	}
@@ -260,7 +312,7 @@ func MarkProcessed(ctx context.Context, tx *sql.Tx, store, insert, consumer, id 
 		n, err = res.RowsAffected()
 	}
 	if err != nil {
-		return false, fmt.Errorf("%s: record event %s processed by %s: %w", store, id, consumer, err)
+		return false, fmt.Errorf("%s: record event %s processed by %s: %w", inbox, id, consumer, err)
 	}
 	return n == 1, nil
 }
@@ -283,15 +335,9 @@ func TopicVariant(variants [3]string, topics []string) (string, any) {
 // NULL when f does not filter by it. The ids of a non-nil empty IDs are
 // "[]", which matches no event.
 func DeadFilter(f outbox.DeadFilter) []any {
-	params := make([]any, 4) // NULL
+	params := []any{nil, NullIfEmpty(string(f.EventType)), NullIfEmpty(f.Topic), nil}
 	if f.IDs != nil {
 		params[0] = HexIDs(f.IDs)
-	}
-	if f.EventType != "" {
-		params[1] = string(f.EventType)
-	}
-	if f.Topic != "" {
-		params[2] = f.Topic
 	}
 	if !f.DiedBefore.IsZero() {
 		params[3] = Micros(f.DiedBefore)

@@ -11,8 +11,9 @@
 //
 // Each test database is wmoutbox_mtest_<pid>_<n>, dropped at the test's
 // cleanup. A process holds at most 8 at once, with at most 8 connections
-// each, which keeps parallel tests under the server's max_connections (151
-// by default). Once per process, databases of processes that died without
+// each: 64 connections a test binary, so that two binaries testing at once
+// (go test runs packages in parallel) stay under the server's
+// max_connections, 151 by default. Once per process, databases of processes that died without
 // cleaning up (wmoutbox_mtest_<pid>_* whose pid is no live process on this
 // machine) are dropped.
 package testmysql

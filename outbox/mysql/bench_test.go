@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	mysqldriver "github.com/go-sql-driver/mysql"
+
 	"github.com/wmoutbox/wmoutbox/internal/testmysql"
 	"github.com/wmoutbox/wmoutbox/outbox"
 	"github.com/wmoutbox/wmoutbox/outbox/mysql"
@@ -17,11 +19,23 @@ var benchPayload = []byte(`{"orderId":"9f1c2e4a-7b3d-4c5e-8f6a-1b2c3d4e5f60","cu
 	`"items":[{"sku":"SKU-000123","qty":2,"price":"19.99"},{"sku":"SKU-004567","qty":1,"price":"149.00"}],` +
 	`"currency":"EUR","total":"188.98","shipping":{"method":"express","country":"DE"},"createdAt":"2026-11-22T05:00:00Z"}`)
 
-func benchStore(b *testing.B, cfg outbox.WriterConfig) (*mysql.Store, *outbox.Writer[*sql.Tx]) {
+// benchStore returns a store on a fresh database, its DSN set to
+// interpolate parameters or not, and a writer configured by cfg.
+func benchStore(b *testing.B, interpolate bool, cfg outbox.WriterConfig) (*mysql.Store, *outbox.Writer[*sql.Tx]) {
 	if testing.Short() {
 		b.Skip("needs MySQL; skipped with -short")
 	}
-	store, err := mysql.NewStore(testmysql.New(b), mysql.Config{})
+	dsn, err := mysqldriver.ParseDSN(testmysql.DSN(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	dsn.InterpolateParams = interpolate
+	db, err := testmysql.Open(dsn.FormatDSN())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = db.Close() })
+	store, err := mysql.NewStore(db, mysql.Config{})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -33,38 +47,41 @@ func benchStore(b *testing.B, cfg outbox.WriterConfig) (*mysql.Store, *outbox.Wr
 }
 
 // BenchmarkWrite is one business transaction writing one event, with and
-// without a hot path: a hot write is looked up before its commit, since
-// MySQL cannot tell whether a savepoint holds it.
+// without a hot path (a hot write is looked up before its commit, since
+// MySQL cannot tell whether a savepoint holds it), with the driver
+// preparing each statement or interpolating its parameters.
 func BenchmarkWrite(b *testing.B) {
-	for _, hot := range []bool{false, true} {
-		b.Run(fmt.Sprint("hot=", hot), func(b *testing.B) {
-			var cfg outbox.WriterConfig
-			if hot {
-				cfg.ClaimOwner = "bench"
-				cfg.AfterCommit = func(context.Context, []outbox.Envelope, time.Duration) error { return nil }
-			}
-			store, writer := benchStore(b, cfg)
-			event := outbox.NewJSON("OrderCreated", benchPayload)
-			b.ReportAllocs()
-			for b.Loop() {
-				err := store.InTx(b.Context(), func(ctx context.Context, tx *sql.Tx) error {
-					_, err := writer.Write(ctx, tx, event)
-					return err
-				})
-				if err != nil {
-					b.Fatal(err)
+	for _, interpolate := range []bool{false, true} {
+		for _, hot := range []bool{false, true} {
+			b.Run(fmt.Sprintf("interpolateParams=%v/hot=%v", interpolate, hot), func(b *testing.B) {
+				var cfg outbox.WriterConfig
+				if hot {
+					cfg.ClaimOwner = "bench"
+					cfg.AfterCommit = func(context.Context, []outbox.Envelope, time.Duration) error { return nil }
 				}
-			}
-			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
-		})
+				store, writer := benchStore(b, interpolate, cfg)
+				event := outbox.NewJSON("OrderCreated", benchPayload)
+				b.ReportAllocs()
+				for b.Loop() {
+					err := store.InTx(b.Context(), func(ctx context.Context, tx *sql.Tx) error {
+						_, err := writer.Write(ctx, tx, event)
+						return err
+					})
+					if err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
+			})
+		}
 	}
 }
 
 // BenchmarkClaimAndMarkDone is the relay's cold path: claim 100 due events
-// (one transaction of four statements) and record them DONE in one
+// (a transaction of four statements) and record them DONE in one
 // statement; the backlog is written again, untimed, when it runs out.
 func BenchmarkClaimAndMarkDone(b *testing.B) {
-	store, writer := benchStore(b, outbox.WriterConfig{})
+	store, writer := benchStore(b, true, outbox.WriterConfig{})
 	events := make([]outbox.Envelope, 1000)
 	for i := range events {
 		events[i] = outbox.NewJSON("OrderCreated", benchPayload)

@@ -14,13 +14,14 @@ var (
 	// ErrTransactionRolledBack wraps the error of a write of the store
 	// ([Store.Insert], [Store.Kept], [Store.MarkProcessed]) with which
 	// MySQL rolled back the whole transaction: a deadlock (1213), or a
-	// lock wait timeout (1205), which does when innodb_rollback_on_timeout
-	// is set. The session's next statements would then commit one by one,
-	// outside any transaction: the store rolls the *sql.Tx back as well,
-	// so that they fail with sql.ErrTxDone (and its Commit too), its own
-	// later writes in that transaction return this error without running,
-	// and [InTx] and [Store.InTx] return it instead of committing. Run the
-	// whole transaction again.
+	// lock wait timeout (1205) when innodb_rollback_on_timeout is set
+	// (otherwise MySQL rolls back the statement alone, and the error is
+	// returned as it is). The session's next statements would commit one by
+	// one, outside any transaction: the store ends the *sql.Tx as well, so
+	// that they fail with sql.ErrTxDone (its Commit too), its own later
+	// writes in that transaction return this error, and [InTx] and
+	// [Store.InTx] return it instead of committing. Run the whole
+	// transaction again.
 	ErrTransactionRolledBack = errors.New("mysql: the transaction was rolled back by the server; run it again")
 
 	// ErrMigrationLocked is returned by [Migrate] when another migrator

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/wmoutbox/wmoutbox/internal/migrationfiles"
 	"github.com/wmoutbox/wmoutbox/internal/sqlcodec"
 	"github.com/wmoutbox/wmoutbox/outbox"
 )
@@ -20,8 +21,8 @@ func (s *Store) MarkProcessed(ctx context.Context, tx *sql.Tx, consumer, id stri
 	if err := rolledBack(tx); err != nil {
 		return false, err
 	}
-	recorded, err := sqlcodec.MarkProcessed(ctx, tx, "mysql", s.t.sql.markProcessed, consumer, id, s.clock.Now())
-	return recorded, failedIn(tx, err)
+	recorded, err := sqlcodec.MarkProcessed(ctx, tx, "mysql: table "+s.t.name+migrationfiles.InboxSuffix, s.t.sql.markProcessed, consumer, id, s.clock.Now())
+	return recorded, failedIn(ctx, tx, err)
 }
 
 // PurgeProcessed implements [outbox.Inbox]. Like [Store.Purge], it passes

@@ -178,11 +178,11 @@ func await[T any](t *testing.T, ch <-chan T, what string) T {
 
 // TestDeadFilterOfBlankTopicOrTypeMatchesOnlyThose: a DeadFilter
 // whose Topic or EventType is blank (" ") restricts to that topic or type,
-// as on PostgreSQL, where a space does not equal the empty string.
-// sqlDeadFilter tests each filter value against the empty string literal
-// in the connection's collation, which is PAD SPACE (utf8mb4_general_ci):
-// there " " equals the empty string, the filter is taken as off, and
-// ReplayDead replays every DEAD event of every topic and type.
+// as on PostgreSQL, where a space does not equal the empty string. Before
+// sqlDeadFilter took an unset value as NULL, it compared each with the
+// empty string in the connection's collation, which pads with spaces
+// (utf8mb4_general_ci): " " was taken as no filter, and ReplayDead
+// replayed every DEAD event of every topic and type.
 func TestDeadFilterOfBlankTopicOrTypeMatchesOnlyThose(t *testing.T) {
 	t.Parallel()
 	_, store, writer := storeWithWriter(t)
@@ -206,10 +206,10 @@ func TestDeadFilterOfBlankTopicOrTypeMatchesOnlyThose(t *testing.T) {
 
 // TestBlankAggregateAndTenantIDsAreKept: an aggregate id or tenant
 // id of spaces is valid (outbox.Envelope.Validate) and must be stored as
-// written, and the events of such an aggregate are ordered. insertValues
-// compares them with the empty string literal (nullif) in a PAD SPACE
-// collation, where spaces equal it, and stores NULL: the ids read back
-// empty and the events are not ordered.
+// written, and the events of such an aggregate are ordered. Before the
+// store passed NULL for an absent id, the insert compared them with the
+// empty string (nullif) in a collation that pads with spaces, and stored
+// NULL: the ids read back empty and the events were not ordered.
 func TestBlankAggregateAndTenantIDsAreKept(t *testing.T) {
 	t.Parallel()
 	_, store, writer := storeWithWriter(t)
@@ -237,9 +237,9 @@ func TestBlankAggregateAndTenantIDsAreKept(t *testing.T) {
 // TestBlankOwnerAndErrorAreNotEmpty: UpdateStatus from owner " "
 // applies only to events " " claimed; owner "" is the one that holds no
 // claim. And an outcome's error " " is stored; only "" keeps the previous
-// last_error. sqlUpdateStatus compares the owner parameter and u.error
-// with the empty string literal in PAD SPACE collations, where " " equals
-// it.
+// last_error. Before sqlUpdateStatus took no owner and no error as NULL,
+// it compared them with the empty string in collations that pad with
+// spaces, where " " equals it.
 func TestBlankOwnerAndErrorAreNotEmpty(t *testing.T) {
 	t.Parallel()
 	_, store, writer := storeWithWriter(t)
@@ -270,12 +270,12 @@ func TestBlankOwnerAndErrorAreNotEmpty(t *testing.T) {
 // TestPurgeProcessedPassesOverOpenConsumers: a consumer's open
 // transaction that has just recorded an event (a handler still running)
 // does not hold back the purge of old records, as on PostgreSQL, whose
-// purge passes over locked rows (SKIP LOCKED). sqlPurgeProcessed is a plain
-// DELETE ... LIMIT on the pool, at REPEATABLE READ: its scan locks the
-// records it reads with next-key locks, the consumer's uncommitted record
-// among them, and waits for that transaction (up to
-// innodb_lock_wait_timeout, 50 s, then fails), holding gap locks that
-// stop other consumers' MarkProcessed meanwhile.
+// purge passes over locked rows (SKIP LOCKED). The purge used to be a plain
+// DELETE ... LIMIT at REPEATABLE READ: its scan locked the records it read
+// with next-key locks, the consumer's uncommitted record among them, and
+// waited for that transaction (up to innodb_lock_wait_timeout, 50 s, then
+// failed), holding gap locks that stopped other consumers' MarkProcessed
+// meanwhile. It now picks its batch with SKIP LOCKED at READ COMMITTED.
 func TestPurgeProcessedPassesOverOpenConsumers(t *testing.T) {
 	t.Parallel()
 	db := testmysql.New(t)
@@ -311,13 +311,13 @@ func TestPurgeProcessedPassesOverOpenConsumers(t *testing.T) {
 // req.Limit due events". A claim of all topics, or of several, stopped
 // inside its transaction (before its lease is written) holds 3 of 20 due
 // events; a concurrent claim must get 3 of the 17 others, as on
-// PostgreSQL. On MySQL the claim's FOR UPDATE reads and locks every due
-// row of its topics for the filesort that serves ORDER BY ... LIMIT (the
-// due index leads with the topic, so only a one-topic claim reads it in
-// due order), and READ COMMITTED releases only the rows that fail the
-// WHERE, not those the LIMIT drops: the concurrent claim skips them all
-// and comes back empty, and a relay that gets an empty claim waits for its
-// poll interval although a backlog is due.
+// PostgreSQL. A claim that read its topics' due rows with FOR UPDATE, to
+// sort them (the due index leads with the topic, so only a claim of one
+// topic reads it in due order), locked them all, and READ COMMITTED
+// releases only the rows that fail the WHERE, not those the LIMIT drops:
+// the concurrent claim skipped them all and came back empty. Claims of
+// several topics now pick their rows without locking them first
+// (sqlCandidates).
 func TestClaimOfSeveralTopicsLocksOnlyWhatItTakes(t *testing.T) {
 	t.Parallel()
 	for _, topics := range [][]string{nil, {"orders", "payments"}} {
@@ -358,12 +358,12 @@ func TestClaimOfSeveralTopicsLocksOnlyWhatItTakes(t *testing.T) {
 // TestOutcomeDuringAClaimDoesNotDeadlock: a relay whose lease ran
 // out reports its outcome (DONE) while another relay's claim is taking the
 // event: the outcome waits for the claim to commit, then applies, and both
-// succeed, as on PostgreSQL. On MySQL the claim's SELECT ... FOR UPDATE
-// locks the row through the due index and the primary key, and its lease
-// (sqlLease, sqlRowsOfIDs) then finds the row again through the event id
-// index, whose entry the outcome's UPDATE (also through sqlRowsOfIDs)
-// locked before it queued for the row: each waits for the other, and
-// InnoDB kills one with a deadlock error.
+// succeed, as on PostgreSQL. The claim's SELECT ... FOR UPDATE locks the
+// row through the due index and the primary key. Its lease used to find
+// the row again through the event id index, whose entry the outcome's
+// UPDATE had locked before it queued for the row: each waited for the
+// other, and InnoDB killed one with a deadlock error. The lease now goes
+// by primary key (sqlLease).
 func TestOutcomeDuringAClaimDoesNotDeadlock(t *testing.T) {
 	t.Parallel()
 	p := openPausing(t, testmysql.DSN(t), "SET o.locked_by = ?")

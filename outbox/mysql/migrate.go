@@ -6,7 +6,6 @@ import (
 	"database/sql/driver"
 	"embed"
 	"fmt"
-	"regexp"
 	"strings"
 	"time"
 
@@ -102,33 +101,35 @@ func (t *table) migrate(ctx context.Context, conn *sql.Conn, migrations []Migrat
 	return nil
 }
 
-// statementEnd ends a statement of a migration file: a semicolon at the
-// end of a line.
-var statementEnd = regexp.MustCompile(`;[ \t]*(\r?\n|$)`)
-
 // statementsOf splits a migration file into its statements, which the
 // driver sends one at a time (it sends several only with multiStatements,
-// a setting of the caller's DSN). Comments stay with the statement they
-// precede; a part that holds nothing else is dropped.
+// a setting of the caller's DSN): a statement ends with a line whose SQL,
+// before any -- comment, ends with a semicolon. Comments stay with the
+// statement they precede; a part that holds nothing else is dropped.
 func statementsOf(file string) []string {
-	var out []string
-	for _, part := range statementEnd.Split(file, -1) {
-		if hasSQL(part) {
-			out = append(out, strings.TrimSpace(part))
+	var (
+		out     []string
+		current strings.Builder
+		hasSQL  bool
+	)
+	for line := range strings.Lines(file) {
+		current.WriteString(line)
+		code, _, _ := strings.Cut(line, "--") // the files hold no "--" in a string
+		code = strings.TrimSpace(code)
+		if code == "" {
+			continue
 		}
+		hasSQL = true
+		if strings.HasSuffix(code, ";") {
+			out = append(out, strings.TrimSpace(current.String()))
+			current.Reset()
+			hasSQL = false
+		}
+	}
+	if hasSQL {
+		out = append(out, strings.TrimSpace(current.String()))
 	}
 	return out
-}
-
-// hasSQL reports whether part holds more than blank lines and -- comments.
-func hasSQL(part string) bool {
-	for line := range strings.Lines(part) {
-		line = strings.TrimSpace(line)
-		if line != "" && !strings.HasPrefix(line, "--") {
-			return true
-		}
-	}
-	return false
 }
 
 func (t *table) migrations() ([]Migration, error) {

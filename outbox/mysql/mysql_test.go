@@ -413,3 +413,47 @@ func writeEvents(t *testing.T, store *mysql.Store, writer *outbox.Writer[*sql.Tx
 	}))
 	return ids
 }
+
+// TestLockWaitTimeoutLeavesTheTransactionUsable: with
+// innodb_rollback_on_timeout off (the default), a lock wait timeout rolls
+// back the statement alone: the write fails with the timeout, not with
+// ErrTransactionRolledBack, and the transaction, its earlier event
+// included, goes on and commits.
+func TestLockWaitTimeoutLeavesTheTransactionUsable(t *testing.T) {
+	t.Parallel()
+	db, store, writer := storeWithWriter(t)
+	ctx := t.Context()
+	var rollbackOnTimeout bool
+	require.NoError(t, db.QueryRowContext(ctx, "SELECT @@innodb_rollback_on_timeout").Scan(&rollbackOnTimeout))
+	if rollbackOnTimeout {
+		t.Skip("the server rolls back the whole transaction on a lock wait timeout")
+	}
+	held := storetest.JSONEvent(1)
+	held.ID = "held"
+	holder, err := db.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	defer func() { _ = holder.Rollback() }()
+	_, err = writer.Write(ctx, holder, held) // its uncommitted id makes another insert of it wait
+	require.NoError(t, err)
+
+	var before []string
+	err = store.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, "SET SESSION innodb_lock_wait_timeout = 1"); err != nil {
+			return err
+		}
+		var err error
+		if before, err = writer.Write(ctx, tx, storetest.JSONEvent(2)); err != nil {
+			return err
+		}
+		_, err = writer.Write(ctx, tx, held)
+		require.Error(t, err)
+		require.NotErrorIs(t, err, mysql.ErrTransactionRolledBack)
+		require.ErrorContains(t, err, "Lock wait timeout")
+		return nil
+	})
+	require.NoError(t, err)
+	require.NoError(t, holder.Rollback())
+	got, err := store.Get(ctx, before[0])
+	require.NoError(t, err, "the event written before the timeout is committed")
+	require.Equal(t, outbox.StatusNew, got.Status)
+}

@@ -1,7 +1,10 @@
 package mysql
 
 import (
+	"strconv"
 	"strings"
+
+	"github.com/wmoutbox/wmoutbox/outbox"
 )
 
 // Every SQL statement of the MySQL store, except the migrations (see the
@@ -23,6 +26,10 @@ CREATE TABLE IF NOT EXISTS {migrations} (
 const sqlMigrationVersion = `SELECT coalesce(max(version), 0) FROM {migrations} WHERE table_name = ?`
 
 const sqlRecordMigration = `INSERT INTO {migrations} (table_name, version, name, applied_at) VALUES (?, ?, ?, ?)`
+
+// sqlRollbackOnTimeout tells whether a lock wait timeout rolls back the
+// whole transaction, not only the statement.
+const sqlRollbackOnTimeout = `SELECT @@innodb_rollback_on_timeout`
 
 // Migrators take turns on a named lock of the server, held by their
 // connection: MySQL commits every DDL statement on its own, so a
@@ -168,8 +175,8 @@ const firstOfAggregate = `(SELECT p.seq FROM {table} AS p
 // aggregate back.
 func orderedHeads() string {
 	heads := make([]string, 0, 3)
-	for _, status := range []string{"0", "2", "3"} {
-		first := strings.Replace(firstOfAggregate, "{status}", status, 1)
+	for _, status := range []outbox.Status{outbox.StatusNew, outbox.StatusRetry, outbox.StatusDead} {
+		first := strings.Replace(firstOfAggregate, "{status}", strconv.Itoa(int(status)), 1)
 		heads = append(heads, strings.Replace(orderedHead, "{first}", first, 1))
 	}
 	return strings.Join(heads, "\n    ")
@@ -214,10 +221,10 @@ WHERE o.locked_by = ? AND o.status IN (0, 2)`
 // under no running lease (see outbox.Store.UpdateStatus; no owner is
 // NULL), and, where it says how many failed attempts the row has before
 // it ("before"), that many; an outcome without an error (none in the
-// JSON) keeps last_error. The rows are joined as in sqlRowsOfIDs. Parameters: the batch,
-// now, owner, owner, now. Every assignment
-// reads only the column it sets: MySQL sets them in turn, and a later one
-// would see the new value of an earlier one.
+// JSON) keeps last_error. The rows are joined as in sqlRowsOfIDs.
+// Parameters: the batch, now, owner, owner, now. Every assignment reads
+// only the column it sets: MySQL sets them in turn, and a later one would
+// see the new value of an earlier one.
 const sqlUpdateStatus = `
 UPDATE JSON_TABLE(?, '$[*]' COLUMNS (
         id              varchar(512)  PATH '$.id',

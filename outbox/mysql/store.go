@@ -79,6 +79,7 @@ type table struct {
 	name   string
 	quoted string
 	inbox  string // the inbox table, quoted
+	label  string // the store and table, for errors
 	sql    statements
 }
 
@@ -90,7 +91,7 @@ func newTable(cfg Config) (*table, error) {
 	if err := ident.ValidateTable(name, maxTableLen, ErrInvalidIdentifier); err != nil {
 		return nil, fmt.Errorf("mysql: table: %w", err)
 	}
-	t := &table{name: name, quoted: quote(name), inbox: quote(name + migrationfiles.InboxSuffix)}
+	t := &table{name: name, quoted: quote(name), inbox: quote(name + migrationfiles.InboxSuffix), label: "mysql: table " + name}
 	t.sql = renderStatements(t.quoted, quote(name+"_id_idx"), t.inbox, quote(ident.MigrationTable), cfg.DeleteDone)
 	return t, nil
 }
@@ -131,11 +132,10 @@ func (s *Store) InTx(ctx context.Context, fn func(ctx context.Context, tx *sql.T
 // The context given to fn carries tx, so an outbox Watermill publisher
 // given that context writes in it.
 //
-// A deadlock makes MySQL roll back the whole transaction, and the
-// session's next statements then commit one by one: when a write of the
-// store in fn fails so ([ErrTransactionRolledBack]), the store's later
-// writes in the transaction are refused (in any transaction), and InTx
-// returns that error instead of committing, even if fn returned nil.
+// A deadlock makes MySQL roll back the whole transaction. When a write of
+// the store in fn meets one, the store ends the *sql.Tx too (see
+// [ErrTransactionRolledBack]), and InTx returns that error instead of
+// committing, even if fn returned nil.
 func InTx(ctx context.Context, db *sql.DB, logger *slog.Logger, fn func(ctx context.Context, tx *sql.Tx) error) error {
 	return outbox.RunInTx(ctx, outbox.TxFuncs[*sql.Tx]{
 		Begin: func(ctx context.Context) (*sql.Tx, error) { return db.BeginTx(ctx, nil) },
@@ -151,13 +151,15 @@ func InTx(ctx context.Context, db *sql.DB, logger *slog.Logger, fn func(ctx cont
 
 // rolledBackTxs holds the transactions in which a statement of the store
 // made MySQL roll the transaction back, with that statement's error
-// (wrapped in ErrTransactionRolledBack): weak.Pointer[sql.Tx] to error. An
-// entry goes when its transaction is garbage.
+// (wrapped in ErrTransactionRolledBack): weak.Pointer[sql.Tx] to error.
+// The store ended those *sql.Tx, which refuse every statement with
+// sql.ErrTxDone; this is for the error to say why, in the store's later
+// writes in them and in InTx's commit. An entry goes when its
+// transaction is garbage.
 var rolledBackTxs sync.Map
 
 // rolledBack returns the error with which MySQL rolled back tx, if a
-// statement of the store in tx met one: nothing more may be written in
-// it, since it would commit alone.
+// statement of the store in tx met one.
 func rolledBack(tx *sql.Tx) error {
 	if err, ok := rolledBackTxs.Load(weak.Make(tx)); ok {
 		return err.(error)
@@ -167,12 +169,9 @@ func rolledBack(tx *sql.Tx) error {
 
 // failedIn returns err, the error of a statement of the store in tx,
 // wrapped in [ErrTransactionRolledBack] when MySQL rolled back the whole
-// transaction with it (a deadlock; a lock wait timeout, which does when
-// innodb_rollback_on_timeout is set), and then records that tx is gone
-// and ends it.
-func failedIn(tx *sql.Tx, err error) error {
-	var e *mysqldriver.MySQLError
-	if !errors.As(err, &e) || (e.Number != erLockDeadlock && e.Number != erLockWaitTimeout) {
+// transaction with it, and then records that tx is gone and ends it.
+func failedIn(ctx context.Context, tx *sql.Tx, err error) error {
+	if !rollsBackTransaction(ctx, tx, err) {
 		return err
 	}
 	err = fmt.Errorf("%w: %w", ErrTransactionRolledBack, err)
@@ -185,6 +184,26 @@ func failedIn(tx *sql.Tx, err error) error {
 	// Commit fails instead of committing nothing.
 	_ = tx.Rollback()
 	return err
+}
+
+// rollsBackTransaction reports whether MySQL rolled back the whole
+// transaction tx with err, the error of a statement in it: a deadlock
+// does; a lock wait timeout does when innodb_rollback_on_timeout is set,
+// which the session is asked (a failed question counts as set: the
+// transaction is then ended, never left to commit alone).
+func rollsBackTransaction(ctx context.Context, tx *sql.Tx, err error) bool {
+	var e *mysqldriver.MySQLError
+	if !errors.As(err, &e) {
+		return false
+	}
+	switch e.Number {
+	case erLockDeadlock:
+		return true
+	case erLockWaitTimeout:
+		var set bool
+		return tx.QueryRowContext(ctx, sqlRollbackOnTimeout).Scan(&set) != nil || set
+	}
+	return false
 }
 
 // MySQL's error numbers that the store tells apart.
@@ -228,6 +247,9 @@ func (s *Store) Insert(ctx context.Context, tx *sql.Tx, hot, cold []outbox.Envel
 	for len(rows) > 0 {
 		n := statementRows(rows)
 		if err := s.insertStatement(ctx, tx, rows[:n]); err != nil {
+			if rolledBack(tx) != nil {
+				return 0, err // and with the transaction, its rows
+			}
 			if undoErr := s.undoInsert(ctx, tx, inserted); undoErr != nil {
 				err = errors.Join(err, undoErr)
 			}
@@ -253,37 +275,13 @@ type insertRow struct {
 
 // insertRows returns the rows of an Insert written at now.
 func insertRows(hot, cold []outbox.Envelope, lease outbox.Lease, now time.Time) ([]insertRow, error) {
-	// The claim columns (locked_by, locked_at, locked_until) of a row
-	// written claimed, and of one written unclaimed: NULL.
-	var unclaimed [3]any
-	claimed := [3]any{lease.Owner, sqlcodec.Micros(now), sqlcodec.Micros(now.Add(lease.Duration))}
 	rows := make([]insertRow, 0, len(hot)+len(cold))
 	for e, claiming := range outbox.InsertRows(hot, cold, lease) {
-		headers, err := outbox.EncodeHeaders(e.Headers)
+		params, size, err := sqlcodec.InsertValues(e, claiming, lease, now)
 		if err != nil {
 			return nil, err
 		}
-		var headerText any // NULL
-		if headers != nil {
-			headerText = string(headers)
-		}
-		payload := e.Payload()
-		if payload == nil {
-			payload = []byte{}
-		}
-		available := now
-		if e.DeliverAfter.After(now) {
-			available = e.DeliverAfter
-		}
-		claim := unclaimed
-		if claiming {
-			claim = claimed
-		}
-		rows = append(rows, insertRow{id: e.ID, size: len(payload) + len(headers), params: []any{
-			e.ID, string(e.Type), e.Topic, string(e.AggregateType), nullIfEmpty(e.AggregateID), nullIfEmpty(e.TenantID),
-			payload, e.IsJSON(), headerText, sqlcodec.Micros(e.OccurredAt), sqlcodec.Micros(available),
-			sqlcodec.Micros(now), sqlcodec.Micros(now), claim[0], claim[1], claim[2],
-		}})
+		rows = append(rows, insertRow{id: e.ID, params: params, size: size})
 	}
 	return rows, nil
 }
@@ -308,7 +306,7 @@ func (s *Store) insertStatement(ctx context.Context, tx *sql.Tx, rows []insertRo
 		params = append(params, r.params...)
 	}
 	_, err := tx.ExecContext(ctx, s.t.sql.insert(len(rows)), params...)
-	err = failedIn(tx, err)
+	err = failedIn(ctx, tx, err)
 	if isUniqueViolation(err) {
 		return fmt.Errorf("mysql: insert into %s: %w: %w", s.t.name, outbox.ErrDuplicateEvent, err)
 	}
@@ -325,7 +323,7 @@ func (s *Store) undoInsert(ctx context.Context, tx *sql.Tx, ids []string) error 
 		return nil
 	}
 	_, err := tx.ExecContext(context.WithoutCancel(ctx), s.t.sql.undoInsert, sqlcodec.HexIDs(ids))
-	if err != nil {
+	if err = failedIn(ctx, tx, err); err != nil {
 		return fmt.Errorf("mysql: undo the first %d rows of a failed insert: %w", len(ids), err)
 	}
 	return nil
@@ -340,13 +338,13 @@ func (s *Store) Kept(ctx context.Context, tx *sql.Tx, _ uint64, ids []string) ([
 	if err := rolledBack(tx); err != nil {
 		return nil, err
 	}
-	existing, err := sqlcodec.Existing(ctx, tx, "mysql", s.t.sql.existingOne, s.t.sql.existing, ids)
-	return existing, failedIn(tx, err)
+	existing, err := sqlcodec.Existing(ctx, tx, s.t.label, s.t.sql.existingOne, s.t.sql.existing, ids)
+	return existing, failedIn(ctx, tx, err)
 }
 
 // Get implements [outbox.Store].
 func (s *Store) Get(ctx context.Context, id string) (outbox.Event, error) {
-	return sqlcodec.Get(ctx, s.db, "mysql", s.t.sql.get, id)
+	return sqlcodec.Get(ctx, s.db, s.t.label, s.t.sql.get, id)
 }
 
 // Claim implements [outbox.Store]: in one READ COMMITTED transaction, it
@@ -519,7 +517,7 @@ func (s *Store) UpdateStatus(ctx context.Context, owner string, updates ...outbo
 		if err != nil {
 			return 0, fmt.Errorf("mysql: update status of %d events: %w", len(updates), err)
 		}
-		now, ownerOrNull := sqlcodec.Micros(s.clock.Now()), nullIfEmpty(owner)
+		now, ownerOrNull := sqlcodec.Micros(s.clock.Now()), sqlcodec.NullIfEmpty(owner)
 		return s.exec(ctx, fmt.Sprintf("update status of %d events", len(updates)), s.t.sql.updateStatus, batch, now, ownerOrNull, ownerOrNull, now)
 	})
 }
@@ -562,18 +560,9 @@ func deadArgs(f outbox.DeadFilter) []any {
 	return params
 }
 
-// nullIfEmpty is s as a parameter, NULL when s is empty. The statements
-// never compare a parameter with ”, which MySQL finds equal to ' '.
-func nullIfEmpty(s string) any {
-	if s == "" {
-		return nil
-	}
-	return s
-}
-
 // Backlog implements [outbox.Store].
 func (s *Store) Backlog(ctx context.Context, topic string) (int64, time.Time, error) {
-	return sqlcodec.Backlog(ctx, s.db, "mysql", s.t.sql.backlog, topic)
+	return sqlcodec.Backlog(ctx, s.db, s.t.label, s.t.sql.backlog, topic)
 }
 
 // Purge implements [outbox.Store]. Each batch is a READ COMMITTED
@@ -585,7 +574,7 @@ func (s *Store) Purge(ctx context.Context, req outbox.PurgeRequest) (int64, erro
 	if err != nil {
 		return 0, err
 	}
-	// sqlPurgeBatch takes two statuses: the one asked for twice, or both.
+	// sqlPurgePick takes two statuses: the one asked for twice, or both.
 	statuses := [2]int{int(req.Statuses[0]), int(req.Statuses[0])}
 	for _, st := range req.Statuses {
 		if int(st) != statuses[0] {

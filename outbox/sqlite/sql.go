@@ -51,15 +51,16 @@ const (
 )
 
 // sqlInsert writes one row; Insert runs it, prepared, for every event of a
-// batch. ?12 is the write time; ?13, ?14 and ?15 are the claim (owner,
-// time, end of the lease) of a pre-claimed row, NULL otherwise.
+// batch, with the values of sqlcodec.InsertValues: ?12 and ?13 are the
+// write time; ?14, ?15 and ?16 are the claim (owner, time, end of the
+// lease) of a pre-claimed row, NULL otherwise.
 const sqlInsert = `
 INSERT INTO {table} (event_id, event_type, topic, aggregate_type, aggregate_id, tenant_id,
     payload, payload_json, headers, status, attempts,
     occurred_at, available_at, created_at, updated_at, locked_by, locked_at, locked_until)
-VALUES (?1, ?2, ?3, ?4, nullif(?5, ''), nullif(?6, ''),
+VALUES (?1, ?2, ?3, ?4, ?5, ?6,
     ?7, ?8, ?9, 0, 0,
-    ?10, ?11, ?12, ?12, ?13, ?14, ?15)`
+    ?10, ?11, ?12, ?13, ?14, ?15, ?16)`
 
 // sqlExisting returns those of the event ids of sqlcodec.HexIDs(ids),
 // passed as ?1, that have a row; sqlExistingOne does for one id, ?1, what

@@ -67,6 +67,7 @@ type table struct {
 	name   string
 	quoted string
 	inbox  string // the inbox table, quoted
+	label  string // the store and table, for errors
 	sql    statements
 }
 
@@ -78,7 +79,7 @@ func newTable(cfg Config) (*table, error) {
 	if err := ident.ValidateTable(name, maxTableLen, ErrInvalidIdentifier); err != nil {
 		return nil, fmt.Errorf("sqlite: table: %w", err)
 	}
-	t := &table{name: name, quoted: ident.Quote(name), inbox: ident.Quote(name + migrationfiles.InboxSuffix)}
+	t := &table{name: name, quoted: ident.Quote(name), inbox: ident.Quote(name + migrationfiles.InboxSuffix), label: "sqlite: table " + name}
 	t.sql = renderStatements(t.quoted, t.inbox, cfg.DeleteDone)
 	return t, nil
 }
@@ -177,10 +178,6 @@ func (s *Store) insert(ctx context.Context, tx *sql.Tx, hot, cold []outbox.Envel
 		lease.Duration = outbox.DefaultLockTimeout
 	}
 	now := s.clock.Now()
-	// The claim columns (locked_by, locked_at, locked_until) of a row
-	// written claimed, and of one written unclaimed: NULL.
-	var unclaimed [3]any
-	claimed := [3]any{lease.Owner, sqlcodec.Micros(now), sqlcodec.Micros(now.Add(lease.Duration))}
 	defer inserting.lock(tx)()
 	if _, err := tx.ExecContext(ctx, sqlInsertSavepoint); err != nil {
 		return fmt.Errorf("sqlite: insert into %s: %w", s.t.name, err)
@@ -199,28 +196,11 @@ func (s *Store) insert(ctx context.Context, tx *sql.Tx, hot, cold []outbox.Envel
 	}
 	defer stmt.Close()
 	for e, claiming := range outbox.InsertRows(hot, cold, lease) {
-		headers, err := outbox.EncodeHeaders(e.Headers)
+		values, _, err := sqlcodec.InsertValues(e, claiming, lease, now)
 		if err != nil {
 			return err
 		}
-		var headerText any // NULL
-		if headers != nil {
-			headerText = string(headers)
-		}
-		payload := e.Payload()
-		if payload == nil {
-			payload = []byte{}
-		}
-		available := now
-		if e.DeliverAfter.After(now) {
-			available = e.DeliverAfter
-		}
-		claim := unclaimed
-		if claiming {
-			claim = claimed
-		}
-		_, err = stmt.ExecContext(ctx, e.ID, string(e.Type), e.Topic, string(e.AggregateType), e.AggregateID, e.TenantID,
-			payload, e.IsJSON(), headerText, sqlcodec.Micros(e.OccurredAt), sqlcodec.Micros(available), sqlcodec.Micros(now), claim[0], claim[1], claim[2])
+		_, err = stmt.ExecContext(ctx, values...)
 		if isUniqueViolation(err) {
 			return fmt.Errorf("sqlite: insert into %s: %w: %w", s.t.name, outbox.ErrDuplicateEvent, err)
 		}
@@ -280,12 +260,12 @@ func (l *txLocks) lock(tx *sql.Tx) (unlock func()) {
 // of their own, as [outbox.Prepare] does, when you roll back to
 // savepoints and write again.
 func (s *Store) Kept(ctx context.Context, tx *sql.Tx, _ uint64, ids []string) ([]string, error) {
-	return sqlcodec.Existing(ctx, tx, "sqlite", s.t.sql.existingOne, s.t.sql.existing, ids)
+	return sqlcodec.Existing(ctx, tx, s.t.label, s.t.sql.existingOne, s.t.sql.existing, ids)
 }
 
 // Get implements [outbox.Store].
 func (s *Store) Get(ctx context.Context, id string) (outbox.Event, error) {
-	return sqlcodec.Get(ctx, s.db, "sqlite", s.t.sql.get, id)
+	return sqlcodec.Get(ctx, s.db, s.t.label, s.t.sql.get, id)
 }
 
 // Claim implements [outbox.Store]. SQLite has no FOR UPDATE SKIP LOCKED
@@ -397,7 +377,7 @@ func (s *Store) ReplayDead(ctx context.Context, f outbox.DeadFilter) (int64, err
 
 // Backlog implements [outbox.Store].
 func (s *Store) Backlog(ctx context.Context, topic string) (int64, time.Time, error) {
-	return sqlcodec.Backlog(ctx, s.db, "sqlite", s.t.sql.backlog, topic)
+	return sqlcodec.Backlog(ctx, s.db, s.t.label, s.t.sql.backlog, topic)
 }
 
 // Purge implements [outbox.Store].
