@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/wmoutbox/wmoutbox/internal/migrationfiles"
 	"github.com/wmoutbox/wmoutbox/internal/sqlcodec"
 	"github.com/wmoutbox/wmoutbox/outbox"
 )
@@ -21,7 +20,7 @@ func (s *Store) MarkProcessed(ctx context.Context, tx *sql.Tx, consumer, id stri
 	if err := rolledBack(tx); err != nil {
 		return false, err
 	}
-	recorded, err := sqlcodec.MarkProcessed(ctx, tx, "mysql: table "+s.t.name+migrationfiles.InboxSuffix, s.t.sql.markProcessed, consumer, id, s.clock.Now())
+	recorded, err := sqlcodec.MarkProcessed(ctx, tx, s.t.inboxLabel, s.t.sql.markProcessed, consumer, id, s.clock.Now())
 	return recorded, failedIn(ctx, tx, err)
 }
 

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"weak"
 
@@ -76,11 +77,12 @@ var _ outbox.TxStore[*sql.Tx] = (*Store)(nil)
 
 // table is a validated table name and the SQL rendered for it.
 type table struct {
-	name   string
-	quoted string
-	inbox  string // the inbox table, quoted
-	label  string // the store and table, for errors
-	sql    statements
+	name       string
+	quoted     string
+	inbox      string // the inbox table, quoted
+	label      string // the store and table, for errors
+	inboxLabel string // the store and inbox table, for errors
+	sql        statements
 }
 
 func newTable(cfg Config) (*table, error) {
@@ -91,7 +93,8 @@ func newTable(cfg Config) (*table, error) {
 	if err := ident.ValidateTable(name, maxTableLen, ErrInvalidIdentifier); err != nil {
 		return nil, fmt.Errorf("mysql: table: %w", err)
 	}
-	t := &table{name: name, quoted: quote(name), inbox: quote(name + migrationfiles.InboxSuffix), label: "mysql: table " + name}
+	t := &table{name: name, quoted: quote(name), inbox: quote(name + migrationfiles.InboxSuffix), label: "mysql: table " + name,
+		inboxLabel: "mysql: table " + name + migrationfiles.InboxSuffix}
 	t.sql = renderStatements(t.quoted, quote(name+"_id_idx"), t.inbox, quote(ident.MigrationTable), cfg.DeleteDone)
 	return t, nil
 }
@@ -158,9 +161,17 @@ func InTx(ctx context.Context, db *sql.DB, logger *slog.Logger, fn func(ctx cont
 // transaction is garbage.
 var rolledBackTxs sync.Map
 
+// rolledBackCount is the number of entries of rolledBackTxs: while it is
+// 0, as it nearly always is, a write asks nothing more (weak.Make would
+// give every transaction a weak handle).
+var rolledBackCount atomic.Int64
+
 // rolledBack returns the error with which MySQL rolled back tx, if a
 // statement of the store in tx met one.
 func rolledBack(tx *sql.Tx) error {
+	if rolledBackCount.Load() == 0 {
+		return nil
+	}
 	if err, ok := rolledBackTxs.Load(weak.Make(tx)); ok {
 		return err.(error)
 	}
@@ -177,7 +188,11 @@ func failedIn(ctx context.Context, tx *sql.Tx, err error) error {
 	err = fmt.Errorf("%w: %w", ErrTransactionRolledBack, err)
 	key := weak.Make(tx)
 	if _, known := rolledBackTxs.LoadOrStore(key, err); !known {
-		runtime.AddCleanup(tx, func(key weak.Pointer[sql.Tx]) { rolledBackTxs.Delete(key) }, key)
+		rolledBackCount.Add(1)
+		runtime.AddCleanup(tx, func(key weak.Pointer[sql.Tx]) {
+			rolledBackTxs.Delete(key)
+			rolledBackCount.Add(-1)
+		}, key)
 	}
 	// Ended here too, the *sql.Tx refuses the business's next statements
 	// (sql.ErrTxDone), which would otherwise commit one by one, and its
@@ -416,7 +431,8 @@ func (s *Store) claimTopic(ctx context.Context, tx *sql.Tx, req outbox.ClaimRequ
 }
 
 // claimCandidates locks the due rows of req's topics (all when it names
-// none) that sqlCandidates picks, and returns them in due order.
+// none) that sqlCandidates picks, and returns them in due order, and
+// their seqs.
 func (s *Store) claimCandidates(ctx context.Context, tx *sql.Tx, req outbox.ClaimRequest, due []any) ([]outbox.Event, []int64, error) {
 	ordered, filter := 0, 0
 	if req.Ordered {
@@ -452,17 +468,9 @@ func (s *Store) claimCandidates(ctx context.Context, tx *sql.Tx, req outbox.Clai
 		events, seqs = append(events, got...), append(seqs, gotSeqs...)
 		candidates = candidates[n:]
 	}
-	// The batches are in due order, each of them in seq order.
-	order := make([]int, len(events))
-	for i := range order {
-		order[i] = i
-	}
-	slices.SortFunc(order, func(a, b int) int { return outbox.CompareDue(events[a], events[b]) })
-	sorted, sortedSeqs := make([]outbox.Event, len(events)), make([]int64, len(events))
-	for i, j := range order {
-		sorted[i], sortedSeqs[i] = events[j], seqs[j]
-	}
-	return sorted, sortedSeqs, nil
+	// Each batch comes in seq order; the lease takes seqs in any order.
+	slices.SortFunc(events, outbox.CompareDue)
+	return events, seqs, nil
 }
 
 // queryClaimed runs a claim's locking read, which selects the event

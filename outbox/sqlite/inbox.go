@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/wmoutbox/wmoutbox/internal/migrationfiles"
 	"github.com/wmoutbox/wmoutbox/internal/sqlcodec"
 	"github.com/wmoutbox/wmoutbox/outbox"
 )
@@ -16,7 +15,7 @@ var _ outbox.Inbox[*sql.Tx] = (*Store)(nil)
 // MarkProcessed implements [outbox.Inbox], on the inbox table beside the
 // outbox table (its name with "_inbox" appended), which [Migrate] creates.
 func (s *Store) MarkProcessed(ctx context.Context, tx *sql.Tx, consumer, id string) (bool, error) {
-	return sqlcodec.MarkProcessed(ctx, tx, "sqlite: table "+s.t.name+migrationfiles.InboxSuffix, s.t.sql.markProcessed, consumer, id, s.clock.Now())
+	return sqlcodec.MarkProcessed(ctx, tx, s.t.inboxLabel, s.t.sql.markProcessed, consumer, id, s.clock.Now())
 }
 
 // PurgeProcessed implements [outbox.Inbox].

@@ -64,11 +64,12 @@ var _ outbox.TxStore[*sql.Tx] = (*Store)(nil)
 
 // table is a validated table name and the SQL rendered for it.
 type table struct {
-	name   string
-	quoted string
-	inbox  string // the inbox table, quoted
-	label  string // the store and table, for errors
-	sql    statements
+	name       string
+	quoted     string
+	inbox      string // the inbox table, quoted
+	label      string // the store and table, for errors
+	inboxLabel string // the store and inbox table, for errors
+	sql        statements
 }
 
 func newTable(cfg Config) (*table, error) {
@@ -79,7 +80,8 @@ func newTable(cfg Config) (*table, error) {
 	if err := ident.ValidateTable(name, maxTableLen, ErrInvalidIdentifier); err != nil {
 		return nil, fmt.Errorf("sqlite: table: %w", err)
 	}
-	t := &table{name: name, quoted: ident.Quote(name), inbox: ident.Quote(name + migrationfiles.InboxSuffix), label: "sqlite: table " + name}
+	t := &table{name: name, quoted: ident.Quote(name), inbox: ident.Quote(name + migrationfiles.InboxSuffix), label: "sqlite: table " + name,
+		inboxLabel: "sqlite: table " + name + migrationfiles.InboxSuffix}
 	t.sql = renderStatements(t.quoted, t.inbox, cfg.DeleteDone)
 	return t, nil
 }
