@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"iter"
+	"slices"
 	"strings"
 	"time"
 )
@@ -203,6 +204,32 @@ type ClaimRequest struct {
 	// its row (an UPDATE locks it); ones that do not, and must keep the
 	// order, lock it (SELECT … FOR UPDATE) before writing events.
 	Ordered bool
+	// Aggregates, with Ordered, narrows the claim to the first events of
+	// these aggregates: a relay that knows where an event may have become
+	// due (the one before it is DONE) names its aggregate, and the claim
+	// looks each one up instead of walking the aggregates of its topics,
+	// a walk that reads the first event of every aggregate held back by
+	// an event in flight, scheduled for later, retried or DEAD. The
+	// Cursor is neither read nor moved. PostgreSQL narrows; SQLite's and
+	// MySQL's ordered claims, which go through due events rather than
+	// aggregates, claim as they would without it. Either way no event is
+	// claimed before the earlier ones of its aggregate are DONE. At most
+	// Limit aggregates, each of one of Topics (when set) and with an
+	// AggregateID. Default: none.
+	Aggregates []Aggregate
+}
+
+// Aggregate names the events of one aggregate of a topic: those with this
+// Topic, AggregateType and AggregateID.
+type Aggregate struct {
+	Topic string
+	Type  AggregateType
+	ID    string
+}
+
+// AggregateOf returns the aggregate of e.
+func AggregateOf(e Envelope) Aggregate {
+	return Aggregate{Topic: e.Topic, Type: e.AggregateType, ID: e.AggregateID}
 }
 
 // ClaimCursor is where a run of claims has got to, in due order. It is a
@@ -295,7 +322,31 @@ func (r ClaimRequest) Normalize() (ClaimRequest, error) {
 	}
 	poll, err := PollRequest{Limit: r.Limit, SkipRecent: r.SkipRecent, Topics: r.Topics}.Normalize()
 	r.Limit = poll.Limit
-	return r, err
+	if err != nil {
+		return r, err
+	}
+	return r, r.checkAggregates()
+}
+
+// checkAggregates validates the Aggregates of a normalized request.
+func (r ClaimRequest) checkAggregates() error {
+	switch {
+	case len(r.Aggregates) == 0:
+		return nil
+	case !r.Ordered:
+		return invalidRequest("aggregates narrow ordered claims only")
+	case len(r.Aggregates) > r.Limit:
+		return invalidRequest("%d aggregates for a claim of at most %d events", len(r.Aggregates), r.Limit)
+	}
+	for _, a := range r.Aggregates {
+		switch {
+		case a.ID == "":
+			return invalidRequest("aggregate of topic %q and type %q: no aggregate id (events without one are not ordered)", a.Topic, a.Type)
+		case len(r.Topics) > 0 && !slices.Contains(r.Topics, a.Topic):
+			return invalidRequest("aggregate %s of topic %q, not one of the claim's topics", a.ID, a.Topic)
+		}
+	}
+	return nil
 }
 
 // PollRequest selects the events [Store.PollPending] returns.

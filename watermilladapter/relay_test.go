@@ -1932,3 +1932,104 @@ func subscribeColdly(t *testing.T, store *postgres.Store) (*watermilladapter.Sub
 	require.NoError(t, err)
 	return sub, msgs
 }
+
+// claimRecorder is a store that keeps the claim requests made on it.
+type claimRecorder struct {
+	outbox.Store
+	mu       sync.Mutex
+	requests []outbox.ClaimRequest
+}
+
+func (c *claimRecorder) Claim(ctx context.Context, req outbox.ClaimRequest) ([]outbox.Event, error) {
+	c.mu.Lock()
+	c.requests = append(c.requests, req)
+	c.mu.Unlock()
+	return c.Store.Claim(ctx, req)
+}
+
+// walksAndNamed counts the claims that walked the topic and those that
+// named aggregates, and returns the aggregates named.
+func (c *claimRecorder) walksAndNamed() (walks, named int, aggregates []outbox.Aggregate) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, req := range c.requests {
+		if len(req.Aggregates) == 0 {
+			walks++
+			continue
+		}
+		named++
+		aggregates = append(aggregates, req.Aggregates...)
+	}
+	return walks, named, aggregates
+}
+
+// Once the DONE of an ordered event is recorded, the claim of the next
+// event of its aggregate names that aggregate instead of walking every
+// aggregate of the topic: aggregates held back by a first event due
+// tomorrow cost the one that moves nothing.
+func TestOrderedDoneClaimsTheNextEventOfItsAggregateByName(t *testing.T) {
+	t.Parallel()
+	store := committedSteps(t, "OrderCreated", 5)
+	writer, err := outbox.NewWriter(store, outbox.WriterConfig{})
+	require.NoError(t, err)
+	heldBack := outbox.NewJSON("OrderCreated", []byte(`{}`))
+	heldBack.AggregateType, heldBack.AggregateID, heldBack.DeliverAfter = "Order", "o-2", time.Now().Add(24*time.Hour)
+	require.NoError(t, store.InTx(t.Context(), func(ctx context.Context, tx pgx.Tx) error {
+		_, err := writer.Write(ctx, tx, heldBack)
+		return err
+	}))
+	recorder := &claimRecorder{Store: store}
+	sub, err := watermilladapter.NewSubscriber(recorder, watermilladapter.SubscriberConfig{
+		Ordered: true, WakeCooldown: time.Hour, PollInterval: time.Hour})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, sub.Close()) })
+	msgs, err := sub.Subscribe(t.Context(), "OrderCreated")
+	require.NoError(t, err)
+	for i := range 5 {
+		msg := nextMessage(t, msgs, fmt.Sprintf("event %d of the aggregate", i))
+		require.JSONEq(t, fmt.Sprintf(`{"step": %d}`, i), string(msg.Payload))
+		msg.Ack()
+	}
+	walks, named, aggregates := recorder.walksAndNamed()
+	require.Equal(t, 1, walks, "only the first claim walks the topic")
+	require.GreaterOrEqual(t, named, 4, "each next event is claimed by its aggregate's name")
+	for _, a := range aggregates {
+		require.Equal(t, outbox.Aggregate{Topic: "OrderCreated", Type: "Order", ID: "o-1"}, a)
+	}
+}
+
+// Claims brought by DONEs alone do not keep the relay from walking the
+// topic: an event that nothing announced (written by a process with no
+// relay, not notified) is claimed by a walk at the poll interval, however
+// busy one aggregate keeps the relay meanwhile.
+func TestOrderedRelayStillWalksAtThePollIntervalWhileAnAggregateMoves(t *testing.T) {
+	t.Parallel()
+	const steps = 400
+	store := committedSteps(t, "OrderCreated", steps)
+	sub, err := watermilladapter.NewSubscriber(store, watermilladapter.SubscriberConfig{
+		Ordered: true, WakeCooldown: time.Hour, PollInterval: 100 * time.Millisecond})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, sub.Close()) })
+	msgs, err := sub.Subscribe(t.Context(), "OrderCreated")
+	require.NoError(t, err)
+	first := nextMessage(t, msgs, "the first event of the aggregate that moves")
+	writer, err := outbox.NewWriter(store, outbox.WriterConfig{})
+	require.NoError(t, err)
+	other := outbox.NewJSON("OrderCreated", []byte(`{"other": true}`))
+	other.AggregateType, other.AggregateID = "Order", "o-2"
+	require.NoError(t, store.InTx(t.Context(), func(ctx context.Context, tx pgx.Tx) error {
+		_, err := writer.Write(ctx, tx, other)
+		return err
+	}))
+	first.Ack()
+	for step := 1; step < steps; step++ {
+		msg := nextMessage(t, msgs, "the next event")
+		if msg.Metadata.Get(watermilladapter.MetadataAggregateID) == "o-2" {
+			msg.Ack()
+			return
+		}
+		time.Sleep(5 * time.Millisecond) // a handler's work: DONEs keep coming for two seconds
+		msg.Ack()
+	}
+	t.Fatalf("the event of another aggregate waited for all %d events of the one that moved", steps)
+}

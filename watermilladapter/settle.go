@@ -61,8 +61,9 @@ type releaseItem struct{ id, topic string }
 // would find the event still held by this relay (or, ordered, still
 // holding back its aggregate), and would wait for a poll.
 type outcome struct {
-	update outbox.StatusUpdate
-	wake   *subscription
+	update    outbox.StatusUpdate
+	wake      *subscription
+	aggregate outbox.Aggregate // of an ordered DONE: whose next event it frees
 }
 
 // freesNext reports whether o is the DONE of an ordered event, which the
@@ -126,15 +127,14 @@ func newSettler(store outbox.Store, owner string, logger watermill.LoggerAdapter
 	return st
 }
 
-// update queues an outcome, and the subscription to wake for it (see
-// outcome; nil for none); it blocks while the queue is full, which slows
+// update queues an outcome (see outcome; wake nil for none); it blocks
+// while the queue is full, which slows
 // the workers down to what the database records. The DONE of an ordered
 // event ends the linger: the next event of its aggregate waits for it, and
 // a batch still gathers what queues while the statement before runs.
 // After close it drops the outcome: the lease expires and the event is
 // delivered again.
-func (st *settler) update(u outbox.StatusUpdate, wake *subscription) {
-	o := outcome{update: u, wake: wake}
+func (st *settler) update(o outcome) {
 	select {
 	case st.updates <- o:
 		if len(st.updates) >= maxSettleBatch/2 || o.freesNext() {
@@ -299,7 +299,7 @@ func (st *settler) flushUpdates(batch []outcome) {
 	for _, o := range batch {
 		switch {
 		case o.freesNext():
-			o.wake.claimNext()
+			o.wake.claimNext(o.aggregate)
 		case o.wake != nil:
 			o.wake.scheduleRetry(o.update.NextAt)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -72,7 +73,7 @@ func TestSettlerRecordsOutcomesArrivingWithinTheLingerInOneStatement(t *testing.
 	const outcomes = 20
 	start := time.Now()
 	for i := range outcomes {
-		st.update(outbox.Done(fmt.Sprint("event-", i)), nil)
+		st.update(outcome{update: outbox.Done(fmt.Sprint("event-", i))})
 		time.Sleep(100 * time.Microsecond)
 	}
 	spread := time.Since(start)
@@ -103,7 +104,7 @@ func TestSettlerFlushCutsTheLingerShort(t *testing.T) {
 	st.linger = time.Hour // set before the first outcome is sent, which the settler reads it after
 	st.flush()            // nothing queued: its signal must not cut the next linger short
 
-	st.update(outbox.Done("event-1"), nil)
+	st.update(outcome{update: outbox.Done("event-1")})
 	time.Sleep(50 * time.Millisecond)
 	if statements, _ := store.recorded(); statements != 0 {
 		t.Fatalf("%d statements 50 ms into an hour's linger, want 0", statements)
@@ -132,7 +133,8 @@ func TestSettlerRecordsAnOrderedDoneAtOnceAndWakesItsSubscription(t *testing.T) 
 	st.linger = time.Hour // set before the first outcome is sent, which the settler reads it after
 	sub := &subscription{nextCh: make(chan struct{}, 1)}
 
-	st.update(outbox.Done("event-1"), sub)
+	order1 := outbox.Aggregate{Topic: "t", Type: "Order", ID: "1"}
+	st.update(outcome{update: outbox.Done("event-1"), wake: sub, aggregate: order1})
 	select {
 	case <-sub.nextCh:
 	case <-time.After(10 * time.Second):
@@ -140,6 +142,9 @@ func TestSettlerRecordsAnOrderedDoneAtOnceAndWakesItsSubscription(t *testing.T) 
 	}
 	if statements, outcomes := store.recorded(); statements != 1 || outcomes != 1 {
 		t.Fatalf("when the subscription was woken: %d statements recording %d outcomes, want 1 and 1", statements, outcomes)
+	}
+	if next := sub.takeNext(); !slices.Equal(next, []outbox.Aggregate{order1}) {
+		t.Fatalf("the subscription was told to claim the next events of %v, want %v", next, order1)
 	}
 }
 
@@ -151,7 +156,7 @@ func TestSettlerWritesReleasesDuringTheLinger(t *testing.T) {
 	st := newSettler(store, "relay", watermill.NopLogger{}, func(...string) {})
 	defer st.close()
 	st.linger = time.Hour // set before the first outcome is sent, which the settler reads it after
-	st.update(outbox.Done("event-1"), nil)
+	st.update(outcome{update: outbox.Done("event-1")})
 	// Let the settler take the outcome and begin its linger: queued
 	// together, the release could be taken first.
 	time.Sleep(20 * time.Millisecond)
@@ -213,7 +218,7 @@ func TestSettlerGivesUpOnEverythingByOneDeadline(t *testing.T) {
 	for i := range n {
 		st.release([]releaseItem{{id: fmt.Sprint("released-", i), topic: "orders"}})
 	}
-	st.update(outbox.Done("done"), nil)
+	st.update(outcome{update: outbox.Done("done")})
 	for st.queuedReleaseCount() > 0 || len(st.updates) > 0 { // everything taken and tried
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -234,7 +239,7 @@ func TestSettlerGivesUpOnInvalidRequests(t *testing.T) {
 	t.Parallel()
 	store := &downStore{err: fmt.Errorf("postgres: %w", outbox.ErrInvalidRequest)}
 	st := newSettler(store, "me", watermill.NopLogger{}, func(...string) {})
-	st.update(outbox.Done("done"), nil)
+	st.update(outcome{update: outbox.Done("done")})
 	for store.count() == 0 {
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -309,7 +314,7 @@ func TestSettlerCutsOffAStatementSentBeforeClose(t *testing.T) {
 	store := &hangingStore{}
 	st := newSettler(store, "me", watermill.NopLogger{}, func(...string) {})
 	st.giveUp = 200 * time.Millisecond // set before the first statement is sent
-	st.update(outbox.Done("done"), nil)
+	st.update(outcome{update: outbox.Done("done")})
 	for store.statements.Load() == 0 { // sent, and hanging
 		time.Sleep(time.Millisecond)
 	}

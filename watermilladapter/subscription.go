@@ -37,7 +37,8 @@ type subscription struct {
 	cancel    context.CancelFunc
 
 	mu       sync.Mutex
-	claimAts []time.Time // when to claim, earliest first: retries recorded, commits too recent for a claim
+	claimAts []time.Time                   // when to claim, earliest first: retries recorded, commits too recent for a claim
+	next     map[outbox.Aggregate]struct{} // ordered aggregates whose next event the DONE of one before made due
 }
 
 func newSubscription(s *Subscriber, topic string) *subscription {
@@ -70,12 +71,37 @@ func signal(ch chan struct{}) {
 
 func (sub *subscription) wake() { signal(sub.wakeCh) }
 
-// claimNext makes the cold path claim at once, whatever WakeCooldown says:
-// the DONE of an ordered event is recorded, and the next event of its
-// aggregate is due. An aggregate's events follow one another at the pace
-// of a claim and an outcome statement, not of the cooldown; the signals
-// come at most once per outcome statement.
-func (sub *subscription) claimNext() { signal(sub.nextCh) }
+// claimNext makes the cold path claim the next event of aggregate at once,
+// whatever WakeCooldown says: the DONE of the ordered event before it is
+// recorded. An aggregate's events follow one another at the pace of a
+// claim and an outcome statement, not of the cooldown; the claim names
+// the aggregates it is for, rather than walking every aggregate of the
+// topic (see outbox.ClaimRequest.Aggregates).
+func (sub *subscription) claimNext(aggregate outbox.Aggregate) {
+	sub.mu.Lock()
+	if sub.next == nil {
+		sub.next = make(map[outbox.Aggregate]struct{})
+	}
+	sub.next[aggregate] = struct{}{}
+	sub.mu.Unlock()
+	signal(sub.nextCh)
+}
+
+// takeNext returns the aggregates claimNext was told of since the last
+// call, and forgets them.
+func (sub *subscription) takeNext() []outbox.Aggregate {
+	sub.mu.Lock()
+	defer sub.mu.Unlock()
+	if len(sub.next) == 0 {
+		return nil
+	}
+	next := make([]outbox.Aggregate, 0, len(sub.next))
+	for a := range sub.next {
+		next = append(next, a)
+	}
+	clear(sub.next)
+	return next
+}
 
 // offerHot queues a committed event unless the hot queue is full or the
 // subscription is stopping.
@@ -177,6 +203,14 @@ const claimRescan = time.Second
 // After a failed claim, nothing brings the next one sooner than claimRetry
 // allows.
 //
+// An ordered claim that only claimNext brought names its aggregates
+// instead of walking the topic's, whose cost grows with the aggregates
+// held back (an event in flight, scheduled, retried or DEAD): one such
+// walk per DONE made an aggregate's events crawl. Everything else walks,
+// and so does a claim once the poll interval has passed since the last
+// walk, so that what no signal announces is found at the poll's pace
+// however busy the aggregates named keep the relay.
+//
 // Stopping does not cancel a claim at once: the server may commit a claim
 // whose client gave up, and nobody would release those rows before their
 // lease ends. Stopping is checked between claims instead. A claim that
@@ -193,8 +227,10 @@ func (sub *subscription) claimLoop() {
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	var claimed time.Time      // when the last claim started
+	var walked time.Time       // when the last claim that walked the topic started
 	var failWait time.Duration // after a failed claim, the least time to the next
 	woken := false             // a wake-up came since the last claim
+	walk := true               // the next claim walks the topic rather than name aggregates
 	for {
 		free := cap(sub.cold) - len(sub.cold)
 		var room chan struct{} // nil unless the cold queue held the claim back
@@ -211,50 +247,67 @@ func (sub *subscription) claimLoop() {
 			if woken && cfg.SkipRecent > 0 {
 				sub.claimAt(cfg.Clock.Now().Add(cfg.SkipRecent))
 			}
+			next := sub.takeNext()
+			walk = walk || woken || !cfg.Ordered || len(next) > req.Limit || !cfg.Clock.Now().Before(walked.Add(cfg.PollInterval))
 			woken = false
-			fromCursor := !cursor.IsZero()
-			ctx, cancel := boundedAfterStop(sub.stopped, claimTimeout, sub.s.settler.giveUp)
-			events, err := sub.s.store.Claim(ctx, req)
-			cancel()
-			if sub.stopping() {
-				// Whatever was claimed goes back to the table.
-				sub.releaseEvents(events)
-				return
-			}
-			if err != nil {
-				failWait = min(max(2*failWait, claimRetry), cfg.PollInterval)
-				cfg.Logger.Error("outbox claim failed", err, watermill.LogFields{"topic": sub.topic, "pause": failWait})
-			} else {
-				failWait = 0
-			}
-			for _, e := range events {
-				// A scheduled or retried event's latency counts from its
-				// due time, not from its write.
-				since := e.CreatedAt
-				if e.AvailableAt.After(since) {
-					since = e.AvailableAt
+			if walk || len(next) > 0 { // else what signalled was taken by the claim before
+				claim := req
+				if walk {
+					walked = cfg.Clock.Now()
+				} else {
+					claim.Aggregates, claim.Cursor = next, nil
 				}
-				sub.cold <- queued{event: e, source: SourceCold, since: since} // room was counted above
-			}
-			if len(events) > 0 {
-				cfg.Metrics.ColdEnqueued(sub.topic, len(events))
-			}
-			full := err == nil && len(events) == req.Limit
-			// An ordered claim's cursor is an aggregate, not a due time:
-			// going back to the first aggregate every second would serve
-			// the first ones again and again while the last ones wait.
-			// Its walk wraps around when a claim comes back short.
-			if now := cfg.Clock.Now(); !full || (!cfg.Ordered && !now.Before(rescan)) {
-				cursor.Reset()
-				rescan = now.Add(claimRescan)
-			}
-			if full || (err == nil && fromCursor) {
-				// Backlog: claim again at once. After a short claim that
-				// followed the cursor, the next starts from the earliest
-				// due event, at once too: what the cursor passed over (a
-				// commit a wake-up announced, a release, a lease run out)
-				// must not wait for the poll.
-				continue
+				fromCursor := walk && !cursor.IsZero()
+				ctx, cancel := boundedAfterStop(sub.stopped, claimTimeout, sub.s.settler.giveUp)
+				events, err := sub.s.store.Claim(ctx, claim)
+				cancel()
+				if sub.stopping() {
+					// Whatever was claimed goes back to the table.
+					sub.releaseEvents(events)
+					return
+				}
+				if err != nil {
+					failWait = min(max(2*failWait, claimRetry), cfg.PollInterval)
+					cfg.Logger.Error("outbox claim failed", err, watermill.LogFields{"topic": sub.topic, "pause": failWait})
+				} else {
+					failWait = 0
+				}
+				for _, e := range events {
+					// A scheduled or retried event's latency counts from its
+					// due time, not from its write.
+					since := e.CreatedAt
+					if e.AvailableAt.After(since) {
+						since = e.AvailableAt
+					}
+					sub.cold <- queued{event: e, source: SourceCold, since: since} // room was counted above
+				}
+				if len(events) > 0 {
+					cfg.Metrics.ColdEnqueued(sub.topic, len(events))
+				}
+				// A failed claim's aggregates are forgotten: the next walks.
+				walk = err != nil
+				if claim.Aggregates == nil {
+					full := err == nil && len(events) == req.Limit
+					// An ordered claim's cursor is an aggregate, not a due
+					// time: going back to the first aggregate every second
+					// would serve the first ones again and again while the
+					// last ones wait. Its walk wraps around when a claim
+					// comes back short.
+					if now := cfg.Clock.Now(); !full || (!cfg.Ordered && !now.Before(rescan)) {
+						cursor.Reset()
+						rescan = now.Add(claimRescan)
+					}
+					if full || (err == nil && fromCursor) {
+						// Backlog: claim again at once. After a short claim
+						// that followed the cursor, the next starts from the
+						// earliest due event, at once too: what the cursor
+						// passed over (a commit a wake-up announced, a
+						// release, a lease run out) must not wait for the
+						// poll.
+						walk = true
+						continue
+					}
+				}
 			}
 		} else {
 			room = sub.spaceCh // a worker taking a cold event signals it
@@ -267,7 +320,9 @@ func (sub *subscription) claimLoop() {
 			woken = true
 		case <-sub.nextCh:
 		case <-room:
+			walk = true
 		case <-timer.C:
+			walk = true
 		}
 		hold := failWait
 		if woken {
@@ -471,7 +526,7 @@ func (sub *subscription) process(item queued, wait *time.Timer) {
 		sub.logDead("outbox event cannot be decoded: DEAD", e, e.Malformed)
 		dead := outbox.Dead(e.ID, e.Malformed)
 		dead.Attempt = e.Attempts + 1
-		s.settler.update(dead, nil)
+		s.settler.update(outcome{update: dead})
 		s.cfg.Metrics.Dead(sub.topic)
 		return
 	}
@@ -501,11 +556,11 @@ func (sub *subscription) process(item queued, wait *time.Timer) {
 	case !answered:
 		s.settler.release([]releaseItem{{id: e.ID, topic: sub.topic}})
 	case acked:
-		var next *subscription // to claim the next event of e's aggregate
-		if sub.holdsBack(e) {
-			next = sub
+		done := outcome{update: outbox.Done(e.ID)}
+		if sub.holdsBack(e) { // claim the next event of e's aggregate
+			done.wake, done.aggregate = sub, outbox.AggregateOf(e.Envelope)
 		}
-		s.settler.update(outbox.Done(e.ID), next)
+		s.settler.update(done)
 		s.cfg.Metrics.Delivered(sub.topic, s.cfg.Clock.Now().Sub(item.since))
 	default:
 		update := outbox.Decide(e.ID, e.Attempts+1, mctx.slot.errOr(errNacked), s.cfg.RetryPolicy, s.cfg.Clock.Now())
@@ -518,7 +573,7 @@ func (sub *subscription) process(item queued, wait *time.Timer) {
 			s.cfg.Metrics.Failed(sub.topic)
 			retry = sub
 		}
-		s.settler.update(update, retry)
+		s.settler.update(outcome{update: update, wake: retry})
 	}
 }
 

@@ -80,6 +80,7 @@ func Run[Tx any](t *testing.T, newHarness func(t *testing.T) Harness[Tx]) {
 		{"ClaimCursorCoversTheBacklogOnce", testClaimCursorCoversTheBacklogOnce[Tx]},
 		{"OrderedClaimTakesOneEventPerAggregateInWriteOrder", testOrderedClaimTakesOneEventPerAggregateInWriteOrder[Tx]},
 		{"OrderedClaimByTopics", testOrderedClaimByTopics[Tx]},
+		{"OrderedClaimOfNamedAggregates", testOrderedClaimOfNamedAggregates[Tx]},
 		{"DeadEventsQueryCountReplay", testDeadEventsQueryCountReplay[Tx]},
 		{"EmptyIDListMatchesNoDeadEvent", testEmptyIDListMatchesNoDeadEvent[Tx]},
 		{"ReplayDeadRefusesAFilterThatRestrictsNothing", testReplayDeadRefusesAFilterThatRestrictsNothing[Tx]},
@@ -979,6 +980,44 @@ func testOrderedClaimTakesOneEventPerAggregateInWriteOrder[Tx any](t *testing.T,
 	req.Topics, req.Ordered = []string{"shipping"}, false
 	f.write(t, mk("e-shipping", "shipping", "Order", "1"))
 	claim("an unordered claim takes every due event", "d-shipping", "e-shipping")
+}
+
+// An ordered claim that names aggregates takes the first event of each
+// when it is due, and never an event that waits for an earlier one of its
+// aggregate. Stores that do not narrow such claims may take the first
+// events of other aggregates too.
+func testOrderedClaimOfNamedAggregates[Tx any](t *testing.T, f *fixture[Tx]) {
+	mk := func(id, aggregateType, aggregateID string) outbox.Envelope {
+		e := JSONEvent(0)
+		e.ID, e.Topic, e.AggregateType, e.AggregateID = id, "orders", outbox.AggregateType(aggregateType), aggregateID
+		return e
+	}
+	for _, e := range []outbox.Envelope{mk("o1-first", "Order", "1"), mk("o2-first", "Order", "2"),
+		mk("c1-first", "Customer", "1"), mk("o1-second", "Order", "1")} {
+		f.write(t, e)
+	}
+	order1 := outbox.Aggregate{Topic: "orders", Type: "Order", ID: "1"}
+	req := outbox.ClaimRequest{Owner: "r", Topics: []string{"orders"}, Ordered: true, Aggregates: []outbox.Aggregate{order1}}
+	heads := []string{"o1-first", "o2-first", "c1-first"}
+	claimed := f.claim(t, req)
+	require.Contains(t, claimed, "o1-first")
+	require.Subset(t, heads, claimed, "only first events")
+	claimed = append(claimed, f.claim(t, req)...)
+	require.NotContains(t, claimed, "o1-second", "the first event of its aggregate is in flight")
+	n, err := f.Store.UpdateStatus(t.Context(), "r", outbox.Done("o1-first"))
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n)
+	require.Contains(t, f.claim(t, req), "o1-second", "the next once the first is DONE")
+
+	for name, bad := range map[string]outbox.ClaimRequest{
+		"unordered":       {Owner: "r", Aggregates: []outbox.Aggregate{order1}},
+		"no aggregate id": {Owner: "r", Ordered: true, Aggregates: []outbox.Aggregate{{Topic: "orders", Type: "Order"}}},
+		"another topic":   {Owner: "r", Ordered: true, Topics: []string{"shipping"}, Aggregates: []outbox.Aggregate{order1}},
+		"more than limit": {Owner: "r", Ordered: true, Limit: 1, Aggregates: []outbox.Aggregate{order1, order1}},
+	} {
+		_, err := f.Store.Claim(t.Context(), bad)
+		require.ErrorIs(t, err, outbox.ErrInvalidRequest, name)
+	}
 }
 
 // Ordered claims of several topics, or of every topic, keep each topic's

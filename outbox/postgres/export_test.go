@@ -19,6 +19,10 @@ func ClaimStatement(s *Store, withCursor, ordered bool) string {
 	return variants[0][1]
 }
 
+// ClaimHeadsStatement is the claim SQL the store runs for the aggregates
+// an ordered claim names.
+func ClaimHeadsStatement(s *Store) string { return s.t.sql.claimHeads }
+
 // ListenChecked is Listen with the liveness timing a test can wait for:
 // a quiet connection is checked every check, a check or a connection
 // attempt gives up after timeout.

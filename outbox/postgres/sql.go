@@ -188,7 +188,12 @@ WITH RECURSIVE heads AS (
         LIMIT 1
     ) AS next
     {within}
-), claimable AS (
+)` + sqlLeaseHeads
+
+// sqlLeaseHeads leases the due ones of the first events an ordered claim
+// found (heads), up to $4, locking them by ctid alone as sqlClaimOrdered
+// says.
+const sqlLeaseHeads = `, claimable AS (
     SELECT ctid FROM heads WHERE ` + sqlDue + `
     LIMIT $4
 ), due AS (
@@ -199,6 +204,26 @@ WITH RECURSIVE heads AS (
 UPDATE {table} AS o SET locked_by = $5, locked_at = $1, locked_until = $3
 FROM due {async} WHERE o.ctid = due.ctid
 RETURNING ` + eventColumns
+
+// sqlClaimHeads is sqlClaimOrdered for the aggregates a claim names
+// (outbox.ClaimRequest.Aggregates; $6 topics, $7 aggregate types, $8
+// aggregate ids): the first event of each is one descent of the aggregate
+// index, whatever holds back the other aggregates of the topic. Named
+// aggregates have an id: the index's keyless column is compared with a
+// false the planner cannot fold, since it would turn "= false" into an
+// IS NOT NULL that the index does not hold, and scan the table.
+const sqlClaimHeads = `
+WITH heads AS (
+    SELECT h.* FROM unnest($6::text[], $7::text[], $8::text[]) AS a(topic, aggregate_type, aggregate_id),
+    LATERAL (
+        SELECT ` + headColumns + ` FROM {table}
+        WHERE status <> 1 AND topic COLLATE "C" = a.topic AND aggregate_type COLLATE "C" = a.aggregate_type
+            AND (nullif(aggregate_id, '') IS NULL) = (a.aggregate_id IS NULL)
+            AND coalesce(nullif(aggregate_id, ''), event_id) COLLATE "C" = a.aggregate_id
+        ORDER BY seq
+        LIMIT 1
+    ) AS h
+)` + sqlLeaseHeads
 
 // The walk's bounds in sqlClaimOrdered, by topic filter: where it starts
 // without a cursor, and where it stops. $%[1]d is the filter's parameter.
@@ -344,7 +369,8 @@ type statements struct {
 	release, updateStatus            string
 	markDone, deleteDone             string       // deleteDone empty unless Config.DeleteDone
 	claim, claimAfter                [2][3]string // by ordered (0, 1), then topic filter; claimAfter with a cursor
-	poll                             [3]string    // by topic filter: any, one, many
+	claimHeads                       string
+	poll                             [3]string // by topic filter: any, one, many
 	queryDead, countDead, replayDead string
 	backlog                          string
 	purge                            string
@@ -398,6 +424,7 @@ func renderStatements(schema, qualified, inbox string, synchronous, deleteDone b
 		topics, _ = withSlots(filter, 4)
 		s.poll[i] = r.Replace(strings.Replace(sqlPoll, "{topics}", topics, 1))
 	}
+	s.claimHeads = r.Replace(strings.ReplaceAll(sqlClaimHeads, "{topics}", topicsAny))
 	return s
 }
 

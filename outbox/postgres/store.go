@@ -327,12 +327,21 @@ func (s *Store) Claim(ctx context.Context, req outbox.ClaimRequest) ([]outbox.Ev
 	if req.Ordered {
 		ordered = 1
 	}
+	args := []any{now, now.Add(-req.SkipRecent), now.Add(req.LockTimeout), req.Limit, req.Owner}
+	if len(req.Aggregates) > 0 {
+		n := len(req.Aggregates)
+		topics, types, ids := make(array[text], n), make(array[text], n), make(array[text], n)
+		for i, a := range req.Aggregates {
+			topics[i], types[i], ids[i] = text(a.Topic), text(a.Type), text(a.ID)
+		}
+		events, _, err := s.claim(ctx, s.t.sql.claimHeads, req, append(args, topics, types, ids))
+		return events, err
+	}
 	variants := s.t.sql.claim[ordered]
 	if !req.Cursor.IsZero() {
 		variants = s.t.sql.claimAfter[ordered]
 	}
 	sql, topicArg := topicVariant(variants, req.Topics)
-	args := []any{now, now.Add(-req.SkipRecent), now.Add(req.LockTimeout), req.Limit, req.Owner}
 	if topicArg != nil {
 		args = append(args, topicArg)
 	}
@@ -342,18 +351,25 @@ func (s *Store) Claim(ctx context.Context, req outbox.ClaimRequest) ([]outbox.Ev
 	} else if !c.IsZero() {
 		args = append(args, c.DueAt, c.ID)
 	}
-	rows, err := s.db.Query(ctx, sql, args...)
-	if err != nil {
-		return nil, fmt.Errorf("postgres: claim: %w", err)
-	}
-	events, last, err := collectClaimed(rows, req.Limit, req.Ordered)
-	if err != nil {
-		return nil, fmt.Errorf("postgres: claim: %w", err)
-	}
+	events, last, err := s.claim(ctx, sql, req, args)
 	if req.Cursor != nil && len(events) > 0 {
 		*req.Cursor = last
 	}
-	return events, nil
+	return events, err
+}
+
+// claim runs a claim statement and returns the events it claimed, in due
+// order, and the cursor after them.
+func (s *Store) claim(ctx context.Context, sql string, req outbox.ClaimRequest, args []any) ([]outbox.Event, outbox.ClaimCursor, error) {
+	rows, err := s.db.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, outbox.ClaimCursor{}, fmt.Errorf("postgres: claim: %w", err)
+	}
+	events, last, err := collectClaimed(rows, req.Limit, req.Ordered)
+	if err != nil {
+		return nil, outbox.ClaimCursor{}, fmt.Errorf("postgres: claim: %w", err)
+	}
+	return events, last, nil
 }
 
 // PollPending implements [outbox.Store].

@@ -1,0 +1,95 @@
+package postgres_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/wmoutbox/wmoutbox/internal/testdb"
+	"github.com/wmoutbox/wmoutbox/outbox"
+	"github.com/wmoutbox/wmoutbox/outbox/postgres"
+)
+
+// A claim that names aggregates looks each one up in the aggregate index,
+// whatever holds back the others of the topic; the walk of an ordered claim
+// reads the first event of every aggregate it passes.
+func TestClaimOfNamedAggregatesReadsOnlyThem(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t)
+	store, err := postgres.NewStore(pool, postgres.Config{})
+	require.NoError(t, err)
+	writer, err := outbox.NewWriter(store, outbox.WriterConfig{})
+	require.NoError(t, err)
+	const heldBack = 2000
+	var events []outbox.Envelope
+	for i := range heldBack {
+		e := outbox.NewJSON("OrderCreated", []byte(`{}`))
+		e.Topic, e.AggregateType, e.AggregateID = "orders", "Order", fmt.Sprint("held-", i)
+		e.DeliverAfter = time.Now().Add(24 * time.Hour)
+		events = append(events, e)
+	}
+	for range 3 {
+		e := outbox.NewJSON("OrderCreated", []byte(`{}`))
+		e.Topic, e.AggregateType, e.AggregateID = "orders", "Order", "live"
+		events = append(events, e)
+	}
+	var ids []string
+	require.NoError(t, store.InTx(t.Context(), func(ctx context.Context, tx pgx.Tx) error {
+		ids, err = writer.Write(ctx, tx, events...)
+		return err
+	}))
+	conn := planner(t, pool)
+	now := time.Now()
+	lease := []any{now, now, now.Add(time.Minute), 100, "me"}
+
+	walked := aggregateIndexReads(t, conn, postgres.ClaimStatement(store, false, true), append(lease, "orders")...)
+	require.GreaterOrEqual(t, walked, heldBack, "the walk reads the first event of every aggregate")
+
+	named := []outbox.Aggregate{{Topic: "orders", Type: "Order", ID: "live"}, {Topic: "orders", Type: "Order", ID: "held-7"}}
+	topics, types, aggIDs := postgres.TextArray{"orders", "orders"}, postgres.TextArray{"Order", "Order"}, postgres.TextArray{"live", "held-7"}
+	read := aggregateIndexReads(t, conn, postgres.ClaimHeadsStatement(store), append(lease, topics, types, aggIDs)...)
+	require.Equal(t, len(named), read, "one descent per aggregate named")
+
+	claimed, err := store.Claim(t.Context(), outbox.ClaimRequest{Owner: "me", Topics: []string{"orders"}, Ordered: true, Aggregates: named})
+	require.NoError(t, err)
+	require.Len(t, claimed, 1, "the first event of the live aggregate; the other is due tomorrow")
+	require.Equal(t, ids[heldBack], claimed[0].ID)
+}
+
+// aggregateIndexReads runs sql under EXPLAIN ANALYZE, in a transaction it
+// rolls back, and returns how many times it looked in the aggregate index.
+func aggregateIndexReads(t *testing.T, conn interface {
+	Begin(context.Context) (pgx.Tx, error)
+}, sql string, args ...any) int {
+	t.Helper()
+	tx, err := conn.Begin(t.Context())
+	require.NoError(t, err)
+	defer func() { require.NoError(t, tx.Rollback(t.Context())) }()
+	var out []byte
+	require.NoError(t, tx.QueryRow(t.Context(), "EXPLAIN (ANALYZE, FORMAT JSON) "+sql, args...).Scan(&out))
+	var plans []struct{ Plan planNode }
+	require.NoError(t, json.Unmarshal(out, &plans))
+	var loops func(n planNode) int
+	loops = func(n planNode) int {
+		total := 0
+		if n.IndexName == "outbox_event_aggregate_idx" {
+			total += n.ActualLoops
+		}
+		for _, child := range n.Plans {
+			total += loops(child)
+		}
+		return total
+	}
+	return loops(plans[0].Plan)
+}
+
+type planNode struct {
+	IndexName   string     `json:"Index Name"`
+	ActualLoops int        `json:"Actual Loops"`
+	Plans       []planNode `json:"Plans"`
+}
