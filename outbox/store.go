@@ -206,11 +206,12 @@ type ClaimRequest struct {
 	Ordered bool
 	// Aggregates, with Ordered, narrows the claim to the first events of
 	// these aggregates: a relay that knows where an event may have become
-	// due (the one before it is DONE) names its aggregate, and the claim
-	// looks each one up instead of walking the aggregates of its topics,
-	// a walk that reads the first event of every aggregate held back by
-	// an event in flight, scheduled for later, retried or DEAD. The
-	// Cursor is neither read nor moved. PostgreSQL narrows; SQLite's and
+	// due (the one before it is DONE, its process just wrote it, its
+	// retry is due) names its aggregate, and the claim looks each one up
+	// instead of walking the aggregates of its topics, a walk that reads
+	// the first event of every aggregate held back by an event in flight,
+	// scheduled for later, retried or DEAD. The Cursor is neither read
+	// nor moved. PostgreSQL narrows; SQLite's and
 	// MySQL's ordered claims, which go through due events rather than
 	// aggregates, claim as they would without it. Either way no event is
 	// claimed before the earlier ones of its aggregate are DONE. At most

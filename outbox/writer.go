@@ -38,13 +38,15 @@ type WriterConfig struct {
 	// every topic.
 	HotTopic func(topic string) bool
 
-	// Committed is told, once a write's transaction commits, the topics of
-	// its events that are due now and that the hot path does not deliver,
-	// so that relays in other processes claim them at once instead of at
-	// their next poll (postgres.Notifier.Notify does that). Like
-	// AfterCommit it only runs for transactions begun by an InTx helper. It
-	// must not block. Default: none.
-	Committed func(topics []string)
+	// Committed is told, once a write's transaction commits, its events
+	// that are due now and that the hot path does not deliver, so that
+	// relays claim them at once instead of at their next poll: those of
+	// other processes through a notification of their [Topics]
+	// (postgres.Notifier.Notify does that), an ordered relay of this
+	// process by their aggregates. Like AfterCommit it only runs for
+	// transactions begun by an InTx helper. It must not block, nor keep
+	// the slice. Default: none.
+	Committed func(events []Envelope)
 
 	// ClaimOwner, when set together with AfterCommit, writes hot-path rows
 	// already claimed by this owner, so that other relays' pollers leave
@@ -166,11 +168,11 @@ func (w *Writer[Tx]) afterCommit(ctx context.Context, tx Tx, hot, cold []Envelop
 	if w.cfg.Committed == nil || !w.commitReported(ctx, tx) {
 		return nil
 	}
-	topics := dueTopics(cold)
-	if len(topics) == 0 {
+	due := slices.DeleteFunc(slices.Clone(cold), func(e Envelope) bool { return !e.DeliverAfter.IsZero() })
+	if len(due) == 0 {
 		return nil
 	}
-	return AfterCommit(ctx, func(context.Context) error { w.cfg.Committed(topics); return nil })
+	return AfterCommit(ctx, func(context.Context) error { w.cfg.Committed(due); return nil })
 }
 
 // kept returns those of events, written by the insert that returned
@@ -196,11 +198,12 @@ func (w *Writer[Tx]) kept(ctx context.Context, savepoint uint64, events []Envelo
 	return slices.DeleteFunc(events, func(e Envelope) bool { return !kept[e.ID] }), nil
 }
 
-// dueTopics returns the distinct topics of the events that are due now.
-func dueTopics(events []Envelope) []string {
+// Topics returns the distinct topics of events, in the order they first
+// appear.
+func Topics(events []Envelope) []string {
 	var topics []string
 	for _, e := range events {
-		if e.DeliverAfter.IsZero() && !slices.Contains(topics, e.Topic) {
+		if !slices.Contains(topics, e.Topic) {
 			topics = append(topics, e.Topic)
 		}
 	}

@@ -681,20 +681,28 @@ func ids(events []outbox.Envelope) []string {
 
 // committedRecorder is a writer's Committed hook that records what it gets.
 type committedRecorder struct {
-	mu    sync.Mutex
-	calls [][]string
+	mu     sync.Mutex
+	calls  [][]string // the topics of each call
+	events int
 }
 
-func (c *committedRecorder) hook(topics []string) {
+func (c *committedRecorder) hook(events []outbox.Envelope) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.calls = append(c.calls, topics)
+	c.calls = append(c.calls, outbox.Topics(events))
+	c.events += len(events)
 }
 
 func (c *committedRecorder) Calls() [][]string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return append([][]string(nil), c.calls...)
+}
+
+func (c *committedRecorder) Events() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.events
 }
 
 func TestWriterCommittedAnnouncesDueColdTopicsAfterCommitOnly(t *testing.T) {
@@ -724,7 +732,8 @@ func TestWriterCommittedAnnouncesDueColdTopicsAfterCommitOnly(t *testing.T) {
 		return nil
 	}))
 	require.Equal(t, [][]string{{"billing", "shipping"}}, committed.Calls(),
-		"each due topic once; hot-path and delayed events are not announced")
+		"hot-path and delayed events are not announced")
+	require.Equal(t, 3, committed.Events(), "every due event, two of one topic")
 
 	rollback := errors.New("rollback please")
 	require.ErrorIs(t, b.inTx(t, func(ctx context.Context, tx *fakeTx) error {

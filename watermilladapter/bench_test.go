@@ -2,10 +2,16 @@ package watermilladapter_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/wmoutbox/wmoutbox/internal/testdb"
@@ -125,4 +131,101 @@ func benchSubscriberDrain(b *testing.B, batch []outbox.Envelope, rounds int, cfg
 		drained += time.Since(start)
 	}
 	b.ReportMetric(float64(backlog*b.N)/drained.Seconds(), "events/s")
+}
+
+// BenchmarkOrderedWrites measures an ordered relay fed by the Publisher of
+// its process: 4 writers commit 1000 events, one per transaction, each of
+// an aggregate of its own, while the relay claims them as their commits
+// wake it. It reports the events handed over per second, from the first
+// write to the last hand-over, the median latency from a commit to the
+// hand-over, and the claims made. With held back aggregates, as many
+// others wait for a first event due tomorrow.
+func BenchmarkOrderedWrites(b *testing.B) {
+	for _, heldBack := range []int{0, 10000} {
+		b.Run(fmt.Sprint("held_back=", heldBack), func(b *testing.B) {
+			if testing.Short() {
+				b.Skip("needs PostgreSQL; skipped with -short")
+			}
+			store, err := postgres.NewStore(testdb.New(b), postgres.Config{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			writeHeldBack(b, store, heldBack)
+			const writers, perWriter = 4, 250
+			counted := &claimCount{Store: store}
+			var (
+				elapsed   time.Duration
+				latencies []time.Duration
+			)
+			for b.Loop() {
+				sub, err := watermilladapter.NewSubscriber(counted, watermilladapter.SubscriberConfig{Ordered: true})
+				if err != nil {
+					b.Fatal(err)
+				}
+				pub, err := watermilladapter.NewPublisher(store, watermilladapter.PublisherConfig{HotPath: sub})
+				if err != nil {
+					b.Fatal(err)
+				}
+				msgs, err := sub.Subscribe(b.Context(), "OrderCreated")
+				if err != nil {
+					b.Fatal(err)
+				}
+				var committed sync.Map // aggregate id → commit time
+				start := time.Now()
+				errs := make(chan error, writers)
+				for w := range writers {
+					go func() {
+						for i := range perWriter {
+							id := fmt.Sprint("w", w, "-", i)
+							err := store.InTx(b.Context(), func(ctx context.Context, tx pgx.Tx) error {
+								msg := message.NewMessage(watermill.NewUUID(), []byte(`{}`))
+								msg.Metadata.Set(watermilladapter.MetadataAggregateType, "Order")
+								msg.Metadata.Set(watermilladapter.MetadataAggregateID, id)
+								msg.SetContext(ctx)
+								return pub.Publish("OrderCreated", msg)
+							})
+							if err != nil {
+								errs <- err
+								return
+							}
+							committed.Store(id, time.Now())
+						}
+						errs <- nil
+					}()
+				}
+				for range writers * perWriter {
+					msg := <-msgs
+					if at, ok := committed.Load(msg.Metadata.Get(watermilladapter.MetadataAggregateID)); ok {
+						latencies = append(latencies, time.Since(at.(time.Time)))
+					}
+					msg.Ack()
+				}
+				elapsed += time.Since(start)
+				for range writers {
+					if err := <-errs; err != nil {
+						b.Fatal(err)
+					}
+				}
+				if err := errors.Join(pub.Close(), sub.Close()); err != nil {
+					b.Fatal(err)
+				}
+			}
+			slices.Sort(latencies)
+			b.ReportMetric(float64(writers*perWriter*b.N)/elapsed.Seconds(), "events/s")
+			b.ReportMetric(float64(latencies[len(latencies)/2])/float64(time.Millisecond), "p50_ms")
+			b.ReportMetric(float64(counted.n.Load())/float64(b.N), "claims/op")
+			b.ReportMetric(0, "ns/op")
+		})
+	}
+}
+
+// claimCount is a store that counts the claims made on it.
+type claimCount struct {
+	outbox.Store
+	n atomic.Int64
+}
+
+func (c *claimCount) Claim(ctx context.Context, req outbox.ClaimRequest) ([]outbox.Event, error) {
+	c.n.Add(1)
+	return c.Store.Claim(ctx, req)
 }

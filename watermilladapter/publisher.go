@@ -21,8 +21,9 @@ type PublisherConfig struct {
 	// an InTx helper right after it commits, so that they are delivered
 	// without waiting for a poll. Usually the [Subscriber] of this
 	// process. An ordered one (SubscriberConfig.Ordered) takes no events
-	// this way; its claims are woken at the commit instead. Default: none;
-	// the subscribers' pollers deliver.
+	// this way; it is woken at the commit instead, told the events'
+	// aggregates, which its claim names. Default: none; the subscribers'
+	// pollers deliver.
 	HotPath *Subscriber
 
 	// Notify, when set, is told after each commit of a transaction begun
@@ -78,16 +79,20 @@ func NewPublisher[Tx any](store outbox.TxStore[Tx], cfg PublisherConfig) (*Publi
 	if nilcheck.Is(store) {
 		return nil, fmt.Errorf("%w: publisher needs a store", outbox.ErrInvalidRequest)
 	}
-	wcfg := outbox.WriterConfig{Clock: cfg.Clock, Committed: cfg.Notify}
+	var notify func(events []outbox.Envelope)
+	if cfg.Notify != nil {
+		notify = func(events []outbox.Envelope) { cfg.Notify(outbox.Topics(events)) }
+	}
+	wcfg := outbox.WriterConfig{Clock: cfg.Clock, Committed: notify}
 	if hot := cfg.HotPath; hot != nil {
 		wcfg.AfterCommit = hot.acceptCommitted
 		wcfg.HotTopic = hot.takesHot
 		// Events the hot path does not take are claimed at once by
 		// HotPath too, where it relays their topic (ordered).
-		wcfg.Committed = func(topics []string) {
-			hot.Wake(topics...)
-			if cfg.Notify != nil {
-				cfg.Notify(topics)
+		wcfg.Committed = func(events []outbox.Envelope) {
+			hot.wakeFor(events)
+			if notify != nil {
+				notify(events)
 			}
 		}
 		wcfg.ClaimOwner = hot.owner

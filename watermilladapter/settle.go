@@ -63,7 +63,7 @@ type releaseItem struct{ id, topic string }
 type outcome struct {
 	update    outbox.StatusUpdate
 	wake      *subscription
-	aggregate outbox.Aggregate // of an ordered DONE: whose next event it frees
+	aggregate outbox.Aggregate // of an ordered event: whose next event a DONE frees, or which a retry names
 }
 
 // freesNext reports whether o is the DONE of an ordered event, which the
@@ -301,7 +301,7 @@ func (st *settler) flushUpdates(batch []outcome) {
 		case o.freesNext():
 			o.wake.claimNext(o.aggregate)
 		case o.wake != nil:
-			o.wake.scheduleRetry(o.update.NextAt)
+			o.wake.scheduleRetry(o.update.NextAt, o.aggregate)
 		}
 	}
 }

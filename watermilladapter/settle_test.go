@@ -143,7 +143,7 @@ func TestSettlerRecordsAnOrderedDoneAtOnceAndWakesItsSubscription(t *testing.T) 
 	if statements, outcomes := store.recorded(); statements != 1 || outcomes != 1 {
 		t.Fatalf("when the subscription was woken: %d statements recording %d outcomes, want 1 and 1", statements, outcomes)
 	}
-	if next := sub.takeNext(); !slices.Equal(next, []outbox.Aggregate{order1}) {
+	if next := sub.takeNext(10); !slices.Equal(next, []outbox.Aggregate{order1}) {
 		t.Fatalf("the subscription was told to claim the next events of %v, want %v", next, order1)
 	}
 }

@@ -100,9 +100,12 @@ type SubscriberConfig struct {
 	// unordered one would deliver its events regardless. Ordered events
 	// take no hot path; they are claimed once their commit is announced:
 	// by the Publisher whose HotPath is this Subscriber, or through
-	// Notify and a postgres.Listener. See outbox.ClaimRequest.Ordered for
-	// transactions that write one aggregate's events concurrently.
-	// Default false.
+	// Notify and a postgres.Listener. The claims that follow a commit of
+	// that Publisher, a DONE or a retry coming due name the aggregates
+	// they are for (outbox.ClaimRequest.Aggregates); the others, and one
+	// at least every PollInterval, walk the topic's aggregates. See
+	// outbox.ClaimRequest.Ordered for transactions that write one
+	// aggregate's events concurrently. Default false.
 	Ordered bool
 	// RetryPolicy decides RETRY or DEAD after a Nack. Default
 	// [outbox.Backoff]{} (200 ms, 60 s, 10 attempts, jitter).
@@ -406,6 +409,25 @@ func (s *Subscriber) released(topics ...string) {
 	s.Wake(topics...)
 	if s.cfg.Notify != nil {
 		s.cfg.Notify(topics)
+	}
+}
+
+// wakeFor wakes the cold paths of the topics of events this process
+// committed and its hot path did not take. An ordered subscription is
+// told their aggregates, which its claim names rather than walk the
+// topic's (see subscription.claimNext); an event without an aggregate id
+// makes it walk.
+func (s *Subscriber) wakeFor(events []outbox.Envelope) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, e := range events {
+		for _, sub := range s.subs[e.Topic] {
+			if s.cfg.Ordered && e.AggregateID != "" {
+				sub.wakeFor(outbox.AggregateOf(e))
+			} else {
+				sub.wake()
+			}
+		}
 	}
 }
 

@@ -29,7 +29,8 @@ type subscription struct {
 
 	hot, cold chan queued
 	wakeCh    chan struct{}   // claim now, or at the end of WakeCooldown
-	nextCh    chan struct{}   // claim now: an ordered event's DONE is recorded
+	namedCh   chan struct{}   // claim what next and claimAts name now, or at the end of WakeCooldown, without a walk
+	nextCh    chan struct{}   // claim the aggregates in next now: an ordered event's DONE is recorded
 	spaceCh   chan struct{}   // a worker took a cold event
 	stopped   context.Context // cancelled to stop claiming and taking events
 	stop      context.CancelFunc
@@ -37,8 +38,8 @@ type subscription struct {
 	cancel    context.CancelFunc
 
 	mu       sync.Mutex
-	claimAts []time.Time                   // when to claim, earliest first: retries recorded, commits too recent for a claim
-	next     map[outbox.Aggregate]struct{} // ordered aggregates whose next event the DONE of one before made due
+	claimAts []claimTime                   // when to claim, earliest first: retries recorded, commits too recent for a claim
+	next     map[outbox.Aggregate]struct{} // ordered aggregates with an event that may have become due
 }
 
 func newSubscription(s *Subscriber, topic string) *subscription {
@@ -51,6 +52,7 @@ func newSubscription(s *Subscriber, topic string) *subscription {
 		hot:     make(chan queued, s.cfg.HotQueueCapacity),
 		cold:    make(chan queued, s.cfg.ColdQueueCapacity),
 		wakeCh:  make(chan struct{}, 1),
+		namedCh: make(chan struct{}, 1),
 		nextCh:  make(chan struct{}, 1),
 		spaceCh: make(chan struct{}, 1),
 		stopped: stopped,
@@ -78,28 +80,49 @@ func (sub *subscription) wake() { signal(sub.wakeCh) }
 // the aggregates it is for, rather than walking every aggregate of the
 // topic (see outbox.ClaimRequest.Aggregates).
 func (sub *subscription) claimNext(aggregate outbox.Aggregate) {
+	sub.addNext(aggregate)
+	signal(sub.nextCh)
+}
+
+// wakeFor is wake for an ordered event of aggregate this process
+// committed: the claim it brings, at the end of WakeCooldown, names the
+// aggregate rather than walk the topic.
+func (sub *subscription) wakeFor(aggregate outbox.Aggregate) {
+	sub.addNext(aggregate)
+	signal(sub.namedCh)
+}
+
+func (sub *subscription) addNext(aggregate outbox.Aggregate) {
 	sub.mu.Lock()
+	defer sub.mu.Unlock()
+	sub.addNextLocked(aggregate)
+}
+
+func (sub *subscription) addNextLocked(aggregate outbox.Aggregate) {
 	if sub.next == nil {
 		sub.next = make(map[outbox.Aggregate]struct{})
 	}
 	sub.next[aggregate] = struct{}{}
-	sub.mu.Unlock()
-	signal(sub.nextCh)
 }
 
-// takeNext returns the aggregates claimNext was told of since the last
-// call, and forgets them.
-func (sub *subscription) takeNext() []outbox.Aggregate {
+// takeNext returns up to limit of the aggregates claimNext and wakeFor
+// were told of, and forgets them; what is left signals nextCh, for a
+// claim at once.
+func (sub *subscription) takeNext(limit int) []outbox.Aggregate {
 	sub.mu.Lock()
 	defer sub.mu.Unlock()
 	if len(sub.next) == 0 {
 		return nil
 	}
-	next := make([]outbox.Aggregate, 0, len(sub.next))
+	next := make([]outbox.Aggregate, 0, min(limit, len(sub.next)))
 	for a := range sub.next {
+		if len(next) == limit {
+			signal(sub.nextCh)
+			break
+		}
 		next = append(next, a)
+		delete(sub.next, a)
 	}
-	clear(sub.next)
 	return next
 }
 
@@ -203,10 +226,11 @@ const claimRescan = time.Second
 // After a failed claim, nothing brings the next one sooner than claimRetry
 // allows.
 //
-// An ordered claim that only claimNext brought names its aggregates
-// instead of walking the topic's, whose cost grows with the aggregates
-// held back (an event in flight, scheduled, retried or DEAD): one such
-// walk per DONE made an aggregate's events crawl. Everything else walks,
+// An ordered claim that only claimNext and wakeFor brought names their
+// aggregates instead of walking the topic's, whose cost grows with the
+// aggregates held back (an event in flight, scheduled, retried or DEAD):
+// one such walk per DONE made an aggregate's events crawl, and one per
+// cooldown made every commit wait for it. Everything else walks,
 // and so does a claim once the poll interval has passed since the last
 // walk, so that what no signal announces is found at the poll's pace
 // however busy the aggregates named keep the relay.
@@ -230,8 +254,14 @@ func (sub *subscription) claimLoop() {
 	var walked time.Time       // when the last claim that walked the topic started
 	var failWait time.Duration // after a failed claim, the least time to the next
 	woken := false             // a wake-up came since the last claim
-	walk := true               // the next claim walks the topic rather than name aggregates
+	walk := true               // a claim must walk the topic, not only name aggregates
+	namedLast := false         // the last claim named aggregates
+	polled := false            // the wait ended at its timer
 	for {
+		dueNamed, dueWalk := sub.popDue()
+		// A timer that no claim time explains is the poll's.
+		walk = walk || dueWalk || (polled && !dueNamed)
+		polled = false
 		free := cap(sub.cold) - len(sub.cold)
 		var room chan struct{} // nil unless the cold queue held the claim back
 		if free >= cfg.BatchSize || (free > 0 && len(sub.cold) == 0) {
@@ -241,23 +271,36 @@ func (sub *subscription) claimLoop() {
 			// younger than SkipRecent: another claim comes when they are not.
 			select {
 			case <-sub.wakeCh:
+				woken, walk = true, true
+			default:
+			}
+			select {
+			case <-sub.namedCh:
 				woken = true
 			default:
 			}
 			if woken && cfg.SkipRecent > 0 {
-				sub.claimAt(cfg.Clock.Now().Add(cfg.SkipRecent))
+				sub.claimAt(claimTime{at: cfg.Clock.Now().Add(cfg.SkipRecent)})
 			}
-			next := sub.takeNext()
-			walk = walk || woken || !cfg.Ordered || len(next) > req.Limit || !cfg.Clock.Now().Before(walked.Add(cfg.PollInterval))
+			walk = walk || !cfg.Ordered || !cfg.Clock.Now().Before(walked.Add(cfg.PollInterval))
 			woken = false
-			if walk || len(next) > 0 { // else what signalled was taken by the claim before
+			// Named aggregates first: a walk pending, which costs what the
+			// aggregates held back do, does not delay the events this relay
+			// knows of. Then the two take turns, so that names arriving
+			// faster than they are claimed do not put the walk off.
+			var next []outbox.Aggregate
+			if !walk || !namedLast {
+				next = sub.takeNext(req.Limit)
+			}
+			namedLast = len(next) > 0
+			if len(next) > 0 || walk { // else what signalled was taken by the claim before
 				claim := req
-				if walk {
-					walked = cfg.Clock.Now()
-				} else {
+				if len(next) > 0 {
 					claim.Aggregates, claim.Cursor = next, nil
+				} else {
+					walked = cfg.Clock.Now()
 				}
-				fromCursor := walk && !cursor.IsZero()
+				fromCursor := claim.Cursor != nil && !cursor.IsZero()
 				ctx, cancel := boundedAfterStop(sub.stopped, claimTimeout, sub.s.settler.giveUp)
 				events, err := sub.s.store.Claim(ctx, claim)
 				cancel()
@@ -284,10 +327,16 @@ func (sub *subscription) claimLoop() {
 				if len(events) > 0 {
 					cfg.Metrics.ColdEnqueued(sub.topic, len(events))
 				}
-				// A failed claim's aggregates are forgotten: the next walks.
-				walk = err != nil
-				if claim.Aggregates == nil {
+				switch {
+				case claim.Aggregates != nil && err != nil:
+					walk = true // the aggregates named are forgotten: the next claim walks
+				case claim.Aggregates != nil:
+					if walk {
+						continue
+					}
+				default:
 					full := err == nil && len(events) == req.Limit
+					walk = err != nil
 					// An ordered claim's cursor is an aggregate, not a due
 					// time: going back to the first aggregate every second
 					// would serve the first ones again and again while the
@@ -317,12 +366,14 @@ func (sub *subscription) claimLoop() {
 		case <-sub.stopped.Done():
 			return
 		case <-sub.wakeCh:
+			woken, walk = true, true
+		case <-sub.namedCh:
 			woken = true
 		case <-sub.nextCh:
 		case <-room:
 			walk = true
 		case <-timer.C:
-			walk = true
+			polled = true
 		}
 		hold := failWait
 		if woken {
@@ -408,45 +459,67 @@ func (sub *subscription) observe() {
 // up to PollInterval after they are due.
 const maxClaimAts = 1024
 
+// claimTime is when the cold path is to claim, and for what: the next
+// event of an ordered aggregate, which the claim names, or (zero
+// aggregate) whatever a walk finds.
+type claimTime struct {
+	at        time.Time
+	aggregate outbox.Aggregate
+}
+
 // scheduleRetry makes the cold path claim when a retried or deferred event
 // of this subscription, whose outcome is recorded, is due, so that retries
-// do not wait for a poll.
-func (sub *subscription) scheduleRetry(at time.Time) {
-	if sub.claimAt(at) {
-		sub.wake() // the claim loop's wait may end too late now
+// do not wait for a poll: by its aggregate's name when it is ordered and
+// has one (aggregate), so that retries coming due one after another during
+// an outage cost a look-up each rather than a walk each.
+func (sub *subscription) scheduleRetry(at time.Time, aggregate outbox.Aggregate) {
+	if sub.claimAt(claimTime{at: at, aggregate: aggregate}) {
+		signal(sub.namedCh) // the claim loop's wait may end too late now
 	}
 }
 
-// claimAt makes the cold path claim at, and reports whether it is the
+// claimAt makes the cold path claim at c.at, and reports whether it is the
 // earliest such time.
-func (sub *subscription) claimAt(at time.Time) bool {
+func (sub *subscription) claimAt(c claimTime) bool {
 	sub.mu.Lock()
 	defer sub.mu.Unlock()
-	i, _ := slices.BinarySearchFunc(sub.claimAts, at, time.Time.Compare)
+	i, _ := slices.BinarySearchFunc(sub.claimAts, c.at, func(e claimTime, at time.Time) int { return e.at.Compare(at) })
 	if i < maxClaimAts {
-		sub.claimAts = slices.Insert(sub.claimAts, i, at)
+		sub.claimAts = slices.Insert(sub.claimAts, i, c)
 		sub.claimAts = sub.claimAts[:min(len(sub.claimAts), maxClaimAts)]
 	}
 	return i == 0
 }
 
-// untilClaim shortens wait to the earliest claim time. Times due now are
-// forgotten, and make it 0: the coming claim is theirs.
-func (sub *subscription) untilClaim(wait time.Duration) time.Duration {
+// popDue forgets the claim times due now, for the coming claim: the
+// aggregates they name go to next (named), the others ask for a walk.
+func (sub *subscription) popDue() (named, walk bool) {
 	sub.mu.Lock()
 	defer sub.mu.Unlock()
 	now := sub.s.cfg.Clock.Now()
-	due, _ := slices.BinarySearchFunc(sub.claimAts, now, func(at, now time.Time) int {
-		return cmp.Or(at.Compare(now), -1) // at == now is due
+	due, _ := slices.BinarySearchFunc(sub.claimAts, now, func(c claimTime, now time.Time) int {
+		return cmp.Or(c.at.Compare(now), -1) // at == now is due
 	})
-	if due > 0 {
-		sub.claimAts = slices.Delete(sub.claimAts, 0, due)
-		return 0
+	for _, c := range sub.claimAts[:due] {
+		if c.aggregate.ID != "" {
+			sub.addNextLocked(c.aggregate)
+			named = true
+		} else {
+			walk = true
+		}
 	}
+	sub.claimAts = slices.Delete(sub.claimAts, 0, due)
+	return named, walk
+}
+
+// untilClaim shortens wait to the earliest claim time, 0 when it is due.
+func (sub *subscription) untilClaim(wait time.Duration) time.Duration {
+	sub.mu.Lock()
+	defer sub.mu.Unlock()
 	if len(sub.claimAts) == 0 {
 		return wait
 	}
-	return min(wait, sub.claimAts[0].Sub(now))
+	return max(0, min(wait, sub.claimAts[0].at.Sub(sub.s.cfg.Clock.Now())))
 }
 
 // take returns the next event, 2:1 hot before cold so that a busy hot path
@@ -568,12 +641,15 @@ func (sub *subscription) process(item queued, wait *time.Timer) {
 			s.cfg.Metrics.Dead(sub.topic)
 			sub.logDead("outbox event is DEAD", e, errors.New(update.Error))
 		}
-		var retry *subscription
+		o := outcome{update: update}
 		if !update.NextAt.IsZero() {
 			s.cfg.Metrics.Failed(sub.topic)
-			retry = sub
+			o.wake = sub
+			if sub.holdsBack(e) {
+				o.aggregate = outbox.AggregateOf(e.Envelope)
+			}
 		}
-		s.settler.update(outcome{update: update, wake: retry})
+		s.settler.update(o)
 	}
 }
 
