@@ -215,8 +215,9 @@ type ClaimRequest struct {
 	// MySQL's ordered claims, which go through due events rather than
 	// aggregates, claim as they would without it. Either way no event is
 	// claimed before the earlier ones of its aggregate are DONE. At most
-	// Limit aggregates, each of one of Topics (when set) and with an
-	// AggregateID. Default: none.
+	// Limit aggregates, each with a Topic (one of Topics, when set) and an
+	// ID; one without a Type is of [GlobalAggregate], as events are.
+	// Default: none.
 	Aggregates []Aggregate
 }
 
@@ -326,28 +327,39 @@ func (r ClaimRequest) Normalize() (ClaimRequest, error) {
 	if err != nil {
 		return r, err
 	}
-	return r, r.checkAggregates()
+	r.Aggregates, err = r.normalizeAggregates()
+	return r, err
 }
 
-// checkAggregates validates the Aggregates of a normalized request.
-func (r ClaimRequest) checkAggregates() error {
+// normalizeAggregates validates the Aggregates of a normalized request,
+// and gives those without a type [GlobalAggregate], as [Prepare] gives
+// their events.
+func (r ClaimRequest) normalizeAggregates() ([]Aggregate, error) {
 	switch {
 	case len(r.Aggregates) == 0:
-		return nil
+		return nil, nil
 	case !r.Ordered:
-		return invalidRequest("aggregates narrow ordered claims only")
+		return nil, invalidRequest("aggregates narrow ordered claims only")
 	case len(r.Aggregates) > r.Limit:
-		return invalidRequest("%d aggregates for a claim of at most %d events", len(r.Aggregates), r.Limit)
+		return nil, invalidRequest("%d aggregates for a claim of at most %d events", len(r.Aggregates), r.Limit)
 	}
-	for _, a := range r.Aggregates {
+	aggregates, cloned := r.Aggregates, false
+	for i, a := range aggregates {
 		switch {
 		case a.ID == "":
-			return invalidRequest("aggregate of topic %q and type %q: no aggregate id (events without one are not ordered)", a.Topic, a.Type)
+			return nil, invalidRequest("aggregate of topic %q and type %q: no aggregate id (events without one are not ordered)", a.Topic, a.Type)
+		case a.Topic == "":
+			return nil, invalidRequest("aggregate %s: no topic", a.ID)
 		case len(r.Topics) > 0 && !slices.Contains(r.Topics, a.Topic):
-			return invalidRequest("aggregate %s of topic %q, not one of the claim's topics", a.ID, a.Topic)
+			return nil, invalidRequest("aggregate %s of topic %q, not one of the claim's topics", a.ID, a.Topic)
+		case a.Type == "":
+			if !cloned { // the caller's slice stays as it is
+				aggregates, cloned = slices.Clone(aggregates), true
+			}
+			aggregates[i].Type = GlobalAggregate
 		}
 	}
-	return nil
+	return aggregates, nil
 }
 
 // PollRequest selects the events [Store.PollPending] returns.

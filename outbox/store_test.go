@@ -2,6 +2,7 @@ package outbox_test
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -37,12 +38,22 @@ func TestClaimRequestNormalize(t *testing.T) {
 		{name: "negative limit", in: outbox.ClaimRequest{Owner: "r", Limit: -1}, wantErr: true},
 		{name: "negative lock timeout", in: outbox.ClaimRequest{Owner: "r", LockTimeout: -time.Second}, wantErr: true},
 		{name: "negative skip-recent", in: outbox.ClaimRequest{Owner: "r", SkipRecent: -time.Second}, wantErr: true},
+		{name: "aggregates without a type are global",
+			in: outbox.ClaimRequest{Owner: "r", Ordered: true, Aggregates: []outbox.Aggregate{
+				{Topic: "t", Type: "Order", ID: "1"}, {Topic: "t", ID: "2"}}},
+			want: outbox.ClaimRequest{Owner: "r", Limit: 50, LockTimeout: 5 * time.Minute, Ordered: true, Aggregates: []outbox.Aggregate{
+				{Topic: "t", Type: "Order", ID: "1"}, {Topic: "t", Type: outbox.GlobalAggregate, ID: "2"}}}},
+		{name: "aggregate without a topic",
+			in: outbox.ClaimRequest{Owner: "r", Ordered: true, Aggregates: []outbox.Aggregate{{Type: "Order", ID: "1"}}}, wantErr: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 
-			got, err := tt.in.Normalize()
+			in := tt.in
+			in.Aggregates = slices.Clone(tt.in.Aggregates)
+			got, err := in.Normalize()
+			require.Equal(t, tt.in.Aggregates, in.Aggregates, "the caller's aggregates are left as they are")
 			if tt.wantErr {
 				require.ErrorIs(t, err, outbox.ErrInvalidRequest)
 				return

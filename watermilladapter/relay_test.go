@@ -2098,3 +2098,41 @@ func TestOrderedRetryIsClaimedByName(t *testing.T) {
 		require.Equal(t, outbox.Aggregate{Topic: "OrderCreated", Type: "Order", ID: "o-1"}, a)
 	}
 }
+
+// Named claims do not put the walk off: it comes PollInterval after the
+// last walk, however recently a DONE brought a named claim. Here the
+// first event's DONE, three quarters into the poll interval, brings one,
+// and an event nothing announced must come with the walk due at the end
+// of the interval, not a whole interval after that named claim.
+func TestOrderedWalkComesAPollIntervalAfterTheLastWalk(t *testing.T) {
+	t.Parallel()
+	const poll = 2 * time.Second
+	store := committedSteps(t, "OrderCreated", 2)
+	sub, err := watermilladapter.NewSubscriber(store, watermilladapter.SubscriberConfig{
+		Ordered: true, WakeCooldown: time.Hour, PollInterval: poll})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, sub.Close()) })
+	start := time.Now()
+	msgs, err := sub.Subscribe(t.Context(), "OrderCreated")
+	require.NoError(t, err)
+	first := nextMessage(t, msgs, "the first event, claimed by the first walk")
+	writer, err := outbox.NewWriter(store, outbox.WriterConfig{})
+	require.NoError(t, err)
+	other := outbox.NewJSON("OrderCreated", []byte(`{"other": true}`))
+	other.AggregateType, other.AggregateID = "Order", "o-2"
+	require.NoError(t, store.InTx(t.Context(), func(ctx context.Context, tx pgx.Tx) error {
+		_, err := writer.Write(ctx, tx, other)
+		return err
+	}))
+	time.Sleep(time.Until(start.Add(poll * 3 / 4)))
+	first.Ack()
+	for {
+		msg := nextMessage(t, msgs, "the next event")
+		msg.Ack()
+		if msg.Metadata.Get(watermilladapter.MetadataAggregateID) == "o-2" {
+			// A whole interval after the named claim would be 3.5 s.
+			require.Less(t, time.Since(start), poll+700*time.Millisecond, "the walk waited for a poll interval after the named claim")
+			return
+		}
+	}
+}

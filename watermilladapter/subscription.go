@@ -266,7 +266,6 @@ func (sub *subscription) claimLoop() {
 		var room chan struct{} // nil unless the cold queue held the claim back
 		if free >= cfg.BatchSize || (free > 0 && len(sub.cold) == 0) {
 			req.Limit = min(cfg.BatchSize, free)
-			claimed = time.Now()
 			// This claim sees every commit announced so far, except those
 			// younger than SkipRecent: another claim comes when they are not.
 			select {
@@ -301,6 +300,7 @@ func (sub *subscription) claimLoop() {
 					walked = cfg.Clock.Now()
 				}
 				fromCursor := claim.Cursor != nil && !cursor.IsZero()
+				claimed = time.Now()
 				ctx, cancel := boundedAfterStop(sub.stopped, claimTimeout, sub.s.settler.giveUp)
 				events, err := sub.s.store.Claim(ctx, claim)
 				cancel()
@@ -361,7 +361,13 @@ func (sub *subscription) claimLoop() {
 		} else {
 			room = sub.spaceCh // a worker taking a cold event signals it
 		}
-		timer.Reset(sub.untilClaim(cfg.PollInterval))
+		wait := cfg.PollInterval
+		if cfg.Ordered && room == nil && failWait == 0 {
+			// Named claims restart the wait: the walk they put off is
+			// due PollInterval after the last one, not after them.
+			wait = max(0, min(wait, walked.Add(cfg.PollInterval).Sub(cfg.Clock.Now())))
+		}
+		timer.Reset(sub.untilClaim(wait))
 		select {
 		case <-sub.stopped.Done():
 			return

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/wmoutbox/wmoutbox/internal/storetest"
 	"github.com/wmoutbox/wmoutbox/internal/testdb"
 	"github.com/wmoutbox/wmoutbox/outbox"
 	"github.com/wmoutbox/wmoutbox/outbox/postgres"
@@ -92,4 +93,32 @@ type planNode struct {
 	IndexName   string     `json:"Index Name"`
 	ActualLoops int        `json:"Actual Loops"`
 	Plans       []planNode `json:"Plans"`
+}
+
+// A claim that names aggregates takes the first events of those
+// aggregates only, not the first event of another that is due; an event
+// without an aggregate id (NULL, or an empty one from another program)
+// whose own id equals a named aggregate id is not of that aggregate.
+func TestClaimOfNamedAggregatesTakesOnlyThem(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t)
+	store, err := postgres.NewStore(pool, postgres.Config{})
+	require.NoError(t, err)
+	writer, err := outbox.NewWriter(store, outbox.WriterConfig{})
+	require.NoError(t, err)
+	mk := func(id, aggregateID string) outbox.Envelope {
+		e := outbox.NewJSON("OrderCreated", []byte(`{}`))
+		e.ID, e.Topic, e.AggregateType, e.AggregateID = id, "orders", "Order", aggregateID
+		return e
+	}
+	require.NoError(t, store.InTx(t.Context(), func(ctx context.Context, tx pgx.Tx) error {
+		_, err := writer.Write(ctx, tx, mk("other", "o-2"), mk("x1", ""), mk("x2", ""), mk("of-x1", "x1"), mk("of-x2", "x2"))
+		return err
+	}))
+	_, err = pool.Exec(t.Context(), `UPDATE outbox_event SET aggregate_id = '' WHERE event_id = 'x2'`)
+	require.NoError(t, err)
+	claimed, err := store.Claim(t.Context(), outbox.ClaimRequest{Owner: "me", Topics: []string{"orders"}, Ordered: true,
+		Aggregates: []outbox.Aggregate{{Topic: "orders", Type: "Order", ID: "x1"}, {Topic: "orders", Type: "Order", ID: "x2"}}})
+	require.NoError(t, err)
+	require.ElementsMatch(t, []string{"of-x1", "of-x2"}, storetest.IDs(claimed))
 }

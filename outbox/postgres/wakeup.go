@@ -83,9 +83,10 @@ func channelFor(schema, table string) string {
 }
 
 // Notifier wakes the relays of other processes when events are committed.
-// Hand its Notify to the publisher or writer (watermilladapter's
-// PublisherConfig.Notify, outbox.WriterConfig.Committed); relays receive it
-// through a [Listener]. It is safe for concurrent use.
+// Hand its Notify to the publisher (watermilladapter's
+// PublisherConfig.Notify), or call it from a writer's Committed hook
+// (outbox.WriterConfig.Committed, with [outbox.Topics] of the events);
+// relays receive it through a [Listener]. It is safe for concurrent use.
 type Notifier struct {
 	db       DB
 	channel  string
