@@ -1964,6 +1964,42 @@ func (c *claimRecorder) walksAndNamed() (walks, named int, aggregates []outbox.A
 	return walks, named, aggregates
 }
 
+// writeUnannounced commits e with a writer that tells no relay: only a
+// walk finds it.
+func writeUnannounced(t *testing.T, store *postgres.Store, e outbox.Envelope) {
+	t.Helper()
+	writer, err := outbox.NewWriter(store, outbox.WriterConfig{})
+	require.NoError(t, err)
+	require.NoError(t, store.InTx(t.Context(), func(ctx context.Context, tx pgx.Tx) error {
+		_, err := writer.Write(ctx, tx, e)
+		return err
+	}))
+}
+
+// subscribeRecorded subscribes an ordered relay of cfg on store to topic,
+// its claims recorded; the relay is closed at the end of the test.
+func subscribeRecorded(t *testing.T, store outbox.Store, cfg watermilladapter.SubscriberConfig, topic string) (*claimRecorder, *watermilladapter.Subscriber, <-chan *message.Message) {
+	t.Helper()
+	recorder := &claimRecorder{Store: store}
+	cfg.Ordered = true
+	sub, err := watermilladapter.NewSubscriber(recorder, cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, sub.Close()) })
+	msgs, err := sub.Subscribe(t.Context(), topic)
+	require.NoError(t, err)
+	return recorder, sub, msgs
+}
+
+// requireOneWalk checks that only the first claim walked the topic and
+// that at least minNamed claims named aggregates, all of them in want.
+func (c *claimRecorder) requireOneWalk(t *testing.T, minNamed int, want ...outbox.Aggregate) {
+	t.Helper()
+	walks, named, aggregates := c.walksAndNamed()
+	require.Equal(t, 1, walks, "only the first claim walks the topic")
+	require.GreaterOrEqual(t, named, minNamed, "claims by the aggregates' names")
+	require.Subset(t, want, aggregates, "the aggregates named")
+}
+
 // Once the DONE of an ordered event is recorded, the claim of the next
 // event of its aggregate names that aggregate instead of walking every
 // aggregate of the topic: aggregates held back by a first event due
@@ -1971,32 +2007,17 @@ func (c *claimRecorder) walksAndNamed() (walks, named int, aggregates []outbox.A
 func TestOrderedDoneClaimsTheNextEventOfItsAggregateByName(t *testing.T) {
 	t.Parallel()
 	store := committedSteps(t, "OrderCreated", 5)
-	writer, err := outbox.NewWriter(store, outbox.WriterConfig{})
-	require.NoError(t, err)
 	heldBack := outbox.NewJSON("OrderCreated", []byte(`{}`))
 	heldBack.AggregateType, heldBack.AggregateID, heldBack.DeliverAfter = "Order", "o-2", time.Now().Add(24*time.Hour)
-	require.NoError(t, store.InTx(t.Context(), func(ctx context.Context, tx pgx.Tx) error {
-		_, err := writer.Write(ctx, tx, heldBack)
-		return err
-	}))
-	recorder := &claimRecorder{Store: store}
-	sub, err := watermilladapter.NewSubscriber(recorder, watermilladapter.SubscriberConfig{
-		Ordered: true, WakeCooldown: time.Hour, PollInterval: time.Hour})
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, sub.Close()) })
-	msgs, err := sub.Subscribe(t.Context(), "OrderCreated")
-	require.NoError(t, err)
+	writeUnannounced(t, store, heldBack)
+	recorder, _, msgs := subscribeRecorded(t, store, watermilladapter.SubscriberConfig{
+		WakeCooldown: time.Hour, PollInterval: time.Hour}, "OrderCreated")
 	for i := range 5 {
 		msg := nextMessage(t, msgs, fmt.Sprintf("event %d of the aggregate", i))
 		require.JSONEq(t, fmt.Sprintf(`{"step": %d}`, i), string(msg.Payload))
 		msg.Ack()
 	}
-	walks, named, aggregates := recorder.walksAndNamed()
-	require.Equal(t, 1, walks, "only the first claim walks the topic")
-	require.GreaterOrEqual(t, named, 4, "each next event is claimed by its aggregate's name")
-	for _, a := range aggregates {
-		require.Equal(t, outbox.Aggregate{Topic: "OrderCreated", Type: "Order", ID: "o-1"}, a)
-	}
+	recorder.requireOneWalk(t, 4, outbox.Aggregate{Topic: "OrderCreated", Type: "Order", ID: "o-1"})
 }
 
 // Claims brought by DONEs alone do not keep the relay from walking the
@@ -2014,14 +2035,9 @@ func TestOrderedRelayStillWalksAtThePollIntervalWhileAnAggregateMoves(t *testing
 	msgs, err := sub.Subscribe(t.Context(), "OrderCreated")
 	require.NoError(t, err)
 	first := nextMessage(t, msgs, "the first event of the aggregate that moves")
-	writer, err := outbox.NewWriter(store, outbox.WriterConfig{})
-	require.NoError(t, err)
 	other := outbox.NewJSON("OrderCreated", []byte(`{"other": true}`))
 	other.AggregateType, other.AggregateID = "Order", "o-2"
-	require.NoError(t, store.InTx(t.Context(), func(ctx context.Context, tx pgx.Tx) error {
-		_, err := writer.Write(ctx, tx, other)
-		return err
-	}))
+	writeUnannounced(t, store, other)
 	first.Ack()
 	for step := 1; step < steps; step++ {
 		msg := nextMessage(t, msgs, "the next event")
@@ -2042,14 +2058,9 @@ func TestOrderedCommitsOfThisProcessAreClaimedByName(t *testing.T) {
 	t.Parallel()
 	store, err := postgres.NewStore(testdb.New(t), postgres.Config{})
 	require.NoError(t, err)
-	recorder := &claimRecorder{Store: store}
-	sub, err := watermilladapter.NewSubscriber(recorder, watermilladapter.SubscriberConfig{
-		Ordered: true, WakeCooldown: time.Millisecond, PollInterval: time.Hour})
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, sub.Close()) })
+	recorder, sub, msgs := subscribeRecorded(t, store, watermilladapter.SubscriberConfig{
+		WakeCooldown: time.Millisecond, PollInterval: time.Hour}, "orders")
 	pub, err := watermilladapter.NewPublisher(store, watermilladapter.PublisherConfig{HotPath: sub})
-	require.NoError(t, err)
-	msgs, err := sub.Subscribe(t.Context(), "orders")
 	require.NoError(t, err)
 	relaytest.Eventually(t, "the first claim", func() bool { walks, _, _ := recorder.walksAndNamed(); return walks == 1 })
 
@@ -2065,8 +2076,8 @@ func TestOrderedCommitsOfThisProcessAreClaimedByName(t *testing.T) {
 		want = append(want, outbox.Aggregate{Topic: "orders", Type: "Order", ID: fmt.Sprint("o-", i)})
 		nextMessage(t, msgs, fmt.Sprint("event ", i)).Ack()
 	}
-	walks, _, named := recorder.walksAndNamed()
-	require.Equal(t, 1, walks, "only the first claim walks the topic")
+	recorder.requireOneWalk(t, len(want), want...)
+	_, _, named := recorder.walksAndNamed()
 	require.Subset(t, named, want, "each commit's aggregate is named")
 }
 
@@ -2077,26 +2088,15 @@ func TestOrderedCommitsOfThisProcessAreClaimedByName(t *testing.T) {
 func TestOrderedRetryIsClaimedByName(t *testing.T) {
 	t.Parallel()
 	store := committedSteps(t, "OrderCreated", 2)
-	recorder := &claimRecorder{Store: store}
-	sub, err := watermilladapter.NewSubscriber(recorder, watermilladapter.SubscriberConfig{Ordered: true,
-		WakeCooldown: time.Millisecond, PollInterval: time.Hour,
-		RetryPolicy: outbox.Backoff{Base: 50 * time.Millisecond, NoJitter: true}})
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, sub.Close()) })
-	msgs, err := sub.Subscribe(t.Context(), "OrderCreated")
-	require.NoError(t, err)
+	recorder, _, msgs := subscribeRecorded(t, store, watermilladapter.SubscriberConfig{WakeCooldown: time.Millisecond,
+		PollInterval: time.Hour, RetryPolicy: outbox.Backoff{Base: 50 * time.Millisecond, NoJitter: true}}, "OrderCreated")
 	first := nextMessage(t, msgs, "the first event")
 	first.Nack()
 	again := nextMessage(t, msgs, "the first event, retried")
 	require.Equal(t, first.UUID, again.UUID)
 	again.Ack()
 	nextMessage(t, msgs, "the second event").Ack()
-	walks, named, aggregates := recorder.walksAndNamed()
-	require.Equal(t, 1, walks, "only the first claim walks the topic")
-	require.GreaterOrEqual(t, named, 2, "the retry and the next event are claimed by name")
-	for _, a := range aggregates {
-		require.Equal(t, outbox.Aggregate{Topic: "OrderCreated", Type: "Order", ID: "o-1"}, a)
-	}
+	recorder.requireOneWalk(t, 2, outbox.Aggregate{Topic: "OrderCreated", Type: "Order", ID: "o-1"})
 }
 
 // Named claims do not put the walk off: it comes PollInterval after the
@@ -2116,14 +2116,9 @@ func TestOrderedWalkComesAPollIntervalAfterTheLastWalk(t *testing.T) {
 	msgs, err := sub.Subscribe(t.Context(), "OrderCreated")
 	require.NoError(t, err)
 	first := nextMessage(t, msgs, "the first event, claimed by the first walk")
-	writer, err := outbox.NewWriter(store, outbox.WriterConfig{})
-	require.NoError(t, err)
 	other := outbox.NewJSON("OrderCreated", []byte(`{"other": true}`))
 	other.AggregateType, other.AggregateID = "Order", "o-2"
-	require.NoError(t, store.InTx(t.Context(), func(ctx context.Context, tx pgx.Tx) error {
-		_, err := writer.Write(ctx, tx, other)
-		return err
-	}))
+	writeUnannounced(t, store, other)
 	time.Sleep(time.Until(start.Add(poll * 3 / 4)))
 	first.Ack()
 	for {

@@ -24,8 +24,6 @@ func TestClaimOfNamedAggregatesReadsOnlyThem(t *testing.T) {
 	pool := testdb.New(t)
 	store, err := postgres.NewStore(pool, postgres.Config{})
 	require.NoError(t, err)
-	writer, err := outbox.NewWriter(store, outbox.WriterConfig{})
-	require.NoError(t, err)
 	const heldBack = 2000
 	var events []outbox.Envelope
 	for i := range heldBack {
@@ -39,11 +37,7 @@ func TestClaimOfNamedAggregatesReadsOnlyThem(t *testing.T) {
 		e.Topic, e.AggregateType, e.AggregateID = "orders", "Order", "live"
 		events = append(events, e)
 	}
-	var ids []string
-	require.NoError(t, store.InTx(t.Context(), func(ctx context.Context, tx pgx.Tx) error {
-		ids, err = writer.Write(ctx, tx, events...)
-		return err
-	}))
+	ids := commit(t, store, events...)
 	conn := planner(t, pool)
 	now := time.Now()
 	lease := []any{now, now, now.Add(time.Minute), 100, "me"}
@@ -104,21 +98,29 @@ func TestClaimOfNamedAggregatesTakesOnlyThem(t *testing.T) {
 	pool := testdb.New(t)
 	store, err := postgres.NewStore(pool, postgres.Config{})
 	require.NoError(t, err)
-	writer, err := outbox.NewWriter(store, outbox.WriterConfig{})
-	require.NoError(t, err)
 	mk := func(id, aggregateID string) outbox.Envelope {
 		e := outbox.NewJSON("OrderCreated", []byte(`{}`))
 		e.ID, e.Topic, e.AggregateType, e.AggregateID = id, "orders", "Order", aggregateID
 		return e
 	}
-	require.NoError(t, store.InTx(t.Context(), func(ctx context.Context, tx pgx.Tx) error {
-		_, err := writer.Write(ctx, tx, mk("other", "o-2"), mk("x1", ""), mk("x2", ""), mk("of-x1", "x1"), mk("of-x2", "x2"))
-		return err
-	}))
+	commit(t, store, mk("other", "o-2"), mk("x1", ""), mk("x2", ""), mk("of-x1", "x1"), mk("of-x2", "x2"))
 	_, err = pool.Exec(t.Context(), `UPDATE outbox_event SET aggregate_id = '' WHERE event_id = 'x2'`)
 	require.NoError(t, err)
 	claimed, err := store.Claim(t.Context(), outbox.ClaimRequest{Owner: "me", Topics: []string{"orders"}, Ordered: true,
 		Aggregates: []outbox.Aggregate{{Topic: "orders", Type: "Order", ID: "x1"}, {Topic: "orders", Type: "Order", ID: "x2"}}})
 	require.NoError(t, err)
 	require.ElementsMatch(t, []string{"of-x1", "of-x2"}, storetest.IDs(claimed))
+}
+
+// commit writes events in one transaction and returns their ids.
+func commit(t *testing.T, store *postgres.Store, events ...outbox.Envelope) []string {
+	t.Helper()
+	writer, err := outbox.NewWriter(store, outbox.WriterConfig{})
+	require.NoError(t, err)
+	var ids []string
+	require.NoError(t, store.InTx(t.Context(), func(ctx context.Context, tx pgx.Tx) error {
+		ids, err = writer.Write(ctx, tx, events...)
+		return err
+	}))
+	return ids
 }
