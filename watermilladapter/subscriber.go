@@ -418,11 +418,18 @@ func (s *Subscriber) released(topics ...string) {
 // topic's (see subscription.claimNext); an event without an aggregate id
 // makes it walk.
 func (s *Subscriber) wakeFor(events []outbox.Envelope) {
+	if len(events) == 0 {
+		return // Wake with no topic wakes every subscription
+	}
+	if !s.cfg.Ordered {
+		s.Wake(outbox.Topics(events)...) // once per topic, not per event
+		return
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, e := range events {
 		for _, sub := range s.subs[e.Topic] {
-			if s.cfg.Ordered && e.AggregateID != "" {
+			if e.AggregateID != "" {
 				sub.wakeFor(outbox.AggregateOf(e))
 			} else {
 				sub.wake()

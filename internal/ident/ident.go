@@ -39,10 +39,15 @@ func Validate(name string, max int, invalid error) error {
 // it applied, beside the outbox table.
 const MigrationTable = "wmoutbox_migration"
 
-// ValidateTable is [Validate] for an outbox table's name, which must not be
-// [MigrationTable] either.
-func ValidateTable(name string, max int, invalid error) error {
-	if err := Validate(name, max, invalid); err != nil {
+// MaxTableLen is the longest outbox table name: PostgreSQL's 63-byte
+// identifiers less the index suffixes, the limit of every dialect, so that
+// a name valid for one store is valid for all.
+const MaxTableLen = 48
+
+// ValidateTable is [Validate] for an outbox table's name, at most
+// [MaxTableLen] characters and not [MigrationTable].
+func ValidateTable(name string, invalid error) error {
+	if err := Validate(name, MaxTableLen, invalid); err != nil {
 		return err
 	}
 	if name == MigrationTable {

@@ -14,6 +14,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/wmoutbox/wmoutbox/internal/ident"
+	"github.com/wmoutbox/wmoutbox/internal/migrationfiles"
 	"github.com/wmoutbox/wmoutbox/outbox"
 )
 
@@ -343,4 +345,25 @@ func DeadFilter(f outbox.DeadFilter) []any {
 		params[3] = Micros(f.DiedBefore)
 	}
 	return params
+}
+
+// Table is a validated outbox table's names, as a database/sql store
+// uses them in statements and errors.
+type Table struct {
+	Name       string
+	Quoted     string
+	Inbox      string // the inbox table, quoted
+	Label      string // the store and table, for errors
+	InboxLabel string // the store and inbox table, for errors
+}
+
+// NewTable validates name ([ident.ValidateTable], invalid the error it
+// wraps) and returns its names for dialect, quoted by quote.
+func NewTable(dialect, name string, quote func(string) string, invalid error) (Table, error) {
+	if err := ident.ValidateTable(name, invalid); err != nil {
+		return Table{}, fmt.Errorf("%s: table: %w", dialect, err)
+	}
+	inbox := name + migrationfiles.InboxSuffix
+	return Table{Name: name, Quoted: quote(name), Inbox: quote(inbox),
+		Label: dialect + ": table " + name, InboxLabel: dialect + ": table " + inbox}, nil
 }

@@ -20,7 +20,7 @@ func (s *Store) MarkProcessed(ctx context.Context, tx *sql.Tx, consumer, id stri
 	if err := rolledBack(tx); err != nil {
 		return false, err
 	}
-	recorded, err := sqlcodec.MarkProcessed(ctx, tx, s.t.inboxLabel, s.t.sql.markProcessed, consumer, id, s.clock.Now())
+	recorded, err := sqlcodec.MarkProcessed(ctx, tx, s.t.InboxLabel, s.t.sql.markProcessed, consumer, id, s.clock.Now())
 	return recorded, failedIn(ctx, tx, err)
 }
 
@@ -34,7 +34,7 @@ func (s *Store) PurgeProcessed(ctx context.Context, olderThan time.Duration) (in
 	return outbox.PurgeInBatches(outbox.DefaultPurgeBatch, func(deleted int64) (int64, error) {
 		n, err := s.deleteLocked(ctx, s.t.sql.purgeProcessedPick, []any{cutoff, outbox.DefaultPurgeBatch}, s.t.sql.purgeProcessedDelete)
 		if err != nil {
-			return 0, fmt.Errorf("mysql: purge %s after %d rows: %w", s.t.inbox, deleted, err)
+			return 0, fmt.Errorf("mysql: purge %s after %d rows: %w", s.t.Inbox, deleted, err)
 		}
 		return n, nil
 	})

@@ -58,13 +58,13 @@ func Migrate(ctx context.Context, db *sql.DB, cfg Config) error {
 		return fmt.Errorf("mysql: migrate: %w", err)
 	}
 	defer conn.Close()
-	lock := "wmoutbox:" + t.name
+	lock := "wmoutbox:" + t.Name
 	var got sql.NullInt64
 	if err := conn.QueryRowContext(ctx, sqlLock, lock, int(MigrateLockTimeout/time.Second)).Scan(&got); err != nil {
 		return fmt.Errorf("mysql: migrate: lock: %w", err)
 	}
 	if got.Int64 != 1 {
-		return fmt.Errorf("%w %s (waited %s)", ErrMigrationLocked, t.name, MigrateLockTimeout)
+		return fmt.Errorf("%w %s (waited %s)", ErrMigrationLocked, t.Name, MigrateLockTimeout)
 	}
 	defer func() {
 		// The lock is the session's: a connection that cannot release it
@@ -81,7 +81,7 @@ func (t *table) migrate(ctx context.Context, conn *sql.Conn, migrations []Migrat
 		return fmt.Errorf("mysql: migrate: create %s: %w", ident.MigrationTable, err)
 	}
 	var applied int
-	if err := conn.QueryRowContext(ctx, t.sql.migrationVersion, t.name).Scan(&applied); err != nil {
+	if err := conn.QueryRowContext(ctx, t.sql.migrationVersion, t.Name).Scan(&applied); err != nil {
 		return fmt.Errorf("mysql: migrate: read version: %w", err)
 	}
 	clock := outbox.ClockOrSystem(cfg.Clock)
@@ -91,10 +91,10 @@ func (t *table) migrate(ctx context.Context, conn *sql.Conn, migrations []Migrat
 		}
 		for _, stmt := range statementsOf(m.SQL) {
 			if _, err := conn.ExecContext(ctx, stmt); err != nil {
-				return fmt.Errorf("mysql: migrate %s to version %d (%s): %w", t.name, m.Version, m.Name, err)
+				return fmt.Errorf("mysql: migrate %s to version %d (%s): %w", t.Name, m.Version, m.Name, err)
 			}
 		}
-		if _, err := conn.ExecContext(ctx, t.sql.recordMigration, t.name, m.Version, m.Name, sqlcodec.Micros(clock.Now())); err != nil {
+		if _, err := conn.ExecContext(ctx, t.sql.recordMigration, t.Name, m.Version, m.Name, sqlcodec.Micros(clock.Now())); err != nil {
 			return fmt.Errorf("mysql: migrate: record version %d: %w", m.Version, err)
 		}
 	}
@@ -143,5 +143,5 @@ func (t *table) migrations() ([]Migration, error) {
 // rename gives the configured name for the default table (suffix "") and
 // for the index names derived from it.
 func (t *table) rename(suffix string) string {
-	return quote(t.name + suffix)
+	return quote(t.Name + suffix)
 }

@@ -1,6 +1,7 @@
 package mysql
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -18,18 +19,12 @@ import (
 	mysqldriver "github.com/go-sql-driver/mysql"
 
 	"github.com/wmoutbox/wmoutbox/internal/ident"
-	"github.com/wmoutbox/wmoutbox/internal/migrationfiles"
 	"github.com/wmoutbox/wmoutbox/internal/sqlcodec"
 	"github.com/wmoutbox/wmoutbox/outbox"
 )
 
 // DefaultTable is the outbox table's name when [Config.Table] is empty.
 const DefaultTable = "outbox_event"
-
-// maxTableLen is the longest table name: the limit of every wmoutbox
-// dialect (PostgreSQL's 63 bytes, less the index suffixes), so that a name
-// valid for one store is valid for all.
-const maxTableLen = 48
 
 // A batch insert is split into statements of at most maxInsertRows rows
 // and about maxInsertBytes of payloads and headers: every statement has
@@ -75,27 +70,19 @@ type Store struct {
 
 var _ outbox.TxStore[*sql.Tx] = (*Store)(nil)
 
-// table is a validated table name and the SQL rendered for it.
+// table is a validated table's names and the SQL rendered for it.
 type table struct {
-	name       string
-	quoted     string
-	inbox      string // the inbox table, quoted
-	label      string // the store and table, for errors
-	inboxLabel string // the store and inbox table, for errors
-	sql        statements
+	sqlcodec.Table
+	sql statements
 }
 
 func newTable(cfg Config) (*table, error) {
-	name := cfg.Table
-	if name == "" {
-		name = DefaultTable
+	names, err := sqlcodec.NewTable("mysql", cmp.Or(cfg.Table, DefaultTable), quote, ErrInvalidIdentifier)
+	if err != nil {
+		return nil, err
 	}
-	if err := ident.ValidateTable(name, maxTableLen, ErrInvalidIdentifier); err != nil {
-		return nil, fmt.Errorf("mysql: table: %w", err)
-	}
-	t := &table{name: name, quoted: quote(name), inbox: quote(name + migrationfiles.InboxSuffix), label: "mysql: table " + name,
-		inboxLabel: "mysql: table " + name + migrationfiles.InboxSuffix}
-	t.sql = renderStatements(t.quoted, quote(name+"_id_idx"), t.inbox, quote(ident.MigrationTable), cfg.DeleteDone)
+	t := &table{Table: names}
+	t.sql = renderStatements(t.Quoted, quote(t.Name+"_id_idx"), t.Inbox, quote(ident.MigrationTable), cfg.DeleteDone)
 	return t, nil
 }
 
@@ -114,11 +101,7 @@ func NewStore(db *sql.DB, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	logger := cfg.Logger
-	if logger == nil {
-		logger = slog.Default()
-	}
-	return &Store{db: db, clock: outbox.ClockOrSystem(cfg.Clock), logger: logger, t: t}, nil
+	return &Store{db: db, clock: outbox.ClockOrSystem(cfg.Clock), logger: cmp.Or(cfg.Logger, slog.Default()), t: t}, nil
 }
 
 // InTx runs fn in a transaction on the store's database, commits, and then
@@ -323,10 +306,10 @@ func (s *Store) insertStatement(ctx context.Context, tx *sql.Tx, rows []insertRo
 	_, err := tx.ExecContext(ctx, s.t.sql.insert(len(rows)), params...)
 	err = failedIn(ctx, tx, err)
 	if isUniqueViolation(err) {
-		return fmt.Errorf("mysql: insert into %s: %w: %w", s.t.name, outbox.ErrDuplicateEvent, err)
+		return fmt.Errorf("mysql: insert into %s: %w: %w", s.t.Name, outbox.ErrDuplicateEvent, err)
 	}
 	if err != nil {
-		return fmt.Errorf("mysql: insert into %s: %w", s.t.name, err)
+		return fmt.Errorf("mysql: insert into %s: %w", s.t.Name, err)
 	}
 	return nil
 }
@@ -353,13 +336,13 @@ func (s *Store) Kept(ctx context.Context, tx *sql.Tx, _ uint64, ids []string) ([
 	if err := rolledBack(tx); err != nil {
 		return nil, err
 	}
-	existing, err := sqlcodec.Existing(ctx, tx, s.t.label, s.t.sql.existingOne, s.t.sql.existing, ids)
+	existing, err := sqlcodec.Existing(ctx, tx, s.t.Label, s.t.sql.existingOne, s.t.sql.existing, ids)
 	return existing, failedIn(ctx, tx, err)
 }
 
 // Get implements [outbox.Store].
 func (s *Store) Get(ctx context.Context, id string) (outbox.Event, error) {
-	return sqlcodec.Get(ctx, s.db, s.t.label, s.t.sql.get, id)
+	return sqlcodec.Get(ctx, s.db, s.t.Label, s.t.sql.get, id)
 }
 
 // Claim implements [outbox.Store]: in one READ COMMITTED transaction, it
@@ -570,7 +553,7 @@ func deadArgs(f outbox.DeadFilter) []any {
 
 // Backlog implements [outbox.Store].
 func (s *Store) Backlog(ctx context.Context, topic string) (int64, time.Time, error) {
-	return sqlcodec.Backlog(ctx, s.db, s.t.label, s.t.sql.backlog, topic)
+	return sqlcodec.Backlog(ctx, s.db, s.t.Label, s.t.sql.backlog, topic)
 }
 
 // Purge implements [outbox.Store]. Each batch is a READ COMMITTED

@@ -7,7 +7,7 @@ import "github.com/wmoutbox/wmoutbox/internal/ident"
 // fit too.
 const (
 	maxSchemaLen = 63
-	maxTableLen  = 48
+	maxTableLen  = ident.MaxTableLen
 )
 
 // ValidateIdentifier reports whether name may be used as a schema or table

@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -109,7 +110,7 @@ func newTable(cfg Config) (*table, error) {
 	if name == "" {
 		name = DefaultTable
 	}
-	if err := ident.ValidateTable(name, maxTableLen, ErrInvalidIdentifier); err != nil {
+	if err := ident.ValidateTable(name, ErrInvalidIdentifier); err != nil {
 		return nil, fmt.Errorf("postgres: table: %w", err)
 	}
 	if cfg.Schema != "" {
@@ -140,7 +141,7 @@ func NewStore(db DB, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Store{db: db, clock: outbox.ClockOrSystem(cfg.Clock), logger: cmpLogger(cfg.Logger), t: t}, nil
+	return &Store{db: db, clock: outbox.ClockOrSystem(cfg.Clock), logger: cmp.Or(cfg.Logger, slog.Default()), t: t}, nil
 }
 
 // InTx runs fn in a transaction on the store's database, commits, and then

@@ -126,7 +126,7 @@ func NewNotifier(db DB, cfg Config) (*Notifier, error) {
 		db:       db,
 		channel:  channel,
 		interval: cmp.Or(cfg.NotifyInterval, DefaultNotifyInterval),
-		logger:   cmpLogger(cfg.Logger),
+		logger:   cmp.Or(cfg.Logger, slog.Default()),
 		pending:  make(map[string]struct{}),
 		kick:     make(chan struct{}, 1),
 		quit:     make(chan struct{}),
@@ -240,7 +240,7 @@ func listenTimed(pool *pgxpool.Pool, cfg Config, wake func(topics ...string), ti
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	l := &Listener{cancel: cancel, done: make(chan struct{})}
-	go l.run(ctx, pool.Config(), channel, wake, timing, cmpLogger(cfg.Logger))
+	go l.run(ctx, pool.Config(), channel, wake, timing, cmp.Or(cfg.Logger, slog.Default()))
 	return l, nil
 }
 
@@ -332,11 +332,4 @@ func connect(ctx context.Context, poolConfig *pgxpool.Config, timeout time.Durat
 	// no handler takes them: one set for pool's connections would.
 	connConfig.OnNotification = nil
 	return pgx.ConnectConfig(ctx, connConfig)
-}
-
-func cmpLogger(l *slog.Logger) *slog.Logger {
-	if l == nil {
-		return slog.Default()
-	}
-	return l
 }

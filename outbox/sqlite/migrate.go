@@ -78,7 +78,7 @@ func (t *table) migrate(ctx context.Context, db execer, cfg Config) error {
 		return fmt.Errorf("sqlite: migrate: create %s: %w", ident.MigrationTable, err)
 	}
 	var applied int
-	if err := db.QueryRowContext(ctx, t.sql.migrationVersion, t.name).Scan(&applied); err != nil {
+	if err := db.QueryRowContext(ctx, t.sql.migrationVersion, t.Name).Scan(&applied); err != nil {
 		return fmt.Errorf("sqlite: migrate: read version: %w", err)
 	}
 	now := outbox.ClockOrSystem(cfg.Clock).Now()
@@ -87,9 +87,9 @@ func (t *table) migrate(ctx context.Context, db execer, cfg Config) error {
 			continue
 		}
 		if _, err := db.ExecContext(ctx, m.SQL); err != nil {
-			return fmt.Errorf("sqlite: migrate %s to version %d (%s): %w", t.name, m.Version, m.Name, err)
+			return fmt.Errorf("sqlite: migrate %s to version %d (%s): %w", t.Name, m.Version, m.Name, err)
 		}
-		if _, err := db.ExecContext(ctx, t.sql.recordMigration, t.name, m.Version, m.Name, sqlcodec.Micros(now)); err != nil {
+		if _, err := db.ExecContext(ctx, t.sql.recordMigration, t.Name, m.Version, m.Name, sqlcodec.Micros(now)); err != nil {
 			return fmt.Errorf("sqlite: migrate: record version %d: %w", m.Version, err)
 		}
 	}
@@ -136,7 +136,7 @@ func (t *table) migrations() ([]Migration, error) {
 // for the index names derived from it, which are never schema-qualified.
 func (t *table) rename(suffix string) string {
 	if suffix == "" {
-		return t.quoted
+		return t.Quoted
 	}
-	return ident.Quote(t.name + suffix)
+	return ident.Quote(t.Name + suffix)
 }

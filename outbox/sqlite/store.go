@@ -1,6 +1,7 @@
 package sqlite
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -15,18 +16,12 @@ import (
 	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/wmoutbox/wmoutbox/internal/ident"
-	"github.com/wmoutbox/wmoutbox/internal/migrationfiles"
 	"github.com/wmoutbox/wmoutbox/internal/sqlcodec"
 	"github.com/wmoutbox/wmoutbox/outbox"
 )
 
 // DefaultTable is the outbox table's name when [Config.Table] is empty.
 const DefaultTable = "outbox_event"
-
-// maxTableLen is the longest table name: the limit of every wmoutbox
-// dialect (PostgreSQL's 63 bytes, less the index suffixes), so that a name
-// valid for one store is valid for all.
-const maxTableLen = 48
 
 // Config configures a [Store]. The zero value is the default table in the
 // main database.
@@ -62,27 +57,19 @@ type Store struct {
 
 var _ outbox.TxStore[*sql.Tx] = (*Store)(nil)
 
-// table is a validated table name and the SQL rendered for it.
+// table is a validated table's names and the SQL rendered for it.
 type table struct {
-	name       string
-	quoted     string
-	inbox      string // the inbox table, quoted
-	label      string // the store and table, for errors
-	inboxLabel string // the store and inbox table, for errors
-	sql        statements
+	sqlcodec.Table
+	sql statements
 }
 
 func newTable(cfg Config) (*table, error) {
-	name := cfg.Table
-	if name == "" {
-		name = DefaultTable
+	names, err := sqlcodec.NewTable("sqlite", cmp.Or(cfg.Table, DefaultTable), ident.Quote, ErrInvalidIdentifier)
+	if err != nil {
+		return nil, err
 	}
-	if err := ident.ValidateTable(name, maxTableLen, ErrInvalidIdentifier); err != nil {
-		return nil, fmt.Errorf("sqlite: table: %w", err)
-	}
-	t := &table{name: name, quoted: ident.Quote(name), inbox: ident.Quote(name + migrationfiles.InboxSuffix), label: "sqlite: table " + name,
-		inboxLabel: "sqlite: table " + name + migrationfiles.InboxSuffix}
-	t.sql = renderStatements(t.quoted, t.inbox, cfg.DeleteDone)
+	t := &table{Table: names}
+	t.sql = renderStatements(t.Quoted, t.Inbox, cfg.DeleteDone)
 	return t, nil
 }
 
@@ -98,11 +85,7 @@ func NewStore(db *sql.DB, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	logger := cfg.Logger
-	if logger == nil {
-		logger = slog.Default()
-	}
-	return &Store{db: db, gate: gateOf(db), clock: outbox.ClockOrSystem(cfg.Clock), logger: logger, t: t}, nil
+	return &Store{db: db, gate: gateOf(db), clock: outbox.ClockOrSystem(cfg.Clock), logger: cmp.Or(cfg.Logger, slog.Default()), t: t}, nil
 }
 
 // InTx runs fn in a transaction on the store's database, commits, and then
@@ -182,7 +165,7 @@ func (s *Store) insert(ctx context.Context, tx *sql.Tx, hot, cold []outbox.Envel
 	now := s.clock.Now()
 	defer inserting.lock(tx)()
 	if _, err := tx.ExecContext(ctx, sqlInsertSavepoint); err != nil {
-		return fmt.Errorf("sqlite: insert into %s: %w", s.t.name, err)
+		return fmt.Errorf("sqlite: insert into %s: %w", s.t.Name, err)
 	}
 	defer func() {
 		if err != nil {
@@ -194,7 +177,7 @@ func (s *Store) insert(ctx context.Context, tx *sql.Tx, hot, cold []outbox.Envel
 	}()
 	stmt, err := tx.PrepareContext(ctx, s.t.sql.insert)
 	if err != nil {
-		return fmt.Errorf("sqlite: insert into %s: %w", s.t.name, err)
+		return fmt.Errorf("sqlite: insert into %s: %w", s.t.Name, err)
 	}
 	defer stmt.Close()
 	for e, claiming := range outbox.InsertRows(hot, cold, lease) {
@@ -204,14 +187,14 @@ func (s *Store) insert(ctx context.Context, tx *sql.Tx, hot, cold []outbox.Envel
 		}
 		_, err = stmt.ExecContext(ctx, values...)
 		if isUniqueViolation(err) {
-			return fmt.Errorf("sqlite: insert into %s: %w: %w", s.t.name, outbox.ErrDuplicateEvent, err)
+			return fmt.Errorf("sqlite: insert into %s: %w: %w", s.t.Name, outbox.ErrDuplicateEvent, err)
 		}
 		if err != nil {
-			return fmt.Errorf("sqlite: insert into %s: %w", s.t.name, err)
+			return fmt.Errorf("sqlite: insert into %s: %w", s.t.Name, err)
 		}
 	}
 	if _, err := tx.ExecContext(ctx, sqlInsertRelease); err != nil {
-		return fmt.Errorf("sqlite: insert into %s: %w", s.t.name, err)
+		return fmt.Errorf("sqlite: insert into %s: %w", s.t.Name, err)
 	}
 	return nil
 }
@@ -262,12 +245,12 @@ func (l *txLocks) lock(tx *sql.Tx) (unlock func()) {
 // of their own, as [outbox.Prepare] does, when you roll back to
 // savepoints and write again.
 func (s *Store) Kept(ctx context.Context, tx *sql.Tx, _ uint64, ids []string) ([]string, error) {
-	return sqlcodec.Existing(ctx, tx, s.t.label, s.t.sql.existingOne, s.t.sql.existing, ids)
+	return sqlcodec.Existing(ctx, tx, s.t.Label, s.t.sql.existingOne, s.t.sql.existing, ids)
 }
 
 // Get implements [outbox.Store].
 func (s *Store) Get(ctx context.Context, id string) (outbox.Event, error) {
-	return sqlcodec.Get(ctx, s.db, s.t.label, s.t.sql.get, id)
+	return sqlcodec.Get(ctx, s.db, s.t.Label, s.t.sql.get, id)
 }
 
 // Claim implements [outbox.Store]. SQLite has no FOR UPDATE SKIP LOCKED
@@ -379,7 +362,7 @@ func (s *Store) ReplayDead(ctx context.Context, f outbox.DeadFilter) (int64, err
 
 // Backlog implements [outbox.Store].
 func (s *Store) Backlog(ctx context.Context, topic string) (int64, time.Time, error) {
-	return sqlcodec.Backlog(ctx, s.db, s.t.label, s.t.sql.backlog, topic)
+	return sqlcodec.Backlog(ctx, s.db, s.t.Label, s.t.sql.backlog, topic)
 }
 
 // Purge implements [outbox.Store].
