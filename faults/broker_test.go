@@ -142,10 +142,10 @@ func freePort(t *testing.T) (string, int) {
 	return addr.String(), addr.Port
 }
 
-// kafkaEventIDs reads every record of topic with franz-go, a client
-// independent of the relay's Sarama, and returns their outbox event ids
-// (duplicates included). How many records there are comes from the
-// partitions' end offsets.
+// kafkaEventIDs reads every record of topic with franz-go's consumer and
+// returns their outbox event ids (duplicates included). How many records
+// there are comes from the partitions' end offsets as Sarama reads them, a
+// client that shares no code with the relay's franz-go producer.
 func kafkaEventIDs(t *testing.T, brokers []string, topic string) []string {
 	t.Helper()
 	want := kafkaRecordCount(t, brokers, topic)

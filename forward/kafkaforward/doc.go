@@ -1,7 +1,7 @@
-// Package kafkaforward builds a Kafka publisher (Sarama, writing the
-// records watermill-kafka's publisher writes) set up for forwarding outbox
-// events: durable, idempotent, and keyed by aggregate so that the events
-// of one aggregate stay on one partition.
+// Package kafkaforward builds a Kafka publisher (franz-go, writing the
+// records watermill-kafka's publisher writes, which its subscriber reads)
+// set up for forwarding outbox events: durable, idempotent, and keyed by
+// aggregate so that the events of one aggregate stay on one partition.
 //
 //	pub, err := kafkaforward.NewPublisher([]string{"kafka:9092"}, kafkaforward.Config{ClientID: "orders-relay"})
 //	if err != nil { ... }
@@ -23,36 +23,39 @@
 // and the user headers, see package forward) plus watermill-kafka's
 // _watermill_message_uuid, which holds the message UUID.
 //
-// Partitions are chosen by Sarama's default hash partitioner (FNV-1a of the
-// key). It is stable across restarts and relays, but it is not the Java
-// client's murmur2: a topic also written by Java producers with the same
-// keys may see an aggregate's events on two partitions. Set
-// Config.Sarama with another Producer.Partitioner if that matters.
+// Partitions are chosen as the Java producer chooses them for keyed
+// records (murmur2 of the key), so a topic also written by Java producers
+// keeps each aggregate on one partition. Until 2026-11-27 this package
+// produced with Sarama, whose hash is FNV-1a: an aggregate whose events
+// were forwarded before and after that change may have them on two
+// partitions.
 //
 // # Durability
 //
-// [SaramaConfig] waits for all in-sync replicas (acks=all), turns on the
-// idempotent producer (so Sarama's own retries write no duplicates), keeps
-// one request in flight per broker (ordering), and retries an error the
-// broker answers with (a leader election) for a few seconds before
-// Publish gives up. What Sarama does not retry the outbox does: the
+// [DefaultOptions] waits for all in-sync replicas (acks=all) with
+// franz-go's idempotent producer, so that its own retries write no
+// duplicates and a retried batch never overtakes the next one of its
+// partition, and sends each record at once (no linger: every Publish waits
+// for its record). franz-go retries what the broker answers with (a leader
+// election); a record it could not send within [DefaultDeliveryTimeout]
+// fails its Publish. What franz-go does not retry the outbox does: the
 // forward handler returns the error and the event is delivered again
-// later.
+// later. A topic the broker does not create on first use fails after a few
+// tries with UNKNOWN_TOPIC_OR_PARTITION, which the outbox retries too.
 //
-// A broker that takes the connection but never answers holds each of
-// Sarama's tries for Net.ReadTimeout (30 s): minutes in all, longer than
-// the subscriber's default LockTimeout. [Publisher.Publish] stops waiting
-// when the message's context ends (the outbox subscriber ends it when it
-// gives up on a delivery at Close) and returns the context's error; the
-// record Sarama holds may still be written, so the event may reach Kafka
-// twice. Lower Net.ReadTimeout (keep it above Producer.Timeout) or raise
-// the LockTimeout if a stalled broker must not outlast the claim lease.
+// A broker that takes the connection but never answers holds a record
+// franz-go has sent until the broker answers, however long: an idempotent
+// producer cannot tell whether it was written. [Publisher.Publish] stops
+// waiting when the message's context ends (the outbox subscriber ends it
+// when it gives up on a delivery at Close) and returns the context's
+// error; franz-go may still write the record, so the event may reach Kafka
+// twice.
 //
-// Sarama refuses a record larger than Producer.MaxMessageBytes (1 MiB by
-// default) and so does the broker above its message.max.bytes; an outbox
-// payload may be 1 MiB plus headers. Such an event fails on every attempt
-// and ends DEAD, with the size error in last_error: raise both limits if
-// you write payloads that large.
+// franz-go refuses a record larger than its batch limit
+// (kgo.ProducerBatchMaxBytes, 1,000,012 bytes by default) and so does the
+// broker above its message.max.bytes; an outbox payload may be 1 MiB plus
+// headers. Such an event fails on every attempt with MESSAGE_TOO_LARGE and
+// ends DEAD: raise both limits if you write payloads that large.
 //
 // A topic name Kafka never accepts (empty, longer than 249 bytes, "." or
 // "..", or with a character other than ASCII letters, digits, '.', '_'
@@ -63,15 +66,15 @@
 //
 // # Connecting
 //
-// NewPublisher connects at once and fails when no broker answers, or when
-// the broker refuses the idempotent producer its id; it leaves nothing
-// connected when it fails. Wrap it in forward.Lazy for a relay that starts
-// while Kafka is down.
+// NewPublisher connects at once and fails when no broker answers within
+// Config.ConnectTimeout, or when the broker refuses the idempotent
+// producer its id; it leaves nothing connected when it fails. Wrap it in
+// forward.Lazy for a relay that starts while Kafka is down.
 //
 // # Closing
 //
 // [Publisher.Close] may run while handlers still publish (a router whose
-// CloseTimeout ran out): it waits for the publishes in flight, and later
-// ones fail with [ErrClosed], so their events are delivered again. Close
-// is idempotent.
+// CloseTimeout ran out): it waits for the publishes in flight, up to
+// DefaultDeliveryTimeout, and the others, later ones included, fail with
+// [ErrClosed], so their events are delivered again. Close is idempotent.
 package kafkaforward

@@ -1,73 +1,76 @@
 package kafkaforward
 
 import (
+	"context"
 	"fmt"
 	"time"
 
-	"github.com/IBM/sarama"
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/wmoutbox/wmoutbox/outbox"
 	"github.com/wmoutbox/wmoutbox/watermilladapter"
 )
 
-// DefaultClientID is the Kafka client id when Config sets none.
-const DefaultClientID = "wmoutbox-forward"
+// Defaults of [Config] and [DefaultOptions].
+const (
+	// DefaultClientID is the Kafka client id when Config sets none.
+	DefaultClientID = "wmoutbox-forward"
+	// DefaultDeliveryTimeout is how long a record may wait for a broker
+	// before it was sent (kgo.RecordDeliveryTimeout): long enough to ride
+	// out a leader election inside one Publish, short enough that a longer
+	// outage is the outbox's to retry, with backoff and last_error.
+	DefaultDeliveryTimeout = 10 * time.Second
+	// DefaultConnectTimeout bounds NewPublisher's first exchange with the
+	// cluster.
+	DefaultConnectTimeout = 10 * time.Second
+)
 
 // Config configures [NewPublisher]. The zero value is the recommended
 // setup.
 type Config struct {
-	// Sarama replaces the producer configuration. Default [SaramaConfig].
-	// Start from SaramaConfig and change what you need (TLS, SASL, Version,
-	// compression) rather than from sarama.NewConfig, which is neither
-	// durable nor idempotent. It is used as given, except ClientID below
-	// and Producer.Return, which Publish needs on.
-	Sarama *sarama.Config
+	// Options are franz-go client options, applied after [DefaultOptions]
+	// and ClientID, so that they override them: TLS (kgo.DialTLSConfig),
+	// SASL (kgo.SASL), compression (kgo.ProducerBatchCompression), record
+	// size (kgo.ProducerBatchMaxBytes). kgo.DisableIdempotentWrite and acks
+	// below all give up the durability the package documentation
+	// describes. The seed brokers are NewPublisher's.
+	Options []kgo.Opt
 
-	// ClientID, when set, overrides Sarama.ClientID. Default
-	// [DefaultClientID] (with the default Sarama config).
+	// ClientID is the Kafka client id. Default [DefaultClientID].
 	ClientID string
+
+	// ConnectTimeout bounds NewPublisher's first exchange with the
+	// cluster. Default [DefaultConnectTimeout].
+	ConnectTimeout time.Duration
 
 	// Logger receives a trace line for each record Kafka acknowledged.
 	// Default: none.
 	Logger watermill.LoggerAdapter
 }
 
-// SaramaConfig returns the producer configuration NewPublisher uses by
-// default: durable and idempotent. Each setting says why.
-func SaramaConfig() *sarama.Config {
-	c := sarama.NewConfig()
-	c.ClientID = DefaultClientID
-
-	// A write counts only once every in-sync replica has it: a leader
-	// that dies right after acknowledging cannot lose an event the outbox
-	// has already marked DONE.
-	c.Producer.RequiredAcks = sarama.WaitForAll
-	// Sarama's retries below must not write a record twice when only the
-	// acknowledgement was lost: the broker deduplicates by producer id
-	// and sequence number.
-	c.Producer.Idempotent = true
-	// Idempotence requires one request in flight per broker connection;
-	// it also keeps a retried batch from overtaking the next one, which
-	// per-aggregate ordering needs.
-	c.Net.MaxOpenRequests = 1
-	// Idempotent produce exists since Kafka 0.11; Sarama's default
-	// protocol version (2.1) is above it, and pinning it here keeps an
-	// older default from ever breaking idempotence.
-	c.Version = sarama.V2_1_0_0
-	// Publish waits for each record's answer (NewPublisher sets these
-	// whatever the config says).
-	c.Producer.Return.Successes = true
-	c.Producer.Return.Errors = true
-	// Ride out a leader election (a few seconds) inside one Publish;
-	// longer outages are the outbox's to retry, with backoff and
-	// last_error, instead of a handler blocked for minutes.
-	c.Producer.Retry.Max = 10
-	c.Producer.Retry.Backoff = 250 * time.Millisecond
-	c.Metadata.Retry.Max = 5
-	c.Metadata.Retry.Backoff = 250 * time.Millisecond
-	return c
+// DefaultOptions returns the franz-go producer options NewPublisher starts
+// from: durable and idempotent. Each says why.
+func DefaultOptions() []kgo.Opt {
+	return []kgo.Opt{
+		kgo.ClientID(DefaultClientID),
+		// A write counts only once every in-sync replica has it: a leader
+		// that dies right after acknowledging cannot lose an event the
+		// outbox has already marked DONE. (franz-go's default, said here
+		// because the durability rests on it; it also keeps the producer
+		// idempotent, so that its own retries write no record twice and a
+		// retried batch never overtakes the next one.)
+		kgo.RequiredAcks(kgo.AllISRAcks()),
+		// Each Publish waits for its record, so lingering would only add
+		// latency: records published meanwhile fill the next request while
+		// one is in flight.
+		kgo.ProducerLinger(0),
+		kgo.RecordDeliveryTimeout(DefaultDeliveryTimeout),
+		// As the Java producer does: a broker that creates topics on first
+		// use creates them for the outbox's records too.
+		kgo.AllowAutoTopicCreation(),
+	}
 }
 
 // PartitionKey is the record key of a forwarded message: its
@@ -85,46 +88,47 @@ func PartitionKey(_ string, msg *message.Message) (string, error) {
 	return msg.UUID, nil
 }
 
-// NewPublisher returns a publisher on brokers that produces with
-// cfg.Sarama (default [SaramaConfig]) records as watermill-kafka's
-// publisher writes them, keyed with [PartitionKey]. It connects at once:
-// with no broker reachable it fails, wrapping Sarama's error
-// (sarama.ErrOutOfBrokers). A configuration Sarama rejects fails with a
-// sarama.ConfigurationError. When it fails it leaves nothing connected.
-// Close the publisher when done; Publish and Close are safe for concurrent
-// use.
+// NewPublisher returns a publisher on brokers that produces, with
+// [DefaultOptions] and cfg, the records watermill-kafka's publisher
+// writes, keyed with [PartitionKey]. It connects at once and has the
+// cluster give it its idempotent producer id: with no broker answering
+// within cfg.ConnectTimeout, or a broker refusing the id (Kafka before 2.8
+// without the IdempotentWrite ACL), it fails, wrapping franz-go's error.
+// Options franz-go rejects fail too. When it fails it leaves nothing
+// connected. Close the publisher when done; Publish and Close are safe for
+// concurrent use.
 func NewPublisher(brokers []string, cfg Config) (*Publisher, error) {
 	if len(brokers) == 0 {
 		return nil, fmt.Errorf("%w: kafkaforward: no brokers", outbox.ErrInvalidRequest)
 	}
-	sc := cfg.Sarama
-	if sc == nil {
-		sc = SaramaConfig()
+	if cfg.ConnectTimeout < 0 {
+		return nil, fmt.Errorf("%w: kafkaforward: negative ConnectTimeout %v", outbox.ErrInvalidRequest, cfg.ConnectTimeout)
 	}
-	copied := *sc
+	opts := DefaultOptions()
 	if cfg.ClientID != "" {
-		copied.ClientID = cfg.ClientID
+		opts = append(opts, kgo.ClientID(cfg.ClientID))
 	}
-	// Publish waits for each record's answer: without them it could not
-	// know whether the write landed.
-	copied.Producer.Return.Successes = true
-	copied.Producer.Return.Errors = true
-	logger := cfg.Logger
-	if logger == nil {
-		logger = watermill.NopLogger{}
-	}
-	// The client is ours, not the producer's: sarama.NewAsyncProducer
-	// leaves the client it made connected when the producer then fails
-	// (an idempotent producer refused its producer id), and the broker
-	// connections and goroutines would outlive the error.
-	client, err := sarama.NewClient(brokers, &copied)
+	opts = append(opts, cfg.Options...)
+	opts = append(opts, kgo.SeedBrokers(brokers...))
+	client, err := kgo.NewClient(opts...)
 	if err != nil {
 		return nil, fmt.Errorf("kafkaforward: %w", err)
 	}
-	producer, err := sarama.NewAsyncProducerFromClient(client)
-	if err != nil {
-		_ = client.Close()
-		return nil, fmt.Errorf("kafkaforward: create producer: %w", err)
+	timeout := cfg.ConnectTimeout
+	if timeout == 0 {
+		timeout = DefaultConnectTimeout
 	}
-	return newPublisher(client, producer, logger), nil
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	// Ping answers for a producer that is not idempotent, whose id needs
+	// no broker.
+	if err := client.Ping(ctx); err != nil {
+		client.Close()
+		return nil, fmt.Errorf("kafkaforward: connect to %v: %w", brokers, err)
+	}
+	if _, _, err := client.ProducerID(ctx); err != nil {
+		client.Close()
+		return nil, fmt.Errorf("kafkaforward: producer id from %v: %w", brokers, err)
+	}
+	return &Publisher{client: client, logger: cfg.Logger}, nil
 }

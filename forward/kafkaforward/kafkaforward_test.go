@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/IBM/sarama"
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -34,8 +33,8 @@ func newCluster(t *testing.T) []string {
 	return cluster.ListenAddrs()
 }
 
-// consume reads n records of topic from the beginning with franz-go, a
-// client independent of Sarama and Watermill.
+// consume reads n records of topic from the beginning with franz-go's
+// consumer, independent of Watermill.
 func consume(t *testing.T, brokers []string, topic string, n int) []*kgo.Record {
 	t.Helper()
 	cl, err := kgo.NewClient(
@@ -170,19 +169,6 @@ func TestRelayForwardsToKafkaKeyedByAggregate(t *testing.T) {
 	}
 }
 
-func TestSaramaConfigIsDurableAndValid(t *testing.T) {
-	t.Parallel()
-	c := kafkaforward.SaramaConfig()
-	require.NoError(t, c.Validate())
-	require.Equal(t, sarama.WaitForAll, c.Producer.RequiredAcks)
-	require.True(t, c.Producer.Idempotent)
-	require.Equal(t, 1, c.Net.MaxOpenRequests)
-	require.True(t, c.Version.IsAtLeast(sarama.V0_11_0_0))
-	require.True(t, c.Producer.Return.Successes)
-	require.Positive(t, c.Producer.Retry.Max)
-	require.Equal(t, kafkaforward.DefaultClientID, c.ClientID)
-}
-
 func TestPartitionKey(t *testing.T) {
 	t.Parallel()
 	msg := message.NewMessage("uuid-1", nil)
@@ -198,19 +184,24 @@ func TestNewPublisherErrors(t *testing.T) {
 	t.Parallel()
 	_, err := kafkaforward.NewPublisher(nil, kafkaforward.Config{})
 	require.ErrorIs(t, err, outbox.ErrInvalidRequest)
+	_, err = kafkaforward.NewPublisher([]string{"127.0.0.1:9"}, kafkaforward.Config{ConnectTimeout: -time.Second})
+	require.ErrorIs(t, err, outbox.ErrInvalidRequest)
 
-	bad := kafkaforward.SaramaConfig()
-	bad.Net.MaxOpenRequests = 5 // idempotence forbids it
-	_, err = kafkaforward.NewPublisher([]string{"127.0.0.1:9"}, kafkaforward.Config{Sarama: bad})
-	var cfgErr sarama.ConfigurationError
-	require.ErrorAs(t, err, &cfgErr)
+	// Options franz-go refuses: a transactional producer with idempotence
+	// off.
+	_, err = kafkaforward.NewPublisher([]string{"127.0.0.1:9"}, kafkaforward.Config{
+		Options: []kgo.Opt{kgo.TransactionalID("relay"), kgo.DisableIdempotentWrite()},
+	})
+	require.ErrorContains(t, err, "kafkaforward")
 
 	// Nothing listens on a port just released.
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	addr := l.Addr().String()
 	require.NoError(t, l.Close())
-	_, err = kafkaforward.NewPublisher([]string{addr}, kafkaforward.Config{})
-	require.ErrorIs(t, err, sarama.ErrOutOfBrokers)
-	require.ErrorContains(t, err, "kafkaforward")
+	start := time.Now()
+	_, err = kafkaforward.NewPublisher([]string{addr}, kafkaforward.Config{ConnectTimeout: 500 * time.Millisecond})
+	require.Error(t, err)
+	require.ErrorContains(t, err, "kafkaforward: connect to")
+	require.Less(t, time.Since(start), relaytest.WaitLimit, "bounded by ConnectTimeout")
 }

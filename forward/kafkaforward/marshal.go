@@ -3,21 +3,18 @@ package kafkaforward
 import (
 	"fmt"
 
-	"github.com/IBM/sarama"
 	"github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/wmoutbox/wmoutbox/outbox"
 )
 
-// recordMarshaler builds the record watermill-kafka's partitioning
-// marshaler builds (the UUID header, one header per metadata entry, the
-// payload as value, [PartitionKey] as key) in five allocations instead of
-// two per header: every header's bytes share one buffer, and the header
-// slice is sized once.
-type recordMarshaler struct{}
-
-func (recordMarshaler) Marshal(topic string, msg *message.Message) (*sarama.ProducerMessage, error) {
+// newRecord builds the record watermill-kafka's partitioning marshaler
+// builds (the UUID header, one header per metadata entry, the payload as
+// value, [PartitionKey] as key) in three allocations: the header values
+// and the key share one buffer, and the header slice is sized once.
+func newRecord(topic string, msg *message.Message) (*kgo.Record, error) {
 	if err := validTopic(topic); err != nil {
 		return nil, outbox.Permanent(err)
 	}
@@ -28,9 +25,9 @@ func (recordMarshaler) Marshal(topic string, msg *message.Message) (*sarama.Prod
 	if err != nil {
 		return nil, err
 	}
-	size := len(kafka.UUIDHeaderKey) + len(msg.UUID) + len(key)
-	for k, v := range msg.Metadata {
-		size += len(k) + len(v)
+	size := len(msg.UUID) + len(key)
+	for _, v := range msg.Metadata {
+		size += len(v)
 	}
 	buf := make([]byte, 0, size)
 	// cut appends s to buf and returns the appended bytes, capped so that
@@ -40,15 +37,15 @@ func (recordMarshaler) Marshal(topic string, msg *message.Message) (*sarama.Prod
 		buf = append(buf, s...)
 		return buf[start:len(buf):len(buf)]
 	}
-	headers := make([]sarama.RecordHeader, 0, len(msg.Metadata)+1)
-	headers = append(headers, sarama.RecordHeader{Key: cut(kafka.UUIDHeaderKey), Value: cut(msg.UUID)})
+	headers := make([]kgo.RecordHeader, 0, len(msg.Metadata)+1)
+	headers = append(headers, kgo.RecordHeader{Key: kafka.UUIDHeaderKey, Value: cut(msg.UUID)})
 	for k, v := range msg.Metadata {
-		headers = append(headers, sarama.RecordHeader{Key: cut(k), Value: cut(v)})
+		headers = append(headers, kgo.RecordHeader{Key: k, Value: cut(v)})
 	}
-	return &sarama.ProducerMessage{
+	return &kgo.Record{
 		Topic:   topic,
-		Key:     sarama.ByteEncoder(cut(key)),
-		Value:   sarama.ByteEncoder(msg.Payload),
+		Key:     cut(key),
+		Value:   msg.Payload,
 		Headers: headers,
 	}, nil
 }

@@ -3,10 +3,10 @@ package kafkaforward
 import (
 	"testing"
 
-	"github.com/IBM/sarama"
 	"github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/wmoutbox/wmoutbox/outbox"
 	"github.com/wmoutbox/wmoutbox/watermilladapter"
@@ -25,11 +25,13 @@ func forwardedMessage() *message.Message {
 	return msg
 }
 
-// encoded is what Sarama puts on the wire for a record's key, value and
-// headers, with the headers by key (their order is the map's).
-func encoded(t *testing.T, m *sarama.ProducerMessage) (key, value []byte, headers map[string]string) {
+// theirs is watermill-kafka's record for msg, as Sarama puts its key,
+// value and headers on the wire, with the headers by key (their order is
+// the map's).
+func theirs(t *testing.T, msg *message.Message) (key, value []byte, headers map[string]string) {
 	t.Helper()
-	var err error
+	m, err := kafka.NewWithPartitioningMarshaler(PartitionKey).Marshal("orders", msg)
+	require.NoError(t, err)
 	key, err = m.Key.Encode()
 	require.NoError(t, err)
 	value, err = m.Value.Encode()
@@ -42,9 +44,26 @@ func encoded(t *testing.T, m *sarama.ProducerMessage) (key, value []byte, header
 	return key, value, headers
 }
 
-func TestRecordMarshalerBuildsWatermillKafkasRecord(t *testing.T) {
+// ours is newRecord's record for msg, its headers by key.
+func ours(t *testing.T, msg *message.Message) (rec *kgo.Record, headers map[string]string) {
+	t.Helper()
+	rec, err := newRecord("orders", msg)
+	require.NoError(t, err)
+	return rec, recordHeaders(t, rec)
+}
+
+func recordHeaders(t *testing.T, rec *kgo.Record) map[string]string {
+	t.Helper()
+	headers := make(map[string]string, len(rec.Headers))
+	for _, h := range rec.Headers {
+		require.NotContains(t, headers, h.Key, "one header per key")
+		headers[h.Key] = string(h.Value)
+	}
+	return headers
+}
+
+func TestNewRecordBuildsWatermillKafkasRecord(t *testing.T) {
 	t.Parallel()
-	theirs := kafka.NewWithPartitioningMarshaler(PartitionKey)
 	for name, msg := range map[string]*message.Message{
 		"outbox event": forwardedMessage(),
 		"no aggregate": func() *message.Message {
@@ -57,55 +76,52 @@ func TestRecordMarshalerBuildsWatermillKafkasRecord(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			want, err := theirs.Marshal("orders", msg)
-			require.NoError(t, err)
-			got, err := recordMarshaler{}.Marshal("orders", msg)
-			require.NoError(t, err)
-			require.Equal(t, want.Topic, got.Topic)
-			wantKey, wantValue, wantHeaders := encoded(t, want)
-			gotKey, gotValue, gotHeaders := encoded(t, got)
-			require.Equal(t, wantKey, gotKey)
-			require.Equal(t, wantValue, gotValue)
+			wantKey, wantValue, wantHeaders := theirs(t, msg)
+			got, gotHeaders := ours(t, msg)
+			require.Equal(t, "orders", got.Topic)
+			require.Equal(t, wantKey, got.Key)
+			require.Equal(t, wantValue, got.Value)
 			require.Equal(t, wantHeaders, gotHeaders)
-			require.Len(t, got.Headers, len(want.Headers))
+			require.Len(t, got.Headers, len(wantHeaders))
 		})
 	}
 }
 
-func TestRecordMarshalerHeadersDoNotShareBytes(t *testing.T) {
+func TestNewRecordHeadersDoNotShareBytes(t *testing.T) {
 	t.Parallel()
-	got, err := recordMarshaler{}.Marshal("orders", forwardedMessage())
-	require.NoError(t, err)
-	_, _, before := encoded(t, got)
-	// A consumer of the record appending to one header must not change
-	// the next one.
+	got, before := ours(t, forwardedMessage())
+	key := string(got.Key)
+	// A user of the record appending to one header value must change
+	// neither the next one nor the key.
 	for _, h := range got.Headers {
-		_ = append(h.Key, '!')
 		_ = append(h.Value, '!')
 	}
-	_, _, after := encoded(t, got)
-	require.Equal(t, before, after)
+	require.Equal(t, before, recordHeaders(t, got))
+	require.Equal(t, key, string(got.Key))
 }
 
-func TestRecordMarshalerRejectsTheReservedKey(t *testing.T) {
+func TestNewRecordRejectsTheReservedKey(t *testing.T) {
 	t.Parallel()
 	msg := forwardedMessage()
 	msg.Metadata.Set(kafka.UUIDHeaderKey, "spoofed")
-	_, err := recordMarshaler{}.Marshal("orders", msg)
+	_, err := newRecord("orders", msg)
 	require.ErrorContains(t, err, kafka.UUIDHeaderKey)
 	require.True(t, outbox.IsPermanent(err), "sending it again cannot help: DEAD at once")
 }
 
 func BenchmarkMarshal(b *testing.B) {
-	for name, m := range map[string]kafka.Marshaler{
-		"watermill-kafka": kafka.NewWithPartitioningMarshaler(PartitionKey),
-		"kafkaforward":    recordMarshaler{},
+	watermillKafka := kafka.NewWithPartitioningMarshaler(PartitionKey)
+	for name, marshal := range map[string]func(string, *message.Message) (any, error){
+		"watermill-kafka": func(topic string, msg *message.Message) (any, error) {
+			return watermillKafka.Marshal(topic, msg)
+		},
+		"kafkaforward": func(topic string, msg *message.Message) (any, error) { return newRecord(topic, msg) },
 	} {
 		b.Run(name, func(b *testing.B) {
 			msg := forwardedMessage()
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, err := m.Marshal("orders", msg); err != nil {
+				if _, err := marshal("orders", msg); err != nil {
 					b.Fatal(err)
 				}
 			}
