@@ -21,7 +21,10 @@
 // spreads them over the partitions. The value is the payload, byte for
 // byte. The headers are the message metadata (the outbox_* envelope keys
 // and the user headers, see package forward) plus watermill-kafka's
-// _watermill_message_uuid, which holds the message UUID.
+// _watermill_message_uuid, which holds the message UUID. Batches are
+// compressed with snappy (franz-go's default, which Kafka consumers have
+// read since Kafka 0.8); kgo.ProducerBatchCompression in Config.Options
+// changes it.
 //
 // Partitions are chosen as the Java producer chooses them for keyed
 // records (murmur2 of the key), so a topic also written by Java producers

@@ -94,7 +94,8 @@ func PartitionKey(_ string, msg *message.Message) (string, error) {
 // cluster give it its idempotent producer id: with no broker answering
 // within cfg.ConnectTimeout, or a broker refusing the id (Kafka before 2.8
 // without the IdempotentWrite ACL), it fails, wrapping franz-go's error.
-// Options franz-go rejects fail too. When it fails it leaves nothing
+// Options franz-go rejects fail too, and a transactional id fails with
+// outbox.ErrInvalidRequest. When it fails it leaves nothing
 // connected. Close the publisher when done; Publish and Close are safe for
 // concurrent use.
 func NewPublisher(brokers []string, cfg Config) (*Publisher, error) {
@@ -113,6 +114,12 @@ func NewPublisher(brokers []string, cfg Config) (*Publisher, error) {
 	client, err := kgo.NewClient(opts...)
 	if err != nil {
 		return nil, fmt.Errorf("kafkaforward: %w", err)
+	}
+	// A transactional client refuses every record produced outside a
+	// transaction, which is every record Publish produces.
+	if id := client.OptValue(kgo.TransactionalID); id != "" {
+		client.Close()
+		return nil, fmt.Errorf("%w: kafkaforward: a transactional id (%v) makes every publish fail", outbox.ErrInvalidRequest, id)
 	}
 	timeout := cfg.ConnectTimeout
 	if timeout == 0 {

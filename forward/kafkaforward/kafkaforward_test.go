@@ -193,6 +193,10 @@ func TestNewPublisherErrors(t *testing.T) {
 		Options: []kgo.Opt{kgo.TransactionalID("relay"), kgo.DisableIdempotentWrite()},
 	})
 	require.ErrorContains(t, err, "kafkaforward")
+	_, err = kafkaforward.NewPublisher([]string{"127.0.0.1:9"}, kafkaforward.Config{
+		Options: []kgo.Opt{kgo.TransactionalID("relay")},
+	})
+	require.ErrorIs(t, err, outbox.ErrInvalidRequest)
 
 	// Nothing listens on a port just released.
 	l, err := net.Listen("tcp", "127.0.0.1:0")
