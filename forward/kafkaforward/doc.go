@@ -40,19 +40,24 @@
 // duplicates and a retried batch never overtakes the next one of its
 // partition, and sends each record at once (no linger: every Publish waits
 // for its record). franz-go retries what the broker answers with (a leader
-// election); a record it could not send within [DefaultDeliveryTimeout]
-// fails its Publish. What franz-go does not retry the outbox does: the
-// forward handler returns the error and the event is delivered again
+// election); a record that has no answer after [DefaultDeliveryTimeout]
+// fails its Publish, and the partition's records queued behind it with it,
+// so that none overtakes it. What franz-go does not retry the outbox does:
+// the forward handler returns the error and the event is delivered again
 // later. A topic the broker does not create on first use fails after a few
 // tries with UNKNOWN_TOPIC_OR_PARTITION, which the outbox retries too.
 //
-// A broker that takes the connection but never answers holds a record
-// franz-go has sent until the broker answers, however long: an idempotent
-// producer cannot tell whether it was written. [Publisher.Publish] stops
+// A broker that takes the connection but never answers holds a request
+// for franz-go's request timeout (about 20 s) before its records can fail:
+// a Publish to a stalled broker returns an error after 20 to 30 s, well
+// within the subscriber's default LockTimeout. The record may have been
+// written all the same, so the event may reach Kafka twice (the producer
+// is allowed to give up on records it sent:
+// kgo.AllowIdempotentProduceCancellation). [Publisher.Publish] also stops
 // waiting when the message's context ends (the outbox subscriber ends it
 // when it gives up on a delivery at Close) and returns the context's
-// error; franz-go may still write the record, so the event may reach Kafka
-// twice.
+// error; franz-go may still write the record, so here too the event may
+// reach Kafka twice.
 //
 // franz-go refuses a record larger than its batch limit
 // (kgo.ProducerBatchMaxBytes, 1,000,012 bytes by default) and so does the

@@ -17,10 +17,12 @@ import (
 const (
 	// DefaultClientID is the Kafka client id when Config sets none.
 	DefaultClientID = "wmoutbox-forward"
-	// DefaultDeliveryTimeout is how long a record may wait for a broker
-	// before it was sent (kgo.RecordDeliveryTimeout): long enough to ride
-	// out a leader election inside one Publish, short enough that a longer
-	// outage is the outbox's to retry, with backoff and last_error.
+	// DefaultDeliveryTimeout is how long a record may wait for Kafka's
+	// answer (kgo.RecordDeliveryTimeout), checked when franz-go is about
+	// to send a request and when a request ends (answered, or after its
+	// own timeout, about 20 s): long enough to ride out a leader election
+	// inside one Publish, short enough that a longer outage is the
+	// outbox's to retry, with backoff and last_error.
 	DefaultDeliveryTimeout = 10 * time.Second
 	// DefaultConnectTimeout bounds NewPublisher's first exchange with the
 	// cluster.
@@ -33,8 +35,9 @@ type Config struct {
 	// Options are franz-go client options, applied after [DefaultOptions]
 	// and ClientID, so that they override them: TLS (kgo.DialTLSConfig),
 	// SASL (kgo.SASL), compression (kgo.ProducerBatchCompression), record
-	// size (kgo.ProducerBatchMaxBytes). kgo.DisableIdempotentWrite and acks
-	// below all give up the durability the package documentation
+	// size (kgo.ProducerBatchMaxBytes), how long a record may wait
+	// (kgo.RecordDeliveryTimeout). kgo.DisableIdempotentWrite, and with it
+	// acks below all, give up the durability the package documentation
 	// describes. The seed brokers are NewPublisher's.
 	Options []kgo.Opt
 
@@ -67,6 +70,13 @@ func DefaultOptions() []kgo.Opt {
 		// one is in flight.
 		kgo.ProducerLinger(0),
 		kgo.RecordDeliveryTimeout(DefaultDeliveryTimeout),
+		// A record sent to a broker that never answers fails after the
+		// delivery timeout too, instead of holding its Publish until the
+		// broker comes back: the outbox retries it, and a record the
+		// broker had written after all reaches Kafka twice, which
+		// at-least-once delivery allows. franz-go then fails the
+		// partition's later records with it, so none overtakes it.
+		kgo.AllowIdempotentProduceCancellation(),
 		// As the Java producer does: a broker that creates topics on first
 		// use creates them for the outbox's records too.
 		kgo.AllowAutoTopicCreation(),
@@ -94,8 +104,9 @@ func PartitionKey(_ string, msg *message.Message) (string, error) {
 // cluster give it its idempotent producer id: with no broker answering
 // within cfg.ConnectTimeout, or a broker refusing the id (Kafka before 2.8
 // without the IdempotentWrite ACL), it fails, wrapping franz-go's error.
-// Options franz-go rejects fail too, and a transactional id fails with
-// outbox.ErrInvalidRequest. When it fails it leaves nothing
+// Options franz-go rejects fail with outbox.ErrInvalidRequest: a
+// transactional id among them, which would fail every record produced
+// outside a transaction. When it fails it leaves nothing
 // connected. Close the publisher when done; Publish and Close are safe for
 // concurrent use.
 func NewPublisher(brokers []string, cfg Config) (*Publisher, error) {
@@ -113,13 +124,7 @@ func NewPublisher(brokers []string, cfg Config) (*Publisher, error) {
 	opts = append(opts, kgo.SeedBrokers(brokers...))
 	client, err := kgo.NewClient(opts...)
 	if err != nil {
-		return nil, fmt.Errorf("kafkaforward: %w", err)
-	}
-	// A transactional client refuses every record produced outside a
-	// transaction, which is every record Publish produces.
-	if id := client.OptValue(kgo.TransactionalID); id != "" {
-		client.Close()
-		return nil, fmt.Errorf("%w: kafkaforward: a transactional id (%v) makes every publish fail", outbox.ErrInvalidRequest, id)
+		return nil, fmt.Errorf("%w: kafkaforward: %w", outbox.ErrInvalidRequest, err)
 	}
 	timeout := cfg.ConnectTimeout
 	if timeout == 0 {

@@ -57,10 +57,16 @@ func (p *Publisher) publish(topic string, msg *message.Message) error {
 	// Buffered: the answer of a record whose Publish stopped waiting is
 	// dropped, not waited for.
 	answer := make(chan error, 1)
-	// Not the message's context: franz-go fails every record buffered for
-	// a partition when the context of the first one ends, and one
-	// message's end must not fail the others' publishes.
-	p.client.Produce(context.Background(), rec, func(rec *kgo.Record, err error) {
+	// franz-go fails every record buffered for a partition once the
+	// context of the first one ends, and one message's end must not fail
+	// the others' publishes: the record's context never ends, and the one
+	// Produce takes ends with the message's only while Produce may wait
+	// for room in a full buffer. (Cancelling it after Produce returned
+	// would cancel the record: no defer.)
+	rec.Context = context.Background()
+	produceCtx, stop := context.WithCancel(context.Background())
+	unhook := context.AfterFunc(ctx, stop)
+	p.client.Produce(produceCtx, rec, func(rec *kgo.Record, err error) {
 		if err == nil && p.logger != nil {
 			p.logger.Trace("Message sent to Kafka", watermill.LogFields{
 				"topic": rec.Topic, "kafka_partition": rec.Partition, "kafka_partition_offset": rec.Offset,
@@ -68,6 +74,7 @@ func (p *Publisher) publish(topic string, msg *message.Message) error {
 		}
 		answer <- err
 	})
+	unhook()
 	select {
 	case err := <-answer:
 		if errors.Is(err, kgo.ErrClientClosed) {

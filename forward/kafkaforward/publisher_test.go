@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/wmoutbox/wmoutbox/forward/kafkaforward"
@@ -68,9 +69,9 @@ func TestCloseDuringPublish(t *testing.T) {
 }
 
 // A broker that takes the connection but never answers a produce (a
-// stalled network, a broker stuck on its disk) holds an idempotent
-// producer's record until the broker answers: franz-go cannot tell whether
-// it was written. Publish must give up when the message's
+// stalled network, a broker stuck on its disk) holds a record for 20 s or
+// more (TestPublishToAStalledBrokerFails). Publish must give up sooner when
+// the message's
 // context ends, as the outbox subscriber ends it when it gives up on the
 // delivery at Close, and not hold the handler and the router for that long.
 func TestPublishStopsWhenMessageContextEnds(t *testing.T) {
@@ -146,6 +147,87 @@ func TestPublishStopsWhenMessageContextEnds(t *testing.T) {
 		case <-time.After(kafkaforward.DefaultDeliveryTimeout + relaytest.WaitLimit):
 			t.Fatal("Close waited for the stalled broker past DefaultDeliveryTimeout")
 		}
+	}
+}
+
+// stalledPublisher returns a publisher on a one-partition topic whose
+// broker, after one record, takes every produce request and never answers
+// (a broker stuck on its disk), and a channel closed at the first request
+// it holds.
+func stalledPublisher(t *testing.T, topic string, opts ...kgo.Opt) (*kafkaforward.Publisher, <-chan struct{}) {
+	t.Helper()
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.AllowAutoTopicCreation(), kfake.DefaultNumPartitions(1))
+	require.NoError(t, err)
+	t.Cleanup(cluster.Close)
+	pub, err := kafkaforward.NewPublisher(cluster.ListenAddrs(), kafkaforward.Config{Options: opts})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, pub.Close()) })
+	require.NoError(t, pub.Publish(topic, message.NewMessage(watermill.NewUUID(), []byte("before"))))
+	stalled := make(chan struct{})
+	var once sync.Once
+	cluster.ControlKey(kmsg.Produce.Int16(), func(kmsg.Request) (kmsg.Response, error, bool) {
+		cluster.KeepControl()
+		once.Do(func() { close(stalled) })
+		return nil, nil, true // no answer
+	})
+	return pub, stalled
+}
+
+// publishAsync publishes a message with ctx as its context and returns
+// where Publish's answer arrives.
+func publishAsync(ctx context.Context, pub *kafkaforward.Publisher, topic string) <-chan error {
+	msg := message.NewMessage(watermill.NewUUID(), []byte("x"))
+	msg.SetContext(ctx)
+	done := make(chan error, 1)
+	go func() { done <- pub.Publish(topic, msg) }()
+	return done
+}
+
+// The outbox message's context ends only when the subscriber gives up on
+// the delivery, at Close: against a broker that never answers, each
+// Publish must fail by itself, so that the event is retried with its
+// error in last_error and the worker moves on, and not hold the worker
+// until the broker answers.
+func TestPublishToAStalledBrokerFails(t *testing.T) {
+	t.Parallel()
+	const topic = "stalled-broker"
+	pub, stalled := stalledPublisher(t, topic)
+	start := time.Now()
+	sent := publishAsync(t.Context(), pub, topic)
+	<-stalled
+	queued := publishAsync(t.Context(), pub, topic) // behind the request in flight
+	for name, done := range map[string]<-chan error{"sent": sent, "queued": queued} {
+		select {
+		case err := <-done:
+			require.Error(t, err, name)
+			require.NotErrorIs(t, err, context.Canceled, name)
+			t.Logf("%s record failed after %v: %v", name, time.Since(start).Round(time.Second), err)
+		case <-time.After(kafkaforward.DefaultDeliveryTimeout + 2*relaytest.WaitLimit):
+			t.Fatalf("the %s record's Publish still waits for a broker that never answers", name)
+		}
+	}
+}
+
+// With franz-go's buffer full (kgo.MaxBufferedRecords here, a stalled
+// broker behind it), Produce waits for room: Publish must still stop
+// waiting when its message's context ends.
+func TestPublishWaitingForRoomStopsWhenMessageContextEnds(t *testing.T) {
+	t.Parallel()
+	const topic = "full-buffer"
+	pub, stalled := stalledPublisher(t, topic, kgo.MaxBufferedRecords(1))
+	ctx, cancel := context.WithCancel(t.Context())
+	first := publishAsync(ctx, pub, topic)
+	<-stalled
+	cancel()
+	require.ErrorIs(t, <-first, context.Canceled)
+
+	ctx, cancel = context.WithTimeout(t.Context(), 200*time.Millisecond)
+	defer cancel()
+	select {
+	case err := <-publishAsync(ctx, pub, topic):
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+	case <-time.After(relaytest.WaitLimit):
+		t.Fatal("Publish went on waiting for room after its message's context ended")
 	}
 }
 
