@@ -28,10 +28,9 @@
 //
 // Partitions are chosen as the Java producer chooses them for keyed
 // records (murmur2 of the key), so a topic also written by Java producers
-// keeps each aggregate on one partition. Until 2026-11-27 this package
-// produced with Sarama, whose hash is FNV-1a: an aggregate whose events
-// were forwarded before and after that change may have them on two
-// partitions.
+// keeps each aggregate on one partition. This package produced with
+// Sarama, whose hash is FNV-1a, until 2026-11-27: see CHANGELOG.md for an
+// aggregate whose events were forwarded before and after that change.
 //
 // # Durability
 //
