@@ -71,32 +71,16 @@ func TestCloseDuringPublish(t *testing.T) {
 // A broker that takes the connection but never answers a produce (a
 // stalled network, a broker stuck on its disk) holds a record for 20 s or
 // more (TestPublishToAStalledBrokerFails). Publish must give up sooner when
-// the message's
-// context ends, as the outbox subscriber ends it when it gives up on the
-// delivery at Close, and not hold the handler and the router for that long.
+// the message's context ends, as the outbox subscriber ends it when it
+// gives up on the delivery at Close, and not hold the handler and the
+// router for that long.
 func TestPublishStopsWhenMessageContextEnds(t *testing.T) {
 	t.Parallel()
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.AllowAutoTopicCreation())
-	require.NoError(t, err)
-	defer cluster.Close()
-	pub, err := kafkaforward.NewPublisher(cluster.ListenAddrs(), kafkaforward.Config{})
-	require.NoError(t, err)
 	const topic = "stalled"
-	require.NoError(t, pub.Publish(topic, message.NewMessage(watermill.NewUUID(), []byte("before"))))
-
-	stalled := make(chan struct{})
-	var once sync.Once
-	cluster.ControlKey(kmsg.Produce.Int16(), func(kmsg.Request) (kmsg.Response, error, bool) {
-		cluster.KeepControl()
-		once.Do(func() { close(stalled) })
-		return nil, nil, true // no answer
-	})
+	pub, stalled := stalledPublisher(t, topic)
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	msg := message.NewMessage(watermill.NewUUID(), []byte("stalled"))
-	msg.SetContext(ctx)
-	published := make(chan error, 1)
-	go func() { published <- pub.Publish(topic, msg) }()
+	published := publishAsync(ctx, pub, topic)
 	select {
 	case <-stalled:
 	case <-time.After(relaytest.WaitLimit):
@@ -119,12 +103,8 @@ func TestPublishStopsWhenMessageContextEnds(t *testing.T) {
 		// Before Close begins, the record stalls with the others.
 		ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
 		defer cancel()
-		late := message.NewMessage(watermill.NewUUID(), []byte("late"))
-		late.SetContext(ctx)
-		published := make(chan error, 1)
-		go func() { published <- pub.Publish(topic, late) }()
 		select {
-		case err := <-published:
+		case err := <-publishAsync(ctx, pub, topic):
 			return errors.Is(err, kafkaforward.ErrClosed)
 		case <-time.After(time.Second):
 			t.Fatal("a Publish outlived its context by a second, waiting for Close")
