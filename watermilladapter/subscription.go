@@ -301,12 +301,8 @@ func (sub *subscription) claimLoop() {
 				}
 				fromCursor := claim.Cursor != nil && !cursor.IsZero()
 				claimed = time.Now()
-				ctx, cancel := boundedAfterStop(sub.stopped, claimTimeout, sub.s.settler.giveUp)
-				events, err := sub.s.store.Claim(ctx, claim)
-				cancel()
-				if sub.stopping() {
-					// Whatever was claimed goes back to the table.
-					sub.releaseEvents(events)
+				n, stopping, err := sub.claimCold(claim)
+				if stopping {
 					return
 				}
 				if err != nil {
@@ -314,18 +310,6 @@ func (sub *subscription) claimLoop() {
 					cfg.Logger.Error("outbox claim failed", err, watermill.LogFields{"topic": sub.topic, "pause": failWait})
 				} else {
 					failWait = 0
-				}
-				for _, e := range events {
-					// A scheduled or retried event's latency counts from its
-					// due time, not from its write.
-					since := e.CreatedAt
-					if e.AvailableAt.After(since) {
-						since = e.AvailableAt
-					}
-					sub.cold <- queued{event: e, source: SourceCold, since: since} // room was counted above
-				}
-				if len(events) > 0 {
-					cfg.Metrics.ColdEnqueued(sub.topic, len(events))
 				}
 				switch {
 				case claim.Aggregates != nil && err != nil:
@@ -335,7 +319,7 @@ func (sub *subscription) claimLoop() {
 						continue
 					}
 				default:
-					full := err == nil && len(events) == req.Limit
+					full := err == nil && n == req.Limit
 					walk = err != nil
 					// An ordered claim's cursor is an aggregate, not a due
 					// time: going back to the first aggregate every second
@@ -464,6 +448,33 @@ func (sub *subscription) observe() {
 // latest are forgotten, and those events are claimed by a poll instead,
 // up to PollInterval after they are due.
 const maxClaimAts = 1024
+
+// claimCold runs claim and queues the events it claimed on the cold
+// queue, which has room for them (the claim's limit is the room). It
+// returns how many it queued, or reports that the subscription is
+// stopping, and then gives what was claimed back to the table.
+func (sub *subscription) claimCold(claim outbox.ClaimRequest) (n int, stopping bool, err error) {
+	ctx, cancel := boundedAfterStop(sub.stopped, claimTimeout, sub.s.settler.giveUp)
+	events, err := sub.s.store.Claim(ctx, claim)
+	cancel()
+	if sub.stopping() {
+		sub.releaseEvents(events)
+		return 0, true, err
+	}
+	for _, e := range events {
+		// A scheduled or retried event's latency counts from its due
+		// time, not from its write.
+		since := e.CreatedAt
+		if e.AvailableAt.After(since) {
+			since = e.AvailableAt
+		}
+		sub.cold <- queued{event: e, source: SourceCold, since: since}
+	}
+	if len(events) > 0 {
+		sub.s.cfg.Metrics.ColdEnqueued(sub.topic, len(events))
+	}
+	return len(events), false, err
+}
 
 // claimTime is when the cold path is to claim, and for what: the next
 // event of an ordered aggregate, which the claim names, or (zero
