@@ -4,9 +4,9 @@
 //
 // This package holds what does not depend on a database or a messaging
 // library: the [Envelope] and its validation, [Status], the [Store]
-// contract that dialects implement (see outbox/postgres and outbox/sqlite),
-// the [Writer], the transaction helper [RunInTx] with after-commit hooks,
-// the [RetryPolicy], and the [InFlight] tracker. The Watermill publisher
+// contract that dialects implement (see outbox/postgres, outbox/mysql and
+// outbox/sqlite), the [Writer], the transaction helper [RunInTx] with
+// after-commit hooks, the [RetryPolicy], and the [InFlight] tracker. The Watermill publisher
 // and subscriber are in package watermilladapter.
 //
 // # Writing

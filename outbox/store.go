@@ -105,8 +105,8 @@ type TxStore[Tx any] interface {
 
 // Inserter writes events in a business transaction of type Tx.
 type Inserter[Tx any] interface {
-	// Insert writes envelopes prepared by [Prepare] in tx, in one round
-	// trip: the hot ones, which the writing process delivers on its hot
+	// Insert writes envelopes prepared by [Prepare] in tx, in as few
+	// statements as the store can: the hot ones, which the writing process delivers on its hot
 	// path after commit, already claimed by lease.Owner, so that no other
 	// relay takes them meanwhile (the claim expires like any other), and
 	// the cold ones unclaimed, for the relays' claims. With the zero
@@ -242,7 +242,8 @@ func AggregateOf(e Envelope) Aggregate {
 // became due there later (written by a transaction that committed late or
 // by a writer whose clock is behind, left by a claim that rolled back) wait
 // until the caller resets the cursor: a relay resets it whenever a claim
-// comes back short of its limit, and at least every second. Stores that
+// comes back short of its limit and, claiming unordered, at least every
+// second. Stores that
 // need no cursor ignore it. A cursor is not safe for concurrent use.
 //
 // Ordered claims go through aggregates in turn rather than in due order,

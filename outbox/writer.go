@@ -88,8 +88,9 @@ func NewWriter[Tx any](store Inserter[Tx], cfg WriterConfig) (*Writer[Tx], error
 	return &Writer[Tx]{store: store, cfg: cfg}, nil
 }
 
-// Write validates events and inserts them in tx, in one round trip, and
-// returns their ids in order. It does not commit: the events become visible
+// Write validates events and inserts them in tx (one statement on
+// PostgreSQL; see the stores for the others), and returns their ids in
+// order. It does not commit: the events become visible
 // with the caller's commit and vanish with its rollback. If ctx comes from
 // an InTx helper, the configured AfterCommit hook receives the events after
 // that commit.

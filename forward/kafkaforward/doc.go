@@ -13,10 +13,11 @@
 //
 // The record key is the event's aggregate id ([PartitionKey]): every event
 // of one aggregate lands on the same partition, which Kafka keeps in the
-// order the records were produced. That is the order of the writes only
-// when the relay hands one aggregate's events over one at a time: with
-// SubscriberConfig.WorkerCount above 1, or after a retry, two events of an
-// aggregate can be forwarded in either order.
+// order the records were produced. That is the order of the writes when
+// the relay is ordered (SubscriberConfig.Ordered): it hands an aggregate's
+// next event over only once the one before it is DONE, whatever its
+// WorkerCount. An unordered relay with WorkerCount above 1, or a retry,
+// can forward two events of an aggregate in either order.
 // Events without an aggregate id are keyed by their outbox event id, which
 // spreads them over the partitions. The value is the payload, byte for
 // byte. The headers are the message metadata (the outbox_* envelope keys

@@ -37,9 +37,10 @@
 // Headers are a jsonb object. status holds [outbox.Status] codes; attempts,
 // last_error, updated_at and available_at tell why a row is where it is.
 //
-// Two partial indexes serve the relay and operators: due rows by (topic,
-// available_at, event_id) for the claim, and terminal rows by (status,
-// updated_at) for dead-event queries and purge. A claim across all topics
+// Three partial indexes serve the relay and operators: due rows by (topic,
+// available_at, event_id) for the claim, terminal rows by (status,
+// updated_at) for dead-event queries and purge, and (migration 4) the
+// rows not yet DONE by aggregate, for ordered claims. A claim across all topics
 // cannot use the due index for its order: relays claim per topic.
 //
 // DONE rows stay until [Store.Purge] deletes them, as the record of what
@@ -79,8 +80,9 @@
 // # Waking relays in other processes
 //
 // A relay claims the events another process commits at its next poll. A
-// [Notifier] in the writing process (its Notify handed to the publisher or
-// the writer as the after-commit callback) and a [Listener] in each relay
+// [Notifier] in the writing process (its Notify handed to the publisher,
+// or called from the writer's Committed hook with [outbox.Topics] of the
+// events) and a [Listener] in each relay
 // ([Listen], usually waking a Subscriber) make that immediate. The notifier
 // sends pg_notify after the business commit, from a short transaction of
 // its own that does not wait for the disk: PostgreSQL serialises the

@@ -44,8 +44,9 @@
 // microseconds in UTC, so comparisons and ordering are exact (read them
 // with datetime(col / 1e6, 'unixepoch', 'subsec')). status holds
 // [outbox.Status] codes; attempts, last_error, updated_at and available_at
-// tell why a row is where it is. The same two partial indexes serve the
-// relay (due rows by topic) and operators (terminal rows by age).
+// tell why a row is where it is. The same three partial indexes serve the
+// relay (due rows by topic; the rows not yet DONE by aggregate, for
+// ordered claims) and operators (terminal rows by age).
 //
 // # What SQLite does not give you
 //
