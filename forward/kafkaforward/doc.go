@@ -56,8 +56,8 @@
 // kgo.AllowIdempotentProduceCancellation). [Publisher.Publish] also stops
 // waiting when the message's context ends (the outbox subscriber ends it
 // when it gives up on a delivery at Close) and returns the context's
-// error; franz-go may still write the record, so here too the event may
-// reach Kafka twice.
+// error, failing no other message's publish; franz-go may still write the
+// record, so here too the event may reach Kafka twice.
 //
 // franz-go refuses a record larger than its batch limit
 // (kgo.ProducerBatchMaxBytes, 1,000,012 bytes by default) and so does the

@@ -66,13 +66,13 @@ func DefaultOptions() []kgo.Opt {
 		// retried batch never overtakes the next one.)
 		kgo.RequiredAcks(kgo.AllISRAcks()),
 		// Each Publish waits for its record, so lingering would only add
-		// latency: records published meanwhile fill the next request while
-		// one is in flight.
+		// latency: records published meanwhile go out in the requests
+		// that follow.
 		kgo.ProducerLinger(0),
 		kgo.RecordDeliveryTimeout(DefaultDeliveryTimeout),
-		// A record sent to a broker that never answers fails after the
-		// delivery timeout too, instead of holding its Publish until the
-		// broker comes back: the outbox retries it, and a record the
+		// A record sent to a broker that never answers fails when its
+		// request times out (about 20 s), instead of holding its Publish
+		// until the broker comes back: the outbox retries it, and a record the
 		// broker had written after all reaches Kafka twice, which
 		// at-least-once delivery allows. franz-go then fails the
 		// partition's later records with it, so none overtakes it.
@@ -142,5 +142,7 @@ func NewPublisher(brokers []string, cfg Config) (*Publisher, error) {
 		client.Close()
 		return nil, fmt.Errorf("kafkaforward: producer id from %v: %w", brokers, err)
 	}
-	return &Publisher{client: client, logger: cfg.Logger}, nil
+	// franz-go validated it (at least 1) and keeps it as an int64.
+	buffered := client.OptValue(kgo.MaxBufferedRecords).(int64)
+	return &Publisher{client: client, logger: cfg.Logger, room: make(chan struct{}, buffered)}, nil
 }

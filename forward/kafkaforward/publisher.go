@@ -19,6 +19,10 @@ import (
 type Publisher struct {
 	client *kgo.Client
 	logger watermill.LoggerAdapter // nil: none
+	// room holds a token for each record in franz-go's buffer, up to its
+	// MaxBufferedRecords: a publish waits for room here, where its
+	// message's context can end the wait.
+	room chan struct{}
 
 	closed    atomic.Bool
 	closeOnce sync.Once // a second Close waits for the first
@@ -28,11 +32,14 @@ var _ message.Publisher = (*Publisher)(nil)
 
 // Publish sends msgs to topic, one after the other, and returns once
 // Kafka acknowledged each of them, or with the first error. It waits for
-// a message only until the message's context ends (the outbox subscriber
-// ends it when it gives up on the delivery, at Close), then returns the
-// context's error: franz-go may still write the record later, so the
-// event may reach Kafka twice, never zero times. After Close it returns
-// [ErrClosed].
+// a message, and for room in franz-go's buffer of records
+// (kgo.MaxBufferedRecords), only until the message's context ends (the
+// outbox subscriber ends it when it gives up on the delivery, at Close),
+// then returns the context's error: franz-go may still write the record
+// later, so the event may reach Kafka twice, never zero times. One
+// message's context ending fails no other message's publish. A limit on
+// buffered bytes (kgo.MaxBufferedBytes, none by default) is waited for
+// whatever the context. After Close it returns [ErrClosed].
 func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 	for _, msg := range msgs {
 		if err := p.publish(topic, msg); err != nil {
@@ -54,19 +61,23 @@ func (p *Publisher) publish(topic string, msg *message.Message) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("kafkaforward: publish message %s to %s: %w", msg.UUID, topic, context.Cause(ctx))
 	}
+	select {
+	case p.room <- struct{}{}:
+	case <-ctx.Done():
+		return fmt.Errorf("kafkaforward: publish message %s to %s: %w", msg.UUID, topic, context.Cause(ctx))
+	}
 	// Buffered: the answer of a record whose Publish stopped waiting is
 	// dropped, not waited for.
 	answer := make(chan error, 1)
-	// franz-go fails every record buffered for a partition once the
-	// context of the first one ends, and one message's end must not fail
-	// the others' publishes: the record's context never ends, and the one
-	// Produce takes ends with the message's only while Produce may wait
-	// for room in a full buffer. (Cancelling it after Produce returned
-	// would cancel the record: no defer.)
-	rec.Context = context.Background()
-	produceCtx, stop := context.WithCancel(context.Background())
-	unhook := context.AfterFunc(ctx, stop)
-	p.client.Produce(produceCtx, rec, func(rec *kgo.Record, err error) {
+	// franz-go keeps the context Produce takes with the record and fails
+	// every record buffered for a partition once the first one's context
+	// ends: one message's end would fail the others' publishes. So the
+	// context never ends, and the wait for room above is the one that
+	// heeds the message's. franz-go calls the promise before it counts the
+	// record out of its buffer, so a publish let in by that token can wait
+	// in Produce for the count, a moment.
+	p.client.Produce(context.Background(), rec, func(rec *kgo.Record, err error) {
+		<-p.room
 		if err == nil && p.logger != nil {
 			p.logger.Trace("Message sent to Kafka", watermill.LogFields{
 				"topic": rec.Topic, "kafka_partition": rec.Partition, "kafka_partition_offset": rec.Offset,
@@ -74,7 +85,6 @@ func (p *Publisher) publish(topic string, msg *message.Message) error {
 		}
 		answer <- err
 	})
-	unhook()
 	select {
 	case err := <-answer:
 		if errors.Is(err, kgo.ErrClientClosed) {

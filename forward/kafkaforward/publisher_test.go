@@ -379,3 +379,129 @@ func processCPU(b *testing.B) time.Duration {
 	require.NoError(b, syscall.Getrusage(syscall.RUSAGE_SELF, &ru))
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
+
+// partitionedHook calls fn with each record franz-go buffers into a
+// partition, synchronously, inside the Produce call that buffers it.
+type partitionedHook struct{ fn func(*kgo.Record) }
+
+func (h partitionedHook) OnProduceRecordPartitioned(r *kgo.Record, _ int32) { h.fn(r) }
+
+func uuidOf(r *kgo.Record) string {
+	for _, h := range r.Headers {
+		if h.Key == kafka.UUIDHeaderKey {
+			return string(h.Value)
+		}
+	}
+	return ""
+}
+
+// franz-go keeps the context Produce takes with the buffered record and
+// fails every record buffered behind it in the partition once it ends. A
+// message's context that ends after its record was buffered must fail no
+// other message's publish. The hook ends M's context inside its Produce,
+// the widest such window, while the broker holds an earlier request so
+// that Y is buffered behind M.
+func TestOneMessageContextEndingFailsNoOtherPublish(t *testing.T) {
+	t.Parallel()
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.AllowAutoTopicCreation(), kfake.DefaultNumPartitions(1))
+	require.NoError(t, err)
+	t.Cleanup(cluster.Close)
+
+	mUUID, yUUID := watermill.NewUUID(), watermill.NewUUID()
+	mCtx, cancelM := context.WithCancel(t.Context())
+	defer cancelM()
+	yBuffered := make(chan struct{})
+	hook := partitionedHook{func(r *kgo.Record) {
+		switch uuidOf(r) {
+		case mUUID:
+			cancelM()
+			// What the context's end sets off (context.AfterFunc) runs on
+			// goroutines of its own: let it run before Produce returns.
+			time.Sleep(200 * time.Millisecond)
+		case yUUID:
+			close(yBuffered)
+		}
+	}}
+	pub, err := kafkaforward.NewPublisher(cluster.ListenAddrs(), kafkaforward.Config{Options: []kgo.Opt{kgo.WithHooks(hook)}})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, pub.Close()) })
+
+	// The broker holds the first produce request (X's) until released,
+	// then answers it normally.
+	held, release := make(chan struct{}), make(chan struct{})
+	var first atomic.Bool
+	cluster.ControlKey(kmsg.Produce.Int16(), func(kmsg.Request) (kmsg.Response, error, bool) {
+		if first.CompareAndSwap(false, true) {
+			close(held)
+			cluster.SleepControl(func() { <-release })
+		}
+		return nil, nil, false
+	})
+	const topic = "orders"
+	x := publishAsync(t.Context(), pub, topic)
+	<-held
+
+	m := message.NewMessage(mUUID, []byte("m"))
+	m.SetContext(mCtx)
+	require.ErrorIs(t, pub.Publish(topic, m), context.Canceled, "M's own context ended: its error is expected")
+
+	y := make(chan error, 1)
+	go func() { y <- pub.Publish(topic, message.NewMessage(yUUID, []byte("y"))) }()
+	<-yBuffered
+	close(release)
+	require.NoError(t, <-x)
+	select {
+	case err := <-y:
+		require.NoError(t, err, "Y's message context never ended; only M's did")
+	case <-time.After(relaytest.WaitLimit):
+		t.Fatal("Y's Publish did not return")
+	}
+}
+
+// The same without hooks: publishes whose message contexts have short
+// deadlines (a Timeout middleware, say) beside publishes whose contexts
+// never end, on one partition. None of the latter may fail.
+func TestShortMessageDeadlinesFailNoOtherPublish(t *testing.T) {
+	t.Parallel()
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.AllowAutoTopicCreation(), kfake.DefaultNumPartitions(1))
+	require.NoError(t, err)
+	t.Cleanup(cluster.Close)
+	pub, err := kafkaforward.NewPublisher(cluster.ListenAddrs(), kafkaforward.Config{})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, pub.Close()) })
+	const topic = "orders"
+	require.NoError(t, pub.Publish(topic, message.NewMessage(watermill.NewUUID(), nil)))
+
+	ctx, stop := context.WithTimeout(t.Context(), 3*time.Second)
+	defer stop()
+	var succeeded atomic.Int64
+	var spurious atomic.Pointer[error]
+	const workers = 64
+	done := make(chan struct{}, workers)
+	for w := range workers {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			for i := 0; ctx.Err() == nil && spurious.Load() == nil; i++ {
+				msg := message.NewMessage(watermill.NewUUID(), []byte("x"))
+				if w%2 == 0 {
+					mctx, cancel := context.WithTimeout(context.Background(), time.Duration(i%300)*time.Microsecond)
+					msg.SetContext(mctx)
+					_ = pub.Publish(topic, msg) // may fail: its deadline
+					cancel()
+					continue
+				}
+				if err := pub.Publish(topic, msg); err != nil {
+					spurious.CompareAndSwap(nil, &err)
+					return
+				}
+				succeeded.Add(1)
+			}
+		}()
+	}
+	for range workers {
+		<-done
+	}
+	if errp := spurious.Load(); errp != nil {
+		t.Fatalf("a Publish whose message context never ended failed (after %d successes): %v", succeeded.Load(), *errp)
+	}
+}
