@@ -36,6 +36,9 @@ type Config struct {
 
 	// Dial configures the connection: heartbeat, TLS, virtual host,
 	// connection name. Default: amqp091-go's defaults and the URL's.
+	// Recovery must be nil: the publisher dials again by itself after a
+	// lost connection, and amqp091-go's own recovery would keep the old
+	// connection alive beside the new one.
 	Dial *amqp091.Config
 
 	// Channels is the most publishes in flight at once, each on an AMQP
@@ -170,6 +173,10 @@ func NewPublisher(url string, cfg Config) (*Publisher, error) {
 	}
 	if cfg.Channels == 0 {
 		cfg.Channels = defaultChannels
+	}
+	if cfg.Dial != nil && cfg.Dial.Recovery != nil {
+		return nil, fmt.Errorf("%w: amqpforward: Dial.Recovery is set; the publisher dials again by itself after a lost connection",
+			outbox.ErrInvalidRequest)
 	}
 	where := net.JoinHostPort(uri.Host, strconv.Itoa(uri.Port))
 	if uri.Vhost != "/" {

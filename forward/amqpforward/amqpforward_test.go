@@ -441,6 +441,10 @@ func TestPublisherRefusesBadInput(t *testing.T) {
 
 	_, err := amqpforward.NewPublisher(url, amqpforward.Config{Channels: -1})
 	require.ErrorIs(t, err, outbox.ErrInvalidRequest)
+	// amqp091-go's recovery would keep a lost connection alive beside the
+	// one the publisher dials again, and Close would not close it.
+	_, err = amqpforward.NewPublisher(url, amqpforward.Config{Dial: &amqp091.Config{Recovery: &amqp091.Recovery{}}})
+	require.ErrorIs(t, err, outbox.ErrInvalidRequest)
 
 	pub, err := amqpforward.NewPublisher(url, amqpforward.Config{Queues: []string{queue}})
 	require.NoError(t, err)

@@ -71,8 +71,11 @@
 // in last_error. After a lost connection the next Publish dials again
 // (after a failed dial, Publish fails with its error for a second before
 // the next); the publishes that were in flight fail, and their events are
-// delivered again. Publish waits for a channel, the connection and each
-// confirm only until the message's context ends, and Close waits at most
-// 2 s for the broker: a broker that stopped reading (a resource alarm)
-// holds up neither.
+// delivered again. Publish waits for a channel, the connection, the write
+// of each message and its confirm only until the message's context ends,
+// and Close waits at most 2 s for the broker: a broker that stopped
+// reading (a resource alarm) holds up neither. A write the broker does
+// not read keeps its channel, one of Config.Channels, until the broker
+// reads again or the connection closes. Config.Dial may not set
+// Recovery: the publisher dials again by itself.
 package amqpforward

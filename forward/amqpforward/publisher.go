@@ -204,7 +204,20 @@ func (p *Publisher) channel(ctx context.Context) (*confirmChannel, error) {
 // release gives back c's slot, and c for reuse when nothing about it is
 // left pending: after an error other than ErrUnroutable a confirm or a
 // return may still come on it, and would be taken for the next message's.
+// The slot of a write that outlived its publish is given back when the
+// write is over (the broker read it, or the connection closed), so that
+// writes held by a broker that stopped reading stay within
+// Config.Channels while the publishes after them wait for a slot, each
+// until its message's context ends.
 func (p *Publisher) release(c *confirmChannel, err error) {
+	if c.writing != nil {
+		go func() {
+			<-c.writing
+			_ = c.ch.Close()
+			<-p.slots
+		}()
+		return
+	}
 	defer func() { <-p.slots }()
 	p.mu.Lock()
 	if (err == nil || errors.Is(err, ErrUnroutable)) && c.conn == p.conn && !p.closed {
@@ -320,6 +333,9 @@ type confirmChannel struct {
 	ch      *amqp091.Channel
 	returns chan amqp091.Return
 	closes  chan *amqp091.Error
+	// writing, once a publish stopped waiting for its message's write,
+	// closes when the write is over.
+	writing <-chan struct{}
 }
 
 // openConfirmChannel opens a channel in confirm mode on conn, waiting
@@ -368,7 +384,7 @@ func openChannel(conn *amqp091.Connection) (*confirmChannel, error) {
 // publish sends pub to the queue named topic, mandatory, and waits for
 // the broker's confirm.
 func (c *confirmChannel) publish(ctx context.Context, topic string, pub amqp091.Publishing) error {
-	confirm, err := c.ch.PublishWithDeferredConfirmWithContext(ctx, "", topic, true, false, pub)
+	confirm, err := c.send(ctx, topic, pub)
 	if err != nil {
 		return err
 	}
@@ -417,6 +433,29 @@ func (c *confirmChannel) publish(ctx context.Context, topic string, pub amqp091.
 			ErrUnroutable, returned.ReplyCode, returned.ReplyText)
 	}
 	return nil
+}
+
+// send writes pub on c's channel, waiting until ctx ends. amqp091-go looks
+// at ctx only before it writes, and a broker that stopped reading (a
+// resource alarm) blocks the write once the socket's buffers are full,
+// with the connection's write lock held, which every other publish then
+// waits for: so the write runs on a goroutine of its own, and c.writing
+// tells when a write that outlived its publish is over.
+func (c *confirmChannel) send(ctx context.Context, topic string, pub amqp091.Publishing) (*amqp091.DeferredConfirmation, error) {
+	written := make(chan struct{})
+	var confirm *amqp091.DeferredConfirmation
+	var err error
+	go func() {
+		defer close(written)
+		confirm, err = c.ch.PublishWithDeferredConfirmWithContext(ctx, "", topic, true, false, pub)
+	}()
+	select {
+	case <-written:
+		return confirm, err
+	case <-ctx.Done():
+		c.writing = written
+		return nil, fmt.Errorf("write the message: %w", ctx.Err())
+	}
 }
 
 // dialConfig is a copy of cfg that amqp091-go may write to: it adds the

@@ -300,3 +300,90 @@ func TestSharedDialConfig(t *testing.T) {
 		}
 	}
 }
+
+// stalledWriteSize is a payload larger than what the kernel buffers
+// between the client and a broker that stopped reading hold (the client's
+// send buffer, at most 4 MiB here, and the proxy's receive buffer, which
+// does not grow while the proxy does not read): writing it blocks. Writes
+// of 4 MiB already block here.
+const stalledWriteSize = 8 << 20
+
+// A broker that stopped reading (connection.blocked under a resource
+// alarm, a stalled network) and a message whose frames do not fit in the
+// socket buffers: the write blocks, and Publish must still return when the
+// message's context ends.
+func TestPublishReturnsWhileItsWriteStalls(t *testing.T) {
+	pub, proxy, queue := proxiedPublisher(t, amqpforward.Config{Channels: 2})
+	proxy.paused.Store(true)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	msg := message.NewMessage(watermill.NewUUID(), make([]byte, stalledWriteSize))
+	msg.SetContext(ctx)
+	done := make(chan error, 1)
+	go func() { done <- pub.Publish(queue, msg) }()
+	select {
+	case err := <-done:
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+	case <-time.After(3 * time.Second):
+		// Close sets a deadline on the socket, which ends the write.
+		closeErr := pub.Close()
+		t.Errorf("Publish still blocked 3 s after its context ended (in the socket write); "+
+			"after Close (%v) it returned %v", closeErr, <-done)
+	}
+	_ = pub.Close()
+}
+
+// The same with messages of 256 KiB from as many publishes as there are
+// channels, idle ones among them: once the socket buffers (a few MiB) are
+// full, one write blocks holding the connection's write lock and the
+// others wait for it. Each publish must return when its own context ends.
+func TestPublishesReturnWhileTheBrokerStopsReading(t *testing.T) {
+	const workers = 32
+	pub, proxy, queue := proxiedPublisher(t, amqpforward.Config{Channels: workers})
+	// Publishes that start together leave many idle channels, as a relay
+	// under load does.
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for range workers {
+		wg.Go(func() {
+			<-start
+			require.NoError(t, pub.Publish(queue, message.NewMessage(watermill.NewUUID(), []byte(`{}`))))
+		})
+	}
+	close(start)
+	wg.Wait()
+	proxy.paused.Store(true)
+
+	done := make(chan error, workers)
+	for range workers {
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+			defer cancel()
+			msg := message.NewMessage(watermill.NewUUID(), make([]byte, 256<<10))
+			msg.SetContext(ctx)
+			done <- pub.Publish(queue, msg)
+		}()
+	}
+	returned := 0
+	timeout := time.After(3 * time.Second)
+wait:
+	for returned < workers {
+		select {
+		case err := <-done:
+			require.ErrorIs(t, err, context.DeadlineExceeded)
+			returned++
+		case <-timeout:
+			break wait
+		}
+	}
+	if returned < workers {
+		closeErr := pub.Close()
+		t.Errorf("%d of %d publishes of 256 KiB still blocked 3 s after their contexts ended; after Close (%v) one returned %v",
+			workers-returned, workers, closeErr, <-done)
+		for range workers - returned - 1 {
+			<-done
+		}
+	}
+	_ = pub.Close()
+}
