@@ -436,3 +436,41 @@ func TestLazyConnectDoesNotHoldPublishOrClose(t *testing.T) {
 	require.Empty(t, down.published())
 	require.ErrorIs(t, lazy.Publish("orders", outboxMessage([]byte("2"))), forward.ErrPublisherClosed)
 }
+
+// While Close waits for a publish in flight (a downstream broker that
+// does not answer, a message whose context has not ended yet), a Publish
+// that arrives (a handler still running during shutdown) fails at once
+// with ErrPublisherClosed, as it does while the downstream Close runs.
+func TestLazyPublishWhileCloseWaitsFailsAtOnce(t *testing.T) {
+	t.Parallel()
+	down := &blockingPublisher{entered: make(chan struct{}), release: make(chan struct{})}
+	lazy := forward.Lazy(func() (message.Publisher, error) { return down, nil })
+	inFlight := make(chan error, 1)
+	go func() { inFlight <- lazy.Publish("orders", outboxMessage([]byte("1"))) }()
+	<-down.entered
+	closed := make(chan error, 1)
+	go func() { closed <- lazy.Close() }()
+	time.Sleep(50 * time.Millisecond) // Close waits for the publish in flight
+
+	msg := outboxMessage([]byte("2"))
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	msg.SetContext(ctx)
+	published := make(chan error, 1)
+	go func() { published <- lazy.Publish("orders", msg) }()
+	select {
+	case err := <-published:
+		require.ErrorIs(t, err, forward.ErrPublisherClosed)
+	case <-time.After(2 * time.Second):
+		close(down.release)
+		t.Errorf("a Publish waited 2 s (its context ended after 200 ms) for Close to get the lock; "+
+			"once the publish in flight returned, it returned %v", <-published)
+	}
+	select {
+	case <-down.release:
+	default:
+		close(down.release)
+	}
+	require.NoError(t, <-inFlight)
+	require.NoError(t, <-closed)
+}

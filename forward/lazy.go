@@ -14,13 +14,14 @@ import (
 type LazyPublisher struct {
 	connect func() (message.Publisher, error)
 
-	// mu is held for reading by each Publish to the downstream publisher,
-	// and for writing while the fields change and while closing: Close
-	// waits for the publishes in flight.
-	mu         sync.RWMutex
+	mu         sync.Mutex
 	pub        message.Publisher
 	closed     bool
 	connecting *connectAttempt // the connect under way, if any
+	// inFlight counts the publishes to pub, which Close waits for. They
+	// are counted under mu while closed is false, so none starts once
+	// Close set it: a Publish arriving meanwhile fails at once.
+	inFlight sync.WaitGroup
 
 	closeOnce sync.Once // a second Close waits for the first
 }
@@ -69,16 +70,18 @@ func (l *LazyPublisher) Publish(topic string, msgs ...*message.Message) error {
 		ctx = msgs[0].Context()
 	}
 	for {
-		l.mu.RLock()
+		l.mu.Lock()
 		if l.closed {
-			l.mu.RUnlock()
+			l.mu.Unlock()
 			return ErrPublisherClosed
 		}
-		if l.pub != nil {
-			defer l.mu.RUnlock()
-			return l.pub.Publish(topic, msgs...)
+		if pub := l.pub; pub != nil {
+			l.inFlight.Add(1)
+			l.mu.Unlock()
+			defer l.inFlight.Done()
+			return pub.Publish(topic, msgs...)
 		}
-		l.mu.RUnlock()
+		l.mu.Unlock()
 		attempt := l.startConnect()
 		if attempt == nil {
 			continue // connected or closed meanwhile
@@ -146,9 +149,10 @@ func (l *LazyPublisher) close() error {
 	l.mu.Lock()
 	l.closed = true
 	pub := l.pub
-	// Not held through the downstream Close, which may take as long as a
-	// broker's timeouts: a Publish meanwhile fails at once.
+	// Not held through the wait and the downstream Close, which may take
+	// as long as a broker's timeouts: a Publish meanwhile fails at once.
 	l.mu.Unlock()
+	l.inFlight.Wait()
 	if pub == nil {
 		return nil
 	}
