@@ -46,10 +46,11 @@ var ErrMessagesReturned = errors.New("middleware: Deduplicate: the handler retur
 // rolls everything back, the record included, and the event is delivered
 // again.
 //
-// Two deliveries of one event at once take turns: under READ COMMITTED,
-// PostgreSQL's default, the second waits for the first's transaction and
-// is skipped if it commits; under REPEATABLE READ or SERIALIZABLE it fails
-// with a serialization error instead, and is skipped when delivered again.
+// Two deliveries of one event at once take turns: the second waits for the
+// first's transaction and is skipped if it commits. On PostgreSQL under
+// REPEATABLE READ or SERIALIZABLE it fails with a serialization error
+// instead, and is skipped when delivered again; on SQLite it waits at most
+// the store's busy timeout, then fails and comes again.
 //
 // The handler's writes must go through the transaction, and so must the
 // events it produces: publish them with the outbox's Publisher, whose

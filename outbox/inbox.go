@@ -16,7 +16,8 @@ const (
 // processed. A handler's writes and the record that it ran commit in one
 // transaction, so an event delivered twice has its effects once. The
 // Watermill middleware Deduplicate (package middleware) runs handlers this
-// way; the dialects' stores implement it (postgres.Store, sqlite.Store).
+// way; the dialects' stores implement it (postgres.Store, mysql.Store,
+// sqlite.Store).
 type Inbox[Tx any] interface {
 	// InTx begins a transaction on the inbox's database and runs fn in it
 	// as [RunInTx] does.
@@ -26,8 +27,12 @@ type Inbox[Tx any] interface {
 	// and reports whether that is new: false when a committed transaction
 	// recorded it already. While another transaction that recorded it is
 	// open, it waits for that one to end, and records it if that one rolled
-	// back (on PostgreSQL under READ COMMITTED; a transaction with one
-	// snapshot fails with a serialization error instead). It fails with [ErrNoTransaction] for a nil tx and with
+	// back. On PostgreSQL a transaction with one snapshot (REPEATABLE READ,
+	// SERIALIZABLE) fails with a serialization error instead; on MySQL,
+	// with several waiting, the server may roll one back as a deadlock
+	// victim; on SQLite the wait lasts at most the store's busy timeout,
+	// then it fails. Each of these is an error to retry, never a second
+	// record. It fails with [ErrNoTransaction] for a nil tx and with
 	// [ErrInvalidRequest] for an empty consumer or id, or one longer than
 	// [MaxConsumerLen] or [MaxProcessedIDLen] characters.
 	MarkProcessed(ctx context.Context, tx Tx, consumer, id string) (bool, error)

@@ -215,7 +215,8 @@ DELETE FROM {table} WHERE event_id IN (
 // sqlMarkProcessed records that consumer ?1 processed event ?2, at ?3, in
 // the consumer's transaction: no row when a committed transaction
 // recorded it already. SQLite has one writer at a time, so a transaction
-// that recorded it and is still open holds this one back until it ends.
+// that recorded it and is still open holds this one back, for at most the
+// busy timeout ([BusyTimeout]).
 const sqlMarkProcessed = `
 INSERT INTO {inbox} (consumer, event_id, processed_at) VALUES (?1, ?2, ?3)
 ON CONFLICT DO NOTHING`
