@@ -312,7 +312,9 @@ func (s *Subscriber) remove(sub *subscription) {
 // Close stops claiming, waits up to DrainTimeout for messages in handlers,
 // releases every claim not finished so that another relay takes it at
 // once (relays of other processes when [SubscriberConfig.Notify] tells
-// them, else at their next poll), records pending outcomes, and closes the
+// them, else at their next poll; a queued event whose claim is half spent
+// is left to it, as a worker leaves it, since this relay may have claimed
+// the event again meanwhile), records pending outcomes, and closes the
 // output channels. Every call, concurrent ones included, returns once all
 // of that is done. With the database failing or not answering, it gives up
 // on the outcomes and releases about 10 s after it began (statements

@@ -184,14 +184,20 @@ func (sub *subscription) run(ctx context.Context) {
 	sub.s.settler.flush()
 }
 
-// releaseQueued hands the events still queued back to the table.
+// releaseQueued hands the events still queued back to the table, but for
+// those whose claim is half spent, which are left to it as process leaves
+// them: once the claim ran out, another subscription of this relay may
+// have claimed the event again and be delivering it, and a release by the
+// same owner would end that claim too.
 func (sub *subscription) releaseQueued() {
 	var left []releaseItem
 	for _, q := range []chan queued{sub.hot, sub.cold} {
 		for {
 			select {
 			case item := <-q:
-				left = append(left, releaseItem{id: item.event.ID, topic: sub.topic})
+				if !sub.claimHalfSpent(&item.event) {
+					left = append(left, releaseItem{id: item.event.ID, topic: sub.topic})
+				}
 				continue
 			default:
 			}
@@ -592,11 +598,16 @@ func (sub *subscription) halfSpent(e *outbox.Event) time.Time {
 	return e.LockedUntil.Add(-sub.s.cfg.LockTimeout / 2)
 }
 
+// claimHalfSpent reports whether half of e's claim is gone by now.
+func (sub *subscription) claimHalfSpent(e *outbox.Event) bool {
+	return !e.LockedUntil.IsZero() && !sub.s.cfg.Clock.Now().Before(sub.halfSpent(e))
+}
+
 // process delivers one event and records its outcome.
 func (sub *subscription) process(item queued, wait *time.Timer) {
 	s := sub.s
 	e := &item.event
-	if !e.LockedUntil.IsZero() && !s.cfg.Clock.Now().Before(sub.halfSpent(e)) {
+	if sub.claimHalfSpent(e) {
 		// Half the claim went by while the event waited for a worker:
 		// delivered now, its handler could outlive the claim, and another
 		// relay claim and deliver it meanwhile; once the claim ran out,
