@@ -293,17 +293,25 @@ func (p *blockingPublisher) Close() error {
 	return nil
 }
 
+// closeDuringPublish starts a Publish through Lazy that the downstream
+// publisher holds until down.release is closed, then a Close, and returns
+// what each will return.
+func closeDuringPublish() (lazy *forward.LazyPublisher, down *blockingPublisher, published, closed <-chan error) {
+	down = &blockingPublisher{entered: make(chan struct{}), release: make(chan struct{})}
+	lazy = forward.Lazy(func() (message.Publisher, error) { return down, nil })
+	publishing := make(chan error, 1)
+	go func() { publishing <- lazy.Publish("orders", outboxMessage([]byte("1"))) }()
+	<-down.entered
+	closing := make(chan error, 1)
+	go func() { closing <- lazy.Close() }()
+	return lazy, down, publishing, closing
+}
+
 // Close waits for the publishes in flight: downstream publishers (such as
 // watermill-kafka's) are not safe to close under a running Publish.
 func TestLazyCloseWaitsForPublishesInFlight(t *testing.T) {
 	t.Parallel()
-	down := &blockingPublisher{entered: make(chan struct{}), release: make(chan struct{})}
-	lazy := forward.Lazy(func() (message.Publisher, error) { return down, nil })
-	published := make(chan error, 1)
-	go func() { published <- lazy.Publish("orders", outboxMessage([]byte("1"))) }()
-	<-down.entered
-	closed := make(chan error, 1)
-	go func() { closed <- lazy.Close() }()
+	lazy, down, published, closed := closeDuringPublish()
 	select {
 	case <-closed:
 		t.Fatal("Close returned while a Publish was in flight")
@@ -443,13 +451,7 @@ func TestLazyConnectDoesNotHoldPublishOrClose(t *testing.T) {
 // with ErrPublisherClosed, as it does while the downstream Close runs.
 func TestLazyPublishWhileCloseWaitsFailsAtOnce(t *testing.T) {
 	t.Parallel()
-	down := &blockingPublisher{entered: make(chan struct{}), release: make(chan struct{})}
-	lazy := forward.Lazy(func() (message.Publisher, error) { return down, nil })
-	inFlight := make(chan error, 1)
-	go func() { inFlight <- lazy.Publish("orders", outboxMessage([]byte("1"))) }()
-	<-down.entered
-	closed := make(chan error, 1)
-	go func() { closed <- lazy.Close() }()
+	lazy, down, inFlight, closed := closeDuringPublish()
 	time.Sleep(50 * time.Millisecond) // Close waits for the publish in flight
 
 	msg := outboxMessage([]byte("2"))

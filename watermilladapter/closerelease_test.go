@@ -62,14 +62,17 @@ func (s *staleCopyStore) releasedIDs() []string {
 	return slices.Clone(s.ids)
 }
 
-func receiveWithin(t *testing.T, msgs <-chan *message.Message, why string) *message.Message {
+// receiveEvent receives the next message and checks that it carries the
+// event want.
+func receiveEvent(t *testing.T, msgs <-chan *message.Message, want string) {
 	t.Helper()
 	select {
 	case msg := <-msgs:
-		return msg
+		if got := msg.Metadata.Get(MetadataEventID); got != want {
+			t.Fatalf("got event %s, want %s", got, want)
+		}
 	case <-time.After(10 * time.Second):
-		t.Fatalf("no message: %s", why)
-		return nil
+		t.Fatalf("no message: want event %s", want)
 	}
 }
 
@@ -97,10 +100,7 @@ func TestCloseLeavesAStaleQueuedCopyToItsClaim(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	x := receiveWithin(t, first, "x from subscription 1")
-	if x.Metadata.Get(MetadataEventID) != "x" {
-		t.Fatalf("got %s, want x", x.Metadata.Get(MetadataEventID))
-	}
+	receiveEvent(t, first, "x")
 	// x's handler hangs (never acks); e waits in subscription 1's queue.
 	// The lease runs out; subscription 2 claims e again.
 	store.clock.Advance(lease + time.Minute)
@@ -111,10 +111,7 @@ func TestCloseLeavesAStaleQueuedCopyToItsClaim(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := receiveWithin(t, second, "e from subscription 2")
-	if e.Metadata.Get(MetadataEventID) != "e" {
-		t.Fatalf("got %s, want e", e.Metadata.Get(MetadataEventID))
-	}
+	receiveEvent(t, second, "e")
 	// Neither handler returns before Close.
 	if err := sub.Close(); err != nil {
 		t.Fatal(err)
