@@ -265,6 +265,11 @@ func (s *Store) Claim(ctx context.Context, req outbox.ClaimRequest) ([]outbox.Ev
 	if err != nil {
 		return nil, err
 	}
+	// The lease starts when the claim takes the rows, after its turn.
+	if err := s.gate.enter(ctx, "claim"); err != nil {
+		return nil, err
+	}
+	defer s.gate.leave()
 	now := s.clock.Now()
 	ordered := 0
 	if req.Ordered {
@@ -275,10 +280,6 @@ func (s *Store) Claim(ctx context.Context, req outbox.ClaimRequest) ([]outbox.Ev
 	if topicArg != nil {
 		args = append(args, topicArg)
 	}
-	if err := s.gate.enter(ctx, "claim"); err != nil {
-		return nil, err
-	}
-	defer s.gate.leave()
 	events, err := queryEvents(ctx, s.db, "claim", query, args...)
 	if err != nil {
 		return nil, err

@@ -532,3 +532,50 @@ func TestOrderedClaimTreatsAnEmptyAggregateIDAsNone(t *testing.T) {
 		require.Empty(t, e.AggregateID)
 	}
 }
+
+// A claim that waits in the write gate leases the rows for LockTimeout
+// from when it takes them, not from when it began to wait: another
+// claimer must not get them sooner.
+func TestClaimLeaseStartsWhenTheClaimTakesTheRows(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	db := openDB(t)
+	clock := clocktest.New(storetest.Start)
+	store, err := sqlite.NewStore(db, sqlite.Config{Clock: clock})
+	require.NoError(t, err)
+	writer, err := outbox.NewWriter(store, outbox.WriterConfig{Clock: clock})
+	require.NoError(t, err)
+	require.NoError(t, store.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		_, err := writer.Write(ctx, tx, storetest.JSONEvent(1))
+		return err
+	}))
+
+	hold, held := make(chan struct{}), make(chan struct{})
+	txDone := make(chan error, 1)
+	go func() {
+		txDone <- store.InTx(ctx, func(context.Context, *sql.Tx) error {
+			close(held)
+			<-hold
+			return nil
+		})
+	}()
+	<-held
+	type result struct {
+		events []outbox.Event
+		err    error
+	}
+	claimed := make(chan result, 1)
+	go func() {
+		ev, err := store.Claim(ctx, outbox.ClaimRequest{Owner: "a", LockTimeout: time.Minute})
+		claimed <- result{ev, err}
+	}()
+	time.Sleep(100 * time.Millisecond) // the claim waits in the gate
+	took := clock.Advance(40 * time.Second)
+	close(hold)
+	require.NoError(t, <-txDone)
+	r := <-claimed
+	require.NoError(t, r.err)
+	require.Len(t, r.events, 1)
+	require.True(t, !r.events[0].LockedUntil.Before(took.Add(time.Minute)),
+		"claim took the row at %v with a 1m lease, but it is leased until %v", took, r.events[0].LockedUntil)
+}
