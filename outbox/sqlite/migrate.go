@@ -34,8 +34,9 @@ func Migrations(cfg Config) ([]Migration, error) {
 // a connection of db, and records them in the wmoutbox_migration table
 // beside it. The transaction is BEGIN IMMEDIATE: it holds SQLite's write
 // lock from the start, so processes that start together take turns (each
-// waiting up to the busy timeout) and apply each migration once. It is
-// safe to call at every start.
+// waiting up to the busy timeout of a database opened with [Open]; with
+// none set, the later ones fail at once) and apply each migration once.
+// It is safe to call at every start.
 func Migrate(ctx context.Context, db *sql.DB, cfg Config) error {
 	t, err := newTable(cfg)
 	if err != nil {
