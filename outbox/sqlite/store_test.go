@@ -31,13 +31,13 @@ func openDB(t *testing.T) *sql.DB {
 }
 
 // storeWithWriter returns a store on a new migrated database and a writer
-// with no hot path on it.
-func storeWithWriter(t *testing.T) (*sql.DB, *sqlite.Store, *outbox.Writer[*sql.Tx]) {
+// with no hot path on it, both on clock (nil: the system's).
+func storeWithWriter(t *testing.T, clock outbox.Clock) (*sql.DB, *sqlite.Store, *outbox.Writer[*sql.Tx]) {
 	t.Helper()
 	db := openDB(t)
-	store, err := sqlite.NewStore(db, sqlite.Config{})
+	store, err := sqlite.NewStore(db, sqlite.Config{Clock: clock})
 	require.NoError(t, err)
-	writer, err := outbox.NewWriter(store, outbox.WriterConfig{})
+	writer, err := outbox.NewWriter(store, outbox.WriterConfig{Clock: clock})
 	require.NoError(t, err)
 	return db, store, writer
 }
@@ -66,7 +66,7 @@ func TestStore(t *testing.T) {
 func TestConcurrentClaimersGetDisjointSets(t *testing.T) {
 	t.Parallel()
 	const rows, claimers = 2000, 8
-	_, store, writer := storeWithWriter(t)
+	_, store, writer := storeWithWriter(t, nil)
 	ctx := t.Context()
 	var written []string
 	require.NoError(t, store.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
@@ -131,7 +131,7 @@ func TestClaimersInSeveralProcessesGetDisjointSets(t *testing.T) {
 func TestWritersAndClaimersTakeTurns(t *testing.T) {
 	t.Parallel()
 	const writers, perWriter = 4, 50
-	db, store, writer := storeWithWriter(t)
+	db, store, writer := storeWithWriter(t, nil)
 	ctx := t.Context()
 	_, err := db.ExecContext(ctx, `CREATE TABLE orders (id TEXT PRIMARY KEY)`)
 	require.NoError(t, err)
@@ -347,7 +347,7 @@ func TestMigrateFailureRollsBackAndKeepsThePoolUsable(t *testing.T) {
 // (here until its context ends) and succeeds after the commit.
 func TestStoreWriteInsideInTxWaitsForIt(t *testing.T) {
 	t.Parallel()
-	_, store, writer := storeWithWriter(t)
+	_, store, writer := storeWithWriter(t, nil)
 	var ids []string
 	err := store.InTx(t.Context(), func(ctx context.Context, tx *sql.Tx) error {
 		var err error
@@ -460,7 +460,7 @@ func TestReservedTableNameIsInvalidIdentifier(t *testing.T) {
 // back rows of writes that had reported success.
 func TestConcurrentWritesInOneTransactionKeepTheirRows(t *testing.T) {
 	t.Parallel()
-	db, store, writer := storeWithWriter(t)
+	db, store, writer := storeWithWriter(t, nil)
 	duplicate := outbox.NewBytes("Named", []byte("duplicate"))
 	duplicate.ID = "duplicate"
 	var (
@@ -539,12 +539,8 @@ func TestOrderedClaimTreatsAnEmptyAggregateIDAsNone(t *testing.T) {
 func TestClaimLeaseStartsWhenTheClaimTakesTheRows(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	db := openDB(t)
 	clock := clocktest.New(storetest.Start)
-	store, err := sqlite.NewStore(db, sqlite.Config{Clock: clock})
-	require.NoError(t, err)
-	writer, err := outbox.NewWriter(store, outbox.WriterConfig{Clock: clock})
-	require.NoError(t, err)
+	_, store, writer := storeWithWriter(t, clock)
 	require.NoError(t, store.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		_, err := writer.Write(ctx, tx, storetest.JSONEvent(1))
 		return err
