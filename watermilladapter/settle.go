@@ -220,14 +220,16 @@ func (st *settler) run() {
 		case <-st.released:
 			st.flushReleases(st.takeReleases())
 		case flushed := <-st.flushes:
-			st.drain()
+			// Only what is queued now: while other subscriptions' workers
+			// wait for room, the queue refills as fast as it drains.
+			st.drain(len(st.updates))
 			close(flushed)
 			select { // a signal no linger took: the queue is empty now
 			case <-st.cut:
 			default:
 			}
 		case <-st.quit:
-			st.drain()
+			st.drain(len(st.updates)) // every worker has stopped: nothing more comes
 			return
 		}
 	}
@@ -263,24 +265,19 @@ func (st *settler) gather(batch []outcome) []outcome {
 	return batch
 }
 
-// drain records everything queued, the releases in one statement and the
-// outcomes in batches like run does.
-func (st *settler) drain() {
+// drain records the queued releases in one statement and the next n
+// queued outcomes in batches like run does.
+func (st *settler) drain(n int) {
 	st.flushReleases(st.takeReleases())
 	var batch []outcome
-	for {
-		select {
-		case u := <-st.updates:
-			if batch = append(batch, u); len(batch) == maxSettleBatch {
-				st.flushUpdates(batch)
-				batch = batch[:0]
-			}
-		default:
-			if len(batch) > 0 {
-				st.flushUpdates(batch)
-			}
-			return
+	for range n {
+		if batch = append(batch, <-st.updates); len(batch) == maxSettleBatch {
+			st.flushUpdates(batch)
+			batch = batch[:0]
 		}
+	}
+	if len(batch) > 0 {
+		st.flushUpdates(batch)
 	}
 }
 

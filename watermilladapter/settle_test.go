@@ -124,6 +124,64 @@ func TestSettlerFlushCutsTheLingerShort(t *testing.T) {
 	}
 }
 
+// slowStore takes a while over each outcome statement: a database that is
+// the bottleneck, which keeps the workers waiting for room in the queue.
+type slowStore struct {
+	instantStore
+	delay time.Duration
+}
+
+func (s *slowStore) UpdateStatus(ctx context.Context, owner string, updates ...outbox.StatusUpdate) (int64, error) {
+	time.Sleep(s.delay)
+	return s.instantStore.UpdateStatus(ctx, owner, updates...)
+}
+
+// A subscription that ends flushes the settler before it closes its
+// channel, while the other subscriptions' workers may keep the queue full:
+// the flush waits for what was queued before it, not for the queue to be
+// empty, which it then never is.
+func TestSettlerFlushReturnsWhileOtherWorkersKeepTheQueueFull(t *testing.T) {
+	store := &slowStore{delay: 2 * time.Millisecond}
+	st := newSettler(store, "relay", watermill.NopLogger{}, func(...string) {})
+	stop := make(chan struct{})
+	var workers sync.WaitGroup
+	for w := range 8 {
+		workers.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+					st.update(outcome{update: outbox.Done(fmt.Sprintf("w%d-%d", w, i))})
+				}
+			}
+		})
+	}
+	defer func() {
+		close(stop)
+		workers.Wait()
+		_ = st.close()
+	}()
+	for deadline := time.Now().Add(5 * time.Second); len(st.updates) < cap(st.updates); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the workers never filled the queue")
+		}
+	}
+
+	flushed := make(chan struct{})
+	go func() {
+		st.flush()
+		close(flushed)
+	}()
+	// What was queued takes two statements of 2 ms, and the batch in hand one.
+	select {
+	case <-flushed:
+	case <-time.After(3 * time.Second):
+		_, outcomes := store.recorded()
+		t.Fatalf("flush still waiting after 3 s, %d outcomes recorded meanwhile: it waits for outcomes queued after it", outcomes)
+	}
+}
+
 // The DONE of an ordered event is recorded without the linger, and then
 // wakes its subscription: the next event of the aggregate waits for both.
 func TestSettlerRecordsAnOrderedDoneAtOnceAndWakesItsSubscription(t *testing.T) {
