@@ -30,7 +30,8 @@ func (e *permanentError) Unwrap() error { return e.err }
 
 // RetryAfter asks for the event to be delivered again after d without
 // spending an attempt (the consumer is rate limited, a dependency said
-// "come back later"). reason, which may be nil, is kept as last_error.
+// "come back later"). The error's text, "retry after d: " and reason's (or
+// "retry after d" when reason is nil), becomes the event's last_error.
 func RetryAfter(d time.Duration, reason error) error {
 	return &retryAfterError{after: d, reason: reason}
 }

@@ -12,7 +12,9 @@ import (
 // Store is what the relay side needs from a dialect: claiming due events,
 // recording outcomes, and the operator queries. Implementations are safe for
 // concurrent use and run each call in its own short transaction, outside any
-// business transaction. [outbox/postgres.Store] is the PostgreSQL one,
+// business transaction (unless made on a transaction: a PostgreSQL store
+// whose DB is a pgx.Tx runs every call in it). [outbox/postgres.Store] is
+// the PostgreSQL one, [outbox/mysql.Store] the MySQL and MariaDB one,
 // [outbox/sqlite.Store] the embedded one.
 type Store interface {
 	// Get returns the event with the given id, or [ErrNotFound].
@@ -78,9 +80,10 @@ type Store interface {
 	// every DEAD event, set DiedBefore: time.Now().
 	ReplayDead(ctx context.Context, f DeadFilter) (int64, error)
 
-	// Backlog counts the pending (NEW or RETRY) events of topic and
-	// returns the earliest time one of them is due (AvailableAt; in the
-	// future when none is due yet), zero when there is none.
+	// Backlog counts the pending (NEW or RETRY) events of topic, claimed
+	// or not, and returns the earliest AvailableAt among them (in the
+	// future when all of them wait for a later time), zero when there is
+	// none: how long the oldest undelivered event has been due.
 	Backlog(ctx context.Context, topic string) (pending int64, oldest time.Time, err error)
 
 	// Purge deletes terminal events last updated more than req.OlderThan

@@ -97,7 +97,9 @@ func NewWriter[Tx any](store Inserter[Tx], cfg WriterConfig) (*Writer[Tx], error
 //
 // Errors: [ErrNoTransaction] for a nil tx; a [*ValidationError] (matching
 // [ErrInvalidEnvelope]) for an invalid envelope, in which case nothing was
-// written; otherwise the store's error. Writing no events is a no-op.
+// written; the store's error; or, with the rows written, an error
+// registering the after-commit hand-off in ctx (the transaction of an InTx
+// helper ended already). Writing no events is a no-op.
 func (w *Writer[Tx]) Write(ctx context.Context, tx Tx, events ...Envelope) ([]string, error) {
 	if nilcheck.Is(tx) {
 		return nil, ErrNoTransaction

@@ -27,11 +27,14 @@ type PublisherConfig struct {
 	HotPath *Subscriber
 
 	// Notify, when set, is told after each commit of a transaction begun
-	// by an InTx helper the topics of the events that HotPath does not
-	// deliver, so that relays in other processes claim them at once
-	// rather than at their next poll: usually a postgres.Notifier's
-	// Notify, with a postgres.Listener waking the other relays. It must
-	// not block. Default: none.
+	// by an InTx helper the topics of the events written without a hot
+	// path claim (no HotPath, an ordered one, or none of its subscriptions
+	// serving the topic) and due at once, so that relays in other
+	// processes claim them rather than at their next poll: usually a
+	// postgres.Notifier's Notify, with a postgres.Listener waking the
+	// other relays. It must not block. Events HotPath takes and then
+	// hands back, its queue being full, are announced by
+	// SubscriberConfig.Notify when they are released. Default: none.
 	Notify func(topics []string)
 
 	// OwnTransaction lets Publish write a message whose context carries no

@@ -197,7 +197,8 @@ func (st *settler) takeReleases() []releaseItem {
 }
 
 // flush returns once every outcome and release queued before the call is
-// recorded (or given up on, once Close began). A subscription calls it before
+// recorded, or given up on: once Close began, or refused by the store as
+// invalid. A subscription calls it before
 // closing its channel: a Watermill router's Close returns when the
 // channels are closed, and the application closes the database next.
 func (st *settler) flush() {

@@ -106,7 +106,8 @@ func NewStore(db *sql.DB, cfg Config) (*Store, error) {
 
 // InTx runs fn in a transaction on the store's database, commits, and then
 // runs the after-commit hooks registered during fn (see [outbox.RunInTx]).
-// It returns fn's error, or the begin or commit error.
+// It returns fn's error, the begin or commit error, the error of a check
+// before the commit, or ctx's cause when ctx ended before the commit.
 func (s *Store) InTx(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) error {
 	return InTx(ctx, s.db, s.logger, fn)
 }
