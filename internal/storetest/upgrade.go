@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"errors"
 	"testing"
 	"time"
 
@@ -16,7 +17,8 @@ import (
 // "old-relay" at Start as version 1 claimed: available_at moved to the end
 // of its lease, Start plus a minute, and no locked_until. store reads the
 // migrated table on clock, at Start. The earlier claim must hold until its
-// lease ends, and the event then be claimed by a relay of this version.
+// lease ends, an outcome from no owner changes nothing meanwhile, and the
+// event then be claimed by a relay of this version.
 func CheckEarlierClaimHolds(t *testing.T, store outbox.Store, clock *clocktest.Clock) {
 	t.Helper()
 	ctx := t.Context()
@@ -24,6 +26,9 @@ func CheckEarlierClaimHolds(t *testing.T, store outbox.Store, clock *clocktest.C
 	claimed, err := store.Claim(ctx, req)
 	require.NoError(t, err)
 	require.Equal(t, []string{"due"}, IDs(claimed), "the earlier relay's claim holds")
+	n, err := store.UpdateStatus(ctx, "", outbox.Dead("leased", errors.New("replayed by an operator's tool")))
+	require.NoError(t, err)
+	require.Zero(t, n, "an outcome from no owner changes nothing under the earlier relay's claim")
 	_, err = store.UpdateStatus(ctx, "new-relay", outbox.Done("due"))
 	require.NoError(t, err)
 	clock.Advance(time.Minute)

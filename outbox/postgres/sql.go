@@ -255,7 +255,8 @@ WHERE event_id = ANY($1::text[]) AND locked_by = $2 AND status IN (0, 2)`
 // reported by owner $7: status 0 keeps the current status (a deferral).
 // DONE rows are never touched. An outcome needs a pending row that $7
 // still holds or, from no owner, one under no running lease (see
-// outbox.Store.UpdateStatus), and, where it says how many failed attempts
+// outbox.Store.UpdateStatus; a claim from before migration 2 has no
+// locked_until and runs until available_at), and, where it says how many failed attempts
 // the row has before it (attempts_before), that many. The row lock an
 // UPDATE takes makes the check see a concurrent claim or outcome once it
 // commits.
@@ -272,7 +273,7 @@ UPDATE {table} AS o SET
 FROM unnest($2::text[], $3::smallint[], $4::integer[], $5::timestamptz[], $6::text[], $8::integer[])
     AS u(event_id, status, spent, next_at, error, attempts_before) {async}
 WHERE o.event_id = u.event_id AND o.status IN (0, 2) AND (o.locked_by = $7
-    OR $7 = '' AND (o.locked_until IS NULL OR o.locked_until <= $1))
+    OR $7 = '' AND (o.locked_until <= $1 OR o.locked_until IS NULL AND (o.locked_by IS NULL OR o.available_at <= $1)))
     AND (u.attempts_before IS NULL OR o.attempts = u.attempts_before)`
 
 // sqlMarkDone records the DONE outcomes of a batch, by id ($2): a DONE

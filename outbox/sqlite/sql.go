@@ -140,7 +140,9 @@ WHERE event_id IN (` + sqlIDs + `) AND locked_by = ?2 AND status IN (0, 2)`
 // "spent", "next_at", "error", "before"} objects: status 0 keeps the
 // current status (a deferral). DONE rows are never touched. An outcome
 // needs a pending row that ?3 still holds or, from no owner, one under no
-// running lease (see outbox.Store.UpdateStatus), and, where it says how
+// running lease (see outbox.Store.UpdateStatus; a claim from before
+// migration 2 has no locked_until and runs until available_at), and, where
+// it says how
 // many failed attempts the row has before it ("before"), that many.
 const sqlUpdateStatus = `
 UPDATE {table} AS o SET
@@ -158,7 +160,7 @@ FROM (
     FROM json_each(?2)
 ) AS u
 WHERE o.event_id = u.event_id AND o.status IN (0, 2) AND (o.locked_by = ?3
-    OR ?3 = '' AND (o.locked_until IS NULL OR o.locked_until <= ?1))
+    OR ?3 = '' AND (o.locked_until <= ?1 OR o.locked_until IS NULL AND (o.locked_by IS NULL OR o.available_at <= ?1)))
     AND (u.attempts_before IS NULL OR o.attempts = u.attempts_before)`
 
 // sqlMarkDone records the DONE outcomes of a batch, given as a JSON array
