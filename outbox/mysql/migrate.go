@@ -45,6 +45,9 @@ func Migrations(cfg Config) ([]Migration, error) {
 // EXISTS), so that a migration cut short is applied again from its start.
 // It is safe to call at every start.
 func Migrate(ctx context.Context, db *sql.DB, cfg Config) error {
+	if db == nil {
+		return fmt.Errorf("%w: mysql Migrate needs a database", outbox.ErrInvalidRequest)
+	}
 	t, err := newTable(cfg)
 	if err != nil {
 		return err

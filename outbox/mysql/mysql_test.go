@@ -39,6 +39,7 @@ func TestConfigRejectsBadIdentifiers(t *testing.T) {
 	require.Zero(t, count(t, db, "outbox_event"))
 	_, err := mysql.NewStore(nil, mysql.Config{})
 	require.ErrorIs(t, err, outbox.ErrInvalidRequest)
+	require.ErrorIs(t, mysql.Migrate(t.Context(), nil, mysql.Config{}), outbox.ErrInvalidRequest)
 	_, err = mysql.NewStore(db, mysql.Config{Table: strings.Repeat("a", 48)})
 	require.NoError(t, err)
 }

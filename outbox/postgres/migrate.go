@@ -9,6 +9,7 @@ import (
 
 	"github.com/wmoutbox/wmoutbox/internal/ident"
 	"github.com/wmoutbox/wmoutbox/internal/migrationfiles"
+	"github.com/wmoutbox/wmoutbox/internal/nilcheck"
 	"github.com/wmoutbox/wmoutbox/outbox"
 )
 
@@ -40,6 +41,9 @@ func Migrations(cfg Config) ([]Migration, error) {
 // transaction is READ COMMITTED whatever the server's default, when db
 // can begin one with options (a pool or a connection can).
 func Migrate(ctx context.Context, db DB, cfg Config) error {
+	if nilcheck.Is(db) {
+		return fmt.Errorf("%w: postgres Migrate needs a database", outbox.ErrInvalidRequest)
+	}
 	migrate := func(tx pgx.Tx) error { return MigrateTx(ctx, tx, cfg) }
 	if db, ok := db.(interface {
 		BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error)
@@ -57,6 +61,9 @@ func Migrate(ctx context.Context, db DB, cfg Config) error {
 // it before waiting for the lock, miss the migrations of the process it
 // waited for, and apply them again.
 func MigrateTx(ctx context.Context, tx pgx.Tx, cfg Config) error {
+	if nilcheck.Is(tx) {
+		return fmt.Errorf("%w: postgres MigrateTx needs a transaction", outbox.ErrInvalidRequest)
+	}
 	t, err := newTable(cfg)
 	if err != nil {
 		return err

@@ -151,7 +151,7 @@ func TestChannel(t *testing.T) {
 	require.Error(t, err)
 }
 
-// Constructors refuse a database that is not there, a nil pool in the DB
+// Constructors and migrations refuse a database that is not there, a nil pool in the DB
 // interface included, instead of panicking at first use.
 func TestConstructorsNeedADatabase(t *testing.T) {
 	t.Parallel()
@@ -163,6 +163,8 @@ func TestConstructorsNeedADatabase(t *testing.T) {
 		"NewNotifier(nil pool)":    func() error { _, err := postgres.NewNotifier(noPool, postgres.Config{}); return err },
 		"Listen(nil pool)":         func() error { _, err := postgres.Listen(nil, postgres.Config{}, func(...string) {}); return err },
 		"Listen(no wake function)": func() error { _, err := postgres.Listen(&pgxpool.Pool{}, postgres.Config{}, nil); return err },
+		"Migrate(nil pool)":        func() error { return postgres.Migrate(t.Context(), noPool, postgres.Config{}) },
+		"MigrateTx(nil)":           func() error { return postgres.MigrateTx(t.Context(), nil, postgres.Config{}) },
 	} {
 		require.ErrorIs(t, construct(), outbox.ErrInvalidRequest, name)
 	}

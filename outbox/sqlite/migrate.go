@@ -38,6 +38,9 @@ func Migrations(cfg Config) ([]Migration, error) {
 // none set, the later ones fail at once) and apply each migration once.
 // It is safe to call at every start.
 func Migrate(ctx context.Context, db *sql.DB, cfg Config) error {
+	if db == nil {
+		return fmt.Errorf("%w: sqlite Migrate needs a database", outbox.ErrInvalidRequest)
+	}
 	t, err := newTable(cfg)
 	if err != nil {
 		return err
@@ -57,6 +60,9 @@ func Migrate(ctx context.Context, db *sql.DB, cfg Config) error {
 // IMMEDIATE): in a deferred transaction, a migrator that read the version
 // while another one was writing fails with SQLITE_BUSY instead of waiting.
 func MigrateTx(ctx context.Context, tx *sql.Tx, cfg Config) error {
+	if tx == nil {
+		return fmt.Errorf("%w: sqlite MigrateTx needs a transaction", outbox.ErrInvalidRequest)
+	}
 	t, err := newTable(cfg)
 	if err != nil {
 		return err

@@ -239,6 +239,8 @@ func TestConfigRejectsBadIdentifiers(t *testing.T) {
 	require.Zero(t, count(t, db, "outbox_event"))
 	_, err := sqlite.NewStore(nil, sqlite.Config{})
 	require.ErrorIs(t, err, outbox.ErrInvalidRequest)
+	require.ErrorIs(t, sqlite.Migrate(t.Context(), nil, sqlite.Config{}), outbox.ErrInvalidRequest)
+	require.ErrorIs(t, sqlite.MigrateTx(t.Context(), nil, sqlite.Config{}), outbox.ErrInvalidRequest)
 	_, err = sqlite.NewStore(db, sqlite.Config{Table: strings.Repeat("a", 48)})
 	require.NoError(t, err)
 }
