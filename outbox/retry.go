@@ -41,6 +41,20 @@ type Backoff struct {
 	NoJitter bool
 }
 
+// Validate reports a negative field with an error matching
+// [ErrInvalidRequest]; zero fields take their defaults.
+func (b Backoff) Validate() error {
+	switch {
+	case b.Base < 0:
+		return invalidRequest("backoff Base %s is negative", b.Base)
+	case b.Max < 0:
+		return invalidRequest("backoff Max %s is negative", b.Max)
+	case b.MaxAttempts < 0:
+		return invalidRequest("backoff MaxAttempts %d is negative", b.MaxAttempts)
+	}
+	return nil
+}
+
 // NextRetry implements [RetryPolicy].
 func (b Backoff) NextRetry(attempts int) (time.Duration, bool) {
 	maxAttempts := b.MaxAttempts

@@ -117,16 +117,24 @@ func (p *Publisher[Tx]) WithTx(tx Tx) *Publisher[Tx] {
 }
 
 // Publish writes msgs as outbox rows on topic. The message UUIDs and
-// metadata are kept; see the Metadata keys for the envelope fields.
+// metadata are kept; see the Metadata keys for the envelope fields. An
+// empty topic or a nil message fails with outbox.ErrInvalidRequest, and
+// nothing is written.
 func (p *Publisher[Tx]) Publish(topic string, msgs ...*message.Message) error {
 	if p.closed.Load() {
 		return ErrPublisherClosed
+	}
+	if topic == "" {
+		return fmt.Errorf("%w: watermilladapter: publish needs a topic", outbox.ErrInvalidRequest)
 	}
 	if len(msgs) == 0 {
 		return nil
 	}
 	events := make([]outbox.Envelope, len(msgs))
 	for i, msg := range msgs {
+		if msg == nil {
+			return fmt.Errorf("%w: watermilladapter: publish to %s: message %d is nil", outbox.ErrInvalidRequest, topic, i)
+		}
 		e, err := toEnvelope(topic, msg)
 		if err != nil {
 			return fmt.Errorf("watermilladapter: publish message %s: %w", msg.UUID, err)

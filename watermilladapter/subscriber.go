@@ -36,6 +36,11 @@ const (
 	DefaultWakeCooldown      = 5 * time.Millisecond
 	DefaultDrainTimeout      = 5 * time.Second
 	DefaultBacklogInterval   = 15 * time.Second
+
+	// MinLockTimeout is the shortest SubscriberConfig.LockTimeout: an
+	// event is handed to its handler only within the first half of its
+	// lease, which the claim, the queue and the hand-over take from.
+	MinLockTimeout = time.Second
 )
 
 // SubscriberConfig configures a [Subscriber]. Zero values mean the
@@ -44,7 +49,8 @@ type SubscriberConfig struct {
 	// Owner identifies this relay in claims (locked_by). Give every
 	// Subscriber an owner of its own: releases and failed outcomes apply to
 	// the rows their owner holds, so relays sharing one could end each
-	// other's claims. Default: host name, process id and a random suffix.
+	// other's claims. At most outbox.MaxOwnerLen (128) bytes of UTF-8,
+	// with no NUL. Default: host name, process id and a random suffix.
 	Owner string
 	// WorkerCount is how many events of one subscription are in flight at
 	// once: sent to the handler and not yet acked or nacked. Default 4.
@@ -57,7 +63,9 @@ type SubscriberConfig struct {
 	// subscription; claims never exceed the free space. Default 1000.
 	ColdQueueCapacity int
 	// BatchSize is the most events one claim takes, at most 10,000 (the
-	// stores' limit). Default 50.
+	// stores' limit). A claim takes no more than the room in the cold
+	// queue, so one above ColdQueueCapacity acts as ColdQueueCapacity.
+	// Default 50.
 	BatchSize int
 	// PollInterval is how long the cold path waits when there is no
 	// backlog and nothing wakes it. Default 5s.
@@ -82,7 +90,7 @@ type SubscriberConfig struct {
 	// waited for half of it, in the hot or cold queue or for the
 	// subscription's reader to take it, is not handed to a handler but
 	// left to a claim after its lease ends, so that its handler has at
-	// least half the lease. Default 5m.
+	// least half the lease. At least [MinLockTimeout]. Default 5m.
 	LockTimeout time.Duration
 	// SkipRecent leaves events younger than this to the hot path; after a
 	// wake-up, a claim follows once the commits it announced are this old.
@@ -107,8 +115,9 @@ type SubscriberConfig struct {
 	// outbox.ClaimRequest.Ordered for transactions that write one
 	// aggregate's events concurrently. Default false.
 	Ordered bool
-	// RetryPolicy decides RETRY or DEAD after a Nack. Default
-	// [outbox.Backoff]{} (200 ms, 60 s, 10 attempts, jitter).
+	// RetryPolicy decides RETRY or DEAD after a Nack. One with a
+	// Validate() error method (as [outbox.Backoff] has) is validated.
+	// Default [outbox.Backoff]{} (200 ms, 60 s, 10 attempts, jitter).
 	RetryPolicy outbox.RetryPolicy
 	// DrainTimeout is how long Close waits for messages already handed to
 	// handlers to be acked or nacked. Default 5s. Then it ends their
@@ -155,10 +164,18 @@ func (c SubscriberConfig) withDefaults() (SubscriberConfig, error) {
 			return c, fmt.Errorf("%w: subscriber %s is negative", outbox.ErrInvalidRequest, name)
 		}
 	}
+	if c.LockTimeout != 0 && c.LockTimeout < MinLockTimeout {
+		return c, fmt.Errorf("%w: subscriber LockTimeout %s is below %s", outbox.ErrInvalidRequest, c.LockTimeout, MinLockTimeout)
+	}
+	if v, ok := c.RetryPolicy.(interface{ Validate() error }); ok {
+		if err := v.Validate(); err != nil {
+			return c, fmt.Errorf("subscriber RetryPolicy: %w", err)
+		}
+	}
 	c.WorkerCount = cmpOr(c.WorkerCount, DefaultWorkerCount)
 	c.HotQueueCapacity = cmpOr(c.HotQueueCapacity, DefaultHotQueueCapacity)
 	c.ColdQueueCapacity = cmpOr(c.ColdQueueCapacity, DefaultColdQueueCapacity)
-	c.BatchSize = min(cmpOr(c.BatchSize, DefaultBatchSize), c.ColdQueueCapacity)
+	c.BatchSize = cmpOr(c.BatchSize, DefaultBatchSize)
 	c.PollInterval = cmpOr(c.PollInterval, DefaultPollInterval)
 	c.WakeCooldown = cmpOr(c.WakeCooldown, DefaultWakeCooldown)
 	c.LockTimeout = cmpOr(c.LockTimeout, outbox.DefaultLockTimeout)
@@ -180,10 +197,14 @@ func (c SubscriberConfig) withDefaults() (SubscriberConfig, error) {
 	// Every claim would fail the same way, only logged, and leave the
 	// cold path dead: reject now what the store would reject then.
 	probe := c.claimRequest("")
+	if _, err := probe.Normalize(); err != nil {
+		return c, fmt.Errorf("subscriber Owner: %w", err)
+	}
 	probe.Limit = c.BatchSize
 	if _, err := probe.Normalize(); err != nil {
-		return c, fmt.Errorf("subscriber owner or BatchSize: %w", err)
+		return c, fmt.Errorf("subscriber BatchSize: %w", err)
 	}
+	c.BatchSize = min(c.BatchSize, c.ColdQueueCapacity)
 	return c, nil
 }
 
@@ -277,8 +298,12 @@ func (s *Subscriber) Owner() string { return s.owner }
 // The channel is closed when ctx ends or the subscriber closes, once the
 // acks and nacks of its messages are recorded: a Watermill router's Close,
 // which returns when its handlers' channels are closed, leaves nothing
-// unrecorded for the database close that usually follows.
+// unrecorded for the database close that usually follows. An empty topic
+// fails with outbox.ErrInvalidRequest.
 func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
+	if topic == "" {
+		return nil, fmt.Errorf("%w: subscribe needs a topic", outbox.ErrInvalidRequest)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
@@ -30,7 +32,10 @@ func TestNewSubscriberRejectsBadConfig(t *testing.T) {
 		"owner":                             {Owner: strings.Repeat("o", outbox.MaxOwnerLen+1)},
 		"owner with a NUL":                  {Owner: "relay\x00"},
 		"owner not UTF-8":                   {Owner: "relay\xff"},
-		"BatchSize above the stores' limit": {BatchSize: 20000, ColdQueueCapacity: 20000},
+		"BatchSize above the stores' limit": {BatchSize: 20000},
+		"LockTimeout below the minimum":     {LockTimeout: time.Millisecond},
+		"RetryPolicy base":                  {RetryPolicy: outbox.Backoff{Base: -time.Second}},
+		"RetryPolicy attempts":              {RetryPolicy: outbox.Backoff{MaxAttempts: -1}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -45,6 +50,27 @@ func TestNewSubscriberRejectsBadConfig(t *testing.T) {
 	var noStore *postgres.Store
 	_, err = watermilladapter.NewSubscriber(noStore, watermilladapter.SubscriberConfig{})
 	require.ErrorIs(t, err, outbox.ErrInvalidRequest, "a typed nil is no store either")
+}
+
+func TestSubscribeRefusesAnEmptyTopic(t *testing.T) {
+	t.Parallel()
+	sub, err := watermilladapter.NewSubscriber(struct{ outbox.Store }{}, watermilladapter.SubscriberConfig{})
+	require.NoError(t, err)
+	defer sub.Close()
+	_, err = sub.Subscribe(t.Context(), "")
+	require.ErrorIs(t, err, outbox.ErrInvalidRequest)
+}
+
+// A topic is required: the envelope's default, the event type, would put
+// the event on a topic the caller never named.
+func TestPublishRefusesAnEmptyTopicAndNilMessages(t *testing.T) {
+	t.Parallel()
+	pub, err := watermilladapter.NewPublisher(struct{ outbox.TxStore[pgx.Tx] }{}, watermilladapter.PublisherConfig{OwnTransaction: true})
+	require.NoError(t, err)
+	msg := message.NewMessage(watermill.NewUUID(), []byte(`{}`))
+	msg.Metadata.Set(watermilladapter.MetadataEventType, "OrderPlaced")
+	require.ErrorIs(t, pub.Publish("", msg), outbox.ErrInvalidRequest)
+	require.ErrorIs(t, pub.Publish("orders", msg, nil), outbox.ErrInvalidRequest)
 }
 
 func TestNewPublisherRejectsNoStore(t *testing.T) {
