@@ -26,6 +26,7 @@ const GlobalAggregate AggregateType = "__GLOBAL__"
 // the column sizes of the table.
 const (
 	MaxPayloadSize      = 1 << 20 // bytes; exactly 1 MiB is allowed
+	MaxHeadersSize      = 1 << 20 // bytes of the keys and values together
 	MaxEventIDLen       = 36      // fits a ULID (26) or a UUID (36)
 	MaxEventTypeLen     = 128
 	MaxTopicLen         = 255
@@ -63,7 +64,9 @@ type Envelope struct {
 	AggregateID string
 	// TenantID is carried through untouched; optional.
 	TenantID string
-	// Headers travel with the event. Keys must be non-empty.
+	// Headers travel with the event. Keys must be non-empty; keys and
+	// values, valid UTF-8 without NUL, take at most [MaxHeadersSize]
+	// bytes together.
 	Headers map[string]string
 	// PayloadJSON is a JSON document; it must be valid JSON.
 	PayloadJSON []byte
@@ -179,7 +182,11 @@ func (e *Envelope) validate() *ValidationError {
 			return fail(t.field, "%s", reason)
 		}
 	}
+	size := 0
 	for _, k := range slices.Sorted(maps.Keys(e.Headers)) {
+		if size += len(k) + len(e.Headers[k]); size > MaxHeadersSize {
+			return fail("Headers", "more than %d bytes of keys and values", MaxHeadersSize)
+		}
 		if k == "" {
 			return fail("Headers", "header key is empty")
 		}

@@ -66,6 +66,12 @@ func TestPrepareValidation(t *testing.T) {
 		{"NUL in header value", func(e *outbox.Envelope) { e.Headers = map[string]string{"a": "x\x00"} }, "Headers"},
 		{"invalid UTF-8 in header key", func(e *outbox.Envelope) { e.Headers = map[string]string{invalid: "x"} }, "Headers"},
 		{"invalid UTF-8 in header value", func(e *outbox.Envelope) { e.Headers = map[string]string{"a": invalid} }, "Headers"},
+		{"headers of exactly 1 MiB", func(e *outbox.Envelope) {
+			e.Headers = map[string]string{"a": strings.Repeat("x", outbox.MaxHeadersSize/2-1), "b": strings.Repeat("y", outbox.MaxHeadersSize/2-1)}
+		}, ""},
+		{"headers of 1 MiB + 1", func(e *outbox.Envelope) {
+			e.Headers = map[string]string{"a": strings.Repeat("x", outbox.MaxHeadersSize/2-1), "b": strings.Repeat("y", outbox.MaxHeadersSize/2)}
+		}, "Headers"},
 
 		{"occurred in year 9999", func(e *outbox.Envelope) { e.OccurredAt = time.Date(9999, 12, 31, 23, 0, 0, 0, time.UTC) }, ""},
 		{"occurred in year 10000", func(e *outbox.Envelope) { e.OccurredAt = time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC) }, "OccurredAt"},
