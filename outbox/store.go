@@ -77,7 +77,9 @@ type Store interface {
 	// event died. It returns how many events were replayed. It refuses a
 	// filter that restricts nothing ([DeadFilter.ValidateReplay]) with an
 	// error matching [ErrInvalidRequest] and changes no row; to replay
-	// every DEAD event, set DiedBefore: time.Now().
+	// every DEAD event, set DiedBefore: time.Now(). It wakes no relay: the
+	// events are claimed at the relays' next poll unless the caller wakes
+	// them.
 	ReplayDead(ctx context.Context, f DeadFilter) (int64, error)
 
 	// Backlog counts the pending (NEW or RETRY) events of topic, claimed

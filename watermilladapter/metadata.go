@@ -13,8 +13,11 @@ import (
 // Metadata keys. On Publish, the Envelope keys set the outbox envelope's
 // fields and are not stored as headers, [MetadataAttempt] and
 // [MetadataSource] are dropped (a delivered message published again
-// starts afresh), and every other metadata entry is stored as a header
-// and comes back as metadata. On delivery the
+// starts afresh), "outbox_message_uuid", the header that keeps the
+// message UUID, is reserved (an entry under it is dropped), and every
+// other metadata entry is stored as a header and comes back as metadata.
+// A message published with an empty UUID is delivered with its event id
+// as UUID. On delivery the
 // subscriber sets all of them but [MetadataDeliverAfter]: by then the
 // event is due, and a message forwarded with it would be delayed again.
 const (
