@@ -17,8 +17,8 @@ type Interceptor struct {
 	Before func(msg *message.Message) error
 	// After runs after the handler, or after a failed Before, with the
 	// outcome (nil on success); when the handler or a Before panics, with
-	// [ErrPanicked], before the panic goes on (to Watermill's Recoverer,
-	// say). A panic in it is logged, never propagated. The outcome is the
+	// an error matching [ErrPanicked] that gives the panic's value, before
+	// the panic goes on (to Watermill's Recoverer, say). A panic in it is logged, never propagated. The outcome is the
 	// handler's: a router with a publish topic publishes the messages the
 	// handler produced after every middleware has returned, so After sees
 	// nil when that publish then fails and nacks the message (the event is
@@ -27,10 +27,24 @@ type Interceptor struct {
 	After func(msg *message.Message, err error)
 }
 
-// ErrPanicked is the outcome the After hooks see when the handler or a
-// Before hook panicked, and the error [RecordErrors] records, for
-// last_error, when a panic passes through it.
+// ErrPanicked is matched by the outcome the After hooks see when the
+// handler or a Before hook panicked, and by the error [RecordErrors]
+// records, for last_error, when a panic passes through it: "outbox:
+// handler panicked: " and the panic's value.
 var ErrPanicked = errors.New("outbox: handler panicked")
+
+// onPanic calls record with an error matching [ErrPanicked] if the
+// function deferring it panics, and lets the panic go on. Deferred
+// directly, it recovers the value to describe it and panics again from
+// within the deferred call, whose stack still holds the frames of the
+// first panic: the Recoverer or the router that recovers it next sees
+// them.
+func onPanic(record func(error)) {
+	if r := recover(); r != nil {
+		record(fmt.Errorf("%w: %v", ErrPanicked, r))
+		panic(r)
+	}
+}
 
 // Intercept returns middleware running the Before hooks in the order
 // given and the After hooks in reverse order. logger receives After
@@ -41,13 +55,7 @@ func Intercept(logger watermill.LoggerAdapter, interceptors ...Interceptor) mess
 	}
 	return func(h message.HandlerFunc) message.HandlerFunc {
 		return func(msg *message.Message) (produced []*message.Message, err error) {
-			returned := false
-			defer func() {
-				// Not recovered: the panic goes on with its own stack.
-				if !returned {
-					runAfters(logger, interceptors, msg, ErrPanicked)
-				}
-			}()
+			defer onPanic(func(err error) { runAfters(logger, interceptors, msg, err) })
 			for _, ic := range interceptors {
 				if ic.Before == nil {
 					continue
@@ -60,7 +68,6 @@ func Intercept(logger watermill.LoggerAdapter, interceptors ...Interceptor) mess
 			if err == nil {
 				produced, err = h(msg)
 			}
-			returned = true
 			runAfters(logger, interceptors, msg, err)
 			return produced, err
 		}

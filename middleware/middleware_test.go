@@ -82,23 +82,36 @@ func errString(err error) string {
 	return err.Error()
 }
 
+func panickingHandler(*message.Message) ([]*message.Message, error) { panic("handler bug") }
+
+func panickingBeforeHook(*message.Message) error { panic("before hook bug") }
+
 // A panic in the handler or in a Before hook still reaches every After
-// hook, as a failed outcome, and then goes on to Watermill's Recoverer,
-// which the documented order puts outside Intercept.
+// hook, as a failed outcome that gives the panic's value, and then goes on
+// to Watermill's Recoverer, which the documented order puts outside
+// Intercept, with the stack where it began.
 func TestInterceptAfterSeesPanics(t *testing.T) {
 	t.Parallel()
-	for name, panicky := range map[string]outboxmw.Interceptor{
-		"handler":     {},
-		"before hook": {Before: func(*message.Message) error { panic("before hook bug") }},
+	for name, tc := range map[string]struct {
+		panicky   outboxmw.Interceptor
+		value, at string
+	}{
+		"handler":     {value: "handler bug", at: "panickingHandler"},
+		"before hook": {panicky: outboxmw.Interceptor{Before: panickingBeforeHook}, value: "before hook bug", at: "panickingBeforeHook"},
 	} {
 		var outcomes []error
 		after := func(_ *message.Message, err error) { outcomes = append(outcomes, err) }
-		handler := func(*message.Message) ([]*message.Message, error) { panic("handler bug") }
 		h := wmmw.Recoverer(outboxmw.Intercept(nil,
-			outboxmw.Interceptor{After: after}, panicky, outboxmw.Interceptor{After: after})(handler))
+			outboxmw.Interceptor{After: after}, tc.panicky, outboxmw.Interceptor{After: after})(panickingHandler))
 		_, err := h(message.NewMessage(watermill.NewUUID(), nil))
 		var recovered wmmw.RecoveredPanicError
 		require.ErrorAs(t, err, &recovered, name)
-		require.Equal(t, []error{outboxmw.ErrPanicked, outboxmw.ErrPanicked}, outcomes, name)
+		require.Equal(t, tc.value, recovered.V, name)
+		require.Contains(t, recovered.Stacktrace, tc.at, "%s: the stack where the panic began", name)
+		require.Len(t, outcomes, 2, name)
+		for _, outcome := range outcomes {
+			require.ErrorIs(t, outcome, outboxmw.ErrPanicked, name)
+			require.ErrorContains(t, outcome, tc.value, name)
+		}
 	}
 }

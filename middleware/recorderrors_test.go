@@ -53,7 +53,7 @@ func TestRecordErrorsRecordsAPanic(t *testing.T) {
 	e := onlyEvent(t, pool, r.Store)
 	require.Equal(t, outbox.StatusRetry, e.Status)
 	require.Equal(t, 1, e.Attempts)
-	require.Equal(t, outboxmw.ErrPanicked.Error(), e.LastError)
+	require.Equal(t, outboxmw.ErrPanicked.Error()+": nil map in the consumer", e.LastError)
 }
 
 // refusingPublisher is a router's publisher whose broker is down.
