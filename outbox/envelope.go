@@ -183,10 +183,13 @@ func (e *Envelope) validate() *ValidationError {
 		}
 	}
 	size := 0
+	for k, v := range e.Headers {
+		size += len(k) + len(v)
+	}
+	if size > MaxHeadersSize {
+		return fail("Headers", "%d bytes of keys and values exceeds the limit of %d", size, MaxHeadersSize)
+	}
 	for _, k := range slices.Sorted(maps.Keys(e.Headers)) {
-		if size += len(k) + len(e.Headers[k]); size > MaxHeadersSize {
-			return fail("Headers", "more than %d bytes of keys and values", MaxHeadersSize)
-		}
 		if k == "" {
 			return fail("Headers", "header key is empty")
 		}

@@ -48,6 +48,13 @@ type WriterConfig struct {
 	// the slice. Default: none.
 	Committed func(events []Envelope)
 
+	// Scheduled is told, once a write's transaction commits, its events
+	// whose DeliverAfter is still ahead, so that a relay of this process
+	// claims them when they come due rather than at its next poll. Like
+	// Committed it only runs for transactions begun by an InTx helper, and
+	// it must not block, nor keep the slice. Default: none.
+	Scheduled func(events []Envelope)
+
 	// ClaimOwner, when set together with AfterCommit, writes hot-path rows
 	// already claimed by this owner, so that other relays' pollers leave
 	// them to this process while it delivers them. If the process dies the
@@ -168,14 +175,36 @@ func (w *Writer[Tx]) afterCommit(ctx context.Context, tx Tx, hot, cold []Envelop
 			return err
 		}
 	}
-	if w.cfg.Committed == nil || !w.commitReported(ctx, tx) {
+	if w.cfg.Committed == nil && w.cfg.Scheduled == nil || !w.commitReported(ctx, tx) {
 		return nil
 	}
-	due := slices.DeleteFunc(slices.Clone(cold), func(e Envelope) bool { return !e.DeliverAfter.IsZero() })
-	if len(due) == 0 {
+	due, later := splitDelayed(cold)
+	tell := func(hook func([]Envelope), events []Envelope) {
+		if hook != nil && len(events) > 0 {
+			hook(events)
+		}
+	}
+	if len(due) == 0 && len(later) == 0 {
 		return nil
 	}
-	return AfterCommit(ctx, func(context.Context) error { w.cfg.Committed(due); return nil })
+	return AfterCommit(ctx, func(context.Context) error {
+		tell(w.cfg.Committed, due)
+		tell(w.cfg.Scheduled, later)
+		return nil
+	})
+}
+
+// splitDelayed returns the events due at once and those with a
+// DeliverAfter ahead (which Prepare leaves set only when it is ahead).
+func splitDelayed(events []Envelope) (due, later []Envelope) {
+	for _, e := range events {
+		if e.DeliverAfter.IsZero() {
+			due = append(due, e)
+		} else {
+			later = append(later, e)
+		}
+	}
+	return due, later
 }
 
 // kept returns those of events, written by the insert that returned

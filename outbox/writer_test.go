@@ -705,13 +705,14 @@ func (c *committedRecorder) Events() int {
 	return c.events
 }
 
-func TestWriterCommittedAnnouncesDueColdTopicsAfterCommitOnly(t *testing.T) {
+func TestWriterTellsDueAndDelayedEventsAfterCommitOnly(t *testing.T) {
 	t.Parallel()
 
-	committed := &committedRecorder{}
+	committed, scheduled := &committedRecorder{}, &committedRecorder{}
 	b := setupWriter(t, func(cfg *outbox.WriterConfig) {
 		cfg.HotTopic = func(topic string) bool { return topic == "served-here" }
 		cfg.Committed = committed.hook
+		cfg.Scheduled = scheduled.hook
 	})
 	withTopic := func(topic string) outbox.Envelope {
 		e := validEnvelope()
@@ -734,6 +735,7 @@ func TestWriterCommittedAnnouncesDueColdTopicsAfterCommitOnly(t *testing.T) {
 	require.Equal(t, [][]string{{"billing", "shipping"}}, committed.Calls(),
 		"hot-path and delayed events are not announced")
 	require.Equal(t, 3, committed.Events(), "every due event, two of one topic")
+	require.Equal(t, [][]string{{"later"}}, scheduled.Calls(), "the delayed event is scheduled")
 
 	rollback := errors.New("rollback please")
 	require.ErrorIs(t, b.inTx(t, func(ctx context.Context, tx *fakeTx) error {
@@ -743,4 +745,5 @@ func TestWriterCommittedAnnouncesDueColdTopicsAfterCommitOnly(t *testing.T) {
 	tx := &fakeTx{}
 	require.NoError(t, write(outbox.ContextWithTx(t.Context(), tx), tx))
 	require.Len(t, committed.Calls(), 1, "not after a rollback, nor for a transaction whose commit nobody reports")
+	require.Len(t, scheduled.Calls(), 1, "nor scheduled then")
 }

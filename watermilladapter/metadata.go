@@ -111,7 +111,8 @@ func parseTime(md message.Metadata, key string) (time.Time, error) {
 	}
 	t, err := time.Parse(time.RFC3339Nano, v)
 	if err != nil {
-		return time.Time{}, fmt.Errorf("%w: metadata %s: %w", outbox.ErrInvalidEnvelope, key, err)
+		return time.Time{}, fmt.Errorf("%w: metadata %s: want an RFC 3339 time in years 1 to 9999 (2026-11-27T09:30:00Z), got %q: %w",
+			outbox.ErrInvalidEnvelope, key, v, err)
 	}
 	return t, nil
 }

@@ -62,6 +62,10 @@ type PublisherConfig struct {
 // different ones, or some one and some none, fail with
 // outbox.ErrInvalidRequest, and nothing is written).
 //
+// The transaction must be on the database of the publisher's store: the
+// publisher cannot tell, and writes in whatever transaction of type Tx it
+// is given.
+//
 // Publish is safe for concurrent use, on different transactions: a
 // transaction serves one statement at a time (pgx's is not safe for
 // concurrent use). Close is idempotent and closes
@@ -98,6 +102,7 @@ func NewPublisher[Tx any](store outbox.TxStore[Tx], cfg PublisherConfig) (*Publi
 				notify(events)
 			}
 		}
+		wcfg.Scheduled = hot.scheduleFor
 		wcfg.ClaimOwner = hot.owner
 		wcfg.ClaimTimeout = hot.cfg.LockTimeout
 	}
@@ -137,14 +142,13 @@ func (p *Publisher[Tx]) Publish(topic string, msgs ...*message.Message) error {
 		}
 		e, err := toEnvelope(topic, msg)
 		if err != nil {
-			return fmt.Errorf("watermilladapter: publish message %s: %w", msg.UUID, err)
+			return fmt.Errorf("watermilladapter: publish message %s to %s: %w", msg.UUID, topic, err)
 		}
 		events[i] = e
 	}
 	ctx := msgs[0].Context()
 	if p.bound != nil {
-		_, err := p.writer.Write(ctx, *p.bound, events...)
-		return err
+		return p.write(ctx, *p.bound, topic, msgs, events)
 	}
 	tx, ok := outbox.TxFromContext[Tx](ctx)
 	for _, msg := range msgs[1:] {
@@ -154,17 +158,26 @@ func (p *Publisher[Tx]) Publish(topic string, msgs ...*message.Message) error {
 		}
 	}
 	if ok {
-		_, err := p.writer.Write(ctx, tx, events...)
-		return err
+		return p.write(ctx, tx, topic, msgs, events)
 	}
 	if !p.cfg.OwnTransaction {
 		return fmt.Errorf("watermilladapter: publish to %s: %w (pass it in the message context, bind it with WithTx, or set OwnTransaction)",
 			topic, outbox.ErrNoTransaction)
 	}
 	return p.store.InTx(ctx, func(ctx context.Context, tx Tx) error {
-		_, err := p.writer.Write(ctx, tx, events...)
-		return err
+		return p.write(ctx, tx, topic, msgs, events)
 	})
+}
+
+// write writes the events of msgs in tx; an invalid one's error names its
+// message.
+func (p *Publisher[Tx]) write(ctx context.Context, tx Tx, topic string, msgs []*message.Message, events []outbox.Envelope) error {
+	_, err := p.writer.Write(ctx, tx, events...)
+	var invalid *outbox.ValidationError
+	if errors.As(err, &invalid) && invalid.Index < len(msgs) {
+		return fmt.Errorf("watermilladapter: publish message %s to %s: %w", msgs[invalid.Index].UUID, topic, err)
+	}
+	return err
 }
 
 // Close makes further Publish calls fail. It closes nothing else.

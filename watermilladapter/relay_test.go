@@ -467,6 +467,32 @@ func TestDelayedDeliverySkipsHotPath(t *testing.T) {
 		return r.Pub.Publish("orders", bad)
 	})
 	require.ErrorIs(t, err, outbox.ErrInvalidEnvelope)
+	require.ErrorContains(t, err, bad.UUID)
+	require.ErrorContains(t, err, `want an RFC 3339 time in years 1 to 9999 (2026-11-27T09:30:00Z), got "tomorrow"`)
+}
+
+// An event this process writes for later is claimed when it comes due, not
+// at the next poll, which here is an hour away; an ordered relay names its
+// aggregate.
+func TestDelayedEventIsClaimedWhenDueNotAtThePoll(t *testing.T) {
+	t.Parallel()
+	for _, ordered := range []bool{false, true} {
+		t.Run(fmt.Sprintf("ordered=%v", ordered), func(t *testing.T) {
+			t.Parallel()
+			pool := testdb.New(t)
+			got := newReceived()
+			r := relaytest.Start(t, pool, watermilladapter.SubscriberConfig{PollInterval: time.Hour, Ordered: ordered},
+				relaytest.Handlers{"orders": got.handler})
+			due := time.Now().Add(300 * time.Millisecond)
+			msg := newMsg("later")
+			msg.Metadata.Set(watermilladapter.MetadataAggregateID, "order-1")
+			msg.Metadata.Set(watermilladapter.MetadataDeliverAfter, due.Format(time.RFC3339Nano))
+			r.Publish(t, "orders", msg)
+			delivered := got.next(t)
+			require.Equal(t, "later", string(delivered.Payload))
+			require.False(t, time.Now().Before(due), "not before its time")
+		})
+	}
 }
 
 func TestDeadReplayRedelivers(t *testing.T) {

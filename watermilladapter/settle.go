@@ -299,7 +299,7 @@ func (st *settler) flushUpdates(batch []outcome) {
 		case o.freesNext():
 			o.wake.claimNext(o.aggregate)
 		case o.wake != nil:
-			o.wake.scheduleRetry(o.update.NextAt, o.aggregate)
+			o.wake.scheduleClaim(o.update.NextAt, o.aggregate)
 		}
 	}
 }
@@ -356,7 +356,14 @@ func (st *settler) retry(what string, n int, op func(ctx context.Context) error)
 			st.notRecorded += n
 			return false
 		}
-		st.logger.Error("outbox: retrying", err, watermill.LogFields{"operation": what, "pause": pause})
+		fields := watermill.LogFields{"operation": what, "pause": pause, "error": err}
+		if pause == settleRetry {
+			// A deadlock or a lost connection that the retry gets past is
+			// routine: an error only if the retry fails too.
+			st.logger.Info("outbox: retrying", fields)
+		} else {
+			st.logger.Error("outbox: retrying", err, fields)
+		}
 		time.Sleep(pause)
 		pause = min(2*pause, settleRetryMax)
 	}

@@ -290,6 +290,41 @@ func TestSettlerGivesUpOnEverythingByOneDeadline(t *testing.T) {
 	require.Equal(t, tried+1, store.count(), "a release after close is tried at once, once")
 }
 
+// A statement that fails once (a deadlock victim, a connection lost) and
+// then succeeds is routine: noted, not logged as an error. A second failure
+// in a row is an error.
+func TestSettlerLogsAnErrorOnlyWhenTheRetryFailsToo(t *testing.T) {
+	t.Parallel()
+	for _, failures := range []int{1, 2} {
+		store := &flakyStore{failures: failures}
+		logger := watermill.NewCaptureLogger()
+		st := newSettler(store, "me", logger, func(...string) {})
+		st.update(outcome{update: outbox.Done("done")})
+		st.flush()
+		require.NoError(t, st.close())
+		captured := logger.Captured()
+		require.Len(t, captured[watermill.InfoLogLevel], 1, "%d failures: the first is noted", failures)
+		require.Len(t, captured[watermill.ErrorLogLevel], failures-1, "%d failures: the second is an error", failures)
+	}
+}
+
+// flakyStore fails its first failures statements, then records them.
+type flakyStore struct {
+	instantStore
+	failures int
+}
+
+func (s *flakyStore) UpdateStatus(ctx context.Context, owner string, updates ...outbox.StatusUpdate) (int64, error) {
+	s.mu.Lock()
+	failing := s.failures > 0
+	s.failures--
+	s.mu.Unlock()
+	if failing {
+		return 0, errors.New("Error 1213 (40001): Deadlock found when trying to get lock")
+	}
+	return s.instantStore.UpdateStatus(ctx, owner, updates...)
+}
+
 // A statement the store refuses as invalid fails the same way however
 // often it is sent: the settler gives it up at once instead of retrying it
 // until Close.

@@ -465,6 +465,23 @@ func (s *Subscriber) wakeFor(events []outbox.Envelope) {
 	}
 }
 
+// scheduleFor makes the cold paths of the topics of events this process
+// committed with a DeliverAfter ahead claim when each comes due, as for a
+// retry: an ordered subscription names its aggregate.
+func (s *Subscriber) scheduleFor(events []outbox.Envelope) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, e := range events {
+		var aggregate outbox.Aggregate
+		if s.cfg.Ordered && e.AggregateID != "" {
+			aggregate = outbox.AggregateOf(e)
+		}
+		for _, sub := range s.subs[e.Topic] {
+			sub.scheduleClaim(e.DeliverAfter, aggregate)
+		}
+	}
+}
+
 // Wake makes the cold paths of topics claim now instead of at their next
 // poll, or at the end of WakeCooldown if they claimed less than that ago;
 // with no topic, every subscription's. Events committed by another

@@ -71,6 +71,13 @@ func TestPublishRefusesAnEmptyTopicAndNilMessages(t *testing.T) {
 	msg.Metadata.Set(watermilladapter.MetadataEventType, "OrderPlaced")
 	require.ErrorIs(t, pub.Publish("", msg), outbox.ErrInvalidRequest)
 	require.ErrorIs(t, pub.Publish("orders", msg, nil), outbox.ErrInvalidRequest)
+
+	// An invalid envelope's error names its message and the topic.
+	tooLong := message.NewMessage(watermill.NewUUID(), []byte(`{}`))
+	tooLong.Metadata.Set(watermilladapter.MetadataEventType, strings.Repeat("t", outbox.MaxEventTypeLen+1))
+	err = pub.WithTx(struct{ pgx.Tx }{}).Publish("orders", msg, tooLong) // refused before any statement
+	require.ErrorIs(t, err, outbox.ErrInvalidEnvelope)
+	require.ErrorContains(t, err, "publish message "+tooLong.UUID+" to orders")
 }
 
 func TestNewPublisherRejectsNoStore(t *testing.T) {

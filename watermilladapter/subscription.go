@@ -490,12 +490,13 @@ type claimTime struct {
 	aggregate outbox.Aggregate
 }
 
-// scheduleRetry makes the cold path claim when a retried or deferred event
-// of this subscription, whose outcome is recorded, is due, so that retries
-// do not wait for a poll: by its aggregate's name when it is ordered and
-// has one (aggregate), so that retries coming due one after another during
-// an outage cost a look-up each rather than a walk each.
-func (sub *subscription) scheduleRetry(at time.Time, aggregate outbox.Aggregate) {
+// scheduleClaim makes the cold path claim at when an event of this
+// subscription comes due (a retried or deferred one whose outcome is
+// recorded, or one this process wrote for later), so that it does not wait
+// for a poll: by its aggregate's name when it is ordered and has one
+// (aggregate), so that retries coming due one after another during an
+// outage cost a look-up each rather than a walk each.
+func (sub *subscription) scheduleClaim(at time.Time, aggregate outbox.Aggregate) {
 	if sub.claimAt(claimTime{at: at, aggregate: aggregate}) {
 		signal(sub.namedCh) // the claim loop's wait may end too late now
 	}
