@@ -32,6 +32,16 @@
 // last_error) until the queue exists, or goes DEAD when the retry policy
 // gives up, to be replayed.
 //
+// # Order
+//
+// A queue keeps the order messages were confirmed in, and a relay with
+// SubscriberConfig.Ordered hands an aggregate's next event over only once
+// the one before is DONE, which is after its confirm: one queue holds an
+// aggregate's events in the order they were written. Several consumers of
+// the queue, or a consumer's requeued message, can still process them out
+// of order; with an unordered relay, events of one aggregate may be
+// published concurrently, in any order.
+//
 // # Durability
 //
 // Queues are durable, messages are persistent (delivery mode 2), and each
