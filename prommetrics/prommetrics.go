@@ -32,8 +32,13 @@
 // The queue depths are this process's. Pending count and age are the
 // table's, measured by each subscriber of the topic every BacklogInterval
 // (so aggregate them across instances with max, not sum); they hold the
-// last measurement once no subscription of the topic runs here. Topics
-// this process does not subscribe to have no backlog series.
+// last measurement once no subscription of the topic runs here. While the
+// backlog cannot be read, the count holds and the age grows from the
+// oldest pending event last seen. Topics this process does not subscribe
+// to have no backlog series. The outcome counters count what this
+// process's relays decided: a failure or a DEAD decided after another
+// relay claimed the event again (the handler outlived its lease) is
+// counted but not recorded.
 package prommetrics
 
 import (
