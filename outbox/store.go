@@ -44,6 +44,14 @@ type Store interface {
 	// returns how many claims were released.
 	Release(ctx context.Context, owner string, ids []string) (int64, error)
 
+	// ReleaseOwned ends owner's claims made before claimedBefore on the
+	// pending events of topic, which are then due at once: the claims of
+	// an earlier run of a relay that died holding them, which the relay,
+	// started again under the same owner, hands back rather than wait for
+	// their leases to end. It returns how many claims were released. An
+	// empty owner or topic fails with [ErrInvalidRequest].
+	ReleaseOwned(ctx context.Context, owner, topic string, claimedBefore time.Time) (int64, error)
+
 	// UpdateStatus records delivery outcomes reported by owner, the relay
 	// that claimed the events: the DONE outcomes in one statement, the
 	// others in another.
@@ -521,6 +529,14 @@ type DeadQuery struct {
 	After string
 	// Limit is the page size. Default [DefaultDeadLimit], at most 10000.
 	Limit int
+}
+
+// ValidateReleaseOwned checks the arguments of [Store.ReleaseOwned].
+func ValidateReleaseOwned(owner, topic string) error {
+	if owner == "" || topic == "" {
+		return invalidRequest("release owned claims needs an owner and a topic")
+	}
+	return nil
 }
 
 // PurgeRequest says which terminal rows [Store.Purge] deletes.

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -791,6 +792,37 @@ func TestCrashedRelaysClaimsAreRecoveredAfterLease(t *testing.T) {
 	}
 	require.GreaterOrEqual(t, time.Since(crashedAt), lease, "not before the lease ended")
 	require.Len(t, seen, 20)
+}
+
+// A relay started again under its owner, with ReleaseEarlierClaims, hands
+// back the claims its earlier run died holding: their events, and the
+// ordered aggregates behind them, go on at once rather than after the
+// lease, here an hour.
+func TestRestartedRelayReleasesItsEarlierRunsClaims(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t)
+	writer := relaytest.Start(t, pool, watermilladapter.SubscriberConfig{}, nil)
+	var msgs []*message.Message
+	for _, payload := range []string{"a1", "a2", "b1"} {
+		msg := newMsg(payload)
+		msg.Metadata.Set(watermilladapter.MetadataAggregateID, payload[:1])
+		msgs = append(msgs, msg)
+	}
+	writer.Publish(t, "orders", msgs...)
+	claimed, err := writer.Store.Claim(t.Context(), outbox.ClaimRequest{Owner: "relay-a", LockTimeout: time.Hour,
+		Topics: []string{"orders"}, Ordered: true})
+	require.NoError(t, err)
+	require.Len(t, claimed, 2, "the heads of both aggregates, held by the run that died")
+
+	got := newReceived()
+	relaytest.Start(t, pool, watermilladapter.SubscriberConfig{Owner: "relay-a", Ordered: true, ReleaseEarlierClaims: true},
+		relaytest.Handlers{"orders": got.handler})
+	var payloads []string
+	for range 3 {
+		payloads = append(payloads, string(got.next(t).Payload))
+	}
+	require.ElementsMatch(t, []string{"a1", "a2", "b1"}, payloads)
+	require.Less(t, slices.Index(payloads, "a1"), slices.Index(payloads, "a2"), "in order: %v", payloads)
 }
 
 func TestThreeRelaysDeliverEveryEventOnce(t *testing.T) {

@@ -144,6 +144,17 @@ type SubscriberConfig struct {
 	// their next poll: usually a postgres.Notifier's Notify. Relays of
 	// this process are woken either way. It must not block. Default: none.
 	Notify func(topics []string)
+	// ReleaseEarlierClaims hands back, as each subscription starts, the
+	// claims that the pending events of its topic still hold for Owner
+	// from before this Subscriber was made: those of an earlier run of
+	// this relay that died without recording their outcomes (a crash, a
+	// kill). They are delivered at once rather than when their leases
+	// end, and an ordered relay's aggregates go on at once too. It needs
+	// an Owner that is this relay's alone and stays the same across
+	// restarts, such as the name of a StatefulSet's pod: another live
+	// relay under the same Owner would lose its claims, and its events be
+	// delivered twice. Default false.
+	ReleaseEarlierClaims bool
 	// Clock tells the time for retries, and how much of a claim is left
 	// against the lease end the store wrote: give it the store's clock.
 	// Default [outbox.SystemClock].
@@ -191,6 +202,9 @@ func (c SubscriberConfig) withDefaults() (SubscriberConfig, error) {
 		c.Logger = watermill.NopLogger{}
 	}
 	c.Clock = outbox.ClockOrSystem(c.Clock)
+	if c.ReleaseEarlierClaims && c.Owner == "" {
+		return c, fmt.Errorf("%w: subscriber ReleaseEarlierClaims needs an Owner that stays the same across restarts", outbox.ErrInvalidRequest)
+	}
 	if c.Owner == "" {
 		c.Owner = defaultOwner()
 	}
@@ -251,6 +265,7 @@ type Subscriber struct {
 	store    outbox.Store
 	cfg      SubscriberConfig
 	owner    string
+	made     time.Time // claims of the owner from before are an earlier run's
 	inflight *outbox.InFlight
 	settler  *settler
 
@@ -283,6 +298,7 @@ func NewSubscriber(store outbox.Store, cfg SubscriberConfig) (*Subscriber, error
 		store:    store,
 		cfg:      cfg,
 		owner:    cfg.Owner,
+		made:     cfg.Clock.Now(),
 		inflight: inflight,
 		subs:     make(map[string][]*subscription),
 		next:     make(map[string]int),

@@ -263,6 +263,9 @@ func (sub *subscription) claimLoop() {
 	walk := true               // a claim must walk the topic, not only name aggregates
 	namedLast := false         // the last claim named aggregates
 	polled := false            // the wait ended at its timer
+	if cfg.ReleaseEarlierClaims {
+		sub.releaseEarlierClaims()
+	}
 	for {
 		dueNamed, dueWalk := sub.popDue()
 		// A timer that no claim time explains is the poll's.
@@ -459,6 +462,25 @@ func (sub *subscription) observe() {
 	}
 }
 
+// releaseEarlierClaims hands back the claims that an earlier run of this
+// relay, under the same owner, held on the topic when it died, before the
+// first claim (see SubscriberConfig.ReleaseEarlierClaims).
+func (sub *subscription) releaseEarlierClaims() {
+	s := sub.s
+	ctx, cancel := context.WithTimeout(sub.stopped, claimTimeout)
+	defer cancel()
+	n, err := s.store.ReleaseOwned(ctx, s.owner, sub.topic, s.made)
+	if err != nil {
+		s.cfg.Logger.Error("outbox: cannot release the claims of an earlier run of this relay; they are claimed again when their leases end",
+			err, watermill.LogFields{"owner": s.owner, "topic": sub.topic})
+		return
+	}
+	if n > 0 {
+		s.cfg.Logger.Info("outbox: released the claims of an earlier run of this relay",
+			watermill.LogFields{"owner": s.owner, "topic": sub.topic, "events": n})
+	}
+}
+
 // maxClaimAts bounds the claim times a subscription keeps: past it, the
 // latest are forgotten, and those events are claimed by a poll instead,
 // up to PollInterval after they are due.
@@ -476,6 +498,11 @@ func (sub *subscription) claimCold(claim outbox.ClaimRequest) (n int, stopping b
 		sub.releaseEvents(events)
 		return 0, true, err
 	}
+	if len(events) > 0 {
+		// Before a worker can take them: their outcomes are not counted
+		// before their claim.
+		sub.s.cfg.Metrics.ColdEnqueued(sub.topic, len(events))
+	}
 	for _, e := range events {
 		// A scheduled or retried event's latency counts from its due
 		// time, not from its write.
@@ -484,9 +511,6 @@ func (sub *subscription) claimCold(claim outbox.ClaimRequest) (n int, stopping b
 			since = e.AvailableAt
 		}
 		sub.cold <- queued{event: e, source: SourceCold, since: since}
-	}
-	if len(events) > 0 {
-		sub.s.cfg.Metrics.ColdEnqueued(sub.topic, len(events))
 	}
 	return len(events), false, err
 }

@@ -72,6 +72,7 @@ func Run[Tx any](t *testing.T, newHarness func(t *testing.T) Harness[Tx]) {
 		{"RetryAndDeferredDueAgainAtNextTime", testRetryAndDeferredDueAgainAtNextTime[Tx]},
 		{"ClaimLocksAndExpires", testClaimLocksAndExpires[Tx]},
 		{"ReleaseLetsOthersClaimAtOnce", testReleaseLetsOthersClaimAtOnce[Tx]},
+		{"ReleaseOwnedHandsBackAnEarlierRunsClaims", testReleaseOwnedHandsBackAnEarlierRunsClaims[Tx]},
 		{"ClaimEndKeepsDueOrder", testClaimEndKeepsDueOrder[Tx]},
 		{"ClaimSkipsRecentEvents", testClaimSkipsRecentEvents[Tx]},
 		{"ClaimByTopic", testClaimByTopic[Tx]},
@@ -876,6 +877,37 @@ func testReleaseLetsOthersClaimAtOnce[Tx any](t *testing.T, f *fixture[Tx]) {
 	n, err = f.Store.Release(ctx, "a", written[1:])
 	require.NoError(t, err)
 	require.Zero(t, n, "finished events have no claim to release")
+}
+
+// A relay started again under its owner hands back the claims its earlier
+// run held on its topic: only those, made before it started, and pending.
+func testReleaseOwnedHandsBackAnEarlierRunsClaims[Tx any](t *testing.T, f *fixture[Tx]) {
+	ctx := t.Context()
+	orders := f.write(t, JSONEvents(4, "orders")...)
+	other := f.write(t, JSONEvents(1, "billing")...)
+	require.Len(t, f.claim(t, outbox.ClaimRequest{Owner: "relay-1", Limit: 2, Topics: []string{"orders"}}), 2)
+	require.Len(t, f.claim(t, outbox.ClaimRequest{Owner: "relay-2", Limit: 1, Topics: []string{"orders"}}), 1)
+	require.Len(t, f.claim(t, outbox.ClaimRequest{Owner: "relay-1", Topics: []string{"billing"}}), 1)
+	_, err := f.Store.UpdateStatus(ctx, "relay-1", outbox.Done(orders[1]))
+	require.NoError(t, err)
+	restarted := f.Clock.Advance(time.Second)
+	f.Clock.Advance(time.Second)
+	require.Len(t, f.claim(t, outbox.ClaimRequest{Owner: "relay-1", Topics: []string{"orders"}}), 1, "the restarted run's own claim")
+
+	for _, bad := range [][2]string{{"", "orders"}, {"relay-1", ""}} {
+		_, err := f.Store.ReleaseOwned(ctx, bad[0], bad[1], restarted)
+		require.ErrorIs(t, err, outbox.ErrInvalidRequest)
+	}
+	n, err := f.Store.ReleaseOwned(ctx, "relay-1", "orders", restarted)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n, "the earlier run's pending claim on orders, not its DONE event, relay-2's, billing's or the new run's")
+	e := f.get(t, orders[0])
+	require.Empty(t, e.LockedBy)
+	require.Equal(t, Start, e.AvailableAt.UTC(), "due at once, at the time it was due before")
+	require.Equal(t, "relay-2", f.get(t, orders[2]).LockedBy)
+	require.Equal(t, "relay-1", f.get(t, orders[3]).LockedBy)
+	require.Equal(t, "relay-1", f.get(t, other[0]).LockedBy)
+	require.Equal(t, orders[:1], f.claim(t, outbox.ClaimRequest{Owner: "relay-3", Topics: []string{"orders"}}))
 }
 
 // An event whose claim ends, released or run out, is due again where it

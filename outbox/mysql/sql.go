@@ -214,6 +214,18 @@ UPDATE ` + sqlRowsOfIDs + `
 SET o.locked_by = NULL, o.locked_at = NULL, o.locked_until = NULL
 WHERE o.locked_by = ? AND o.status IN (0, 2)`
 
+// sqlOwnedClaims returns the ids of owner's claims made before a time on
+// the pending events of a topic, read without locking them: the release
+// that follows (sqlReleaseOwned) locks only those rows, and checks the
+// claim again.
+const sqlOwnedClaims = `
+SELECT event_id FROM {table} WHERE topic = ? AND status IN (0, 2) AND locked_by = ? AND locked_at < ?`
+
+const sqlReleaseOwned = `
+UPDATE ` + sqlRowsOfIDs + `
+SET o.locked_by = NULL, o.locked_at = NULL, o.locked_until = NULL
+WHERE o.locked_by = ? AND o.status IN (0, 2) AND o.locked_at < ?`
+
 // sqlUpdateStatus applies a batch of RETRY, DEAD and deferral outcomes
 // given as the JSON array of sqlcodec.StatusUpdates: status 0 keeps the
 // current status (a deferral). DONE rows are never touched. An outcome
@@ -338,6 +350,7 @@ type statements struct {
 	undoInsert                       string
 	existing, existingOne, get       string
 	lease, release, updateStatus     string
+	ownedClaims, releaseOwned        string
 	markDone, deleteDone             string       // deleteDone empty unless Config.DeleteDone
 	claim                            [2]string    // of one topic, by ordered (0, 1)
 	claimAfter                       string       // of one topic, unordered, with a cursor
@@ -366,6 +379,8 @@ func renderStatements(quoted, idIndex, inbox, migrations string, deleteDone bool
 		get:                  r.Replace(sqlGet),
 		lease:                r.Replace(sqlLease),
 		release:              r.Replace(sqlRelease),
+		ownedClaims:          r.Replace(sqlOwnedClaims),
+		releaseOwned:         r.Replace(sqlReleaseOwned),
 		updateStatus:         r.Replace(sqlUpdateStatus),
 		markDone:             r.Replace(sqlMarkDone),
 		queryDead:            r.Replace(sqlQueryDead),

@@ -491,6 +491,36 @@ func (s *Store) Release(ctx context.Context, owner string, ids []string) (int64,
 	return s.exec(ctx, fmt.Sprintf("release %d claims", len(ids)), s.t.sql.release, sqlcodec.HexIDs(ids), owner)
 }
 
+// ReleaseOwned implements [outbox.Store]: a read of the claims' ids, then
+// the release of those of them that owner still holds under a claim made
+// before claimedBefore.
+func (s *Store) ReleaseOwned(ctx context.Context, owner, topic string, claimedBefore time.Time) (int64, error) {
+	if err := outbox.ValidateReleaseOwned(owner, topic); err != nil {
+		return 0, err
+	}
+	rows, err := s.db.QueryContext(ctx, s.t.sql.ownedClaims, topic, owner, sqlcodec.Micros(claimedBefore))
+	if err != nil {
+		return 0, fmt.Errorf("mysql: find the claims of %s on %s: %w", owner, topic, err)
+	}
+	var ids []string
+	for rows.Next() {
+		var id []byte
+		if err := rows.Scan(&id); err != nil {
+			rows.Close()
+			return 0, fmt.Errorf("mysql: find the claims of %s on %s: %w", owner, topic, err)
+		}
+		ids = append(ids, string(id))
+	}
+	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+		return 0, fmt.Errorf("mysql: find the claims of %s on %s: %w", owner, topic, err)
+	}
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	return s.exec(ctx, fmt.Sprintf("release the claims of %s on %s", owner, topic), s.t.sql.releaseOwned,
+		sqlcodec.HexIDs(ids), owner, sqlcodec.Micros(claimedBefore))
+}
+
 // UpdateStatus implements [outbox.Store]: one statement for the DONE
 // outcomes of the batch (deleting their rows under [Config.DeleteDone])
 // and one for the rest. Of several updates of one id, a DONE wins, else

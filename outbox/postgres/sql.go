@@ -251,6 +251,13 @@ UPDATE {table} SET locked_by = NULL, locked_at = NULL, locked_until = NULL
 FROM (SELECT 1) AS one {async}
 WHERE event_id = ANY($1::text[]) AND locked_by = $2 AND status IN (0, 2)`
 
+// sqlReleaseOwned ends owner $2's claims made before $3 on the pending
+// events of topic $1.
+const sqlReleaseOwned = `
+UPDATE {table} SET locked_by = NULL, locked_at = NULL, locked_until = NULL
+FROM (SELECT 1) AS one {async}
+WHERE topic = $1 AND status IN (0, 2) AND locked_by = $2 AND locked_at < $3`
+
 // sqlUpdateStatus applies a batch of RETRY, DEAD and deferral outcomes
 // reported by owner $7: status 0 keeps the current status (a deferral).
 // DONE rows are never touched. An outcome needs a pending row that $7
@@ -367,7 +374,8 @@ type statements struct {
 
 	insert, insertOne, get           string
 	insertHot, insertOneHot          string
-	release, updateStatus            string
+	release, releaseOwned            string
+	updateStatus                     string
 	markDone, deleteDone             string       // deleteDone empty unless Config.DeleteDone
 	claim, claimAfter                [2][3]string // by ordered (0, 1), then topic filter; claimAfter with a cursor
 	claimHeads                       string
@@ -398,6 +406,7 @@ func renderStatements(schema, qualified, inbox string, synchronous, deleteDone b
 		insertOne:            r.Replace(sqlInsertOne),
 		get:                  r.Replace(sqlGet),
 		release:              r.Replace(sqlRelease),
+		releaseOwned:         r.Replace(sqlReleaseOwned),
 		updateStatus:         r.Replace(sqlUpdateStatus),
 		markDone:             r.Replace(sqlMarkDone),
 		queryDead:            r.Replace(sqlQueryDead),

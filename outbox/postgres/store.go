@@ -412,6 +412,18 @@ func (s *Store) Release(ctx context.Context, owner string, ids []string) (int64,
 	return tag.RowsAffected(), nil
 }
 
+// ReleaseOwned implements [outbox.Store], in one statement.
+func (s *Store) ReleaseOwned(ctx context.Context, owner, topic string, claimedBefore time.Time) (int64, error) {
+	if err := outbox.ValidateReleaseOwned(owner, topic); err != nil {
+		return 0, err
+	}
+	tag, err := s.db.Exec(ctx, s.t.sql.releaseOwned, topic, owner, claimedBefore)
+	if err != nil {
+		return 0, fmt.Errorf("postgres: release the claims of %s on %s: %w", owner, topic, err)
+	}
+	return tag.RowsAffected(), nil
+}
+
 // UpdateStatus implements [outbox.Store]: one statement for the DONE
 // outcomes of the batch (deleting their rows under [Config.DeleteDone])
 // and one for the rest. Of several updates of one id, a DONE wins, else

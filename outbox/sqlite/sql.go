@@ -135,6 +135,12 @@ const sqlRelease = `
 UPDATE {table} SET locked_by = NULL, locked_at = NULL, locked_until = NULL
 WHERE event_id IN (` + sqlIDs + `) AND locked_by = ?2 AND status IN (0, 2)`
 
+// sqlReleaseOwned ends owner ?2's claims made before ?3 on the pending
+// events of topic ?1.
+const sqlReleaseOwned = `
+UPDATE {table} SET locked_by = NULL, locked_at = NULL, locked_until = NULL
+WHERE topic = ?1 AND status IN (0, 2) AND locked_by = ?2 AND locked_at < ?3`
+
 // sqlUpdateStatus applies a batch of RETRY, DEAD and deferral outcomes
 // reported by owner ?3, given as a JSON array of {"id" (hex), "status",
 // "spent", "next_at", "error", "before"} objects: status 0 keeps the
@@ -236,7 +242,8 @@ type statements struct {
 	createMigrationTable, migrationVersion, recordMigration string
 
 	insert, existing, existingOne, get string
-	release, updateStatus              string
+	release, releaseOwned              string
+	updateStatus                       string
 	markDone, deleteDone               string       // deleteDone empty unless Config.DeleteDone
 	claim                              [2][3]string // by ordered (0, 1), then topic filter
 	poll                               [3]string    // by topic filter: any, one, many
@@ -257,6 +264,7 @@ func renderStatements(quoted, inbox string, deleteDone bool) statements {
 		existingOne:          r.Replace(sqlExistingOne),
 		get:                  r.Replace(sqlGet),
 		release:              r.Replace(sqlRelease),
+		releaseOwned:         r.Replace(sqlReleaseOwned),
 		updateStatus:         r.Replace(sqlUpdateStatus),
 		markDone:             r.Replace(sqlMarkDone),
 		queryDead:            r.Replace(sqlQueryDead),

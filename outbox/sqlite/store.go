@@ -313,6 +313,15 @@ func (s *Store) Release(ctx context.Context, owner string, ids []string) (int64,
 	return s.exec(ctx, fmt.Sprintf("release %d claims", len(ids)), s.t.sql.release, sqlcodec.HexIDs(ids), owner)
 }
 
+// ReleaseOwned implements [outbox.Store], in one statement.
+func (s *Store) ReleaseOwned(ctx context.Context, owner, topic string, claimedBefore time.Time) (int64, error) {
+	if err := outbox.ValidateReleaseOwned(owner, topic); err != nil {
+		return 0, err
+	}
+	return s.exec(ctx, fmt.Sprintf("release the claims of %s on %s", owner, topic), s.t.sql.releaseOwned,
+		topic, owner, sqlcodec.Micros(claimedBefore))
+}
+
 // UpdateStatus implements [outbox.Store]: one statement for the DONE
 // outcomes of the batch (deleting their rows under [Config.DeleteDone])
 // and one for the rest. Of several updates of one id, a DONE wins, else
