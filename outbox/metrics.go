@@ -34,6 +34,20 @@ type Metrics interface {
 	Backlog(topic string, pending int64, oldest time.Duration)
 }
 
+// StoreErrorMetrics is a [Metrics] that also counts the relay's failed
+// operations on the database, so that an outage or a stalled connection
+// shows as a counter that rises, not only in the logs. The relay calls
+// StoreError on a Metrics that implements it.
+type StoreErrorMetrics interface {
+	Metrics
+	// StoreError counts a failed operation: "claim" or "backlog" of a
+	// topic's subscription, and, with topic "", "record" (a statement
+	// recording outcomes or releasing claims, which the relay retries) and
+	// "give_up" (outcomes or releases it gave up on at Close, to be
+	// delivered again when their leases end).
+	StoreError(topic, operation string)
+}
+
 // NopMetrics discards every measurement.
 type NopMetrics struct{}
 

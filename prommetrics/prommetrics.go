@@ -16,6 +16,7 @@
 //	outbox_pending_events              NEW and RETRY rows of the topic (alert when it does not fall)
 //	outbox_oldest_pending_age_seconds  how long the earliest due pending row has been due (lag)
 //	outbox_delivery_latency_seconds    due → acknowledgement histogram
+//	outbox_store_errors_total{operation}  failed operations on the database (see outbox.StoreErrorMetrics)
 //
 // The names follow Prometheus's conventions, checked by its linter: the
 // logistics plan's outbox_pending_count is outbox_pending_events here (a
@@ -64,11 +65,12 @@ type Config struct {
 type Metrics struct {
 	hotEnqueued, hotDropped, coldEnqueued *prometheus.CounterVec
 	delivered, failures, dead             *prometheus.CounterVec
+	storeErrors                           *prometheus.CounterVec
 	queueDepth, pending, oldestAge        *prometheus.GaugeVec
 	latency                               *prometheus.HistogramVec
 }
 
-var _ outbox.Metrics = (*Metrics)(nil)
+var _ outbox.StoreErrorMetrics = (*Metrics)(nil)
 
 // New creates the collectors and registers them with reg. It fails with
 // outbox.ErrInvalidRequest for a nil reg or buckets out of order, and with
@@ -111,12 +113,15 @@ func New(reg prometheus.Registerer, cfg Config) (*Metrics, error) {
 		queueDepth:   gauge("queue_depth", "Events waiting in the queues of the topic's subscriptions.", "queue"),
 		pending:      gauge("pending_events", "NEW and RETRY events of the topic."),
 		oldestAge:    gauge("oldest_pending_age_seconds", "How long the earliest due pending event of the topic has been due."),
+		storeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Name: "store_errors_total", Help: "Failed operations of the relay on the database: claim, backlog, record (outcomes and releases, retried) and give_up.",
+		}, append(topic, "operation")),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: ns, Name: "delivery_latency_seconds", Help: "Time from an event being due (its commit, unless scheduled or retried) to its acknowledgement.", Buckets: buckets,
 		}, topic),
 	}
 	collectors := []prometheus.Collector{m.hotEnqueued, m.hotDropped, m.coldEnqueued, m.delivered,
-		m.failures, m.dead, m.queueDepth, m.pending, m.oldestAge, m.latency}
+		m.failures, m.dead, m.storeErrors, m.queueDepth, m.pending, m.oldestAge, m.latency}
 	for i, c := range collectors {
 		if err := reg.Register(c); err != nil {
 			for _, registered := range collectors[:i] {
@@ -142,6 +147,9 @@ func (m *Metrics) Dead(topic string)   { m.dead.WithLabelValues(topic).Inc() }
 func (m *Metrics) AddQueueDepths(topic string, hot, cold int) {
 	m.queueDepth.WithLabelValues(topic, "hot").Add(float64(hot))
 	m.queueDepth.WithLabelValues(topic, "cold").Add(float64(cold))
+}
+func (m *Metrics) StoreError(topic, operation string) {
+	m.storeErrors.WithLabelValues(topic, operation).Inc()
 }
 func (m *Metrics) Backlog(topic string, pending int64, oldest time.Duration) {
 	m.pending.WithLabelValues(topic).Set(float64(pending))

@@ -30,6 +30,9 @@ func TestSeries(t *testing.T) {
 	m.AddQueueDepths("orders", 2, 3)
 	m.AddQueueDepths("orders", -2, -3)
 	m.Backlog("orders", 1234, 90*time.Second)
+	m.StoreError("orders", "claim")
+	m.StoreError("orders", "claim")
+	m.StoreError("", "record")
 
 	expected := `
 # HELP outbox_hot_enqueued_total Events queued for delivery right after commit.
@@ -54,10 +57,14 @@ outbox_pending_events{topic="orders"} 1234
 # HELP outbox_oldest_pending_age_seconds How long the earliest due pending event of the topic has been due.
 # TYPE outbox_oldest_pending_age_seconds gauge
 outbox_oldest_pending_age_seconds{topic="orders"} 90
+# HELP outbox_store_errors_total Failed operations of the relay on the database: claim, backlog, record (outcomes and releases, retried) and give_up.
+# TYPE outbox_store_errors_total counter
+outbox_store_errors_total{operation="claim",topic="orders"} 2
+outbox_store_errors_total{operation="record",topic=""} 1
 `
 	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(expected),
 		"outbox_hot_enqueued_total", "outbox_hot_dropped_total", "outbox_cold_enqueued_total", "outbox_dead_total",
-		"outbox_queue_depth", "outbox_pending_events", "outbox_oldest_pending_age_seconds"))
+		"outbox_queue_depth", "outbox_pending_events", "outbox_oldest_pending_age_seconds", "outbox_store_errors_total"))
 	problems, err := testutil.GatherAndLint(reg)
 	require.NoError(t, err)
 	require.Empty(t, problems, "series names and help texts as Prometheus's linter wants them")

@@ -27,12 +27,29 @@ func (s *unreadableBacklog) Backlog(context.Context, string) (int64, time.Time, 
 	return 3, s.oldest, nil
 }
 
-// backlogAges records the backlogs a subscription reports.
+// backlogAges records the backlogs a subscription reports, and counts
+// store errors by topic and operation.
 type backlogAges struct {
 	outbox.NopMetrics
-	mu      sync.Mutex
-	pending []int64
-	ages    []time.Duration
+	mu          sync.Mutex
+	pending     []int64
+	ages        []time.Duration
+	storeErrors map[string]int
+}
+
+func (m *backlogAges) StoreError(topic, operation string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.storeErrors == nil {
+		m.storeErrors = map[string]int{}
+	}
+	m.storeErrors[topic+" "+operation]++
+}
+
+func (m *backlogAges) storeErrorsOf(key string) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.storeErrors[key]
 }
 
 func (m *backlogAges) Backlog(_ string, pending int64, age time.Duration) {
@@ -53,7 +70,8 @@ func (m *backlogAges) last() (reports int, pending int64, age time.Duration) {
 
 // While the backlog cannot be read, the age of the oldest pending event
 // goes on growing from the last one seen, instead of staying frozen at the
-// last value read: an alert on it must fire during an outage.
+// last value read: an alert on it must fire during an outage. Each failed
+// read counts as a store error.
 func TestBacklogAgeGrowsWhileTheBacklogCannotBeRead(t *testing.T) {
 	t.Parallel()
 	clock := clocktest.New(time.Date(2026, 11, 27, 9, 0, 0, 0, time.UTC))
@@ -80,10 +98,16 @@ func TestBacklogAgeGrowsWhileTheBacklogCannotBeRead(t *testing.T) {
 	if pending, age := waitForReport(0); pending != 3 || age != time.Second {
 		t.Fatalf("read: %d pending, oldest %s old; want 3 and 1s", pending, age)
 	}
+	if n := metrics.storeErrorsOf("orders backlog"); n != 0 {
+		t.Fatalf("%d store errors before the outage", n)
+	}
 	store.down.Store(true)
 	clock.Advance(time.Minute)
 	n, _, _ := metrics.last()
 	if pending, age := waitForReport(n + 1); pending != 3 || age != time.Minute+time.Second {
 		t.Fatalf("unreadable for a minute: %d pending, oldest %s old; want 3 and 1m1s", pending, age)
+	}
+	if metrics.storeErrorsOf("orders backlog") == 0 {
+		t.Fatal("the failed reads were not counted as store errors")
 	}
 }

@@ -74,10 +74,11 @@ func (o outcome) freesNext() bool { return o.wake != nil && o.update.NextAt.IsZe
 // queued while the previous statement ran, or arrives within settleLinger,
 // goes into the next one.
 type settler struct {
-	store  outbox.Store
-	owner  string
-	logger watermill.LoggerAdapter
-	wake   func(topics ...string)
+	store      outbox.Store
+	owner      string
+	logger     watermill.LoggerAdapter
+	storeError func(operation string) // counts failed statements for Metrics
+	wake       func(topics ...string)
 
 	updates  chan outcome
 	statuses []outbox.StatusUpdate // owned by run: the batch being recorded
@@ -107,20 +108,21 @@ type settler struct {
 	closed   bool
 }
 
-func newSettler(store outbox.Store, owner string, logger watermill.LoggerAdapter, wake func(...string)) *settler {
+func newSettler(store outbox.Store, owner string, logger watermill.LoggerAdapter, metrics outbox.Metrics, wake func(...string)) *settler {
 	st := &settler{
-		store:    store,
-		owner:    owner,
-		logger:   logger,
-		wake:     wake,
-		updates:  make(chan outcome, maxSettleBatch),
-		linger:   settleLinger,
-		giveUp:   settleGiveUp,
-		cut:      make(chan struct{}, 1),
-		released: make(chan struct{}, 1),
-		flushes:  make(chan chan struct{}),
-		quit:     make(chan struct{}),
-		done:     make(chan struct{}),
+		store:      store,
+		owner:      owner,
+		logger:     logger,
+		storeError: func(operation string) { storeError(metrics, "", operation) },
+		wake:       wake,
+		updates:    make(chan outcome, maxSettleBatch),
+		linger:     settleLinger,
+		giveUp:     settleGiveUp,
+		cut:        make(chan struct{}, 1),
+		released:   make(chan struct{}, 1),
+		flushes:    make(chan chan struct{}),
+		quit:       make(chan struct{}),
+		done:       make(chan struct{}),
 	}
 	st.stopped, st.stopNow = context.WithCancel(context.Background())
 	go st.run()
@@ -177,6 +179,7 @@ func (st *settler) releaseNow(items []releaseItem) {
 	ctx, cancel := context.WithTimeout(context.Background(), settleLastChance)
 	defer cancel()
 	if err := st.releaseOp(items)(ctx); err != nil {
+		st.storeError("give_up")
 		st.logger.Error("outbox: cannot release claims after Close; they will expire and the events be delivered again",
 			err, watermill.LogFields{"events": len(items)})
 		return
@@ -350,7 +353,9 @@ func (st *settler) retry(what string, n int, op func(ctx context.Context) error)
 		if err == nil {
 			return true
 		}
+		st.storeError("record")
 		if st.gaveUp() || errors.Is(err, outbox.ErrInvalidRequest) {
+			st.storeError("give_up")
 			st.logger.Error("outbox: giving up; the claims will expire and the events be delivered again", err,
 				watermill.LogFields{"operation": what, "events": n})
 			st.notRecorded += n

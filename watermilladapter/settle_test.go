@@ -69,7 +69,7 @@ func (s *instantStore) recorded() (statements, outcomes int) {
 // would otherwise get one statement, one transaction, per outcome.
 func TestSettlerRecordsOutcomesArrivingWithinTheLingerInOneStatement(t *testing.T) {
 	store := &instantStore{}
-	st := newSettler(store, "relay", watermill.NopLogger{}, func(...string) {})
+	st := newSettler(store, "relay", watermill.NopLogger{}, outbox.NopMetrics{}, func(...string) {})
 	const outcomes = 20
 	start := time.Now()
 	for i := range outcomes {
@@ -99,7 +99,7 @@ func TestSettlerRecordsOutcomesArrivingWithinTheLingerInOneStatement(t *testing.
 // leaves the batches after it to linger as before.
 func TestSettlerFlushCutsTheLingerShort(t *testing.T) {
 	store := &instantStore{}
-	st := newSettler(store, "relay", watermill.NopLogger{}, func(...string) {})
+	st := newSettler(store, "relay", watermill.NopLogger{}, outbox.NopMetrics{}, func(...string) {})
 	defer st.close()
 	st.linger = time.Hour // set before the first outcome is sent, which the settler reads it after
 	st.flush()            // nothing queued: its signal must not cut the next linger short
@@ -142,7 +142,7 @@ func (s *slowStore) UpdateStatus(ctx context.Context, owner string, updates ...o
 // empty, which it then never is.
 func TestSettlerFlushReturnsWhileOtherWorkersKeepTheQueueFull(t *testing.T) {
 	store := &slowStore{delay: 2 * time.Millisecond}
-	st := newSettler(store, "relay", watermill.NopLogger{}, func(...string) {})
+	st := newSettler(store, "relay", watermill.NopLogger{}, outbox.NopMetrics{}, func(...string) {})
 	stop := make(chan struct{})
 	var workers sync.WaitGroup
 	for w := range 8 {
@@ -186,7 +186,7 @@ func TestSettlerFlushReturnsWhileOtherWorkersKeepTheQueueFull(t *testing.T) {
 // wakes its subscription: the next event of the aggregate waits for both.
 func TestSettlerRecordsAnOrderedDoneAtOnceAndWakesItsSubscription(t *testing.T) {
 	store := &instantStore{}
-	st := newSettler(store, "relay", watermill.NopLogger{}, func(...string) {})
+	st := newSettler(store, "relay", watermill.NopLogger{}, outbox.NopMetrics{}, func(...string) {})
 	defer st.close()
 	st.linger = time.Hour // set before the first outcome is sent, which the settler reads it after
 	sub := &subscription{nextCh: make(chan struct{}, 1)}
@@ -211,7 +211,7 @@ func TestSettlerRecordsAnOrderedDoneAtOnceAndWakesItsSubscription(t *testing.T) 
 // must not wait out the linger for room in the release queue.
 func TestSettlerWritesReleasesDuringTheLinger(t *testing.T) {
 	store := &instantStore{}
-	st := newSettler(store, "relay", watermill.NopLogger{}, func(...string) {})
+	st := newSettler(store, "relay", watermill.NopLogger{}, outbox.NopMetrics{}, func(...string) {})
 	defer st.close()
 	st.linger = time.Hour // set before the first outcome is sent, which the settler reads it after
 	st.update(outcome{update: outbox.Done("event-1")})
@@ -298,13 +298,15 @@ func TestSettlerLogsAnErrorOnlyWhenTheRetryFailsToo(t *testing.T) {
 	for _, failures := range []int{1, 2} {
 		store := &flakyStore{failures: failures}
 		logger := watermill.NewCaptureLogger()
-		st := newSettler(store, "me", logger, func(...string) {})
+		metrics := &backlogAges{}
+		st := newSettler(store, "me", logger, metrics, func(...string) {})
 		st.update(outcome{update: outbox.Done("done")})
 		st.flush()
 		require.NoError(t, st.close())
 		captured := logger.Captured()
 		require.Len(t, captured[watermill.InfoLogLevel], 1, "%d failures: the first is noted", failures)
 		require.Len(t, captured[watermill.ErrorLogLevel], failures-1, "%d failures: the second is an error", failures)
+		require.Equal(t, failures, metrics.storeErrorsOf(" record"), "every failed statement is counted")
 	}
 }
 
@@ -331,7 +333,7 @@ func (s *flakyStore) UpdateStatus(ctx context.Context, owner string, updates ...
 func TestSettlerGivesUpOnInvalidRequests(t *testing.T) {
 	t.Parallel()
 	store := &downStore{err: fmt.Errorf("postgres: %w", outbox.ErrInvalidRequest)}
-	st := newSettler(store, "me", watermill.NopLogger{}, func(...string) {})
+	st := newSettler(store, "me", watermill.NopLogger{}, outbox.NopMetrics{}, func(...string) {})
 	st.update(outcome{update: outbox.Done("done")})
 	for store.count() == 0 {
 		time.Sleep(10 * time.Millisecond)
@@ -405,7 +407,7 @@ func TestSettlerReleasesQueuedBehindAHangingStatementTogether(t *testing.T) {
 func TestSettlerCutsOffAStatementSentBeforeClose(t *testing.T) {
 	t.Parallel()
 	store := &hangingStore{}
-	st := newSettler(store, "me", watermill.NopLogger{}, func(...string) {})
+	st := newSettler(store, "me", watermill.NopLogger{}, outbox.NopMetrics{}, func(...string) {})
 	st.giveUp = 200 * time.Millisecond // set before the first statement is sent
 	st.update(outcome{update: outbox.Done("done")})
 	for store.statements.Load() == 0 { // sent, and hanging
@@ -418,7 +420,7 @@ func TestSettlerCutsOffAStatementSentBeforeClose(t *testing.T) {
 // stoppingSettler returns a settler on store that is stopping (Close
 // began) and gives up after 100 ms.
 func stoppingSettler(store outbox.Store) *settler {
-	st := newSettler(store, "me", watermill.NopLogger{}, func(...string) {})
+	st := newSettler(store, "me", watermill.NopLogger{}, outbox.NopMetrics{}, func(...string) {})
 	st.giveUp = 100 * time.Millisecond // set before the first statement is sent, which the settler reads it after
 	st.stop()
 	return st
@@ -432,7 +434,7 @@ func stoppingSettler(store outbox.Store) *settler {
 func TestSettlerReleaseNeverWaitsForTheDatabase(t *testing.T) {
 	t.Parallel()
 	store := &hangingStore{}
-	st := newSettler(store, "me", watermill.NopLogger{}, func(...string) {})
+	st := newSettler(store, "me", watermill.NopLogger{}, outbox.NopMetrics{}, func(...string) {})
 	st.giveUp = 100 * time.Millisecond // each statement hangs this long; set before the first is sent
 	const writes = 500
 	returned := make(chan struct{})

@@ -303,7 +303,7 @@ func NewSubscriber(store outbox.Store, cfg SubscriberConfig) (*Subscriber, error
 		subs:     make(map[string][]*subscription),
 		next:     make(map[string]int),
 	}
-	s.settler = newSettler(store, cfg.Owner, cfg.Logger, s.released)
+	s.settler = newSettler(store, cfg.Owner, cfg.Logger, cfg.Metrics, s.released)
 	return s, nil
 }
 
@@ -478,6 +478,14 @@ func (s *Subscriber) wakeFor(events []outbox.Envelope) {
 				sub.wake()
 			}
 		}
+	}
+}
+
+// storeError counts a failed operation on the database when metrics count
+// them (outbox.StoreErrorMetrics).
+func storeError(metrics outbox.Metrics, topic, operation string) {
+	if m, ok := metrics.(outbox.StoreErrorMetrics); ok {
+		m.StoreError(topic, operation)
 	}
 }
 

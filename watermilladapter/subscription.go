@@ -317,6 +317,7 @@ func (sub *subscription) claimLoop() {
 				if err != nil {
 					failWait = min(max(2*failWait, claimRetry), cfg.PollInterval)
 					cfg.Logger.Error("outbox claim failed", err, watermill.LogFields{"topic": sub.topic, "pause": failWait})
+					storeError(cfg.Metrics, sub.topic, "claim")
 				} else {
 					failWait = 0
 				}
@@ -446,6 +447,7 @@ func (sub *subscription) observe() {
 		if err != nil {
 			cfg.Logger.Error("outbox backlog query failed; reporting the oldest pending event last seen", err,
 				watermill.LogFields{"topic": sub.topic, "oldest": oldest})
+			storeError(cfg.Metrics, sub.topic, "backlog")
 		} else {
 			pending, oldest = n, first
 		}
