@@ -218,8 +218,11 @@ WHERE o.locked_by = ? AND o.status IN (0, 2)`
 // the pending events of a topic, read without locking them: the release
 // that follows (sqlReleaseOwned) locks only those rows, and checks the
 // claim again.
+// The due index, which pending leads, keeps the read to the topic's
+// pending rows; MariaDB would rather scan the table.
 const sqlOwnedClaims = `
-SELECT event_id FROM {table} WHERE topic = ? AND status IN (0, 2) AND locked_by = ? AND locked_at < ?`
+SELECT event_id FROM {table} FORCE INDEX ({due_idx})
+WHERE pending = 1 AND topic = ? AND locked_by = ? AND locked_at < ?`
 
 const sqlReleaseOwned = `
 UPDATE ` + sqlRowsOfIDs + `
@@ -367,8 +370,8 @@ type statements struct {
 	table string // quoted, for the insert's text, which depends on the batch
 }
 
-func renderStatements(quoted, idIndex, inbox, migrations string, deleteDone bool) statements {
-	r := strings.NewReplacer("{table}", quoted, "{id_idx}", idIndex, "{inbox}", inbox, "{migrations}", migrations)
+func renderStatements(quoted, idIndex, dueIndex, inbox, migrations string, deleteDone bool) statements {
+	r := strings.NewReplacer("{table}", quoted, "{id_idx}", idIndex, "{due_idx}", dueIndex, "{inbox}", inbox, "{migrations}", migrations)
 	s := statements{
 		createMigrationTable: r.Replace(sqlCreateMigrationTable),
 		migrationVersion:     r.Replace(sqlMigrationVersion),

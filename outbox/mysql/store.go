@@ -82,7 +82,7 @@ func newTable(cfg Config) (*table, error) {
 		return nil, err
 	}
 	t := &table{Table: names}
-	t.sql = renderStatements(t.Quoted, quote(t.Name+"_id_idx"), t.Inbox, quote(ident.MigrationTable), cfg.DeleteDone)
+	t.sql = renderStatements(t.Quoted, quote(t.Name+"_id_idx"), quote(t.Name+"_due_idx"), t.Inbox, quote(ident.MigrationTable), cfg.DeleteDone)
 	return t, nil
 }
 

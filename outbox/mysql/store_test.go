@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -71,4 +72,33 @@ func TestConcurrentClaimersGetDisjointSets(t *testing.T) {
 			storetest.ClaimConcurrently(t, claims, written, nil)
 		})
 	}
+}
+
+// ReleaseOwned runs as every subscription with ReleaseEarlierClaims starts:
+// its read goes through the due index to the topic's pending rows, not
+// through the table's history of delivered events.
+func TestReleaseOwnedReadsOnlyTheTopicsPendingRows(t *testing.T) {
+	t.Parallel()
+	db, store, writer := storeWithWriter(t)
+	db.SetMaxOpenConns(1) // the statements run on the connection whose counters are read
+	ctx := t.Context()
+	const history = 3000
+	ids := writeEvents(t, store, writer, history+2)
+	done := make([]outbox.StatusUpdate, history)
+	for i := range done {
+		done[i] = outbox.Done(ids[i])
+	}
+	_, err := store.UpdateStatus(ctx, "", done...)
+	require.NoError(t, err)
+	claimed, err := store.Claim(ctx, outbox.ClaimRequest{Owner: "me", Topics: []string{"orders"}})
+	require.NoError(t, err)
+	require.Len(t, claimed, 2)
+	_, err = db.ExecContext(ctx, "ANALYZE TABLE outbox_event")
+	require.NoError(t, err)
+
+	before := handlerReads(t, db)
+	n, err := store.ReleaseOwned(ctx, "me", "orders", time.Now().Add(time.Hour))
+	require.NoError(t, err)
+	require.EqualValues(t, 2, n)
+	require.Less(t, handlerReads(t, db)-before, int64(100), "rows and index entries read, with %d delivered events in the table", history)
 }
