@@ -111,3 +111,30 @@ func TestBacklogAgeGrowsWhileTheBacklogCannotBeRead(t *testing.T) {
 		t.Fatal("the failed reads were not counted as store errors")
 	}
 }
+
+// A subscription that starts while the database is down has read no
+// backlog: it reports none, rather than "0 pending, 0 s old", which would
+// overwrite a real measurement and silence the alert on the age.
+func TestNoBacklogReportedBeforeARead(t *testing.T) {
+	t.Parallel()
+	clock := clocktest.New(time.Date(2026, 11, 27, 9, 0, 0, 0, time.UTC))
+	store := &unreadableBacklog{oldest: clock.Now().Add(-time.Hour)}
+	store.down.Store(true)
+	metrics := &backlogAges{}
+	s, err := NewSubscriber(store, SubscriberConfig{Metrics: metrics, BacklogInterval: 5 * time.Millisecond, Clock: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.Subscribe(t.Context(), "orders"); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); metrics.storeErrorsOf("orders backlog") < 3; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the failed reads were not counted")
+		}
+	}
+	if n, pending, age := metrics.last(); n > 0 {
+		t.Fatalf("no backlog read, yet %d reports, the last %d pending, oldest %s old", n, pending, age)
+	}
+}

@@ -436,6 +436,7 @@ func (sub *subscription) observe() {
 	defer func() { cfg.Metrics.AddQueueDepths(sub.topic, -hot, -cold) }()
 	var pending int64
 	var oldest time.Time
+	read := false // no backlog to report before a read succeeds
 	for {
 		h, c := len(sub.hot), len(sub.cold)
 		cfg.Metrics.AddQueueDepths(sub.topic, h-hot, c-cold)
@@ -444,18 +445,21 @@ func (sub *subscription) observe() {
 		ctx, cancel := context.WithTimeout(sub.stopped, min(claimTimeout, cfg.BacklogInterval))
 		n, first, err := sub.s.store.Backlog(ctx, sub.topic)
 		cancel()
-		if err != nil {
+		switch {
+		case err == nil:
+			pending, oldest, read = n, first, true
+		case !sub.stopping(): // not a read that Close cut short
 			cfg.Logger.Error("outbox backlog query failed; reporting the oldest pending event last seen", err,
 				watermill.LogFields{"topic": sub.topic, "oldest": oldest})
 			storeError(cfg.Metrics, sub.topic, "backlog")
-		} else {
-			pending, oldest = n, first
 		}
-		var age time.Duration
-		if !oldest.IsZero() {
-			age = max(cfg.Clock.Now().Sub(oldest), 0)
+		if read {
+			var age time.Duration
+			if !oldest.IsZero() {
+				age = max(cfg.Clock.Now().Sub(oldest), 0)
+			}
+			cfg.Metrics.Backlog(sub.topic, pending, age)
 		}
-		cfg.Metrics.Backlog(sub.topic, pending, age)
 		select {
 		case <-sub.stopped.Done():
 			return
