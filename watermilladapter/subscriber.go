@@ -153,7 +153,12 @@ type SubscriberConfig struct {
 	// an Owner that is this relay's alone and stays the same across
 	// restarts, such as the name of a StatefulSet's pod: another live
 	// relay under the same Owner would lose its claims, and its events be
-	// delivered twice. Default false.
+	// delivered twice; so would a Subscriber made again in the same
+	// process while the one before still had handlers running. Only claims
+	// made before this Subscriber, by its Clock (give it the store's), are
+	// released, once per topic, before the topic's first claim and before
+	// its hot path takes events. Claims made before migration 2 stay until
+	// their lease ends. Default false.
 	ReleaseEarlierClaims bool
 	// Clock tells the time for retries, and how much of a claim is left
 	// against the lease end the store wrote: give it the store's clock.
@@ -265,7 +270,8 @@ type Subscriber struct {
 	store    outbox.Store
 	cfg      SubscriberConfig
 	owner    string
-	made     time.Time // claims of the owner from before are an earlier run's
+	made     time.Time                // claims of the owner from before are an earlier run's
+	earlier  map[string]chan struct{} // by topic: see subscription.earlier
 	inflight *outbox.InFlight
 	settler  *settler
 
@@ -299,6 +305,7 @@ func NewSubscriber(store outbox.Store, cfg SubscriberConfig) (*Subscriber, error
 		cfg:      cfg,
 		owner:    cfg.Owner,
 		made:     cfg.Clock.Now(),
+		earlier:  make(map[string]chan struct{}),
 		inflight: inflight,
 		subs:     make(map[string][]*subscription),
 		next:     make(map[string]int),
@@ -326,6 +333,12 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 		return nil, ErrSubscriberClosed
 	}
 	sub := newSubscription(s, topic)
+	if s.cfg.ReleaseEarlierClaims {
+		if sub.earlier = s.earlier[topic]; sub.earlier == nil {
+			sub.earlier, sub.releases = make(chan struct{}), true
+			s.earlier[topic] = sub.earlier
+		}
+	}
 	s.subs[topic] = append(s.subs[topic], sub)
 	s.wg.Add(1)
 	go func() {
@@ -421,7 +434,7 @@ func (s *Subscriber) offerHot(e outbox.Envelope, committed, claimedUntil time.Ti
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	subs := s.subs[e.Topic]
-	if s.closed || len(subs) == 0 {
+	if s.closed || len(subs) == 0 || !s.earlierReleased(e.Topic) {
 		return false
 	}
 	start := s.next[e.Topic]
@@ -443,7 +456,14 @@ func (s *Subscriber) takesHot(topic string) bool {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return !s.closed && len(s.subs[topic]) > 0
+	return !s.closed && len(s.subs[topic]) > 0 && s.earlierReleased(topic)
+}
+
+// earlierReleased reports, with s.mu held, whether topic's earlier claims
+// are released, or need not be.
+func (s *Subscriber) earlierReleased(topic string) bool {
+	ch, ok := s.earlier[topic]
+	return !ok || isDone(ch)
 }
 
 // released wakes the relays of topics whose claims were handed back: this

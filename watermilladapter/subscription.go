@@ -37,6 +37,11 @@ type subscription struct {
 	abandon   context.Context // cancelled when in-flight messages are given up
 	cancel    context.CancelFunc
 
+	// With ReleaseEarlierClaims: closed once the topic's earlier claims
+	// are released, by the subscription that releases them (releases).
+	earlier  chan struct{}
+	releases bool
+
 	mu       sync.Mutex
 	claimAts []claimTime                   // when to claim, earliest first: retries recorded, commits too recent for a claim
 	next     map[outbox.Aggregate]struct{} // ordered aggregates with an event that may have become due
@@ -263,8 +268,16 @@ func (sub *subscription) claimLoop() {
 	walk := true               // a claim must walk the topic, not only name aggregates
 	namedLast := false         // the last claim named aggregates
 	polled := false            // the wait ended at its timer
-	if cfg.ReleaseEarlierClaims {
+	switch {
+	case sub.releases:
 		sub.releaseEarlierClaims()
+		close(sub.earlier)
+	case sub.earlier != nil:
+		select { // the release must not find claims of this run
+		case <-sub.earlier:
+		case <-sub.stopped.Done():
+			return
+		}
 	}
 	for {
 		dueNamed, dueWalk := sub.popDue()
@@ -469,8 +482,12 @@ func (sub *subscription) observe() {
 }
 
 // releaseEarlierClaims hands back the claims that an earlier run of this
-// relay, under the same owner, held on the topic when it died, before the
-// first claim (see SubscriberConfig.ReleaseEarlierClaims).
+// relay, under the same owner, held on the topic when it died (see
+// SubscriberConfig.ReleaseEarlierClaims). Only the topic's first
+// subscription does, before it claims; the others wait for it, and the
+// hot path takes none of the topic's events meanwhile, so that this run
+// holds no claim on the topic that the release could end. The time the
+// Subscriber was made bounds it too.
 func (sub *subscription) releaseEarlierClaims() {
 	s := sub.s
 	ctx, cancel := context.WithTimeout(sub.stopped, claimTimeout)
@@ -479,6 +496,7 @@ func (sub *subscription) releaseEarlierClaims() {
 	if err != nil {
 		s.cfg.Logger.Error("outbox: cannot release the claims of an earlier run of this relay; they are claimed again when their leases end",
 			err, watermill.LogFields{"owner": s.owner, "topic": sub.topic})
+		storeError(s.cfg.Metrics, sub.topic, "release_earlier")
 		return
 	}
 	if n > 0 {
