@@ -34,16 +34,23 @@ type Interceptor struct {
 var ErrPanicked = errors.New("outbox: handler panicked")
 
 // onPanic calls record with an error matching [ErrPanicked] if the
-// function deferring it panics, and lets the panic go on. Deferred
-// directly, it recovers the value to describe it and panics again from
-// within the deferred call, whose stack still holds the frames of the
+// function deferring it did not get as far as setting returned: it
+// panicked, and the panic goes on, or called runtime.Goexit. Deferred
+// directly, it recovers the panic's value to describe it and panics again
+// from within the deferred call, whose stack still holds the frames of the
 // first panic: the Recoverer or the router that recovers it next sees
 // them.
-func onPanic(record func(error)) {
-	if r := recover(); r != nil {
-		record(fmt.Errorf("%w: %v", ErrPanicked, r))
-		panic(r)
+func onPanic(returned *bool, record func(error)) {
+	if *returned {
+		return
 	}
+	r := recover()
+	if r == nil { // runtime.Goexit: nothing to describe, nothing to go on
+		record(ErrPanicked)
+		return
+	}
+	record(fmt.Errorf("%w: %v", ErrPanicked, r))
+	panic(r)
 }
 
 // Intercept returns middleware running the Before hooks in the order
@@ -55,7 +62,8 @@ func Intercept(logger watermill.LoggerAdapter, interceptors ...Interceptor) mess
 	}
 	return func(h message.HandlerFunc) message.HandlerFunc {
 		return func(msg *message.Message) (produced []*message.Message, err error) {
-			defer onPanic(func(err error) { runAfters(logger, interceptors, msg, err) })
+			returned := false
+			defer onPanic(&returned, func(err error) { runAfters(logger, interceptors, msg, err) })
 			for _, ic := range interceptors {
 				if ic.Before == nil {
 					continue
@@ -68,6 +76,7 @@ func Intercept(logger watermill.LoggerAdapter, interceptors ...Interceptor) mess
 			if err == nil {
 				produced, err = h(msg)
 			}
+			returned = true
 			runAfters(logger, interceptors, msg, err)
 			return produced, err
 		}

@@ -2,6 +2,7 @@ package middleware_test
 
 import (
 	"errors"
+	"runtime"
 	"testing"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -114,4 +115,20 @@ func TestInterceptAfterSeesPanics(t *testing.T) {
 			require.ErrorContains(t, outcome, tc.value, name)
 		}
 	}
+}
+
+// A handler that ends its goroutine (runtime.Goexit, as t.FailNow does)
+// never returns: the After hooks still see a failed outcome.
+func TestInterceptAfterSeesAGoexit(t *testing.T) {
+	t.Parallel()
+	var outcome error
+	h := outboxmw.Intercept(nil, outboxmw.Interceptor{After: func(_ *message.Message, err error) { outcome = err }})(
+		func(*message.Message) ([]*message.Message, error) { runtime.Goexit(); return nil, nil })
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = h(message.NewMessage(watermill.NewUUID(), nil))
+	}()
+	<-done
+	require.ErrorIs(t, outcome, outboxmw.ErrPanicked)
 }

@@ -22,8 +22,10 @@ import (
 // that follows reads.
 func RecordErrors(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) (produced []*message.Message, err error) {
-		defer onPanic(func(err error) { watermilladapter.RecordError(msg, err) })
+		returned := false
+		defer onPanic(&returned, func(err error) { watermilladapter.RecordError(msg, err) })
 		produced, err = h(msg)
+		returned = true
 		if err != nil {
 			watermilladapter.RecordError(msg, err)
 		} else {

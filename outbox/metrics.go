@@ -40,11 +40,13 @@ type Metrics interface {
 // StoreError on a Metrics that implements it.
 type StoreErrorMetrics interface {
 	Metrics
-	// StoreError counts a failed operation: "claim" or "backlog" of a
+	// StoreError counts a failed operation: "claim", "backlog" or
+	// "release_earlier" (SubscriberConfig.ReleaseEarlierClaims) of a
 	// topic's subscription, and, with topic "", "record" (a statement
 	// recording outcomes or releasing claims, which the relay retries) and
-	// "give_up" (outcomes or releases it gave up on at Close, to be
-	// delivered again when their leases end).
+	// "give_up" (outcomes or releases it gave up on: at Close, or refused
+	// by the store as invalid; their events are delivered again when
+	// their leases end).
 	StoreError(topic, operation string)
 }
 

@@ -49,7 +49,9 @@ type Store interface {
 	// an earlier run of a relay that died holding them, which the relay,
 	// started again under the same owner, hands back rather than wait for
 	// their leases to end. It returns how many claims were released. An
-	// empty owner or topic fails with [ErrInvalidRequest].
+	// empty owner or topic fails with [ErrInvalidRequest]. A claim made
+	// before migration 2 (no locked_until; its available_at moved to the
+	// lease's end) is released but stays due at the lease's end.
 	ReleaseOwned(ctx context.Context, owner, topic string, claimedBefore time.Time) (int64, error)
 
 	// UpdateStatus records delivery outcomes reported by owner, the relay

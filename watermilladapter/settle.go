@@ -228,9 +228,11 @@ func (st *settler) run() {
 			// wait for room, the queue refills as fast as it drains.
 			st.drain(len(st.updates))
 			close(flushed)
-			select { // a signal no linger took: the queue is empty now
-			case <-st.cut:
-			default:
+			if len(st.updates) == 0 {
+				select { // a signal no linger took: the queue is empty now
+				case <-st.cut:
+				default:
+				}
 			}
 		case <-st.quit:
 			st.drain(len(st.updates)) // every worker has stopped: nothing more comes
