@@ -68,6 +68,22 @@ func (m *backlogAges) last() (reports int, pending int64, age time.Duration) {
 	return len(m.ages), m.pending[len(m.pending)-1], m.ages[len(m.ages)-1]
 }
 
+// observeBacklog subscribes to "orders" on store, with clock, and returns
+// what the subscription reports every 5 ms until the test ends.
+func observeBacklog(t *testing.T, store outbox.Store, clock outbox.Clock) *backlogAges {
+	t.Helper()
+	metrics := &backlogAges{}
+	s, err := NewSubscriber(store, SubscriberConfig{Metrics: metrics, BacklogInterval: 5 * time.Millisecond, Clock: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	if _, err := s.Subscribe(t.Context(), "orders"); err != nil {
+		t.Fatal(err)
+	}
+	return metrics
+}
+
 // While the backlog cannot be read, the age of the oldest pending event
 // goes on growing from the last one seen, instead of staying frozen at the
 // last value read: an alert on it must fire during an outage. Each failed
@@ -76,15 +92,7 @@ func TestBacklogAgeGrowsWhileTheBacklogCannotBeRead(t *testing.T) {
 	t.Parallel()
 	clock := clocktest.New(time.Date(2026, 11, 27, 9, 0, 0, 0, time.UTC))
 	store := &unreadableBacklog{oldest: clock.Now().Add(-time.Second)}
-	metrics := &backlogAges{}
-	s, err := NewSubscriber(store, SubscriberConfig{Metrics: metrics, BacklogInterval: 5 * time.Millisecond, Clock: clock})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	if _, err := s.Subscribe(t.Context(), "orders"); err != nil {
-		t.Fatal(err)
-	}
+	metrics := observeBacklog(t, store, clock)
 	waitForReport := func(after int) (pending int64, age time.Duration) {
 		t.Helper()
 		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
@@ -120,15 +128,7 @@ func TestNoBacklogReportedBeforeARead(t *testing.T) {
 	clock := clocktest.New(time.Date(2026, 11, 27, 9, 0, 0, 0, time.UTC))
 	store := &unreadableBacklog{oldest: clock.Now().Add(-time.Hour)}
 	store.down.Store(true)
-	metrics := &backlogAges{}
-	s, err := NewSubscriber(store, SubscriberConfig{Metrics: metrics, BacklogInterval: 5 * time.Millisecond, Clock: clock})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	if _, err := s.Subscribe(t.Context(), "orders"); err != nil {
-		t.Fatal(err)
-	}
+	metrics := observeBacklog(t, store, clock)
 	for deadline := time.Now().Add(10 * time.Second); metrics.storeErrorsOf("orders backlog") < 3; time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the failed reads were not counted")

@@ -109,11 +109,7 @@ func TestSettlerFlushCutsTheLingerShort(t *testing.T) {
 	if statements, _ := store.recorded(); statements != 0 {
 		t.Fatalf("%d statements 50 ms into an hour's linger, want 0", statements)
 	}
-	flushed := make(chan struct{})
-	go func() {
-		st.flush()
-		close(flushed)
-	}()
+	flushed := flushing(st)
 	select {
 	case <-flushed:
 	case <-time.After(10 * time.Second):
@@ -122,6 +118,17 @@ func TestSettlerFlushCutsTheLingerShort(t *testing.T) {
 	if statements, outcomes := store.recorded(); statements != 1 || outcomes != 1 {
 		t.Fatalf("after the flush: %d statements recording %d outcomes, want 1 and 1", statements, outcomes)
 	}
+}
+
+// flushing flushes st in a goroutine of its own and returns a channel
+// closed when the flush returns.
+func flushing(st *settler) <-chan struct{} {
+	flushed := make(chan struct{})
+	go func() {
+		st.flush()
+		close(flushed)
+	}()
+	return flushed
 }
 
 // slowStore takes a while over each outcome statement: a database that is
@@ -168,11 +175,7 @@ func TestSettlerFlushReturnsWhileOtherWorkersKeepTheQueueFull(t *testing.T) {
 		}
 	}
 
-	flushed := make(chan struct{})
-	go func() {
-		st.flush()
-		close(flushed)
-	}()
+	flushed := flushing(st)
 	// What was queued takes two statements of 2 ms, and the batch in hand one.
 	select {
 	case <-flushed:
