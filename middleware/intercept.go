@@ -15,15 +15,15 @@ type Interceptor struct {
 	// Before runs before the handler. An error fails the delivery like a
 	// handler error (RETRY or DEAD), and the handler does not run.
 	Before func(msg *message.Message) error
-	// After runs after the handler, or after a failed Before, with the
-	// outcome (nil on success); when the handler or a Before panics, with
-	// an error matching [ErrPanicked] that gives the panic's value, before
-	// the panic goes on (to Watermill's Recoverer, say). A panic in it is logged, never propagated. The outcome is the
-	// handler's: a router with a publish topic publishes the messages the
-	// handler produced after every middleware has returned, so After sees
-	// nil when that publish then fails and nacks the message (the event is
-	// retried, with [ErrNackedAfterSuccess] as its last_error under
-	// [RecordErrors]).
+	// After runs after the handler, or after a failed Before, with the outcome
+	// (nil on success); when the handler or a Before panics, with an error
+	// matching [ErrPanicked] that gives the panic's value, before the panic
+	// goes on (to Watermill's Recoverer, say). A panic in it is logged, never
+	// propagated. The outcome is the handler's: a router with a publish topic
+	// publishes the messages the handler produced after every middleware has
+	// returned, so After sees nil when that publish then fails and nacks the
+	// message (the event is retried, with [ErrNackedAfterSuccess] as its
+	// last_error under [RecordErrors]).
 	After func(msg *message.Message, err error)
 }
 

@@ -15,11 +15,10 @@ import (
 // error the other middleware let through.
 //
 // A panic passing through it (with no Watermill Recoverer inside it, the
-// router recovers it and nacks) is recorded as [ErrPanicked] with the
-// panic's value; the panic goes on, with the stack where it began, which
-// the router logs. When the handler
-// returns no error it records [ErrNackedAfterSuccess], which only a Nack
-// that follows reads.
+// router recovers it and nacks) is recorded as [ErrPanicked] with the panic's
+// value; the panic goes on, with the stack where it began, which the router
+// logs. When the handler returns no error it records [ErrNackedAfterSuccess],
+// which only a Nack that follows reads.
 func RecordErrors(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) (produced []*message.Message, err error) {
 		returned := false

@@ -3,11 +3,11 @@
 // a relay delivers each committed event at least once afterwards.
 //
 // This package holds what does not depend on a database or a messaging
-// library: the [Envelope] and its validation, [Status], the [Store]
-// contract that dialects implement (see outbox/postgres, outbox/mysql and
+// library: the [Envelope] and its validation, [Status], the [Store] contract
+// that dialects implement (see outbox/postgres, outbox/mysql and
 // outbox/sqlite), the [Writer], the transaction helper [RunInTx] with
-// after-commit hooks, the [RetryPolicy], and the [InFlight] tracker. The Watermill publisher
-// and subscriber are in package watermilladapter.
+// after-commit hooks, the [RetryPolicy], and the [InFlight] tracker. The
+// Watermill publisher and subscriber are in package watermilladapter.
 //
 // # Writing
 //

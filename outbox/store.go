@@ -121,13 +121,13 @@ type TxStore[Tx any] interface {
 // Inserter writes events in a business transaction of type Tx.
 type Inserter[Tx any] interface {
 	// Insert writes envelopes prepared by [Prepare] in tx, in as few
-	// statements as the store can: the hot ones, which the writing process delivers on its hot
-	// path after commit, already claimed by lease.Owner, so that no other
-	// relay takes them meanwhile (the claim expires like any other), and
-	// the cold ones unclaimed, for the relays' claims. With the zero
-	// lease, or for an event with a DeliverAfter time, no row is written
-	// claimed. Insert writes every event or, when it fails, none, and
-	// does not commit.
+	// statements as the store can: the hot ones, which the writing process
+	// delivers on its hot path after commit, already claimed by lease.Owner,
+	// so that no other relay takes them meanwhile (the claim expires like any
+	// other), and the cold ones unclaimed, for the relays' claims. With the
+	// zero lease, or for an event with a DeliverAfter time, no row is written
+	// claimed. Insert writes every event or, when it fails, none, and does not
+	// commit.
 	//
 	// It returns 0 when the hot rows went into the top-level transaction,
 	// outside any savepoint, or there is none; otherwise a mark of the
@@ -249,17 +249,16 @@ func AggregateOf(e Envelope) Aggregate {
 	return Aggregate{Topic: e.Topic, Type: e.AggregateType, ID: e.AggregateID}
 }
 
-// ClaimCursor is where a run of claims has got to, in due order. It is a
-// hint for stores whose index keeps the entries of claimed rows until a
-// vacuum (PostgreSQL's B-trees): without it, every claim of a drain walks
-// again over the entries its predecessors left, and the k-th claim costs
-// O(k). A store may leave out events due before the cursor, so events that
-// became due there later (written by a transaction that committed late or
-// by a writer whose clock is behind, left by a claim that rolled back) wait
-// until the caller resets the cursor: a relay resets it whenever a claim
-// comes back short of its limit and, claiming unordered, at least every
-// second. Stores that
-// need no cursor ignore it. A cursor is not safe for concurrent use.
+// ClaimCursor is where a run of claims has got to, in due order. It is a hint
+// for stores whose index keeps the entries of claimed rows until a vacuum
+// (PostgreSQL's B-trees): without it, every claim of a drain walks again over
+// the entries its predecessors left, and the k-th claim costs O(k). A store
+// may leave out events due before the cursor, so events that became due there
+// later (written by a transaction that committed late or by a writer whose
+// clock is behind, left by a claim that rolled back) wait until the caller
+// resets the cursor: a relay resets it whenever a claim comes back short of
+// its limit and, claiming unordered, at least every second. Stores that need
+// no cursor ignore it. A cursor is not safe for concurrent use.
 //
 // Ordered claims go through aggregates in turn rather than in due order,
 // and their cursor is the aggregate of the last event claimed, in

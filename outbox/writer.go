@@ -175,7 +175,7 @@ func (w *Writer[Tx]) afterCommit(ctx context.Context, tx Tx, hot, cold []Envelop
 			return err
 		}
 	}
-	if w.cfg.Committed == nil && w.cfg.Scheduled == nil || !w.commitReported(ctx, tx) {
+	if len(cold) == 0 || w.cfg.Committed == nil && w.cfg.Scheduled == nil || !w.commitReported(ctx, tx) {
 		return nil
 	}
 	due, later := splitDelayed(cold)
@@ -183,9 +183,6 @@ func (w *Writer[Tx]) afterCommit(ctx context.Context, tx Tx, hot, cold []Envelop
 		if hook != nil && len(events) > 0 {
 			hook(events)
 		}
-	}
-	if len(due) == 0 && len(later) == 0 {
-		return nil
 	}
 	return AfterCommit(ctx, func(context.Context) error {
 		tell(w.cfg.Committed, due)

@@ -87,11 +87,11 @@
 //
 // # Watermill contract
 //
-// Publish is safe for concurrent use (on different transactions: one
-// serves one statement at a time) and writes the messages of one call with
-// one Write (one statement on PostgreSQL). The handler sees the published UUID, payload and
-// metadata. A message's context ends on Ack, Nack, or Close. Close is
+// Publish is safe for concurrent use (on different transactions: one serves
+// one statement at a time) and writes the messages of one call with one Write
+// (one statement on PostgreSQL). The handler sees the published UUID, payload
+// and metadata. A message's context ends on Ack, Nack, or Close. Close is
 // idempotent, waits up to DrainTimeout for messages in handlers, releases
-// unfinished claims at once, and closes the output channels before it
-// returns. Neither Close closes the database pool.
+// unfinished claims at once, and closes the output channels before it returns.
+// Neither Close closes the database pool.
 package watermilladapter

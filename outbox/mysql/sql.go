@@ -217,17 +217,14 @@ WHERE o.locked_by = ? AND o.status IN (0, 2)`
 // sqlOwnedClaims returns the ids of owner's claims made before a time on
 // the pending events of a topic, read without locking them: the release
 // that follows (sqlReleaseOwned) locks only those rows, and checks the
-// claim again.
-// The due index, which pending leads, keeps the read to the topic's
-// pending rows; MariaDB would rather scan the table.
+// claim again. The due index, which pending leads, keeps the read to the
+// topic's pending rows; MariaDB would rather scan the table.
 const sqlOwnedClaims = `
 SELECT event_id FROM {table} FORCE INDEX ({due_idx})
 WHERE pending = 1 AND topic = ? AND locked_by = ? AND locked_at < ?`
 
-const sqlReleaseOwned = `
-UPDATE ` + sqlRowsOfIDs + `
-SET o.locked_by = NULL, o.locked_at = NULL, o.locked_until = NULL
-WHERE o.locked_by = ? AND o.status IN (0, 2) AND o.locked_at < ?`
+// sqlReleaseOwned is sqlRelease of the claims made before a time.
+const sqlReleaseOwned = sqlRelease + ` AND o.locked_at < ?`
 
 // sqlUpdateStatus applies a batch of RETRY, DEAD and deferral outcomes
 // given as the JSON array of sqlcodec.StatusUpdates: status 0 keeps the

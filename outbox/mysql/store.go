@@ -499,19 +499,11 @@ func (s *Store) ReleaseOwned(ctx context.Context, owner, topic string, claimedBe
 		return 0, err
 	}
 	rows, err := s.db.QueryContext(ctx, s.t.sql.ownedClaims, topic, owner, sqlcodec.Micros(claimedBefore))
-	if err != nil {
-		return 0, fmt.Errorf("mysql: find the claims of %s on %s: %w", owner, topic, err)
-	}
 	var ids []string
-	for rows.Next() {
-		var id []byte
-		if err := rows.Scan(&id); err != nil {
-			rows.Close()
-			return 0, fmt.Errorf("mysql: find the claims of %s on %s: %w", owner, topic, err)
-		}
-		ids = append(ids, string(id))
+	if err == nil {
+		ids, err = sqlcodec.ScanColumn[string](rows)
 	}
-	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+	if err != nil {
 		return 0, fmt.Errorf("mysql: find the claims of %s on %s: %w", owner, topic, err)
 	}
 	if len(ids) == 0 {

@@ -38,10 +38,10 @@
 // last_error, updated_at and available_at tell why a row is where it is.
 //
 // Three partial indexes serve the relay and operators: due rows by (topic,
-// available_at, event_id) for the claim, terminal rows by (status,
-// updated_at) for dead-event queries and purge, and (migration 4) the
-// rows not yet DONE by aggregate, for ordered claims. A claim across all topics
-// cannot use the due index for its order: relays claim per topic.
+// available_at, event_id) for the claim, terminal rows by (status, updated_at)
+// for dead-event queries and purge, and (migration 4) the rows not yet DONE by
+// aggregate, for ordered claims. A claim across all topics cannot use the due
+// index for its order: relays claim per topic.
 //
 // DONE rows stay until [Store.Purge] deletes them, as the record of what
 // was delivered and when. With [Config.DeleteDone] a delivered event's row

@@ -259,14 +259,14 @@ FROM (SELECT 1) AS one {async}
 WHERE topic = $1 AND status IN (0, 2) AND locked_by = $2 AND locked_at < $3`
 
 // sqlUpdateStatus applies a batch of RETRY, DEAD and deferral outcomes
-// reported by owner $7: status 0 keeps the current status (a deferral).
-// DONE rows are never touched. An outcome needs a pending row that $7
-// still holds or, from no owner, one under no running lease (see
+// reported by owner $7: status 0 keeps the current status (a deferral). DONE
+// rows are never touched. An outcome needs a pending row that $7 still holds
+// or, from no owner, one under no running lease (see
 // outbox.Store.UpdateStatus; a claim from before migration 2 has no
-// locked_until and runs until available_at), and, where it says how many failed attempts
-// the row has before it (attempts_before), that many. The row lock an
-// UPDATE takes makes the check see a concurrent claim or outcome once it
-// commits.
+// locked_until and runs until available_at), and, where it says how many
+// failed attempts the row has before it (attempts_before), that many. The row
+// lock an UPDATE takes makes the check see a concurrent claim or outcome once
+// it commits.
 const sqlUpdateStatus = `
 UPDATE {table} AS o SET
     status       = CASE WHEN u.status = 0 THEN o.status ELSE u.status END,

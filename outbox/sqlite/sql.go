@@ -143,13 +143,12 @@ WHERE topic = ?1 AND status IN (0, 2) AND locked_by = ?2 AND locked_at < ?3`
 
 // sqlUpdateStatus applies a batch of RETRY, DEAD and deferral outcomes
 // reported by owner ?3, given as a JSON array of {"id" (hex), "status",
-// "spent", "next_at", "error", "before"} objects: status 0 keeps the
-// current status (a deferral). DONE rows are never touched. An outcome
-// needs a pending row that ?3 still holds or, from no owner, one under no
-// running lease (see outbox.Store.UpdateStatus; a claim from before
-// migration 2 has no locked_until and runs until available_at), and, where
-// it says how
-// many failed attempts the row has before it ("before"), that many.
+// "spent", "next_at", "error", "before"} objects: status 0 keeps the current
+// status (a deferral). DONE rows are never touched. An outcome needs a pending
+// row that ?3 still holds or, from no owner, one under no running lease (see
+// outbox.Store.UpdateStatus; a claim from before migration 2 has no
+// locked_until and runs until available_at), and, where it says how many
+// failed attempts the row has before it ("before"), that many.
 const sqlUpdateStatus = `
 UPDATE {table} AS o SET
     status       = CASE WHEN u.status = 0 THEN o.status ELSE u.status END,
