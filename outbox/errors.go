@@ -23,7 +23,9 @@ var (
 	// ErrDuplicateEvent is returned by [Writer.Write] (from the store's
 	// insert) when an event id is already in the table. The transaction is
 	// then aborted on PostgreSQL: roll it back. On SQLite it stays usable,
-	// without any event of the failed write.
+	// without any event of the failed write. A transaction of PostgreSQL's
+	// InTx sends the insert with its next statement, which returns the
+	// error, or with its commit: InTx returns it then.
 	ErrDuplicateEvent = errors.New("outbox: duplicate event id")
 
 	// ErrNotFound is returned by [Store.Get] when no row has the event id.

@@ -106,7 +106,10 @@ func NewWriter[Tx any](store Inserter[Tx], cfg WriterConfig) (*Writer[Tx], error
 // [ErrInvalidEnvelope]) for an invalid envelope, in which case nothing was
 // written; the store's error; or, with the rows written, an error
 // registering the after-commit hand-off in ctx (the transaction of an InTx
-// helper ended already). Writing no events is a no-op.
+// helper ended already). Writing no events is a no-op. In a transaction
+// of PostgreSQL's InTx the insert goes with the transaction's next
+// statement: its error, such as [ErrDuplicateEvent], comes from that one,
+// or from the commit.
 func (w *Writer[Tx]) Write(ctx context.Context, tx Tx, events ...Envelope) ([]string, error) {
 	if nilcheck.Is(tx) {
 		return nil, ErrNoTransaction

@@ -448,15 +448,18 @@ func testDuplicateEventID[Tx any](t *testing.T, f *fixture[Tx]) {
 
 	// A caller that ignores the error and commits anyway: PostgreSQL
 	// refuses (the transaction is aborted), SQLite commits the transaction
-	// without the batch. Either way no row of the batch is written.
+	// without the batch. Either way no row of the batch is written. The
+	// duplicate is reported by the write, or by the commit when the
+	// transaction sends the write with it (PostgreSQL's InTx's).
 	ctx := t.Context()
 	tx, err := f.Tx.Begin(ctx)
 	require.NoError(t, err)
-	_, err = f.writer.Write(ctx, tx, JSONEvent(3), e)
-	require.ErrorIs(t, err, outbox.ErrDuplicateEvent)
-	if err := f.Tx.Commit(ctx, tx); err != nil {
+	_, writeErr := f.writer.Write(ctx, tx, JSONEvent(3), e)
+	commitErr := f.Tx.Commit(ctx, tx)
+	if commitErr != nil {
 		_ = f.Tx.Rollback(ctx, tx)
 	}
+	require.ErrorIs(t, errors.Join(writeErr, commitErr), outbox.ErrDuplicateEvent)
 	require.Equal(t, 1, f.Count(t), "a failed batch is all or nothing")
 
 	// The same with a hot path, whose events are written claimed and the
@@ -469,11 +472,11 @@ func testDuplicateEventID[Tx any](t *testing.T, f *fixture[Tx]) {
 	require.NoError(t, err)
 	delayed := e
 	delayed.DeliverAfter = Start.Add(time.Hour)
-	_ = f.Store.InTx(ctx, func(ctx context.Context, tx Tx) error {
-		_, err := hotWriter.Write(ctx, tx, JSONEvent(4), delayed)
-		require.ErrorIs(t, err, outbox.ErrDuplicateEvent)
+	commitErr = f.Store.InTx(ctx, func(ctx context.Context, tx Tx) error {
+		_, writeErr = hotWriter.Write(ctx, tx, JSONEvent(4), delayed)
 		return nil // and commit
 	})
+	require.ErrorIs(t, errors.Join(writeErr, commitErr), outbox.ErrDuplicateEvent)
 	require.Equal(t, 1, f.Count(t), "no row of the batch written, claimed or not")
 }
 

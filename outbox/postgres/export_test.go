@@ -1,10 +1,18 @@
 package postgres
 
 import (
+	"context"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
+
+// BeginPipeline begins the transaction InTx gives its function on pool.
+func BeginPipeline(ctx context.Context, pool *pgxpool.Pool) (pgx.Tx, error) {
+	tx, _, err := beginPipeline(ctx, pool)
+	return tx, err
+}
 
 // ClaimStatement is the claim SQL the store runs for one topic, with or
 // without a cursor, ordered or not, for tests that read its plan.

@@ -161,9 +161,27 @@ func (s *Store) InTx(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx
 // When db is a pgx.Tx, tx is a savepoint in it, and the hooks wait for
 // db's commit: they run after it when an InTx running db is in ctx, and
 // are not taken otherwise (the events then go to the pollers).
+//
+// When db is a *pgxpool.Pool or a *pgx.Conn, tx spends as few round trips
+// as it can: its BEGIN goes with fn's first statement (pgx's
+// [pgx.Batch.BeginTx]), and the events written in it go with the
+// statement after them, the COMMIT most often. An event then costs its
+// transaction no round trip of its own, and a transaction that writes
+// events alone takes one. Statements still run in the order fn made them,
+// so a query after an event sees it; but an event's insert error, such as
+// [outbox.ErrDuplicateEvent], is returned by the statement after it, or by
+// InTx from the commit. From a savepoint (tx.Begin or SQL) or a call of
+// tx.Conn or tx.LargeObjects on, whose statements tx does not see, events
+// are written at once. tx is not a *pgxpool.Tx, and ends with InTx: a
+// later call fails with pgx.ErrTxClosed.
 func InTx(ctx context.Context, db DB, logger *slog.Logger, fn func(ctx context.Context, tx pgx.Tx) error) error {
 	funcs := outbox.TxFuncs[pgx.Tx]{
-		Begin:    db.Begin,
+		Begin: func(ctx context.Context) (pgx.Tx, error) {
+			if tx, ok, err := beginPipeline(ctx, db); ok {
+				return tx, err
+			}
+			return db.Begin(ctx)
+		},
 		Commit:   func(ctx context.Context, tx pgx.Tx) error { return tx.Commit(ctx) },
 		Rollback: func(ctx context.Context, tx pgx.Tx) error { return tx.Rollback(ctx) },
 	}
@@ -202,13 +220,19 @@ func (s *Store) Insert(ctx context.Context, tx pgx.Tx, hot, cold []outbox.Envelo
 	} else {
 		savepoint, err = s.insertMany(ctx, tx, rows, n, withHot, now, owner, until)
 	}
-	if isUniqueViolation(err) {
-		return 0, fmt.Errorf("postgres: insert into %s: %w: %w", s.t.qualified, outbox.ErrDuplicateEvent, err)
-	}
 	if err != nil {
-		return 0, fmt.Errorf("postgres: insert into %s: %w", s.t.qualified, err)
+		return 0, s.insertError(err)
 	}
 	return savepoint, nil
+}
+
+// insertError wraps the error of an insert, returned by Insert or, for an
+// insert a pipelineTx held back, by the statement it went with.
+func (s *Store) insertError(err error) error {
+	if isUniqueViolation(err) {
+		return fmt.Errorf("postgres: insert into %s: %w: %w", s.t.qualified, outbox.ErrDuplicateEvent, err)
+	}
+	return fmt.Errorf("postgres: insert into %s: %w", s.t.qualified, err)
 }
 
 // Kept implements [outbox.Inserter]: all of ids when the savepoint that
@@ -219,6 +243,11 @@ func (s *Store) Insert(ctx context.Context, tx pgx.Tx, hot, cold []outbox.Envelo
 func (s *Store) Kept(ctx context.Context, tx pgx.Tx, savepoint uint64, ids []string) ([]string, error) {
 	if tx == nil {
 		return nil, outbox.ErrNoTransaction
+	}
+	if t, ok := tx.(*pipelineTx); ok {
+		if savepoint = t.savepointMark(savepoint); savepoint == 0 {
+			return ids, nil // written outside any savepoint
+		}
 	}
 	var kept bool
 	if err := tx.QueryRow(ctx, sqlKept, strconv.FormatUint(savepoint, 10)).Scan(&kept); err != nil {
@@ -246,6 +275,15 @@ func (s *Store) insertOne(ctx context.Context, tx pgx.Tx, e *outbox.Envelope, cl
 // run runs plain, or with hot set hot, the same insert returning the
 // savepoint mark.
 func (s *Store) run(ctx context.Context, tx pgx.Tx, hot bool, plain, hotSQL string, args []any) (savepoint uint64, err error) {
+	if t, ok := tx.(*pipelineTx); ok {
+		sql := plain
+		if hot {
+			sql = hotSQL
+		}
+		if mark, held := t.hold(s, sql, args, hot); held {
+			return mark, nil
+		}
+	}
 	if !hot {
 		_, err = tx.Exec(ctx, plain, args...)
 		return 0, err

@@ -20,14 +20,26 @@ import (
 )
 
 // TestStore runs the conformance suite of the stores, each test on a
-// database of its own, in each of the queryModes.
+// database of its own, in each of the queryModes, with the transactions
+// of pgx and with those of InTx, which send events with the statement
+// after them.
 func TestStore(t *testing.T) {
 	t.Parallel()
 	for _, mode := range queryModes {
-		t.Run(mode.String(), func(t *testing.T) {
-			t.Parallel()
-			runConformance(t, mode)
-		})
+		for _, begin := range []struct {
+			name string
+			fn   func(ctx context.Context, pool *pgxpool.Pool) (pgx.Tx, error)
+		}{
+			{"pgx", func(ctx context.Context, pool *pgxpool.Pool) (pgx.Tx, error) { return pool.Begin(ctx) }},
+			{"InTx", func(ctx context.Context, pool *pgxpool.Pool) (pgx.Tx, error) {
+				return postgres.BeginPipeline(ctx, pool)
+			}},
+		} {
+			t.Run(mode.String()+"/"+begin.name, func(t *testing.T) {
+				t.Parallel()
+				runConformance(t, mode, begin.fn)
+			})
+		}
 	}
 }
 
@@ -36,7 +48,7 @@ func TestStore(t *testing.T) {
 // pools behind PgBouncer are set up.
 var queryModes = []pgx.QueryExecMode{pgx.QueryExecModeCacheStatement, pgx.QueryExecModeExec, pgx.QueryExecModeSimpleProtocol}
 
-func runConformance(t *testing.T, mode pgx.QueryExecMode) {
+func runConformance(t *testing.T, mode pgx.QueryExecMode, begin func(ctx context.Context, pool *pgxpool.Pool) (pgx.Tx, error)) {
 	storetest.Run(t, func(t *testing.T) storetest.Harness[pgx.Tx] {
 		pool := testdb.NewInMode(t, mode)
 		clock := clocktest.New(storetest.Start)
@@ -49,7 +61,7 @@ func runConformance(t *testing.T, mode pgx.QueryExecMode) {
 			DeleteDone: deleteDone,
 			Clock:      clock,
 			Tx: outbox.TxFuncs[pgx.Tx]{
-				Begin:    pool.Begin,
+				Begin:    func(ctx context.Context) (pgx.Tx, error) { return begin(ctx, pool) },
 				Commit:   func(ctx context.Context, tx pgx.Tx) error { return tx.Commit(ctx) },
 				Rollback: func(ctx context.Context, tx pgx.Tx) error { return tx.Rollback(ctx) },
 			},
