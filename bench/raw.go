@@ -150,19 +150,33 @@ func rawHeaders(i int) []byte {
 	return h
 }
 
-// rawInsert: writers, each inserting one row per transaction.
-func rawInsert(ctx context.Context, pool *pgxpool.Pool, n, writers int) (window, error) {
+// rawInsert: writers, each inserting one row per transaction: BEGIN,
+// INSERT and COMMIT one after the other, or with oneTrip in one round
+// trip, a pgx batch that begins the transaction (Batch.BeginTx), inserts
+// and commits.
+func rawInsert(ctx context.Context, pool *pgxpool.Pool, n, writers int, oneTrip bool) (window, error) {
 	table, drop, err := rawTable(ctx, pool)
 	if err != nil {
 		return window{}, err
 	}
 	defer drop()
 	insert := rawSQL(sqlRawInsert, table)
+	args := func(i int) []any {
+		return []any{outbox.NewID(), eventType, outboxTopic, aggregateType, aggregateID(i), payload(i), rawHeaders(i), time.Now()}
+	}
 	watch := startWatch(ctx, pool)
 	err = parallel(writers, n, func(i int) error {
+		if oneTrip {
+			var b pgx.Batch
+			b.BeginTx(pgx.TxOptions{})
+			b.Queue(insert, args(i)...)
+			b.Queue("commit")
+			// On a connection of its own: the pool's SendBatch would keep
+			// it until the batch's transaction commits through pgx.
+			return pool.AcquireFunc(ctx, func(c *pgxpool.Conn) error { return c.SendBatch(ctx, &b).Close() })
+		}
 		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-			_, err := tx.Exec(ctx, insert, outbox.NewID(), eventType, outboxTopic, aggregateType, aggregateID(i),
-				payload(i), rawHeaders(i), time.Now())
+			_, err := tx.Exec(ctx, insert, args(i)...)
 			return err
 		})
 	})
