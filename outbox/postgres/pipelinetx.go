@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"errors"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -17,26 +18,41 @@ import (
 // transaction no round trip of its own, and a transaction that writes
 // events alone is one round trip. Statements still run in the order they
 // were made, so a later statement sees the events, and a savepoint rolled
-// back by SQL takes the events written in it.
+// back takes the events written in it. A statement that fails leaves the
+// transaction as it would leave pgx's: aborted if the server refused it,
+// as it was (held inserts included) if it never reached the server.
 //
 // A hot event's insert tells an [outbox.Writer] whether a savepoint holds
 // it, which can roll back while the transaction commits. Held back, it
 // tells when it is sent, and until then stands in with a mark of its own,
 // which [Store.Kept] resolves (without a query when no savepoint held it).
 //
-// Once the transaction has opened a savepoint through Begin, or handed out
-// its connection or large objects, whose statements it does not see,
-// events are written at once, as in any other transaction.
+// From a savepoint (opened through Begin, or by a statement that begins
+// with SAVEPOINT) on, events are written at once, as in any other
+// transaction, so that a write's error (a duplicate id) comes from the
+// write, for the savepoint to undo; and from a call of Conn or
+// LargeObjects on, whose statements the transaction does not see.
 type pipelineTx struct {
-	conn    *pgx.Conn
-	tx      pgx.Tx // nil until the BEGIN has been sent
-	release func() // gives conn back to its pool
-	held    []heldInsert
-	marks   []uint64 // the savepoint marks of the hot inserts held back, 0 until sent
-	direct  bool     // no insert is held back any more
-	err     error    // of what was sent when the connection was handed out
-	ended   bool
+	conn     *pgx.Conn
+	tx       pgx.Tx // nil until the BEGIN has been sent
+	release  func() // gives conn back to its pool
+	held     []heldInsert
+	marks    []uint64 // the savepoint marks of the hot inserts held back, 0 until sent
+	direct   bool     // no insert is held back any more
+	protocol protocol // of conn's statements, known once asked
+	err      error    // what failed the transaction, which later statements and the commit return
+	ended    bool
 }
+
+// protocol is how a connection sends statements, which decides what Exec
+// can send in a batch.
+type protocol uint8
+
+const (
+	protocolUnknown protocol = iota
+	protocolExtended
+	protocolSimple
+)
 
 // heldInsert is an insert of store's, waiting for the next statement.
 type heldInsert struct {
@@ -108,8 +124,9 @@ func (t *pipelineTx) send(ctx context.Context, sql string, args ...any) (tag pgc
 		return t.tx.Exec(ctx, sql, args...)
 	}
 	batch := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, len(t.held)+2)}
+	began := t.tx == nil
 	first := 0 // the first held insert's place in the batch
-	if t.tx == nil {
+	if began {
 		batch.BeginTx(pgx.TxOptions{})
 		first = 1
 	}
@@ -122,8 +139,8 @@ func (t *pipelineTx) send(ctx context.Context, sql string, args ...any) (tag pgc
 		batch.Queue(sql, args...)
 	}
 	results := t.conn.SendBatch(ctx, batch)
-	if t.tx == nil {
-		t.tx = results.Tx() // closed by results.Close if the BEGIN failed
+	if began {
+		t.tx = results.Tx()
 	}
 	for i := range batch.Len() {
 		var h *heldInsert
@@ -138,22 +155,86 @@ func (t *pipelineTx) send(ctx context.Context, sql string, args ...any) (tag pgc
 			tag, err = results.Exec()
 		}
 		if err != nil {
-			if h != nil {
-				err = h.store.insertError(err)
-			}
+			err = blame(err, h, held)
 			break
 		}
 	}
 	if closeErr := results.Close(); err == nil {
 		err = closeErr
 	}
+	if err != nil {
+		t.failed(err, held, began)
+	}
 	return tag, err
+}
+
+// blame wraps err as the store of the insert it belongs to would: the
+// error read for held insert h, or one pgx met preparing an insert's
+// statement. Any other (the caller's statement's, the context's, the
+// connection's) is returned as it is.
+func blame(err error, h *heldInsert, held []heldInsert) error {
+	var preparing pgx.ErrPreprocessingBatch
+	if errors.As(err, &preparing) {
+		for _, h := range held {
+			if h.sql == preparing.SQL() {
+				return h.store.insertError(err)
+			}
+		}
+		return err
+	}
+	var server *pgconn.PgError
+	if h != nil && errors.As(err, &server) {
+		return h.store.insertError(err)
+	}
+	return err
+}
+
+// failed leaves the transaction, after a batch that failed with err, as
+// pgx's would be after that statement failed. held were the batch's
+// inserts; began tells whether it carried the BEGIN.
+func (t *pipelineTx) failed(err error, held []heldInsert, began bool) {
+	if t.conn.IsClosed() {
+		return // the transaction went with the connection: what follows fails
+	}
+	switch status := t.conn.PgConn().TxStatus(); {
+	case status == 'E':
+		// The server ran the batch up to a statement that failed: the
+		// transaction is aborted, as pgx's would be.
+	case status == 'T' && !began:
+		// Nothing reached the server (the context had ended, an argument
+		// could not be encoded): the transaction is as it was, and the
+		// inserts wait for the next statement.
+		t.held = held
+	case status == 'I' && began:
+		// The BEGIN did not run, nor anything after it: the next statement
+		// sends them again. A statement the server refused before the
+		// batch ran (pgx prepares a batch's new statements first) would
+		// have aborted pgx's transaction: it fails this one.
+		t.tx, t.held = nil, held
+		var server *pgconn.PgError
+		if errors.As(err, &server) {
+			t.err = err
+		}
+	default:
+		// A state no failure of a batch leaves: fail the transaction
+		// rather than guess what of it ran.
+		t.err = err
+	}
 }
 
 // begun sends the BEGIN, when it has not been sent, and the held inserts.
 func (t *pipelineTx) begun(ctx context.Context) error {
 	_, err := t.send(ctx, "")
 	return err
+}
+
+// usable returns the error a statement fails with now: pgx.ErrTxClosed
+// once the transaction has ended, what failed it, or nil.
+func (t *pipelineTx) usable() error {
+	if t.ended {
+		return pgx.ErrTxClosed
+	}
+	return t.err
 }
 
 // goDirect sends the BEGIN and the held inserts, and has every later
@@ -165,8 +246,8 @@ func (t *pipelineTx) goDirect(ctx context.Context) error {
 
 // Begin opens a savepoint, after the held inserts.
 func (t *pipelineTx) Begin(ctx context.Context) (pgx.Tx, error) {
-	if t.ended {
-		return nil, pgx.ErrTxClosed
+	if err := t.usable(); err != nil {
+		return nil, err
 	}
 	if err := t.goDirect(ctx); err != nil {
 		return nil, err
@@ -194,11 +275,9 @@ func (t *pipelineTx) Commit(ctx context.Context) error {
 	}
 	tag, err := t.send(ctx, "commit")
 	if err != nil {
-		// A statement before the COMMIT failed, so the COMMIT did not
-		// run: the transaction is still open, aborted.
-		if t.conn.PgConn().TxStatus() != 'I' {
-			_ = t.rollback(ctx)
-		}
+		// Something before the COMMIT failed, so the COMMIT did not run:
+		// what the server began is still open.
+		_ = t.rollback(ctx)
 		return err
 	}
 	if tag.String() == "ROLLBACK" {
@@ -219,33 +298,56 @@ func (t *pipelineTx) Rollback(ctx context.Context) error {
 	return t.rollback(ctx)
 }
 
-// rollback rolls back what the server began.
+// rollback rolls back what the server began, if anything.
 func (t *pipelineTx) rollback(ctx context.Context) error {
-	if t.tx == nil {
+	if t.tx == nil || t.conn.IsClosed() || t.conn.PgConn().TxStatus() == 'I' {
 		return nil
 	}
-	err := t.tx.Rollback(ctx)
-	if errors.Is(err, pgx.ErrTxClosed) {
-		return nil // the BEGIN failed, or the COMMIT went through
-	}
-	return err
+	return t.tx.Rollback(ctx)
 }
 
 // Exec runs sql after the BEGIN and the held inserts, in the same round
-// trip.
+// trip when a batch can carry it as pgx's Exec would send it.
 func (t *pipelineTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
-	if t.ended {
-		return pgconn.CommandTag{}, pgx.ErrTxClosed
+	if err := t.usable(); err != nil {
+		return pgconn.CommandTag{}, err
 	}
-	return t.send(ctx, sql, args...)
+	if t.batchable(args) {
+		t.seeSavepoint(sql)
+		return t.send(ctx, sql, args...)
+	}
+	if err := t.ready(ctx, sql); err != nil {
+		return pgconn.CommandTag{}, err
+	}
+	return t.tx.Exec(ctx, sql, args...)
+}
+
+// batchable reports whether a batch sends a statement with args as pgx's
+// Exec does. pgx's Exec sends a statement without arguments in the simple
+// protocol, which takes several statements in one string; takes options
+// (a QueryExecMode, result formats) that a batch does not; and runs a
+// statement prepared by name, which a batch in the simple protocol sends
+// as SQL.
+func (t *pipelineTx) batchable(args []any) bool {
+	if len(args) == 0 {
+		return false
+	}
+	switch args[0].(type) {
+	case pgx.QueryExecMode, pgx.QueryResultFormats, pgx.QueryResultFormatsByOID:
+		return false
+	}
+	if t.protocol == protocolUnknown {
+		t.protocol = protocolExtended
+		if t.conn.Config().DefaultQueryExecMode == pgx.QueryExecModeSimpleProtocol {
+			t.protocol = protocolSimple
+		}
+	}
+	return t.protocol == protocolExtended
 }
 
 // Query runs sql after the BEGIN and the held inserts.
 func (t *pipelineTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
-	if t.ended {
-		return nil, pgx.ErrTxClosed
-	}
-	if err := t.begun(ctx); err != nil {
+	if err := t.ready(ctx, sql); err != nil {
 		return nil, err
 	}
 	return t.tx.Query(ctx, sql, args...)
@@ -253,10 +355,7 @@ func (t *pipelineTx) Query(ctx context.Context, sql string, args ...any) (pgx.Ro
 
 // QueryRow runs sql after the BEGIN and the held inserts.
 func (t *pipelineTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
-	if t.ended {
-		return errRow{pgx.ErrTxClosed}
-	}
-	if err := t.begun(ctx); err != nil {
+	if err := t.ready(ctx, sql); err != nil {
 		return errRow{err}
 	}
 	return t.tx.QueryRow(ctx, sql, args...)
@@ -264,10 +363,10 @@ func (t *pipelineTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.
 
 // SendBatch sends b after the BEGIN and the held inserts.
 func (t *pipelineTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
-	if t.ended {
-		return pgx.FailedBatchResults(b, pgx.ErrTxClosed)
+	for _, q := range b.QueuedQueries {
+		t.seeSavepoint(q.SQL)
 	}
-	if err := t.begun(ctx); err != nil {
+	if err := t.ready(ctx, ""); err != nil {
 		return pgx.FailedBatchResults(b, err)
 	}
 	return t.tx.SendBatch(ctx, b)
@@ -275,19 +374,26 @@ func (t *pipelineTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResul
 
 // CopyFrom copies after the BEGIN and the held inserts.
 func (t *pipelineTx) CopyFrom(ctx context.Context, table pgx.Identifier, columns []string, rows pgx.CopyFromSource) (int64, error) {
-	if t.ended {
-		return 0, pgx.ErrTxClosed
-	}
-	if err := t.begun(ctx); err != nil {
+	if err := t.ready(ctx, ""); err != nil {
 		return 0, err
 	}
 	return t.tx.CopyFrom(ctx, table, columns, rows)
 }
 
+// ready readies the transaction for sql, a statement it does not send
+// itself: the BEGIN and the held inserts go first.
+func (t *pipelineTx) ready(ctx context.Context, sql string) error {
+	if err := t.usable(); err != nil {
+		return err
+	}
+	t.seeSavepoint(sql)
+	return t.begun(ctx)
+}
+
 // Prepare prepares sql, on the connection: it sends no held insert.
 func (t *pipelineTx) Prepare(ctx context.Context, name, sql string) (*pgconn.StatementDescription, error) {
-	if t.ended {
-		return nil, pgx.ErrTxClosed
+	if err := t.usable(); err != nil {
+		return nil, err
 	}
 	return t.conn.Prepare(ctx, name, sql)
 }
@@ -311,14 +417,45 @@ func (t *pipelineTx) Conn() *pgx.Conn {
 }
 
 // handOut goes direct before the transaction's connection is handed out.
-// Neither Conn nor LargeObjects returns an error: one in what they send
-// fails the commit, as a failed statement would.
+// Neither Conn nor LargeObjects returns an error: a failure to send what
+// was held fails the transaction, as a failed statement would.
 func (t *pipelineTx) handOut() {
-	if t.ended || t.direct {
+	if t.usable() != nil {
 		return
 	}
-	if err := t.goDirect(context.Background()); err != nil {
+	if err := t.goDirect(context.Background()); err != nil && t.err == nil {
 		t.err = err
+	}
+}
+
+// seeSavepoint goes direct when sql opens a savepoint. The held inserts go
+// with the statement, before the savepoint.
+func (t *pipelineTx) seeSavepoint(sql string) {
+	if !t.direct && opensSavepoint(sql) {
+		t.direct = true
+	}
+}
+
+// opensSavepoint reports whether sql begins with SAVEPOINT, after blanks
+// and comments.
+func opensSavepoint(sql string) bool {
+	const keyword = "savepoint"
+	for {
+		sql = strings.TrimLeft(sql, " \t\r\n\f")
+		end := ""
+		switch {
+		case strings.HasPrefix(sql, "--"):
+			end = "\n"
+		case strings.HasPrefix(sql, "/*"):
+			end = "*/"
+		default:
+			return len(sql) >= len(keyword) && strings.EqualFold(sql[:len(keyword)], keyword)
+		}
+		i := strings.Index(sql, end)
+		if i < 0 {
+			return false
+		}
+		sql = sql[i+len(end):]
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/wmoutbox/wmoutbox/internal/storetest"
@@ -66,12 +67,19 @@ func storeAndWriter(t *testing.T, db postgres.DB, cfg outbox.WriterConfig) (*pos
 // An event costs its business transaction no round trip: InTx sends the
 // BEGIN with the first statement and the event with the next one, the
 // COMMIT most often. A transaction that writes an event alone is one
-// round trip, where begin, insert and commit one by one take three.
+// round trip, where begin, insert and commit one by one take three. In
+// the simple protocol, a statement of the caller's goes alone, as pgx
+// would send it (a batch there would run a prepared statement's name as
+// SQL): the BEGIN and the events go before it, or with the COMMIT.
 func TestInTxSendsEventsWithTheNextStatement(t *testing.T) {
 	t.Parallel()
 	for _, mode := range queryModes {
 		t.Run(mode.String(), func(t *testing.T) {
 			t.Parallel()
+			withOrder := int64(2)
+			if mode == pgx.QueryExecModeSimpleProtocol {
+				withOrder = 3
+			}
 			pool, writes := countedPool(t, mode)
 			store, writer := storeAndWriter(t, pool, outbox.WriterConfig{})
 			write := func(ctx context.Context, tx pgx.Tx, events ...outbox.Envelope) error {
@@ -96,10 +104,10 @@ func TestInTxSendsEventsWithTheNextStatement(t *testing.T) {
 				{"three events", 1, func(ctx context.Context, tx pgx.Tx) error {
 					return write(ctx, tx, storetest.JSONEvent(1), storetest.JSONEvent(2), storetest.JSONEvent(3))
 				}},
-				{"an order, then its event", 2, func(ctx context.Context, tx pgx.Tx) error {
+				{"an order, then its event", withOrder, func(ctx context.Context, tx pgx.Tx) error {
 					return errors.Join(insertOrder(ctx, tx), write(ctx, tx, storetest.JSONEvent(1)))
 				}},
-				{"an event, then its order", 2, func(ctx context.Context, tx pgx.Tx) error {
+				{"an event, then its order", withOrder, func(ctx context.Context, tx pgx.Tx) error {
 					return errors.Join(write(ctx, tx, storetest.JSONEvent(1)), insertOrder(ctx, tx))
 				}},
 			} {
@@ -269,4 +277,262 @@ func TestInTxOnAConnection(t *testing.T) {
 	var rows int
 	require.NoError(t, conn.QueryRow(t.Context(), `SELECT count(*) FROM outbox_event`).Scan(&rows))
 	require.Equal(t, 1, rows)
+}
+
+// plainPool is a pool that InTx does not recognise: it begins pgx's own
+// transaction on it, as before the change.
+type plainPool struct{ *pgxpool.Pool }
+
+// likePgx runs scenario in each of modes, with InTx's transaction and with
+// pgx's (InTx on a plainPool), which it must behave like, each on a fresh
+// pool of one connection.
+func likePgx(t *testing.T, modes []pgx.QueryExecMode, scenario func(t *testing.T, pool *pgxpool.Pool, db postgres.DB)) {
+	for _, mode := range modes {
+		for _, kind := range []string{"pgx", "pipelineTx"} {
+			t.Run(mode.String()+"/"+kind, func(t *testing.T) {
+				t.Parallel()
+				pool, _ := countedPool(t, mode)
+				var db postgres.DB = pool
+				if kind == "pgx" {
+					db = plainPool{pool}
+				}
+				scenario(t, pool, db)
+			})
+		}
+	}
+}
+
+// committed returns the committed orders and events.
+func committed(t *testing.T, pool *pgxpool.Pool) (orders, events int) {
+	t.Helper()
+	require.NoError(t, pool.QueryRow(context.Background(),
+		`SELECT (SELECT count(*) FROM orders), (SELECT count(*) FROM outbox_event)`).Scan(&orders, &events))
+	return orders, events
+}
+
+// A statement whose context has ended fails before anything reaches the
+// server; a pgx transaction is left as it was, and the caller may go on
+// (an optional step with a deadline). As InTx's first statement it
+// carried the BEGIN, which did not run either: the next statement sends
+// it, so that nothing after it escapes the rollback.
+func TestInTxFirstStatementThatNeverLeftKeepsTheTransaction(t *testing.T) {
+	t.Parallel()
+	likePgx(t, queryModes, func(t *testing.T, pool *pgxpool.Pool, db postgres.DB) {
+		store, writer := storeAndWriter(t, db, outbox.WriterConfig{})
+		businessRule := errors.New("business rule failed")
+		err := store.InTx(t.Context(), func(ctx context.Context, tx pgx.Tx) error {
+			optional, cancel := context.WithCancel(ctx)
+			cancel() // its deadline passed already
+			_, err := tx.Exec(optional, `SELECT pg_advisory_xact_lock(1)`)
+			require.ErrorIs(t, err, context.Canceled)
+			if _, err := writer.Write(ctx, tx, named("e1", "one")); err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, `INSERT INTO orders (id) VALUES ('a')`); err != nil {
+				return err
+			}
+			return businessRule // roll back
+		})
+		require.ErrorIs(t, err, businessRule)
+		orders, events := committed(t, pool)
+		assert.Zero(t, orders, "an order of a rolled-back transaction committed")
+		assert.Zero(t, events, "an event of a rolled-back transaction committed")
+	})
+}
+
+// The same statement later in the transaction: the event held back to go
+// with it stays held, for the commit, and is delivered only once it is
+// committed.
+func TestInTxStatementThatNeverLeftKeepsTheHeldEvents(t *testing.T) {
+	t.Parallel()
+	likePgx(t, queryModes, func(t *testing.T, pool *pgxpool.Pool, db postgres.DB) {
+		hot := &hotRecorder{}
+		store, writer := storeAndWriter(t, db, outbox.WriterConfig{AfterCommit: hot.hook})
+		err := store.InTx(t.Context(), func(ctx context.Context, tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, `INSERT INTO orders (id) VALUES ('a')`); err != nil {
+				return err
+			}
+			if _, err := writer.Write(ctx, tx, named("e1", "one")); err != nil {
+				return err
+			}
+			optional, cancel := context.WithCancel(ctx)
+			cancel()
+			_, err := tx.Exec(optional, `SELECT pg_advisory_xact_lock(1)`)
+			require.ErrorIs(t, err, context.Canceled) // an optional step: go on
+			return nil
+		})
+		require.NoError(t, err)
+		orders, events := committed(t, pool)
+		assert.Equal(t, 1, orders)
+		assert.Equal(t, 1, events, "the order committed without its event")
+		if events == 0 {
+			assert.Empty(t, hot.got, "the hot path was handed an event that was never committed")
+		}
+	})
+}
+
+// An optional step (see TestSavepointWhoseContextEndedIsRolledBack): a
+// savepoint InTx under a deadline, which the transaction goes on without
+// when it fails. With the deadline passed as the step begins, the event
+// held back before it stays held.
+func TestInTxOptionalStepWhoseDeadlinePassedKeepsTheHeldEvents(t *testing.T) {
+	t.Parallel()
+	likePgx(t, queryModes[:1], func(t *testing.T, pool *pgxpool.Pool, db postgres.DB) {
+		hot := &hotRecorder{}
+		store, writer := storeAndWriter(t, db, outbox.WriterConfig{AfterCommit: hot.hook})
+		var stepErr error
+		err := store.InTx(t.Context(), func(ctx context.Context, tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, `INSERT INTO orders (id) VALUES ('a')`); err != nil {
+				return err
+			}
+			if _, err := writer.Write(ctx, tx, named("order-created", "a")); err != nil {
+				return err
+			}
+			optional, cancel := context.WithCancel(ctx)
+			cancel() // the deadline of the optional step passed already
+			stepErr = postgres.InTx(optional, tx, nil, func(ctx context.Context, sp pgx.Tx) error {
+				_, err := sp.Exec(ctx, `SELECT 1`)
+				return err
+			})
+			return nil // the transaction goes on without the optional step
+		})
+		require.NoError(t, err)
+		require.ErrorIs(t, stepErr, context.Canceled)
+		orders, events := committed(t, pool)
+		assert.Equal(t, 1, orders)
+		assert.Equal(t, 1, events, "the order committed without its event")
+		if events == 0 {
+			assert.Empty(t, hot.got, "the hot path was handed an event that was never committed")
+		}
+	})
+}
+
+// pgx's Exec takes a QueryExecMode as its first argument (how a statement
+// is sent past PgBouncer, say), which a pgx.Batch does not.
+func TestInTxExecTakesAQueryExecMode(t *testing.T) {
+	t.Parallel()
+	likePgx(t, queryModes, func(t *testing.T, pool *pgxpool.Pool, db postgres.DB) {
+		store, _ := storeAndWriter(t, db, outbox.WriterConfig{})
+		require.NoError(t, store.InTx(t.Context(), func(ctx context.Context, tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, `INSERT INTO orders (id) VALUES ($1)`, pgx.QueryExecModeSimpleProtocol, "a")
+			return err
+		}))
+		orders, _ := committed(t, pool)
+		require.Equal(t, 1, orders)
+	})
+}
+
+// pgx's Exec sends a statement without arguments in the simple protocol,
+// which takes several statements in one string; a batch in the extended
+// protocol would refuse them.
+func TestInTxExecTakesSeveralStatementsWithoutArguments(t *testing.T) {
+	t.Parallel()
+	likePgx(t, queryModes, func(t *testing.T, pool *pgxpool.Pool, db postgres.DB) {
+		store, _ := storeAndWriter(t, db, outbox.WriterConfig{})
+		require.NoError(t, store.InTx(t.Context(), func(ctx context.Context, tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, `SET LOCAL lock_timeout = '5s'; INSERT INTO orders (id) VALUES ('a')`)
+			return err
+		}))
+		orders, _ := committed(t, pool)
+		require.Equal(t, 1, orders)
+	})
+}
+
+// A statement prepared with tx.Prepare runs by its name with tx.Exec in
+// every mode on a pgx.Tx (Conn.Exec looks the name up first), which a
+// batch in the simple protocol would send as SQL.
+func TestInTxExecRunsAPreparedStatementByName(t *testing.T) {
+	t.Parallel()
+	likePgx(t, queryModes, func(t *testing.T, pool *pgxpool.Pool, db postgres.DB) {
+		store, _ := storeAndWriter(t, db, outbox.WriterConfig{})
+		require.NoError(t, store.InTx(t.Context(), func(ctx context.Context, tx pgx.Tx) error {
+			if _, err := tx.Prepare(ctx, "insert_order", `INSERT INTO orders (id) VALUES ($1)`); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, "insert_order", "a")
+			return err
+		}))
+		orders, _ := committed(t, pool)
+		require.Equal(t, 1, orders)
+	})
+}
+
+// The usual way to skip a duplicate event (a redelivered message's id)
+// inside a transaction: a savepoint, rolled back when the write fails.
+// From a SAVEPOINT statement on, events are written at once, so that the
+// write, not the RELEASE, fails.
+func TestInTxWriteInASQLSavepointFailsAtOnce(t *testing.T) {
+	t.Parallel()
+	likePgx(t, queryModes[:1], func(t *testing.T, pool *pgxpool.Pool, db postgres.DB) {
+		store, writer := storeAndWriter(t, db, outbox.WriterConfig{})
+		require.NoError(t, store.InTx(t.Context(), func(ctx context.Context, tx pgx.Tx) error {
+			_, err := writer.Write(ctx, tx, named("msg-1", "first delivery"))
+			return err
+		}))
+		require.NoError(t, store.InTx(t.Context(), func(ctx context.Context, tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, `INSERT INTO orders (id) VALUES ('a')`); err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, `SAVEPOINT publish`); err != nil {
+				return err
+			}
+			_, err := writer.Write(ctx, tx, named("msg-1", "redelivered"))
+			if errors.Is(err, outbox.ErrDuplicateEvent) {
+				_, err = tx.Exec(ctx, `ROLLBACK TO SAVEPOINT publish`)
+				return err
+			}
+			if err != nil {
+				return err
+			}
+			_, err = tx.Exec(ctx, `RELEASE SAVEPOINT publish`)
+			return err
+		}))
+		orders, _ := committed(t, pool)
+		require.Equal(t, 1, orders)
+	})
+}
+
+// A caller's statement that pgx fails before running its batch (cache
+// statement mode prepares every new statement of a batch first) reports
+// its own error, not one of the outbox insert it went with.
+func TestInTxCallersStatementErrorIsItsOwn(t *testing.T) {
+	t.Parallel()
+	likePgx(t, queryModes[:1], func(t *testing.T, pool *pgxpool.Pool, db postgres.DB) {
+		store, writer := storeAndWriter(t, db, outbox.WriterConfig{})
+		var stmtErr error
+		_ = store.InTx(t.Context(), func(ctx context.Context, tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, `INSERT INTO orders (id) VALUES ('a')`); err != nil {
+				return err
+			}
+			_, err := writer.Write(ctx, tx, named("e", "x"))
+			if err != nil {
+				return err
+			}
+			_, stmtErr = tx.Exec(ctx, `UPDATE no_such_table SET x = 1`)
+			return stmtErr
+		})
+		require.Error(t, stmtErr)
+		require.NotContains(t, stmtErr.Error(), "insert into", "the caller's own UPDATE failed")
+	})
+}
+
+// A first statement the server refuses aborts pgx's transaction, whether
+// or not the caller goes on: the commit fails and nothing of it is kept,
+// though InTx's BEGIN went in the same batch and never ran.
+func TestInTxFirstStatementRefusedAbortsTheTransaction(t *testing.T) {
+	t.Parallel()
+	likePgx(t, queryModes, func(t *testing.T, pool *pgxpool.Pool, db postgres.DB) {
+		store, writer := storeAndWriter(t, db, outbox.WriterConfig{})
+		err := store.InTx(t.Context(), func(ctx context.Context, tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, `UPDATE no_such_table SET x = $1`, 1)
+			require.Error(t, err)
+			_, _ = tx.Exec(ctx, `INSERT INTO orders (id) VALUES ($1)`, "a") // the caller goes on
+			_, _ = writer.Write(ctx, tx, named("e1", "one"))
+			return nil
+		})
+		require.Error(t, err, "the commit of an aborted transaction")
+		orders, events := committed(t, pool)
+		require.Zero(t, orders)
+		require.Zero(t, events)
+	})
 }

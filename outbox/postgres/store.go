@@ -167,13 +167,17 @@ func (s *Store) InTx(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx
 // [pgx.Batch.BeginTx]), and the events written in it go with the
 // statement after them, the COMMIT most often. An event then costs its
 // transaction no round trip of its own, and a transaction that writes
-// events alone takes one. Statements still run in the order fn made them,
-// so a query after an event sees it; but an event's insert error, such as
+// events alone takes one. (In the simple protocol, as behind PgBouncer, a
+// statement of fn's goes alone, as pgx sends it, and what was held goes
+// just before it.) Statements still run in the order fn made them, so a
+// query after an event sees it; but an event's insert error, such as
 // [outbox.ErrDuplicateEvent], is returned by the statement after it, or by
-// InTx from the commit. From a savepoint (tx.Begin or SQL) or a call of
-// tx.Conn or tx.LargeObjects on, whose statements tx does not see, events
-// are written at once. tx is not a *pgxpool.Tx, and ends with InTx: a
-// later call fails with pgx.ErrTxClosed.
+// InTx from the commit. From a savepoint (tx.Begin, a nested InTx, or a
+// statement that begins with SAVEPOINT) on, events are written at once,
+// so that a write's error comes from the write, for the savepoint to undo;
+// and from a call of tx.Conn or tx.LargeObjects on, whose statements tx
+// does not see. tx is not a *pgxpool.Tx, and ends with InTx: a later call
+// fails with pgx.ErrTxClosed.
 func InTx(ctx context.Context, db DB, logger *slog.Logger, fn func(ctx context.Context, tx pgx.Tx) error) error {
 	funcs := outbox.TxFuncs[pgx.Tx]{
 		Begin: func(ctx context.Context) (pgx.Tx, error) {
