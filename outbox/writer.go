@@ -223,6 +223,9 @@ func (w *Writer[Tx]) kept(ctx context.Context, savepoint uint64, events []Envelo
 	if err != nil {
 		return nil, fmt.Errorf("outbox: look up %d events written in a savepoint: %w", len(ids), err)
 	}
+	if len(found) == len(ids) {
+		return events, nil // all of them (one write's ids are distinct)
+	}
 	kept := make(map[string]bool, len(found))
 	for _, id := range found {
 		kept[id] = true

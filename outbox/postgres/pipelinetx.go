@@ -56,11 +56,15 @@ const (
 
 // heldInsert is an insert of store's, waiting for the next statement.
 type heldInsert struct {
-	store *Store
-	sql   string
-	args  []any
-	mark  int // where the insert's savepoint mark goes in marks; -1: it returns none
+	store   *Store
+	sql     string
+	markSQL string // the same insert returning its savepoint mark; "" when none is asked for
+	args    []any
+	mark    int // where the insert's savepoint mark goes in marks; -1: it returns none
 }
+
+// sqlCommit is the COMMIT the held inserts go with.
+const sqlCommit = "commit"
 
 // heldMark flags the stand-in mark of an insert held back, in the bit that
 // a savepoint mark (a transaction id: 32 bits of epoch, 32 of counter)
@@ -87,13 +91,14 @@ func beginPipeline(ctx context.Context, db DB) (_ pgx.Tx, ok bool, err error) {
 }
 
 // hold keeps an insert back, or reports false when it must run at once.
-// With withMark, sql returns the savepoint mark, and hold a stand-in.
-func (t *pipelineTx) hold(s *Store, sql string, args []any, withMark bool) (mark uint64, ok bool) {
+// With markSQL, the same insert returning its savepoint mark, hold returns
+// a stand-in for the mark.
+func (t *pipelineTx) hold(s *Store, sql, markSQL string, args []any) (mark uint64, ok bool) {
 	if t.direct || t.ended {
 		return 0, false
 	}
-	h := heldInsert{store: s, sql: sql, args: args, mark: -1}
-	if withMark {
+	h := heldInsert{store: s, sql: sql, markSQL: markSQL, args: args, mark: -1}
+	if markSQL != "" {
 		h.mark = len(t.marks)
 		t.marks = append(t.marks, 0)
 		mark = heldMark | uint64(h.mark)
@@ -104,7 +109,8 @@ func (t *pipelineTx) hold(s *Store, sql string, args []any, withMark bool) (mark
 
 // savepointMark resolves mark, a stand-in from hold, to the one its insert
 // returned; an insert still held back goes with the COMMIT, which commits
-// any savepoint still open: 0. Other marks are returned as they are.
+// any savepoint still open, and asks for no mark: 0. Other marks are
+// returned as they are.
 func (t *pipelineTx) savepointMark(mark uint64) uint64 {
 	if mark&heldMark == 0 {
 		return mark
@@ -132,8 +138,15 @@ func (t *pipelineTx) send(ctx context.Context, sql string, args ...any) (tag pgc
 	}
 	held := t.held
 	t.held = nil
+	// With the COMMIT, no savepoint can roll an insert back any more: a
+	// mark is asked only of those that go before.
+	marked := sql != sqlCommit
 	for _, h := range held {
-		batch.Queue(h.sql, h.args...)
+		if marked && h.mark >= 0 {
+			batch.Queue(h.markSQL, h.args...)
+		} else {
+			batch.Queue(h.sql, h.args...)
+		}
 	}
 	if sql != "" {
 		batch.Queue(sql, args...)
@@ -147,7 +160,7 @@ func (t *pipelineTx) send(ctx context.Context, sql string, args ...any) (tag pgc
 		if k := i - first; k >= 0 && k < len(held) {
 			h = &held[k]
 		}
-		if h != nil && h.mark >= 0 {
+		if h != nil && marked && h.mark >= 0 {
 			var mark int64
 			err = results.QueryRow().Scan(&mark)
 			t.marks[h.mark] = uint64(mark)
@@ -176,7 +189,7 @@ func blame(err error, h *heldInsert, held []heldInsert) error {
 	var preparing pgx.ErrPreprocessingBatch
 	if errors.As(err, &preparing) {
 		for _, h := range held {
-			if h.sql == preparing.SQL() {
+			if h.sql == preparing.SQL() || h.markSQL == preparing.SQL() {
 				return h.store.insertError(err)
 			}
 		}
@@ -273,7 +286,7 @@ func (t *pipelineTx) Commit(ctx context.Context) error {
 	if len(t.held) == 0 {
 		return t.tx.Commit(ctx)
 	}
-	tag, err := t.send(ctx, "commit")
+	tag, err := t.send(ctx, sqlCommit)
 	if err != nil {
 		// Something before the COMMIT failed, so the COMMIT did not run:
 		// what the server began is still open.

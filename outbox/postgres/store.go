@@ -280,11 +280,11 @@ func (s *Store) insertOne(ctx context.Context, tx pgx.Tx, e *outbox.Envelope, cl
 // savepoint mark.
 func (s *Store) run(ctx context.Context, tx pgx.Tx, hot bool, plain, hotSQL string, args []any) (savepoint uint64, err error) {
 	if t, ok := tx.(*pipelineTx); ok {
-		sql := plain
+		markSQL := ""
 		if hot {
-			sql = hotSQL
+			markSQL = hotSQL
 		}
-		if mark, held := t.hold(s, sql, args, hot); held {
+		if mark, held := t.hold(s, plain, markSQL, args); held {
 			return mark, nil
 		}
 	}
