@@ -25,11 +25,12 @@
 //		return err
 //	})
 //
-// The transaction InTx begins on a pool sends its BEGIN with your first
-// statement and the event with the statement after it, here the COMMIT:
-// two round trips for this transaction, where one statement at a time
-// takes four. An event's insert error (a duplicate id) therefore comes
-// from that next statement or the commit; see [InTx].
+// The transaction InTx begins on a pool sends its BEGIN just before your
+// first statement and the event with the COMMIT: three round trips for
+// this transaction, where one statement at a time takes four, and one for
+// a transaction that writes events alone. An event's insert error (a
+// duplicate id) therefore comes from the statement after it or the
+// commit; see [InTx].
 //
 // A transaction you begin and commit yourself works too: pass its pgx.Tx to
 // [outbox.Writer.Write]; delivery then falls to the poller.

@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -11,10 +12,11 @@ import (
 )
 
 // pipelineTx is the transaction [InTx] begins on a pool or a connection,
-// built to spend as few round trips as it can. Its BEGIN goes with its
-// first statement (pgx's [pgx.Batch.BeginTx]), and it holds the store's
-// inserts back until it sends its next statement, its COMMIT most often,
-// and sends them in the same round trip: an event costs its business
+// built to spend as few round trips as it can. It holds its BEGIN and the
+// store's inserts back until it sends something else, and sends them with
+// that in one round trip (pgx's [pgx.Batch.BeginTx]): with its COMMIT most
+// often, or just before a statement of the caller's, which goes on its
+// own, as pgx's Exec or Query sends it. An event costs its business
 // transaction no round trip of its own, and a transaction that writes
 // events alone is one round trip. Statements still run in the order they
 // were made, so a later statement sees the events, and a savepoint rolled
@@ -33,26 +35,18 @@ import (
 // write, for the savepoint to undo; and from a call of Conn or
 // LargeObjects on, whose statements the transaction does not see.
 type pipelineTx struct {
-	conn     *pgx.Conn
-	tx       pgx.Tx // nil until the BEGIN has been sent
-	release  func() // gives conn back to its pool
-	held     []heldInsert
-	marks    []uint64 // the savepoint marks of the hot inserts held back, 0 until sent
-	direct   bool     // no insert is held back any more
-	protocol protocol // of conn's statements, known once asked
-	err      error    // what failed the transaction, which later statements and the commit return
-	ended    bool
+	conn    *pgx.Conn
+	tx      pgx.Tx // nil until the BEGIN has been sent
+	release func() // gives conn back to its pool
+	held    []heldInsert
+	marks   []uint64 // the savepoint marks of the hot inserts held back, 0 until sent
+	direct  bool     // no insert is held back any more
+	err     error    // what failed the transaction, which later statements and the commit return
+	ended   bool
+	// ctx is InTx's, for what Conn and LargeObjects send: pgx gives them
+	// no context of their own.
+	ctx context.Context
 }
-
-// protocol is how a connection sends statements, which decides what Exec
-// can send in a batch.
-type protocol uint8
-
-const (
-	protocolUnknown protocol = iota
-	protocolExtended
-	protocolSimple
-)
 
 // heldInsert is an insert of store's, waiting for the next statement.
 type heldInsert struct {
@@ -83,9 +77,9 @@ func beginPipeline(ctx context.Context, db DB) (_ pgx.Tx, ok bool, err error) {
 		if err != nil {
 			return nil, true, err
 		}
-		return &pipelineTx{conn: conn.Conn(), release: conn.Release}, true, nil
+		return &pipelineTx{conn: conn.Conn(), release: conn.Release, ctx: ctx}, true, nil
 	case *pgx.Conn:
-		return &pipelineTx{conn: db, release: func() {}}, true, nil
+		return &pipelineTx{conn: db, release: func() {}, ctx: ctx}, true, nil
 	}
 	return nil, false, nil
 }
@@ -278,10 +272,16 @@ func (t *pipelineTx) Commit(ctx context.Context) error {
 	defer t.release()
 	if t.err != nil {
 		_ = t.rollback(ctx)
-		return t.err
+		return fmt.Errorf("%w: %w", pgx.ErrTxCommitRollback, t.err)
 	}
 	if t.tx == nil && len(t.held) == 0 {
 		return nil
+	}
+	if len(t.held) > 0 && t.conn.PgConn().TxStatus() == 'E' {
+		// A statement failed and aborted the transaction: the COMMIT
+		// would roll it back, as pgx's does, and the held inserts with it.
+		_ = t.rollback(ctx)
+		return pgx.ErrTxCommitRollback
 	}
 	if len(t.held) == 0 {
 		return t.tx.Commit(ctx)
@@ -319,43 +319,15 @@ func (t *pipelineTx) rollback(ctx context.Context) error {
 	return t.tx.Rollback(ctx)
 }
 
-// Exec runs sql after the BEGIN and the held inserts, in the same round
-// trip when a batch can carry it as pgx's Exec would send it.
+// Exec runs sql after the BEGIN and the held inserts. It goes on its own,
+// as pgx's Exec sends it: pgx fails some statements (an argument it cannot
+// encode) only once a batch carrying them is under way, which closes the
+// connection, where its Exec leaves the transaction usable.
 func (t *pipelineTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
-	if err := t.usable(); err != nil {
-		return pgconn.CommandTag{}, err
-	}
-	if t.batchable(args) {
-		t.seeSavepoint(sql)
-		return t.send(ctx, sql, args...)
-	}
 	if err := t.ready(ctx, sql); err != nil {
 		return pgconn.CommandTag{}, err
 	}
 	return t.tx.Exec(ctx, sql, args...)
-}
-
-// batchable reports whether a batch sends a statement with args as pgx's
-// Exec does. pgx's Exec sends a statement without arguments in the simple
-// protocol, which takes several statements in one string; takes options
-// (a QueryExecMode, result formats) that a batch does not; and runs a
-// statement prepared by name, which a batch in the simple protocol sends
-// as SQL.
-func (t *pipelineTx) batchable(args []any) bool {
-	if len(args) == 0 {
-		return false
-	}
-	switch args[0].(type) {
-	case pgx.QueryExecMode, pgx.QueryResultFormats, pgx.QueryResultFormatsByOID:
-		return false
-	}
-	if t.protocol == protocolUnknown {
-		t.protocol = protocolExtended
-		if t.conn.Config().DefaultQueryExecMode == pgx.QueryExecModeSimpleProtocol {
-			t.protocol = protocolSimple
-		}
-	}
-	return t.protocol == protocolExtended
 }
 
 // Query runs sql after the BEGIN and the held inserts.
@@ -403,12 +375,13 @@ func (t *pipelineTx) ready(ctx context.Context, sql string) error {
 	return t.begun(ctx)
 }
 
-// Prepare prepares sql, on the connection: it sends no held insert.
+// Prepare prepares sql after the BEGIN and the held inserts: a statement
+// the server refuses aborts the transaction, as it aborts pgx's.
 func (t *pipelineTx) Prepare(ctx context.Context, name, sql string) (*pgconn.StatementDescription, error) {
-	if err := t.usable(); err != nil {
+	if err := t.ready(ctx, ""); err != nil {
 		return nil, err
 	}
-	return t.conn.Prepare(ctx, name, sql)
+	return t.tx.Prepare(ctx, name, sql)
 }
 
 // LargeObjects hands out large objects, whose statements the transaction
@@ -422,8 +395,8 @@ func (t *pipelineTx) LargeObjects() pgx.LargeObjects {
 }
 
 // Conn hands out the connection, whose statements the transaction does not
-// see: the BEGIN and the held inserts are sent first, and later inserts at
-// once.
+// see: the BEGIN and the held inserts are sent first, under InTx's
+// context, and later inserts at once.
 func (t *pipelineTx) Conn() *pgx.Conn {
 	t.handOut()
 	return t.conn
@@ -436,7 +409,7 @@ func (t *pipelineTx) handOut() {
 	if t.usable() != nil {
 		return
 	}
-	if err := t.goDirect(context.Background()); err != nil && t.err == nil {
+	if err := t.goDirect(t.ctx); err != nil && t.err == nil {
 		t.err = err
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -65,21 +66,17 @@ func storeAndWriter(t *testing.T, db postgres.DB, cfg outbox.WriterConfig) (*pos
 }
 
 // An event costs its business transaction no round trip: InTx sends the
-// BEGIN with the first statement and the event with the next one, the
-// COMMIT most often. A transaction that writes an event alone is one
-// round trip, where begin, insert and commit one by one take three. In
-// the simple protocol, a statement of the caller's goes alone, as pgx
-// would send it (a batch there would run a prepared statement's name as
-// SQL): the BEGIN and the events go before it, or with the COMMIT.
+// BEGIN and the events with the next statement, the COMMIT most often. A
+// transaction that writes an event alone is one round trip, where begin,
+// insert and commit one by one take three. A statement of the caller's
+// goes alone, as pgx sends it: the BEGIN and the events go before it, or
+// with the COMMIT.
 func TestInTxSendsEventsWithTheNextStatement(t *testing.T) {
 	t.Parallel()
 	for _, mode := range queryModes {
 		t.Run(mode.String(), func(t *testing.T) {
 			t.Parallel()
-			withOrder := int64(2)
-			if mode == pgx.QueryExecModeSimpleProtocol {
-				withOrder = 3
-			}
+			const withOrder = 3
 			pool, writes := countedPool(t, mode)
 			store, writer := storeAndWriter(t, pool, outbox.WriterConfig{})
 			write := func(ctx context.Context, tx pgx.Tx, events ...outbox.Envelope) error {
@@ -534,5 +531,125 @@ func TestInTxFirstStatementRefusedAbortsTheTransaction(t *testing.T) {
 		orders, events := committed(t, pool)
 		require.Zero(t, orders)
 		require.Zero(t, events)
+	})
+}
+
+// A statement whose argument cannot be encoded fails in pgx before
+// anything is sent; the transaction goes on. (In a batch, in the cache
+// modes, it would close the connection.)
+func TestInTxExecOfAnUnencodableArgumentKeepsTheTransaction(t *testing.T) {
+	t.Parallel()
+	likePgx(t, queryModes[:1], func(t *testing.T, pool *pgxpool.Pool, db postgres.DB) {
+		hot := &hotRecorder{}
+		store, writer := storeAndWriter(t, db, outbox.WriterConfig{AfterCommit: hot.hook})
+		err := store.InTx(t.Context(), func(ctx context.Context, tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, `INSERT INTO orders (id) VALUES ($1)`, "a"); err != nil {
+				return err
+			}
+			if _, err := writer.Write(ctx, tx, named("e1", "one")); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, uint64(1<<63)) // out of range for bigint: pgx refuses to encode it
+			require.Error(t, err)
+			return nil // an optional step: go on
+		})
+		require.NoError(t, err)
+		orders, events := committed(t, pool)
+		assert.Equal(t, 1, orders)
+		assert.Equal(t, 1, events)
+		assert.Equal(t, []string{"e1 one"}, hot.got)
+	})
+}
+
+// The same as the first statement.
+func TestInTxFirstExecOfAnUnencodableArgumentKeepsTheTransaction(t *testing.T) {
+	t.Parallel()
+	likePgx(t, queryModes, func(t *testing.T, pool *pgxpool.Pool, db postgres.DB) {
+		store, _ := storeAndWriter(t, db, outbox.WriterConfig{})
+		err := store.InTx(t.Context(), func(ctx context.Context, tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, `INSERT INTO orders (id) VALUES ($1)`, make(chan int))
+			require.Error(t, err)
+			_, err = tx.Exec(ctx, `INSERT INTO orders (id) VALUES ($1)`, "a")
+			return err
+		})
+		require.NoError(t, err)
+		orders, _ := committed(t, pool)
+		assert.Equal(t, 1, orders)
+	})
+}
+
+// A Prepare the server refuses aborts pgx's transaction, and InTx's, which
+// sends its BEGIN first.
+func TestInTxRefusedPrepareAbortsTheTransaction(t *testing.T) {
+	t.Parallel()
+	likePgx(t, queryModes[:1], func(t *testing.T, pool *pgxpool.Pool, db postgres.DB) {
+		hot := &hotRecorder{}
+		store, writer := storeAndWriter(t, db, outbox.WriterConfig{AfterCommit: hot.hook})
+		err := store.InTx(t.Context(), func(ctx context.Context, tx pgx.Tx) error {
+			if _, err := writer.Write(ctx, tx, named("e1", "one")); err != nil {
+				return err
+			}
+			_, err := tx.Prepare(ctx, "p", `SELECT * FROM no_such_table`)
+			require.Error(t, err) // an optional statement: go on
+			return nil
+		})
+		_ = err
+		orders, events := committed(t, pool)
+		assert.Zero(t, orders+events, "pgx's transaction is aborted by the refused Prepare")
+		if events == 0 {
+			assert.Empty(t, hot.got)
+		}
+	})
+}
+
+// pgx's Exec sends a statement whose QueryRewriter leaves no argument in
+// the simple protocol (several statements in one string).
+func TestInTxExecOfNamedArgsWithoutArguments(t *testing.T) {
+	t.Parallel()
+	likePgx(t, queryModes[:1], func(t *testing.T, pool *pgxpool.Pool, db postgres.DB) {
+		store, _ := storeAndWriter(t, db, outbox.WriterConfig{})
+		require.NoError(t, store.InTx(t.Context(), func(ctx context.Context, tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, `SET LOCAL lock_timeout = '5s'; INSERT INTO orders (id) VALUES ('a')`, pgx.NamedArgs{})
+			return err
+		}))
+		orders, _ := committed(t, pool)
+		require.Equal(t, 1, orders)
+	})
+}
+
+// Conn hands out the connection after sending the held inserts under
+// InTx's context: an insert waiting on a lock (the same event id written
+// by a transaction still open) gives up at its deadline, as pgx's Write
+// does.
+func TestInTxConnHonoursTheDeadline(t *testing.T) {
+	t.Parallel()
+	likePgx(t, queryModes[:1], func(t *testing.T, pool *pgxpool.Pool, _ postgres.DB) {
+		cfg := pool.Config()
+		cfg.MaxConns = 2
+		big, err := pgxpool.NewWithConfig(t.Context(), cfg)
+		require.NoError(t, err)
+		defer big.Close()
+		var db postgres.DB = big
+		if t.Name()[len(t.Name())-3:] == "pgx" {
+			db = plainPool{big}
+		}
+		_, writer := storeAndWriter(t, db, outbox.WriterConfig{})
+		other, err := big.Begin(t.Context())
+		require.NoError(t, err)
+		_, err = writer.Write(t.Context(), other, named("same", "other"))
+		require.NoError(t, err)
+		time.AfterFunc(3*time.Second, func() { _ = other.Rollback(context.Background()) })
+
+		ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+		defer cancel()
+		start := time.Now()
+		_ = postgres.InTx(ctx, db, nil, func(ctx context.Context, tx pgx.Tx) error {
+			if _, err := writer.Write(ctx, tx, named("same", "mine")); err != nil {
+				return err
+			}
+			_, err := tx.Conn().Exec(ctx, `SELECT 1`)
+			return err
+		})
+		assert.Less(t, time.Since(start), 2*time.Second, "InTx outlived its deadline")
 	})
 }

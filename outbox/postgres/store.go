@@ -163,13 +163,12 @@ func (s *Store) InTx(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx
 // are not taken otherwise (the events then go to the pollers).
 //
 // When db is a *pgxpool.Pool or a *pgx.Conn, tx spends as few round trips
-// as it can: its BEGIN goes with fn's first statement (pgx's
-// [pgx.Batch.BeginTx]), and the events written in it go with the
-// statement after them, the COMMIT most often. An event then costs its
-// transaction no round trip of its own, and a transaction that writes
-// events alone takes one. (In the simple protocol, as behind PgBouncer, a
-// statement of fn's goes alone, as pgx sends it, and what was held goes
-// just before it.) Statements still run in the order fn made them, so a
+// as it can: it holds its BEGIN and the events written in it back until it
+// sends something else, and sends them with that in one round trip (pgx's
+// [pgx.Batch.BeginTx]): with the COMMIT most often, or just before a
+// statement of fn's, which goes on its own, as pgx sends it. An event then
+// costs its transaction no round trip of its own, and a transaction that
+// writes events alone takes one. Statements still run in the order fn made them, so a
 // query after an event sees it; but an event's insert error, such as
 // [outbox.ErrDuplicateEvent], is returned by the statement after it, or by
 // InTx from the commit. From a savepoint (tx.Begin, a nested InTx, or a
