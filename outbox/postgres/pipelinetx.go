@@ -57,9 +57,6 @@ type heldInsert struct {
 	mark    int // where the insert's savepoint mark goes in marks; -1: it returns none
 }
 
-// sqlCommit is the COMMIT the held inserts go with.
-const sqlCommit = "commit"
-
 // heldMark flags the stand-in mark of an insert held back, in the bit that
 // a savepoint mark (a transaction id: 32 bits of epoch, 32 of counter)
 // does not reach; the others give its place in marks.
@@ -113,15 +110,12 @@ func (t *pipelineTx) savepointMark(mark uint64) uint64 {
 }
 
 // send sends, in one round trip, the BEGIN if it has not been sent, the
-// held inserts, and then sql unless it is empty. It returns the error of
-// the first statement that failed, an insert's wrapped as its store's
-// Insert wraps it, or the tag of the last one.
-func (t *pipelineTx) send(ctx context.Context, sql string, args ...any) (tag pgconn.CommandTag, err error) {
-	if t.tx != nil && len(t.held) == 0 {
-		if sql == "" {
-			return tag, nil
-		}
-		return t.tx.Exec(ctx, sql, args...)
+// held inserts, and with commit the COMMIT. It returns the error of the
+// first statement that failed, an insert's wrapped as its store's Insert
+// wraps it, or the tag of the last one.
+func (t *pipelineTx) send(ctx context.Context, commit bool) (tag pgconn.CommandTag, err error) {
+	if t.tx != nil && len(t.held) == 0 && !commit {
+		return tag, nil
 	}
 	batch := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, len(t.held)+2)}
 	began := t.tx == nil
@@ -134,7 +128,7 @@ func (t *pipelineTx) send(ctx context.Context, sql string, args ...any) (tag pgc
 	t.held = nil
 	// With the COMMIT, no savepoint can roll an insert back any more: a
 	// mark is asked only of those that go before.
-	marked := sql != sqlCommit
+	marked := !commit
 	for _, h := range held {
 		if marked && h.mark >= 0 {
 			batch.Queue(h.markSQL, h.args...)
@@ -142,8 +136,8 @@ func (t *pipelineTx) send(ctx context.Context, sql string, args ...any) (tag pgc
 			batch.Queue(h.sql, h.args...)
 		}
 	}
-	if sql != "" {
-		batch.Queue(sql, args...)
+	if commit {
+		batch.Queue("commit")
 	}
 	results := t.conn.SendBatch(ctx, batch)
 	if began {
@@ -208,9 +202,9 @@ func (t *pipelineTx) failed(err error, held []heldInsert, began bool) {
 		// The server ran the batch up to a statement that failed: the
 		// transaction is aborted, as pgx's would be.
 	case status == 'T' && !began:
-		// Nothing reached the server (the context had ended, an argument
-		// could not be encoded): the transaction is as it was, and the
-		// inserts wait for the next statement.
+		// Nothing reached the server (the context had ended): the
+		// transaction is as it was, and the inserts wait for the next
+		// statement.
 		t.held = held
 	case status == 'I' && began:
 		// The BEGIN did not run, nor anything after it: the next statement
@@ -231,7 +225,7 @@ func (t *pipelineTx) failed(err error, held []heldInsert, began bool) {
 
 // begun sends the BEGIN, when it has not been sent, and the held inserts.
 func (t *pipelineTx) begun(ctx context.Context) error {
-	_, err := t.send(ctx, "")
+	_, err := t.send(ctx, false)
 	return err
 }
 
@@ -274,19 +268,19 @@ func (t *pipelineTx) Commit(ctx context.Context) error {
 		_ = t.rollback(ctx)
 		return fmt.Errorf("%w: %w", pgx.ErrTxCommitRollback, t.err)
 	}
-	if t.tx == nil && len(t.held) == 0 {
-		return nil
+	if len(t.held) == 0 {
+		if t.tx == nil {
+			return nil
+		}
+		return t.tx.Commit(ctx)
 	}
-	if len(t.held) > 0 && t.conn.PgConn().TxStatus() == 'E' {
+	if t.conn.PgConn().TxStatus() == 'E' {
 		// A statement failed and aborted the transaction: the COMMIT
 		// would roll it back, as pgx's does, and the held inserts with it.
 		_ = t.rollback(ctx)
 		return pgx.ErrTxCommitRollback
 	}
-	if len(t.held) == 0 {
-		return t.tx.Commit(ctx)
-	}
-	tag, err := t.send(ctx, sqlCommit)
+	tag, err := t.send(ctx, true)
 	if err != nil {
 		// Something before the COMMIT failed, so the COMMIT did not run:
 		// what the server began is still open.
@@ -414,8 +408,8 @@ func (t *pipelineTx) handOut() {
 	}
 }
 
-// seeSavepoint goes direct when sql opens a savepoint. The held inserts go
-// with the statement, before the savepoint.
+// seeSavepoint goes direct when sql opens a savepoint; the held inserts
+// are sent before it.
 func (t *pipelineTx) seeSavepoint(sql string) {
 	if !t.direct && opensSavepoint(sql) {
 		t.direct = true

@@ -299,6 +299,19 @@ func likePgx(t *testing.T, modes []pgx.QueryExecMode, scenario func(t *testing.T
 	}
 }
 
+// orderCommittedWithItsEvent checks that one order and its event were
+// committed, and that an event not committed was not handed to the hot
+// path.
+func orderCommittedWithItsEvent(t *testing.T, pool *pgxpool.Pool, hot *hotRecorder) {
+	t.Helper()
+	orders, events := committed(t, pool)
+	assert.Equal(t, 1, orders)
+	assert.Equal(t, 1, events, "the order committed without its event")
+	if events == 0 {
+		assert.Empty(t, hot.got, "the hot path was handed an event that was never committed")
+	}
+}
+
 // committed returns the committed orders and events.
 func committed(t *testing.T, pool *pgxpool.Pool) (orders, events int) {
 	t.Helper()
@@ -359,12 +372,7 @@ func TestInTxStatementThatNeverLeftKeepsTheHeldEvents(t *testing.T) {
 			return nil
 		})
 		require.NoError(t, err)
-		orders, events := committed(t, pool)
-		assert.Equal(t, 1, orders)
-		assert.Equal(t, 1, events, "the order committed without its event")
-		if events == 0 {
-			assert.Empty(t, hot.got, "the hot path was handed an event that was never committed")
-		}
+		orderCommittedWithItsEvent(t, pool, hot)
 	})
 }
 
@@ -395,12 +403,7 @@ func TestInTxOptionalStepWhoseDeadlinePassedKeepsTheHeldEvents(t *testing.T) {
 		})
 		require.NoError(t, err)
 		require.ErrorIs(t, stepErr, context.Canceled)
-		orders, events := committed(t, pool)
-		assert.Equal(t, 1, orders)
-		assert.Equal(t, 1, events, "the order committed without its event")
-		if events == 0 {
-			assert.Empty(t, hot.got, "the hot path was handed an event that was never committed")
-		}
+		orderCommittedWithItsEvent(t, pool, hot)
 	})
 }
 
@@ -585,7 +588,7 @@ func TestInTxRefusedPrepareAbortsTheTransaction(t *testing.T) {
 	likePgx(t, queryModes[:1], func(t *testing.T, pool *pgxpool.Pool, db postgres.DB) {
 		hot := &hotRecorder{}
 		store, writer := storeAndWriter(t, db, outbox.WriterConfig{AfterCommit: hot.hook})
-		err := store.InTx(t.Context(), func(ctx context.Context, tx pgx.Tx) error {
+		_ = store.InTx(t.Context(), func(ctx context.Context, tx pgx.Tx) error {
 			if _, err := writer.Write(ctx, tx, named("e1", "one")); err != nil {
 				return err
 			}
@@ -593,7 +596,6 @@ func TestInTxRefusedPrepareAbortsTheTransaction(t *testing.T) {
 			require.Error(t, err) // an optional statement: go on
 			return nil
 		})
-		_ = err
 		orders, events := committed(t, pool)
 		assert.Zero(t, orders+events, "pgx's transaction is aborted by the refused Prepare")
 		if events == 0 {
