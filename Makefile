@@ -8,11 +8,12 @@ FUZZTIME ?= 20s
 # faults/) gets its own go.mod.
 MODULES ?= .
 
-# golangci-lint is pinned: `make tools` installs this version into ./.bin,
-# and lint uses that binary, not whichever one is on PATH.
+# golangci-lint is pinned: `make tools` installs this version into
+# TOOLS_BIN (./.bin unless set; a directory kept between clones saves the
+# install), and lint uses that binary, not whichever one is on PATH.
 GOLANGCI_LINT_VERSION := v2.15.0
-BIN                   := $(CURDIR)/.bin
-GOLANGCI_LINT         := $(BIN)/golangci-lint
+TOOLS_BIN             ?= $(CURDIR)/.bin
+GOLANGCI_LINT         := $(TOOLS_BIN)/golangci-lint
 
 SHELL       := bash
 .SHELLFLAGS := -euo pipefail -c
@@ -61,10 +62,10 @@ lint: tools ## gofmt, go vet (also -tags faults), golangci-lint, and go.mod tidy
 	done; \
 	exit $$status
 
-tools: ## Install the pinned golangci-lint into ./.bin (a no-op once there)
+tools: ## Install the pinned golangci-lint into TOOLS_BIN (default ./.bin; a no-op once there)
 	@if [ "$$($(GOLANGCI_LINT) version --short 2>/dev/null)" != "$(GOLANGCI_LINT_VERSION:v%=%)" ]; then \
-		echo "installing golangci-lint $(GOLANGCI_LINT_VERSION) into $(BIN)"; \
-		GOBIN="$(BIN)" $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION); \
+		echo "installing golangci-lint $(GOLANGCI_LINT_VERSION) into $(TOOLS_BIN)"; \
+		GOBIN="$(TOOLS_BIN)" $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION); \
 	fi
 
 bench: ## Run the benchmarks, with allocations
