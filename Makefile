@@ -3,11 +3,23 @@
 GO       ?= go
 FUZZTIME ?= 20s
 
+# The Go modules of this repository, as directories: lint vets, lints and
+# checks go.mod of each. Add a directory here when a nested module (bench/,
+# faults/) gets its own go.mod.
+MODULES ?= .
+
+# golangci-lint is pinned: `make tools` installs this version into
+# TOOLS_BIN (./.bin unless set; a directory kept between clones saves the
+# install), and lint uses that binary, not whichever one is on PATH.
+GOLANGCI_LINT_VERSION := v2.15.0
+TOOLS_BIN             ?= $(CURDIR)/.bin
+GOLANGCI_LINT         := $(TOOLS_BIN)/golangci-lint
+
 SHELL       := bash
 .SHELLFLAGS := -euo pipefail -c
 .DEFAULT_GOAL := help
 
-.PHONY: help test test-short lint bench fuzz faults tidy examples
+.PHONY: help test test-short lint tools bench fuzz faults tidy examples
 
 help: ## List the targets
 	@awk 'BEGIN { FS = ":.*## " } /^[a-zA-Z_-]+:.*## / { printf "  %-11s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
@@ -27,14 +39,34 @@ examples: ## Run every example program (quickstart needs no server; then on Mari
 test-short: ## Run the tests in -short mode, with the race detector
 	$(GO) test -race -short -count=1 ./...
 
-lint: ## Fail on files gofmt would change, then go vet
+lint: tools ## gofmt, go vet (also -tags faults), golangci-lint, and go.mod tidy, in each of MODULES
 	@unformatted="$$(find . -name '*.go' -not -path './.git/*' -not -path '*/testdata/*' -not -path './vendor/*' -print0 | xargs -0 -r gofmt -l)"; \
 	if [ -n "$$unformatted" ]; then \
 		echo "gofmt -l lists files to format (run gofmt -w on them):"; \
 		echo "$$unformatted"; \
 		exit 1; \
 	fi
-	$(GO) vet ./...
+	@status=0; \
+	for m in $(MODULES); do \
+		( cd "$$m"; \
+		  failed=0; \
+		  run() { echo "--- $$m: $$*"; "$$@"; }; \
+		  run $(GO) vet ./... || failed=1; \
+		  run $(GO) vet -tags faults ./... || failed=1; \
+		  run $(GOLANGCI_LINT) run --config "$(CURDIR)/.golangci.yml" ./... || failed=1; \
+		  if ! run $(GO) mod tidy -diff; then \
+			echo "go mod tidy would change $$m/go.mod or go.sum as above: run make tidy and commit the result"; \
+			failed=1; \
+		  fi; \
+		  exit $$failed ) || status=1; \
+	done; \
+	exit $$status
+
+tools: ## Install the pinned golangci-lint into TOOLS_BIN (default ./.bin; a no-op once there)
+	@if [ "$$($(GOLANGCI_LINT) version --short 2>/dev/null)" != "$(GOLANGCI_LINT_VERSION:v%=%)" ]; then \
+		echo "installing golangci-lint $(GOLANGCI_LINT_VERSION) into $(TOOLS_BIN)"; \
+		GOBIN="$(TOOLS_BIN)" $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION); \
+	fi
 
 bench: ## Run the benchmarks, with allocations
 	$(GO) test -run='^$$' -bench=. -benchmem ./...
@@ -63,5 +95,5 @@ FAULTS_SUMMARY := awk '{ print } \
 faults: ## Run the fault-injection suite (crashes, outages, bad input; a few minutes); ends with "N passed, N failed"
 	$(GO) test -tags faults -race -count=1 -v -timeout 4m ./faults 2>&1 | $(FAULTS_SUMMARY)
 
-tidy: ## go mod tidy
-	$(GO) mod tidy
+tidy: ## go mod tidy, in each of MODULES
+	@for m in $(MODULES); do (cd "$$m" && echo "go mod tidy in $$m" && $(GO) mod tidy) || exit 1; done

@@ -313,8 +313,8 @@ func TestLazyCloseWaitsForPublishesInFlight(t *testing.T) {
 	t.Parallel()
 	lazy, down, published, closed := closeDuringPublish()
 	select {
-	case <-closed:
-		t.Fatal("Close returned while a Publish was in flight")
+	case err := <-closed:
+		t.Fatalf("Close returned (%v) while a Publish was in flight", err)
 	case <-time.After(50 * time.Millisecond):
 	}
 	close(down.release)
@@ -345,8 +345,8 @@ func TestLazyPublishDuringASlowCloseFailsAtOnce(t *testing.T) {
 	again := make(chan error, 1)
 	go func() { again <- lazy.Close() }()
 	select {
-	case <-again:
-		t.Fatal("a second Close returned before the downstream was closed")
+	case err := <-again:
+		t.Fatalf("a second Close returned (%v) before the downstream was closed", err)
 	case <-time.After(50 * time.Millisecond):
 	}
 	close(down.release)

@@ -133,24 +133,45 @@ func New(reg prometheus.Registerer, cfg Config) (*Metrics, error) {
 	return m, nil
 }
 
+// HotEnqueued implements [outbox.Metrics]: outbox_hot_enqueued_total.
 func (m *Metrics) HotEnqueued(topic string) { m.hotEnqueued.WithLabelValues(topic).Inc() }
-func (m *Metrics) HotDropped(topic string)  { m.hotDropped.WithLabelValues(topic).Inc() }
+
+// HotDropped implements [outbox.Metrics]: outbox_hot_dropped_total.
+func (m *Metrics) HotDropped(topic string) { m.hotDropped.WithLabelValues(topic).Inc() }
+
+// ColdEnqueued implements [outbox.Metrics]: outbox_cold_enqueued_total.
 func (m *Metrics) ColdEnqueued(topic string, n int) {
 	m.coldEnqueued.WithLabelValues(topic).Add(float64(n))
 }
+
+// Delivered implements [outbox.Metrics]: outbox_delivered_total and the
+// outbox_delivery_latency_seconds histogram.
 func (m *Metrics) Delivered(topic string, latency time.Duration) {
 	m.delivered.WithLabelValues(topic).Inc()
 	m.latency.WithLabelValues(topic).Observe(latency.Seconds())
 }
+
+// Failed implements [outbox.Metrics]: outbox_failures_total.
 func (m *Metrics) Failed(topic string) { m.failures.WithLabelValues(topic).Inc() }
-func (m *Metrics) Dead(topic string)   { m.dead.WithLabelValues(topic).Inc() }
+
+// Dead implements [outbox.Metrics]: outbox_dead_total.
+func (m *Metrics) Dead(topic string) { m.dead.WithLabelValues(topic).Inc() }
+
+// AddQueueDepths implements [outbox.Metrics]: outbox_queue_depth, with
+// queue "hot" and "cold".
 func (m *Metrics) AddQueueDepths(topic string, hot, cold int) {
 	m.queueDepth.WithLabelValues(topic, "hot").Add(float64(hot))
 	m.queueDepth.WithLabelValues(topic, "cold").Add(float64(cold))
 }
+
+// StoreError implements [outbox.StoreErrorMetrics]:
+// outbox_store_errors_total.
 func (m *Metrics) StoreError(topic, operation string) {
 	m.storeErrors.WithLabelValues(topic, operation).Inc()
 }
+
+// Backlog implements [outbox.Metrics]: outbox_pending_events and
+// outbox_oldest_pending_age_seconds.
 func (m *Metrics) Backlog(topic string, pending int64, oldest time.Duration) {
 	m.pending.WithLabelValues(topic).Set(float64(pending))
 	m.oldestAge.WithLabelValues(topic).Set(oldest.Seconds())

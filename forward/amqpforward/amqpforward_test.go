@@ -3,7 +3,6 @@ package amqpforward_test
 import (
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"net"
 	"strings"
@@ -221,7 +220,7 @@ func TestQueueDeclarationConflictFails(t *testing.T) {
 
 	_, err = amqpforward.NewPublisher(url, amqpforward.Config{Queues: []string{queue}})
 	var amqpErr *amqp091.Error
-	require.True(t, errors.As(err, &amqpErr), "the broker's error: %v", err)
+	require.ErrorAs(t, err, &amqpErr, "the broker's error")
 	require.Equal(t, amqp091.PreconditionFailed, amqpErr.Code)
 	require.ErrorContains(t, err, fmt.Sprintf("declare queue %q", queue))
 }

@@ -175,11 +175,12 @@ func TestCloseReturnsWhileTheBrokerStalls(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- pub.Close() }()
 	select {
-	case <-done:
+	case err := <-done:
+		// Returning is what counts; the stalled connection may be an error.
+		t.Logf("Close returned %v", err)
 	case <-time.After(5 * time.Second):
 		proxy.paused.Store(false)
-		<-done
-		t.Errorf("Close blocked over 5 s while the broker did not read")
+		t.Errorf("Close blocked over 5 s while the broker did not read; it returned %v once the broker read again", <-done)
 	}
 }
 
@@ -366,7 +367,7 @@ wait:
 		t.Errorf("%d of %d publishes of 256 KiB still blocked 3 s after their contexts ended; after Close (%v) one returned %v",
 			workers-returned, workers, closeErr, <-done)
 		for range workers - returned - 1 {
-			<-done
+			t.Logf("a publish blocked past its context returned %v", <-done)
 		}
 	}
 	_ = pub.Close()

@@ -58,12 +58,17 @@ const maxTopicLength = 249
 // '.', '_' and '-', and not "." or "..".
 func validTopic(topic string) error {
 	if topic == "" || len(topic) > maxTopicLength || topic == "." || topic == ".." {
-		return fmt.Errorf("kafkaforward: invalid topic %q: Kafka takes 1 to %d characters, not . or ..", topic, maxTopicLength)
+		return fmt.Errorf("kafkaforward: invalid topic %q: Kafka takes 1 to %d characters, and not \".\" or \"..\"", topic, maxTopicLength)
 	}
 	for _, c := range []byte(topic) {
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-') {
+		if !topicByte(c) {
 			return fmt.Errorf("kafkaforward: invalid topic %q: Kafka takes only ASCII letters, digits, '.', '_' and '-'", topic)
 		}
 	}
 	return nil
+}
+
+// topicByte reports whether Kafka takes c in a topic name.
+func topicByte(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-'
 }

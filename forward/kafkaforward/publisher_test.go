@@ -114,10 +114,10 @@ func TestPublishStopsWhenMessageContextEnds(t *testing.T) {
 	again := make(chan error, 1)
 	go func() { again <- pub.Close() }()
 	select {
-	case <-closed:
-		t.Fatal("Close returned before the stalled send was settled")
-	case <-again:
-		t.Fatal("a second Close returned before the first")
+	case err := <-closed:
+		t.Fatalf("Close returned (%v) before the stalled send was settled", err)
+	case err := <-again:
+		t.Fatalf("a second Close returned (%v) before the first", err)
 	case <-time.After(50 * time.Millisecond):
 	}
 	for _, done := range []chan error{closed, again} {

@@ -15,14 +15,14 @@ var pattern = regexp.MustCompile(`^[a-z_][a-z0-9_]*$`)
 // create tables and indexes named so, PostgreSQL schemas.
 var reserved = []string{"sqlite_", "pg_"}
 
-// Validate reports whether name is a plain identifier: 1 to max characters
+// Validate reports whether name is a plain identifier: 1 to maxLen characters
 // of lowercase ASCII letters, digits and underscores, not starting with a
 // digit or a reserved prefix (sqlite_, pg_). Such a name means the same
 // quoted or not, in every dialect: no case folding, no quoting, no
 // injection. The error wraps invalid, the calling dialect's sentinel.
-func Validate(name string, max int, invalid error) error {
-	if len(name) == 0 || len(name) > max {
-		return fmt.Errorf("%w: %q must be 1 to %d characters", invalid, name, max)
+func Validate(name string, maxLen int, invalid error) error {
+	if len(name) == 0 || len(name) > maxLen {
+		return fmt.Errorf("%w: %q must be 1 to %d characters", invalid, name, maxLen)
 	}
 	if !pattern.MatchString(name) {
 		return fmt.Errorf("%w: %q may hold only a-z, 0-9 and _, and not start with a digit", invalid, name)

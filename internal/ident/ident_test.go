@@ -23,7 +23,7 @@ var plain = regexp.MustCompile(`^[a-z_][a-z0-9_]*$`)
 func TestValidate(t *testing.T) {
 	t.Parallel()
 
-	const max = 48
+	const maxLen = 48
 	tests := []struct {
 		name  string
 		ident string
@@ -34,8 +34,8 @@ func TestValidate(t *testing.T) {
 		{"underscore only", "_", true},
 		{"leading underscore", "_outbox", true},
 		{"digits after the first", "outbox2_v10", true},
-		{"at the limit", strings.Repeat("t", max), true},
-		{"over the limit", strings.Repeat("t", max+1), false},
+		{"at the limit", strings.Repeat("t", maxLen), true},
+		{"over the limit", strings.Repeat("t", maxLen+1), false},
 		{"empty", "", false},
 		{"uppercase", "Outbox", false},
 		{"leading digit", "1outbox", false},
@@ -56,7 +56,7 @@ func TestValidate(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 
-			err := Validate(tt.ident, max, errInvalid)
+			err := Validate(tt.ident, maxLen, errInvalid)
 			if tt.ok {
 				require.NoError(t, err)
 				require.Equal(t, `"`+tt.ident+`"`, Quote(tt.ident))

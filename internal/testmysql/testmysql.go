@@ -204,11 +204,13 @@ func (a *admin) sweep(ctx context.Context, db *sql.DB) error {
 	if err != nil {
 		return fmt.Errorf("sweep: %w", err)
 	}
+	// For the early returns: once Next returns false it has closed rows,
+	// before the drops below.
+	defer rows.Close()
 	var stale []string
 	for rows.Next() {
 		var name string
 		if err := rows.Scan(&name); err != nil {
-			rows.Close()
 			return fmt.Errorf("sweep: %w", err)
 		}
 		m := testName.FindStringSubmatch(name)
