@@ -157,8 +157,8 @@ func doneRows(deleteDone bool) string {
 	return "DONE rows kept"
 }
 
-// The relay configurations the drain compares: the defaults (the
-// specification's: 4 events in flight, claims of 50) and a setting for
+// The relay configurations the drain compares: the defaults (4 events in
+// flight, claims of 50) and a setting for
 // throughput, as the forwarder is shown default and tuned, keeping DONE
 // rows (the default) or deleting delivered events. The tuned claims take
 // 1000 events, the tuned forwarder's batch; the cold queue holds two

@@ -60,13 +60,13 @@ var badEnvelopes = []badEnvelope{
 	{"empty header key", func(e *outbox.Envelope) { e.Headers = map[string]string{"": "1"} }, "Headers", "empty"},
 	{"invalid UTF-8 in the aggregate id", func(e *outbox.Envelope) { e.AggregateID = "order-\xff" }, "AggregateID", "UTF-8"},
 	{"over-long event id", func(e *outbox.Envelope) { e.ID = strings.Repeat("a", outbox.MaxEventIDLen+1) }, "ID", "longer than 36"},
-	{"over-long type", func(e *outbox.Envelope) { e.Type = outbox.EventType(strings.Repeat("T", outbox.MaxEventTypeLen+1)) }, "Type", "longer than"},
-	{"over-long topic", func(e *outbox.Envelope) { e.Topic = strings.Repeat("t", outbox.MaxTopicLen+1) }, "Topic", "longer than"},
+	{"over-long type", func(e *outbox.Envelope) { e.Type = outbox.EventType(strings.Repeat("T", 129)) }, "Type", "longer than"},
+	{"over-long topic", func(e *outbox.Envelope) { e.Topic = strings.Repeat("t", 256) }, "Topic", "longer than"},
 	{"over-long aggregate type", func(e *outbox.Envelope) {
-		e.AggregateType = outbox.AggregateType(strings.Repeat("A", outbox.MaxAggregateTypeLen+1))
+		e.AggregateType = outbox.AggregateType(strings.Repeat("A", 65))
 	}, "AggregateType", "longer than"},
-	{"over-long aggregate id", func(e *outbox.Envelope) { e.AggregateID = strings.Repeat("é", outbox.MaxAggregateIDLen+1) }, "AggregateID", "longer than"},
-	{"over-long tenant id", func(e *outbox.Envelope) { e.TenantID = strings.Repeat("t", outbox.MaxTenantIDLen+1) }, "TenantID", "longer than"},
+	{"over-long aggregate id", func(e *outbox.Envelope) { e.AggregateID = strings.Repeat("é", 129) }, "AggregateID", "longer than"},
+	{"over-long tenant id", func(e *outbox.Envelope) { e.TenantID = strings.Repeat("t", 65) }, "TenantID", "longer than"},
 }
 
 // badMessages are Watermill messages whose metadata or payload make

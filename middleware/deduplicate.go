@@ -8,6 +8,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/wmoutbox/wmoutbox/internal/codec"
 	"github.com/wmoutbox/wmoutbox/internal/nilcheck"
 	"github.com/wmoutbox/wmoutbox/outbox"
 	"github.com/wmoutbox/wmoutbox/watermilladapter"
@@ -20,8 +21,7 @@ type DeduplicateConfig struct {
 	// event each process it once. Default: the name of the router handler
 	// the message came to, so that middleware added to a whole router
 	// keeps a record per handler. Set, it serves one handler: a message
-	// that comes to a second handler fails. At most
-	// [outbox.MaxConsumerLen] characters.
+	// that comes to a second handler fails. At most 128 characters.
 	Consumer string
 	// EventID returns the id a message is deduplicated by. Default: its
 	// outbox event id (the metadata [watermilladapter.MetadataEventID],
@@ -68,8 +68,8 @@ func Deduplicate[Tx any](inbox outbox.Inbox[Tx], cfg DeduplicateConfig) (message
 		return nil, fmt.Errorf("%w: Deduplicate needs an inbox", outbox.ErrInvalidRequest)
 	}
 	if cfg.Consumer != "" {
-		if err := outbox.ValidateConsumer(cfg.Consumer); err != nil {
-			return nil, fmt.Errorf("middleware: Deduplicate: %w", err)
+		if reason := codec.CheckConsumer(cfg.Consumer); reason != "" {
+			return nil, fmt.Errorf("%w: middleware: Deduplicate: %s", outbox.ErrInvalidRequest, reason)
 		}
 	}
 	eventID := cfg.EventID
@@ -81,8 +81,8 @@ func Deduplicate[Tx any](inbox outbox.Inbox[Tx], cfg DeduplicateConfig) (message
 		return func(msg *message.Message) (produced []*message.Message, err error) {
 			consumer, err := consumerOf.of(msg)
 			id := eventID(msg)
-			if err == nil {
-				err = outbox.ValidateProcessed(consumer, id)
+			if reason := codec.CheckRecord(consumer, id); err == nil && reason != "" {
+				err = fmt.Errorf("%w: inbox: %s", outbox.ErrInvalidRequest, reason)
 			}
 			if err != nil {
 				return nil, outbox.Permanent(fmt.Errorf("middleware: Deduplicate: message %s: %w", msg.UUID, err))

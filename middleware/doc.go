@@ -1,8 +1,8 @@
 // Package middleware holds Watermill handler middleware for outbox
-// subscribers: error capture for last_error, the specification's
-// EventInterceptor, and consumer-side deduplication ([Deduplicate]: a
-// handler's effects once per event, recorded in its transaction). Import it under an alias beside Watermill's own
-// middleware package:
+// subscribers: error capture for last_error, interceptors around each
+// delivery, and consumer-side deduplication ([Deduplicate]: a handler's
+// effects once per event, recorded in its transaction). Import it under an
+// alias beside Watermill's own middleware package:
 //
 //	import (
 //		"github.com/ThreeDotsLabs/watermill/message/router/middleware"

@@ -8,9 +8,9 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 )
 
-// Interceptor is the specification's EventInterceptor: cross-cutting hooks
-// around each delivery (audit, timing, tenant checks). Either hook may be
-// nil.
+// Interceptor is a pair of cross-cutting hooks around each delivery
+// (audit, timing, tenant checks), the EventInterceptor of Java outbox
+// frameworks. Either hook may be nil.
 type Interceptor struct {
 	// Before runs before the handler. An error fails the delivery like a
 	// handler error (RETRY or DEAD), and the handler does not run.

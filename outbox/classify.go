@@ -59,34 +59,3 @@ func (e *retryAfterError) Error() string {
 }
 
 func (e *retryAfterError) Unwrap() error { return e.reason }
-
-// Decide turns the outcome of delivery attempt number attempt (1 for the
-// first) into the status update to record: DONE for a nil err; a deferral
-// for [RetryAfter]; DEAD for a [Permanent] error or when policy has no
-// attempts left; RETRY otherwise, each with its Attempt set. now is when
-// the outcome is known. An
-// error carrying both a RetryAfter and a Permanent mark, whichever wraps
-// the other, is deferred: a deferral costs one more delivery, while DEAD
-// would stop one that was asked for.
-func Decide(id string, attempt int, err error, policy RetryPolicy, now time.Time) StatusUpdate {
-	if err == nil {
-		return Done(id)
-	}
-	u := decideFailure(id, attempt, err, policy, now)
-	u.Attempt = attempt
-	return u
-}
-
-func decideFailure(id string, attempt int, err error, policy RetryPolicy, now time.Time) StatusUpdate {
-	if d, ok := RetryAfterDelay(err); ok {
-		return Defer(id, now.Add(d), err)
-	}
-	if IsPermanent(err) {
-		return Dead(id, err)
-	}
-	delay, ok := policy.NextRetry(attempt)
-	if !ok {
-		return Dead(id, err)
-	}
-	return Retry(id, now.Add(delay), err)
-}

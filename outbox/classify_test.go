@@ -11,35 +11,75 @@ import (
 	"github.com/wmoutbox/wmoutbox/outbox"
 )
 
-func TestDecide(t *testing.T) {
+func TestPermanent(t *testing.T) {
 	t.Parallel()
-	now := time.Date(2026, 11, 24, 8, 0, 0, 0, time.UTC)
-	policy := outbox.Backoff{Base: time.Second, MaxAttempts: 3, NoJitter: true}
-	failed := errors.New("broker down")
-	later := outbox.RetryAfter(time.Minute, errors.New("rate limited"))
+
+	require.NoError(t, outbox.Permanent(nil), "nil stays nil: nothing failed")
+
+	cause := errors.New("schema violation")
+	err := outbox.Permanent(cause)
+	require.EqualError(t, err, "permanent: schema violation")
+	require.ErrorIs(t, err, cause, "the cause is kept")
+
 	tests := []struct {
-		name    string
-		attempt int
-		err     error
-		want    outbox.StatusUpdate
+		name string
+		err  error
+		want bool
 	}{
-		{"delivered", 1, nil, outbox.Done("e")},
-		{"failed, attempts left", 2, failed, outbox.Retry("e", now.Add(2*time.Second), failed)},
-		{"failed, no attempt left", 3, failed, outbox.Dead("e", failed)},
-		{"permanent", 1, outbox.Permanent(failed), outbox.Dead("e", outbox.Permanent(failed))},
-		{"retry after, even with no attempt left", 3, later, outbox.Defer("e", now.Add(time.Minute), later)},
-		{"retry after wrapping a permanent error", 1, outbox.RetryAfter(time.Minute, outbox.Permanent(failed)),
-			outbox.Defer("e", now.Add(time.Minute), outbox.RetryAfter(time.Minute, outbox.Permanent(failed)))},
-		{"permanent wrapping a retry after", 1, outbox.Permanent(later), outbox.Defer("e", now.Add(time.Minute), outbox.Permanent(later))},
-		{"retry after in a wrapped chain", 1, fmt.Errorf("handler: %w", later), outbox.Defer("e", now.Add(time.Minute), fmt.Errorf("handler: %w", later))},
+		{"nil", nil, false},
+		{"plain error", cause, false},
+		{"permanent", err, true},
+		{"wrapped", fmt.Errorf("handler: %w", err), true},
+		{"joined", errors.Join(errors.New("other"), err), true},
+		{"retry after wrapping a permanent error", outbox.RetryAfter(time.Second, err), true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			want := tt.want
-			if tt.err != nil {
-				want.Attempt = tt.attempt // a failure says which attempt it reports
-			}
-			require.Equal(t, want, outbox.Decide("e", tt.attempt, tt.err, policy, now))
+			t.Parallel()
+			require.Equal(t, tt.want, outbox.IsPermanent(tt.err))
 		})
 	}
+}
+
+func TestRetryAfter(t *testing.T) {
+	t.Parallel()
+
+	reason := errors.New("rate limited")
+	tests := []struct {
+		name      string
+		err       error
+		text      string // "" to leave unchecked
+		wantDelay time.Duration
+		wantOK    bool
+	}{
+		{name: "with a reason", err: outbox.RetryAfter(time.Minute, reason), text: "retry after 1m0s: rate limited",
+			wantDelay: time.Minute, wantOK: true},
+		{name: "without a reason", err: outbox.RetryAfter(1500*time.Millisecond, nil), text: "retry after 1.5s",
+			wantDelay: 1500 * time.Millisecond, wantOK: true},
+		{name: "negative delay is at once", err: outbox.RetryAfter(-time.Second, nil), text: "retry after -1s", wantOK: true},
+		{name: "zero delay", err: outbox.RetryAfter(0, reason), text: "retry after 0s: rate limited", wantOK: true},
+		{name: "wrapped", err: fmt.Errorf("handler: %w", outbox.RetryAfter(time.Minute, reason)),
+			text: "handler: retry after 1m0s: rate limited", wantDelay: time.Minute, wantOK: true},
+		{name: "permanent wrapping a retry after", err: outbox.Permanent(outbox.RetryAfter(time.Minute, nil)),
+			wantDelay: time.Minute, wantOK: true},
+		{name: "the outer one counts", err: outbox.RetryAfter(time.Second, outbox.RetryAfter(time.Hour, nil)),
+			wantDelay: time.Second, wantOK: true},
+		{name: "plain error", err: reason},
+		{name: "nil", err: nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+
+			if tt.text != "" {
+				require.EqualError(t, tt.err, tt.text)
+			}
+			delay, ok := outbox.RetryAfterDelay(tt.err)
+			require.Equal(t, tt.wantOK, ok)
+			require.Equal(t, tt.wantDelay, delay)
+		})
+	}
+
+	require.ErrorIs(t, outbox.RetryAfter(time.Minute, reason), reason, "the reason is kept")
+	require.False(t, outbox.IsPermanent(outbox.RetryAfter(time.Minute, reason)))
 }

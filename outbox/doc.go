@@ -1,57 +1,71 @@
-// Package outbox is the engine of a transactional outbox: business code
-// writes events in the same database transaction as its state change, and
-// a relay delivers each committed event at least once afterwards.
+// Package outbox is a transactional outbox: business code writes an event
+// in the same database transaction as its state change, and a relay
+// delivers each committed event at least once afterwards. An event is
+// never published when its transaction rolls back, and never lost when a
+// process, the database or a broker fails.
 //
-// This package holds what does not depend on a database or a messaging
-// library: the [Envelope] and its validation, [Status], the [Store] contract
-// that dialects implement (see outbox/postgres, outbox/mysql and
-// outbox/sqlite), the [Writer], the transaction helper [RunInTx] with
-// after-commit hooks, the [RetryPolicy], and the [InFlight] tracker. The
-// Watermill publisher and subscriber are in package watermilladapter.
+// This package is what an application uses: the [Envelope] it writes, the
+// [Store] of its database (made by a dialect: outbox/postgres,
+// outbox/mysql, outbox/sqlite), the [Writer], transactions with
+// after-commit hooks, error classes for handlers ([Permanent],
+// [RetryAfter]), the [RetryPolicy], and operator queries on dead events.
+// Delivery is package watermilladapter's: a Watermill Subscriber that
+// relays events to router handlers, and a Publisher that writes them.
+// Store authors implement package outboxdriver; applications never need
+// it.
 //
 // # Writing
 //
-// A [Writer] writes envelopes through the caller's transaction:
+// [Store.InTx] begins a transaction, runs your function and commits. A
+// [Writer] writes envelopes through that transaction:
 //
-//	ids, err := writer.Write(ctx, tx, outbox.NewJSON(OrderCreated, payload))
+//	store, err := postgres.NewStore(pool, postgres.Config{})
+//	sub, err := watermilladapter.NewSubscriber(store, watermilladapter.SubscriberConfig{})
+//	writer, err := outbox.NewWriter(store, outbox.WriterConfig{HotPath: sub})
 //
-// Write fails fast with [ErrNoTransaction] when given no transaction, and
-// with a [*ValidationError] when an envelope is invalid; nothing is written
-// then. The events become visible with the caller's commit and disappear
-// with its rollback.
+//	err = store.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+//		if _, err := tx.Exec(ctx, `INSERT INTO orders ...`); err != nil {
+//			return err
+//		}
+//		_, err := writer.Write(ctx, tx, outbox.NewJSON(OrderCreated, payload))
+//		return err
+//	})
+//
+// The events become visible with the commit and disappear with a
+// rollback. With a [HotPath] (the Subscriber of this process), they are
+// handed to it right after the commit and delivered without waiting for a
+// poll; a relay in another process, or this one after a crash, claims them
+// from the table. Write fails fast with [ErrNoTransaction] when given no
+// transaction, and with a [*ValidationError] when an envelope is invalid;
+// nothing is written then. A transaction you begin and commit yourself
+// works too: its events are left to the relays' claims.
 //
 // # Transactions and after-commit hooks
 //
-// Go has no thread-local transaction: the InTx helpers (a dialect's InTx,
-// built on [RunInTx]) begin a transaction, pass it and a context to your
-// function, commit, and then run the hooks registered with [AfterCommit]
-// during the function, in order. A rolled-back transaction runs none; a
-// hook that fails or panics is logged and never fails the caller, whose
-// transaction is committed. The writer registers its hot-path hook
-// ([WriterConfig.AfterCommit]) this way, so that a relay in the same
-// process delivers an event right after its commit; events written in a
-// transaction you begin yourself wait for the poller instead.
+// Go has no thread-local transaction: [Store.InTx] passes the transaction
+// and a context to your function, and runs the hooks registered with
+// [AfterCommit] during it once it commits, in order. A rolled-back
+// transaction runs none; a hook that fails or panics is logged and never
+// fails the caller, whose transaction is committed. The context carries
+// the transaction too ([TxFromContext]), which is how a Watermill
+// publisher given it as message context writes in it.
 //
 // A savepoint can roll back while its transaction commits. Events written
-// while one is open, through the transaction it is in or through one an
-// InTx helper opened as a savepoint, go to the hot path only if the
-// savepoint kept them: the store marks such writes ([Inserter.Insert]) and
-// the writer asks it just before the top-level commit ([Inserter.Kept]).
-// PostgreSQL marks a write with the subtransaction that made it and asks
-// the server whether that is still part of the transaction; SQLite cannot
-// tell, so there every hot write is looked up by id.
+// while one is open go to the hot path only if the savepoint kept them:
+// the writer asks the driver just before the top-level commit.
 //
 // # Statuses
 //
 // A row is NEW when written, DONE once its delivery is acknowledged, RETRY
-// after a failed attempt (due again at available_at), and DEAD when it has
-// no attempts left or failed permanently. A row leaves NEW or RETRY only by
-// a status update after the outcome of a delivery is known, so a crash at
-// any point means a later delivery, never a lost event. Consumers must
-// deduplicate by the event id.
+// after a failed attempt (due again later), and DEAD when it has no
+// attempts left or failed permanently ([Status]). A row leaves NEW or
+// RETRY only by a status update after the outcome of a delivery is known,
+// so a crash at any point means a later delivery, never a lost event.
+// Consumers deduplicate by the event id. DEAD events stay until
+// [Store.ReplayDead] returns them to NEW or [Store.Purge] deletes them.
 //
 // # Concurrency
 //
-// [Writer], the stores and [InFlight] are safe for concurrent use. An
-// [Envelope] is a plain value; the writer copies its headers and payload.
+// [Store] and [Writer] are safe for concurrent use. An [Envelope] is a
+// plain value; the writer copies its headers and payload.
 package outbox

@@ -4,10 +4,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
-	"slices"
-	"strings"
 	"time"
-	"unicode/utf8"
+
+	"github.com/wmoutbox/wmoutbox/internal/codec"
 )
 
 // EventType names a kind of event. Declare your event types as constants:
@@ -22,19 +21,21 @@ type AggregateType string
 // GlobalAggregate is the aggregate type of events that set none.
 const GlobalAggregate AggregateType = "__GLOBAL__"
 
-// Limits enforced by the writer. The text limits count characters and match
-// the column sizes of the table.
+// Limits enforced by the writer. Text fields have limits too, in
+// characters, which match the table's columns: see [Envelope].
 const (
-	MaxPayloadSize      = 1 << 20 // bytes; exactly 1 MiB is allowed
-	MaxHeadersSize      = 1 << 20 // bytes of the keys and values together
-	MaxEventIDLen       = 36      // fits a ULID (26) or a UUID (36)
-	MaxEventTypeLen     = 128
-	MaxTopicLen         = 255
-	MaxAggregateTypeLen = 64
-	MaxAggregateIDLen   = 128
-	MaxTenantIDLen      = 64
-	MaxOwnerLen         = 128
-	MaxErrorLen         = 4000
+	MaxPayloadSize = 1 << 20 // bytes; exactly 1 MiB is allowed
+	MaxHeadersSize = 1 << 20 // bytes of the keys and values together
+	MaxEventIDLen  = 36      // characters: a ULID (26) or a UUID (36)
+)
+
+// Limits of the other text fields, in characters.
+const (
+	maxEventTypeLen     = 128
+	maxTopicLen         = 255
+	maxAggregateTypeLen = 64
+	maxAggregateIDLen   = 128
+	maxTenantIDLen      = 64
 )
 
 // Envelope is an event as written by business code. It is a plain value:
@@ -49,20 +50,22 @@ type Envelope struct {
 	// ID identifies the event; consumers deduplicate by it. Default: a new
 	// monotonic ULID. At most [MaxEventIDLen] characters.
 	ID string
-	// Type is required.
+	// Type is required, at most 128 characters.
 	Type EventType
-	// Topic is where the event is routed: the Watermill topic. Default: Type.
+	// Topic is where the event is routed: the Watermill topic, at most 255
+	// characters. Default: Type.
 	Topic string
 	// OccurredAt is when the business fact happened, in the years 1 to
 	// 9999 (what RFC 3339 metadata can carry). It is kept to the
 	// microsecond, as the stores keep it. Default: the writer's clock at
 	// the time of the write.
 	OccurredAt time.Time
-	// AggregateType defaults to [GlobalAggregate].
+	// AggregateType defaults to [GlobalAggregate]; at most 64 characters.
 	AggregateType AggregateType
-	// AggregateID identifies the entity; optional.
+	// AggregateID identifies the entity; optional, at most 128 characters.
 	AggregateID string
-	// TenantID is carried through untouched; optional.
+	// TenantID is carried through untouched; optional, at most 64
+	// characters.
 	TenantID string
 	// Headers travel with the event. Keys must be non-empty; keys and
 	// values, valid UTF-8 without NUL, take at most [MaxHeadersSize]
@@ -74,7 +77,7 @@ type Envelope struct {
 	// non-nil slice is an empty payload.
 	PayloadBytes []byte
 	// DeliverAfter delays delivery: the event is not handed out before this
-	// time. Zero (or a time not after the write, which [Prepare] makes
+	// time. Zero (or a time not after the write, which the writer makes
 	// zero) means at once. Like OccurredAt, it lies in the years 1 to 9999
 	// and is kept to the microsecond.
 	DeliverAfter time.Time
@@ -111,11 +114,10 @@ func (e *Envelope) Payload() []byte {
 // IsJSON reports whether the payload was given as JSON.
 func (e *Envelope) IsJSON() bool { return e.PayloadJSON != nil }
 
-// Prepare validates envelopes and returns copies with every default filled
-// in: the values a [Store] inserts and the writer's after-commit hook
-// receives. On the first invalid envelope it returns a [*ValidationError]
-// and nothing else.
-func Prepare(envelopes []Envelope, now time.Time) ([]Envelope, error) {
+// prepare validates envelopes and returns copies with every default filled
+// in: the values the writer inserts and hands to the hot path. On the
+// first invalid envelope it returns a [*ValidationError] and nothing else.
+func prepare(envelopes []Envelope, now time.Time) ([]Envelope, error) {
 	out := make([]Envelope, len(envelopes))
 	for i, e := range envelopes {
 		if err := e.validate(); err != nil {
@@ -171,34 +173,19 @@ func (e *Envelope) validate() *ValidationError {
 		max          int
 	}{
 		{"ID", e.ID, MaxEventIDLen},
-		{"Type", string(e.Type), MaxEventTypeLen},
-		{"Topic", e.Topic, MaxTopicLen},
-		{"AggregateType", string(e.AggregateType), MaxAggregateTypeLen},
-		{"AggregateID", e.AggregateID, MaxAggregateIDLen},
-		{"TenantID", e.TenantID, MaxTenantIDLen},
+		{"Type", string(e.Type), maxEventTypeLen},
+		{"Topic", e.Topic, maxTopicLen},
+		{"AggregateType", string(e.AggregateType), maxAggregateTypeLen},
+		{"AggregateID", e.AggregateID, maxAggregateIDLen},
+		{"TenantID", e.TenantID, maxTenantIDLen},
 	}
 	for _, t := range texts {
-		if reason := checkText(t.value, t.max); reason != "" {
+		if reason := codec.CheckText(t.value, t.max); reason != "" {
 			return fail(t.field, "%s", reason)
 		}
 	}
-	size := 0
-	for k, v := range e.Headers {
-		size += len(k) + len(v)
-	}
-	if size > MaxHeadersSize {
-		return fail("Headers", "%d bytes of keys and values exceeds the limit of %d", size, MaxHeadersSize)
-	}
-	for _, k := range slices.Sorted(maps.Keys(e.Headers)) {
-		if k == "" {
-			return fail("Headers", "header key is empty")
-		}
-		if reason := checkText(k, 0); reason != "" {
-			return fail("Headers", "key %q: %s", k, reason)
-		}
-		if reason := checkText(e.Headers[k], 0); reason != "" {
-			return fail("Headers", "value of %q: %s", k, reason)
-		}
+	if reason := codec.ValidateHeaders(e.Headers, MaxHeadersSize); reason != "" {
+		return fail("Headers", "%s", reason)
 	}
 	switch {
 	case e.PayloadJSON == nil && e.PayloadBytes == nil:
@@ -221,18 +208,4 @@ func (e *Envelope) validate() *ValidationError {
 		}
 	}
 	return nil
-}
-
-// checkText returns why s cannot be stored in a text column of max
-// characters (0: unlimited), or "" when it can.
-func checkText(s string, max int) string {
-	switch {
-	case !utf8.ValidString(s):
-		return "not valid UTF-8"
-	case strings.IndexByte(s, 0) >= 0:
-		return "contains a NUL byte"
-	case max > 0 && utf8.RuneCountInString(s) > max:
-		return fmt.Sprintf("longer than %d characters", max)
-	}
-	return ""
 }

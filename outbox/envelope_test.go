@@ -14,17 +14,22 @@ import (
 	"github.com/wmoutbox/wmoutbox/outbox"
 )
 
-// validEnvelope returns an envelope that Prepare accepts.
-func validEnvelope() outbox.Envelope {
-	return outbox.NewJSON("OrderCreated", []byte(`{"order":42}`))
-}
-
 // jsonStringOfSize returns a JSON string literal of exactly n bytes.
 func jsonStringOfSize(n int) []byte {
 	return []byte(`"` + strings.Repeat("a", n-2) + `"`)
 }
 
 var prepareNow = time.Date(2025, 3, 14, 15, 9, 26, 535897000, time.UTC)
+
+// Limits of the text fields, in characters, as [outbox.Envelope] documents
+// them.
+const (
+	maxEventTypeLen     = 128
+	maxTopicLen         = 255
+	maxAggregateTypeLen = 64
+	maxAggregateIDLen   = 128
+	maxTenantIDLen      = 64
+)
 
 func TestPrepareValidation(t *testing.T) {
 	t.Parallel()
@@ -98,20 +103,20 @@ func TestPrepareValidation(t *testing.T) {
 		{"ID of 37 characters", func(e *outbox.Envelope) { e.ID = strings.Repeat("x", 37) }, "ID"},
 		{"ID of 36 two-byte characters", func(e *outbox.Envelope) { e.ID = strings.Repeat(twoByte, outbox.MaxEventIDLen) }, ""},
 		{"ID of 37 two-byte characters", func(e *outbox.Envelope) { e.ID = strings.Repeat(twoByte, outbox.MaxEventIDLen+1) }, "ID"},
-		{"Type at limit", func(e *outbox.Envelope) { e.Type = outbox.EventType(strings.Repeat(twoByte, outbox.MaxEventTypeLen)) }, ""},
-		{"Type over limit", func(e *outbox.Envelope) { e.Type = outbox.EventType(strings.Repeat("t", outbox.MaxEventTypeLen+1)) }, "Type"},
-		{"Topic at limit", func(e *outbox.Envelope) { e.Topic = strings.Repeat(twoByte, outbox.MaxTopicLen) }, ""},
-		{"Topic over limit", func(e *outbox.Envelope) { e.Topic = strings.Repeat("t", outbox.MaxTopicLen+1) }, "Topic"},
+		{"Type at limit", func(e *outbox.Envelope) { e.Type = outbox.EventType(strings.Repeat(twoByte, maxEventTypeLen)) }, ""},
+		{"Type over limit", func(e *outbox.Envelope) { e.Type = outbox.EventType(strings.Repeat("t", maxEventTypeLen+1)) }, "Type"},
+		{"Topic at limit", func(e *outbox.Envelope) { e.Topic = strings.Repeat(twoByte, maxTopicLen) }, ""},
+		{"Topic over limit", func(e *outbox.Envelope) { e.Topic = strings.Repeat("t", maxTopicLen+1) }, "Topic"},
 		{"AggregateType at limit", func(e *outbox.Envelope) {
-			e.AggregateType = outbox.AggregateType(strings.Repeat(twoByte, outbox.MaxAggregateTypeLen))
+			e.AggregateType = outbox.AggregateType(strings.Repeat(twoByte, maxAggregateTypeLen))
 		}, ""},
 		{"AggregateType over limit", func(e *outbox.Envelope) {
-			e.AggregateType = outbox.AggregateType(strings.Repeat("a", outbox.MaxAggregateTypeLen+1))
+			e.AggregateType = outbox.AggregateType(strings.Repeat("a", maxAggregateTypeLen+1))
 		}, "AggregateType"},
-		{"AggregateID at limit", func(e *outbox.Envelope) { e.AggregateID = strings.Repeat(twoByte, outbox.MaxAggregateIDLen) }, ""},
-		{"AggregateID over limit", func(e *outbox.Envelope) { e.AggregateID = strings.Repeat("a", outbox.MaxAggregateIDLen+1) }, "AggregateID"},
-		{"TenantID at limit", func(e *outbox.Envelope) { e.TenantID = strings.Repeat(twoByte, outbox.MaxTenantIDLen) }, ""},
-		{"TenantID over limit", func(e *outbox.Envelope) { e.TenantID = strings.Repeat("t", outbox.MaxTenantIDLen+1) }, "TenantID"},
+		{"AggregateID at limit", func(e *outbox.Envelope) { e.AggregateID = strings.Repeat(twoByte, maxAggregateIDLen) }, ""},
+		{"AggregateID over limit", func(e *outbox.Envelope) { e.AggregateID = strings.Repeat("a", maxAggregateIDLen+1) }, "AggregateID"},
+		{"TenantID at limit", func(e *outbox.Envelope) { e.TenantID = strings.Repeat(twoByte, maxTenantIDLen) }, ""},
+		{"TenantID over limit", func(e *outbox.Envelope) { e.TenantID = strings.Repeat("t", maxTenantIDLen+1) }, "TenantID"},
 		{"long header key and value", func(e *outbox.Envelope) {
 			e.Headers = map[string]string{strings.Repeat("k", 10000): strings.Repeat(twoByte, 10000)}
 		}, ""},

@@ -6,18 +6,18 @@ import (
 )
 
 var (
-	// ErrNoTransaction is returned by [Writer.Write] when it is given no
-	// transaction (a nil Tx). The outbox guarantee rests on writing events in
-	// the business transaction, so the write fails before touching the
-	// database.
+	// ErrNoTransaction is returned by [Writer.Write] and
+	// [Store.MarkProcessed] when they are given no transaction (a nil Tx).
+	// The outbox guarantee rests on writing events in the business
+	// transaction, so the write fails before touching the database.
 	ErrNoTransaction = errors.New("outbox: write requires a transaction")
 
 	// ErrInvalidEnvelope is matched (errors.Is) by every [*ValidationError].
 	ErrInvalidEnvelope = errors.New("outbox: invalid envelope")
 
 	// ErrNoCommitHooks is returned by [AfterCommit] when the context does not
-	// come from a transaction helper such as [RunInTx] (or a dialect's InTx),
-	// so there is no commit to run the hook after.
+	// come from [Store.InTx] (or its function has returned), so there is no
+	// commit to run the hook after.
 	ErrNoCommitHooks = errors.New("outbox: context carries no transaction started by an InTx helper")
 
 	// ErrDuplicateEvent is returned by [Writer.Write] (from the store's

@@ -1,13 +1,9 @@
 package outbox
 
-import (
-	"strings"
-	"time"
-	"unicode/utf8"
-)
+import "time"
 
 // Event is a stored outbox row: the envelope as written plus its delivery
-// state. Stores return events from claims, polls and operator queries.
+// state, as [Store.Get] and [Store.QueryDead] return it.
 type Event struct {
 	Envelope
 
@@ -36,29 +32,7 @@ type Event struct {
 
 	// Malformed is set, and the envelope only partly filled, when the stored
 	// row cannot be decoded (for example headers that are not a JSON object
-	// of strings). Such an event must not be delivered: the relay marks it
-	// DEAD with this error.
+	// of strings). A relay does not deliver such an event: it marks it DEAD
+	// with this error.
 	Malformed error
-}
-
-// CutError makes s storable as last_error: invalid UTF-8 is replaced, NUL
-// bytes are dropped and the text is cut to [MaxErrorLen] characters.
-func CutError(s string) string {
-	if !utf8.ValidString(s) {
-		s = strings.ToValidUTF8(s, "\uFFFD")
-	}
-	if strings.IndexByte(s, 0) >= 0 {
-		s = strings.ReplaceAll(s, "\x00", "")
-	}
-	if len(s) <= MaxErrorLen {
-		return s
-	}
-	n := 0
-	for i := range s {
-		if n == MaxErrorLen {
-			return s[:i]
-		}
-		n++
-	}
-	return s
 }

@@ -1,58 +1,215 @@
 package outbox_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/wmoutbox/wmoutbox/internal/testdb"
 	"github.com/wmoutbox/wmoutbox/outbox"
+	"github.com/wmoutbox/wmoutbox/outbox/postgres"
 )
 
-// Prepare validates envelopes and fills in the defaults the writer stores.
-func ExamplePrepare() {
-	const OrderCreated outbox.EventType = "OrderCreated"
-	now := time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
+const OrderCreated outbox.EventType = "OrderCreated"
+
+// An order and its event commit together; the rolled-back order leaves no
+// event behind. MySQL and SQLite stores are used the same way, with
+// *sql.Tx for pgx.Tx.
+func Example() {
+	ctx := context.Background()
+	store, pool, closeDB := exampleStore(ctx)
+	defer closeDB()
+	if _, err := pool.Exec(ctx, `CREATE TABLE orders (id text PRIMARY KEY)`); err != nil {
+		panic(err)
+	}
+	writer, err := outbox.NewWriter(store, outbox.WriterConfig{})
+	if err != nil {
+		panic(err)
+	}
+
+	placeOrder := func(id string, declined bool) (eventID string, err error) {
+		err = store.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, `INSERT INTO orders (id) VALUES ($1)`, id); err != nil {
+				return err
+			}
+			event := outbox.NewJSON(OrderCreated, fmt.Appendf(nil, `{"orderId":%q}`, id))
+			event.AggregateType, event.AggregateID = "Order", id
+			ids, err := writer.Write(ctx, tx, event)
+			if err != nil {
+				return err
+			}
+			if declined {
+				return errors.New("payment declined")
+			}
+			eventID = ids[0]
+			return nil
+		})
+		return eventID, err
+	}
+
+	id, err := placeOrder("order-1", false)
+	fmt.Println("order-1:", err)
+	_, err = placeOrder("order-2", true)
+	fmt.Println("order-2:", err)
+
+	e, err := store.Get(ctx, id)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(e.Status, e.Topic, e.AggregateType, e.AggregateID, string(e.PayloadJSON))
+	n, _, err := store.Backlog(ctx, string(OrderCreated))
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("pending:", n)
+	// Output:
+	// order-1: <nil>
+	// order-2: payment declined
+	// NEW OrderCreated Order order-1 {"orderId":"order-1"}
+	// pending: 1
+}
+
+// Write validates the whole batch before it writes anything: an invalid
+// envelope fails it with a ValidationError that says which one and why.
+func ExampleWriter_Write() {
+	ctx := context.Background()
+	store, _, closeDB := exampleStore(ctx)
+	defer closeDB()
+	writer, err := outbox.NewWriter(store, outbox.WriterConfig{})
+	if err != nil {
+		panic(err)
+	}
 
 	order, err := outbox.MarshalJSON(OrderCreated, map[string]int{"order": 42})
 	if err != nil {
 		panic(err)
 	}
-	prepared, err := outbox.Prepare([]outbox.Envelope{order}, now)
-	if err != nil {
-		panic(err)
-	}
-	e := prepared[0]
-	fmt.Println("id length:", len(e.ID))
-	fmt.Println("topic:", e.Topic)
-	fmt.Println("aggregate type:", e.AggregateType)
-	fmt.Println("occurred at:", e.OccurredAt.Format(time.RFC3339))
-	fmt.Println("payload:", string(e.Payload()), "JSON:", e.IsJSON())
-
-	_, err = outbox.Prepare([]outbox.Envelope{order, {Type: OrderCreated}}, now)
+	err = store.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		_, err := writer.Write(ctx, tx, order, outbox.Envelope{Type: OrderCreated})
+		return err
+	})
 	fmt.Println(err)
 	var verr *outbox.ValidationError
 	if errors.As(err, &verr) {
 		fmt.Println("index:", verr.Index, "field:", verr.Field, "invalid envelope:", errors.Is(err, outbox.ErrInvalidEnvelope))
 	}
+
+	var id string
+	err = store.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		ids, err := writer.Write(ctx, tx, order)
+		if err == nil {
+			id = ids[0]
+		}
+		return err
+	})
+	if err != nil {
+		panic(err)
+	}
+	e, err := store.Get(ctx, id)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("id length:", len(e.ID))
+	fmt.Println("topic:", e.Topic)
+	fmt.Println("aggregate type:", e.AggregateType)
+	fmt.Println("payload:", string(e.Payload()), "JSON:", e.IsJSON())
 	// Output:
+	// outbox: invalid envelope 1: Payload: set one of PayloadJSON and PayloadBytes
+	// index: 1 field: Payload invalid envelope: true
 	// id length: 26
 	// topic: OrderCreated
 	// aggregate type: __GLOBAL__
-	// occurred at: 2025-01-02T03:04:05Z
 	// payload: {"order":42} JSON: true
-	// outbox: invalid envelope 1: Payload: set one of PayloadJSON and PayloadBytes
-	// index: 1 field: Payload invalid envelope: true
 }
 
-// The zero Backoff is the specification's policy; the order service's
-// schedule is a few fields away. NoJitter makes the delays predictable.
+// A hook registered in a transaction runs after its commit, and not at
+// all when it rolls back.
+func ExampleAfterCommit() {
+	ctx := context.Background()
+	store, _, closeDB := exampleStore(ctx)
+	defer closeDB()
+
+	for _, fail := range []bool{false, true} {
+		err := store.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+			err := outbox.AfterCommit(ctx, func(context.Context) error {
+				fmt.Println("committed")
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+			fmt.Println("in the transaction")
+			if fail {
+				return errors.New("rolled back")
+			}
+			return nil
+		})
+		fmt.Println("InTx:", err)
+	}
+	// Output:
+	// in the transaction
+	// committed
+	// InTx: <nil>
+	// in the transaction
+	// InTx: rolled back
+}
+
+// A consumer records each event it processed in the transaction of its
+// own writes: an event delivered twice has its effects once.
+func ExampleStore_MarkProcessed() {
+	ctx := context.Background()
+	store, _, closeDB := exampleStore(ctx)
+	defer closeDB()
+
+	for range 2 {
+		err := store.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+			isNew, err := store.MarkProcessed(ctx, tx, "billing", "01JD7XQ0GJ3V9Y6T0W8R2M4K5N")
+			if err != nil {
+				return err
+			}
+			if !isNew {
+				fmt.Println("seen already: skip")
+				return nil
+			}
+			fmt.Println("first delivery: process")
+			return nil // the consumer's own writes go in tx too
+		})
+		if err != nil {
+			panic(err)
+		}
+	}
+	// Output:
+	// first delivery: process
+	// seen already: skip
+}
+
+// Permanent and RetryAfter tell a relay what a handler's error means.
+func ExamplePermanent() {
+	rejected := outbox.Permanent(errors.New("unknown currency"))
+	limited := outbox.RetryAfter(30*time.Second, errors.New("rate limited"))
+	for _, err := range []error{rejected, limited, errors.New("broker down")} {
+		delay, later := outbox.RetryAfterDelay(err)
+		fmt.Printf("%v: permanent %t, retry after %v (%t)\n", err, outbox.IsPermanent(err), delay, later)
+	}
+	// Output:
+	// permanent: unknown currency: permanent true, retry after 0s (false)
+	// retry after 30s: rate limited: permanent false, retry after 30s (true)
+	// broker down: permanent false, retry after 0s (false)
+}
+
+// The zero Backoff is the default policy; another schedule is a few
+// fields away. NoJitter makes the delays predictable.
 func ExampleBackoff() {
 	policies := []struct {
 		name   string
 		policy outbox.RetryPolicy
 	}{
 		{"default", outbox.Backoff{NoJitter: true}},
-		{"order service", outbox.Backoff{Base: 100 * time.Millisecond, MaxAttempts: 5, NoJitter: true}},
+		{"100 ms doubling, 5 attempts", outbox.Backoff{Base: 100 * time.Millisecond, MaxAttempts: 5, NoJitter: true}},
 	}
 	for _, p := range policies {
 		fmt.Print(p.name, ":")
@@ -67,5 +224,23 @@ func ExampleBackoff() {
 	}
 	// Output:
 	// default: 200ms 400ms 800ms 1.6s 3.2s 6.4s 12.8s 25.6s 51.2s DEAD after 10 failures
-	// order service: 100ms 200ms 400ms 800ms DEAD after 5 failures
+	// 100 ms doubling, 5 attempts: 100ms 200ms 400ms 800ms DEAD after 5 failures
+}
+
+// exampleStore returns a store on a migrated PostgreSQL database of its
+// own, its pool, and the function that drops it.
+func exampleStore(ctx context.Context) (*postgres.Store, *pgxpool.Pool, func()) {
+	url, drop := testdb.ForExample()
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		panic(err)
+	}
+	store, err := postgres.NewStore(pool, postgres.Config{})
+	if err != nil {
+		panic(err)
+	}
+	return store, pool, func() {
+		pool.Close()
+		drop()
+	}
 }

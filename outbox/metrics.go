@@ -2,11 +2,11 @@ package outbox
 
 import "time"
 
-// Metrics receives the relay's measurements: the specification's counters
-// and gauges, the backlog, and delivery latency. Implementations must be
-// safe for concurrent use and fast: they are called on the delivery path.
-// [NopMetrics] discards everything; package prommetrics exports them to
-// Prometheus.
+// Metrics receives the relay's measurements: counters and gauges of the
+// hot and cold paths, the backlog, delivery latency, and failed database
+// operations. Implementations must be safe for concurrent use and fast:
+// they are called on the delivery path. Package prommetrics exports them
+// to Prometheus; a nil Metrics discards them.
 type Metrics interface {
 	// HotEnqueued counts an event queued for delivery right after commit.
 	HotEnqueued(topic string)
@@ -32,32 +32,12 @@ type Metrics interface {
 	// Backlog records a topic's pending events (NEW and RETRY, due or
 	// not) and how long the earliest due one has been due.
 	Backlog(topic string, pending int64, oldest time.Duration)
-}
-
-// StoreErrorMetrics is a [Metrics] that also counts the relay's failed
-// operations on the database, so that an outage or a stalled connection
-// shows as a counter that rises, not only in the logs. The relay calls
-// StoreError on a Metrics that implements it.
-type StoreErrorMetrics interface {
-	Metrics
-	// StoreError counts a failed operation: "claim", "backlog" or
-	// "release_earlier" (SubscriberConfig.ReleaseEarlierClaims) of a
+	// StoreError counts a failed operation on the database, so that an
+	// outage or a stalled connection shows as a counter that rises, not
+	// only in the logs: "claim", "backlog" or "release_earlier" of a
 	// topic's subscription, and, with topic "", "record" (a statement
 	// recording outcomes or releasing claims, which the relay retries) and
-	// "give_up" (outcomes or releases it gave up on: at Close, or refused
-	// by the store as invalid; their events are delivered again when
-	// their leases end).
+	// "give_up" (outcomes or releases it gave up on at Close; their events
+	// are delivered again when their leases end).
 	StoreError(topic, operation string)
 }
-
-// NopMetrics discards every measurement.
-type NopMetrics struct{}
-
-func (NopMetrics) HotEnqueued(string)                   {}
-func (NopMetrics) HotDropped(string)                    {}
-func (NopMetrics) ColdEnqueued(string, int)             {}
-func (NopMetrics) Delivered(string, time.Duration)      {}
-func (NopMetrics) Failed(string)                        {}
-func (NopMetrics) Dead(string)                          {}
-func (NopMetrics) AddQueueDepths(string, int, int)      {}
-func (NopMetrics) Backlog(string, int64, time.Duration) {}

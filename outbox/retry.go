@@ -14,28 +14,28 @@ type RetryPolicy interface {
 	NextRetry(attempts int) (delay time.Duration, ok bool)
 }
 
-// Defaults of [Backoff], from the specification.
+// Defaults of [Backoff].
 const (
-	DefaultBackoffBase = 200 * time.Millisecond
-	DefaultBackoffMax  = 60 * time.Second
-	DefaultMaxAttempts = 10
+	defaultBackoffBase = 200 * time.Millisecond
+	defaultBackoffMax  = 60 * time.Second
+	defaultMaxAttempts = 10
 )
 
 // Backoff is exponential backoff with jitter: after failure n the delay is
 // min(Max, Base·2ⁿ⁻¹) multiplied by a random factor in [0.5, 1.5), and the
 // event goes DEAD on failure number MaxAttempts. The zero value is the
-// specification's default policy (200 ms, 60 s, 10 attempts, jitter).
+// default policy: 200 ms, 60 s, 10 attempts, jitter.
 //
-// The order service's schedule (100 ms, 200 ms, 400 ms, ..., 5 attempts, no
-// jitter) is Backoff{Base: 100 * time.Millisecond, MaxAttempts: 5,
-// NoJitter: true}.
+// A schedule of 100 ms doubling, without jitter, that gives up on the
+// fifth failure is Backoff{Base: 100 * time.Millisecond, MaxAttempts: 5,
+// NoJitter: true}; docs/coming-from.md maps other designs' schedules.
 type Backoff struct {
-	// Base is the first delay. Default [DefaultBackoffBase].
+	// Base is the first delay. Default 200ms.
 	Base time.Duration
-	// Max caps the delay before jitter. Default [DefaultBackoffMax].
+	// Max caps the delay before jitter. Default 60s.
 	Max time.Duration
 	// MaxAttempts is the number of failed attempts after which the event
-	// is DEAD. Default [DefaultMaxAttempts].
+	// is DEAD. Default 10.
 	MaxAttempts int
 	// NoJitter turns off the random factor.
 	NoJitter bool
@@ -59,17 +59,17 @@ func (b Backoff) Validate() error {
 func (b Backoff) NextRetry(attempts int) (time.Duration, bool) {
 	maxAttempts := b.MaxAttempts
 	if maxAttempts <= 0 {
-		maxAttempts = DefaultMaxAttempts
+		maxAttempts = defaultMaxAttempts
 	}
 	if attempts >= maxAttempts {
 		return 0, false
 	}
 	base, limit := b.Base, b.Max
 	if base <= 0 {
-		base = DefaultBackoffBase
+		base = defaultBackoffBase
 	}
 	if limit <= 0 {
-		limit = DefaultBackoffMax
+		limit = defaultBackoffMax
 	}
 	delay := min(base, limit)
 	for i := 1; i < attempts && delay < limit; i++ {

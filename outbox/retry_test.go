@@ -160,3 +160,32 @@ func TestBackoffHugeMaxDoesNotOverflow(t *testing.T) {
 		require.GreaterOrEqual(t, nominal, time.Second, "attempts %d", attempts)
 	}
 }
+
+func TestBackoffValidate(t *testing.T) {
+	t.Parallel()
+
+	tests := []struct {
+		name    string
+		backoff outbox.Backoff
+		wantErr string // "" when valid
+	}{
+		{name: "zero value", backoff: outbox.Backoff{}},
+		{name: "every field", backoff: outbox.Backoff{Base: time.Second, Max: time.Minute, MaxAttempts: 3, NoJitter: true}},
+		{name: "negative base", backoff: outbox.Backoff{Base: -time.Second}, wantErr: "Base"},
+		{name: "negative max", backoff: outbox.Backoff{Max: -time.Second}, wantErr: "Max"},
+		{name: "negative attempts", backoff: outbox.Backoff{MaxAttempts: -1}, wantErr: "MaxAttempts"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+
+			err := tt.backoff.Validate()
+			if tt.wantErr == "" {
+				require.NoError(t, err)
+				return
+			}
+			require.ErrorIs(t, err, outbox.ErrInvalidRequest)
+			require.ErrorContains(t, err, tt.wantErr)
+		})
+	}
+}

@@ -5,50 +5,49 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+
+	"github.com/wmoutbox/wmoutbox/internal/nilcheck"
 )
 
-// TxFuncs are the three transaction operations of a database driver, the
-// parts of a transaction helper that differ between dialects.
-type TxFuncs[Tx any] struct {
-	Begin    func(ctx context.Context) (Tx, error)
-	Commit   func(ctx context.Context, tx Tx) error
-	Rollback func(ctx context.Context, tx Tx) error
-	// Within is the transaction Begin starts a savepoint in, when it does
-	// (a pgx.Tx's Begin does); nil when Begin starts a transaction of its
-	// own. Nothing a savepoint holds is committed before Within is, so its
-	// after-commit hooks wait for that commit: see [RunInTx].
-	Within any
+// txDriver is what runInTx needs of a driver: an [outboxdriver.Driver]
+// has it.
+type txDriver[Tx any] interface {
+	Begin(ctx context.Context) (Tx, error)
+	Commit(ctx context.Context, tx Tx) error
+	Rollback(ctx context.Context, tx Tx) error
+	Outer() any
 }
 
-// RunInTx begins a transaction, runs fn in it and commits when fn returns
+// runInTx begins a transaction, runs fn in it and commits when fn returns
 // nil; it rolls back when fn returns an error or panics (the panic goes on),
 // and when ctx has ended by then (it returns ctx's cause).
 // After a successful commit it runs the hooks registered with [AfterCommit]
 // during fn, in registration order. A hook's error or panic is logged to
-// logger (nil: slog.Default()) and never returned: the transaction is
-// committed, and the outbox's poller delivers whatever a failed hook would
-// have. A rolled-back transaction runs no hook. Just before the commit it
-// runs the checks a [Writer] registered in the transaction (which of the
-// events written in savepoints they kept); a failed check rolls the
-// transaction back and is returned.
+// logger and never returned: the transaction is committed, and the relays'
+// claims deliver whatever a failed hook would have. A rolled-back
+// transaction runs no hook. Just before the commit it runs the checks a
+// [Writer] registered in the transaction (which of the events written in
+// savepoints they kept); a failed check rolls the transaction back and is
+// returned.
 //
 // The context given to fn carries the transaction ([TxFromContext]) and the
-// hook list. Dialects wrap this in their own InTx helper.
+// hook list.
 //
-// A savepoint (funcs.Within set) commits nothing: its hooks go to the
-// RunInTx running funcs.Within, to run after that commits. When no RunInTx
-// in ctx runs it, nothing reports that commit, so fn gets no hook list:
-// [AfterCommit] returns [ErrNoCommitHooks], and a [Writer] leaves the
-// events to the pollers.
-func RunInTx[Tx any](ctx context.Context, funcs TxFuncs[Tx], logger *slog.Logger, fn func(ctx context.Context, tx Tx) error) (err error) {
-	tx, err := funcs.Begin(ctx)
+// A savepoint (d.Outer() set) commits nothing: its hooks go to the
+// runInTx running the outer transaction, to run after that commits. When
+// no runInTx in ctx runs it, nothing reports that commit, so fn gets no
+// hook list: [AfterCommit] returns [ErrNoCommitHooks], and a [Writer]
+// leaves the events to the relays' claims.
+func runInTx[Tx any](ctx context.Context, d txDriver[Tx], logger *slog.Logger, fn func(ctx context.Context, tx Tx) error) (err error) {
+	tx, err := d.Begin(ctx)
 	if err != nil {
 		return fmt.Errorf("outbox: begin transaction: %w", err)
 	}
 	hooks := &commitHooks{tx: tx}
 	var enclosing *commitHooks
-	if funcs.Within != nil {
-		if enclosing = hooksFrom(ctx); enclosing == nil || !SameTx(enclosing.tx, funcs.Within) {
+	outer := d.Outer()
+	if outer != nil {
+		if enclosing = hooksFrom(ctx); enclosing == nil || !nilcheck.Same(enclosing.tx, outer) {
 			enclosing, hooks = nil, nil
 		}
 	}
@@ -60,7 +59,7 @@ func RunInTx[Tx any](ctx context.Context, funcs TxFuncs[Tx], logger *slog.Logger
 		if !committed {
 			// The caller's error (or panic) matters more than the
 			// rollback's; a failed rollback ends with the connection anyway.
-			_ = funcs.Rollback(context.WithoutCancel(ctx), tx)
+			_ = d.Rollback(context.WithoutCancel(ctx), tx)
 		}
 	}()
 	err = fn(txCtx, tx)
@@ -83,17 +82,17 @@ func RunInTx[Tx any](ctx context.Context, funcs TxFuncs[Tx], logger *slog.Logger
 	}
 	committed = true // from here on there is nothing left to roll back
 	commitCtx := ctx
-	if funcs.Within != nil {
+	if outer != nil {
 		// For the same reason, a savepoint's release, once decided, is
 		// sent whatever happens to ctx meanwhile.
 		commitCtx = context.WithoutCancel(ctx)
 	}
-	if err := funcs.Commit(commitCtx, tx); err != nil {
+	if err := d.Commit(commitCtx, tx); err != nil {
 		return fmt.Errorf("outbox: commit: %w", err)
 	}
 	if enclosing != nil {
 		if !enclosing.forward(registered, checks) {
-			loggerOrDefault(logger).ErrorContext(ctx, "outbox: the enclosing transaction ended before its savepoint; after-commit hooks dropped, the poller will deliver")
+			logger.ErrorContext(ctx, "outbox: the enclosing transaction ended before its savepoint; after-commit hooks dropped, the relays' claims will deliver")
 		}
 		return nil
 	}
@@ -102,8 +101,9 @@ func RunInTx[Tx any](ctx context.Context, funcs TxFuncs[Tx], logger *slog.Logger
 }
 
 // AfterCommit registers fn to run after the transaction in ctx commits. ctx
-// must come from [RunInTx] (or a dialect's InTx) whose function is still
-// running; otherwise it returns [ErrNoCommitHooks].
+// must come from [Store.InTx] whose function is still running; otherwise it
+// returns [ErrNoCommitHooks]. A hook's error or panic is logged, never
+// returned: the transaction is committed by then.
 func AfterCommit(ctx context.Context, fn func(ctx context.Context) error) error {
 	if !hooksFrom(ctx).add(fn) {
 		return ErrNoCommitHooks
@@ -115,8 +115,8 @@ func AfterCommit(ctx context.Context, fn func(ctx context.Context) error) error 
 // before it commits; for a savepoint, before the transaction it is in
 // commits, and only if the savepoint was released. The context check gets
 // carries that transaction ([TxFromContext]); an error rolls it back and is
-// returned by [RunInTx]. ctx must come from [RunInTx] whose function is
-// still running; otherwise it returns [ErrNoCommitHooks].
+// returned by runInTx. ctx must come from runInTx whose function is still
+// running; otherwise it returns [ErrNoCommitHooks].
 func beforeCommit(ctx context.Context, check func(ctx context.Context) error) error {
 	if !hooksFrom(ctx).addCheck(check) {
 		return ErrNoCommitHooks
@@ -132,7 +132,7 @@ func hooksFrom(ctx context.Context) *commitHooks {
 
 // ContextWithTx returns a context carrying tx, for APIs that find the
 // transaction in a context (such as a Watermill publisher used by a CQRS
-// event bus). [RunInTx] does this already.
+// event bus). [Store.InTx] does this already.
 func ContextWithTx[Tx any](ctx context.Context, tx Tx) context.Context {
 	return context.WithValue(ctx, txKey{}, tx)
 }
@@ -202,7 +202,7 @@ func (h *commitHooks) close() (fns, checks []func(ctx context.Context) error) {
 func runHooks(ctx context.Context, fns []func(ctx context.Context) error, logger *slog.Logger) {
 	for i, fn := range fns {
 		if err := runHook(ctx, fn); err != nil {
-			loggerOrDefault(logger).ErrorContext(ctx, "outbox: after-commit hook failed; the poller will deliver",
+			logger.ErrorContext(ctx, "outbox: after-commit hook failed; the relays' claims will deliver",
 				slog.Int("hook", i), slog.Any("error", err))
 		}
 	}
@@ -215,11 +215,4 @@ func runHook(ctx context.Context, fn func(ctx context.Context) error) (err error
 		}
 	}()
 	return fn(ctx)
-}
-
-func loggerOrDefault(l *slog.Logger) *slog.Logger {
-	if l == nil {
-		return slog.Default()
-	}
-	return l
 }

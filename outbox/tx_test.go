@@ -14,217 +14,216 @@ import (
 	"github.com/wmoutbox/wmoutbox/outbox"
 )
 
-// fakeTx stands for a driver's transaction.
-type fakeTx struct{ id int }
-
-// txLog records, in order, what happens around a fake transaction: begin,
-// commit and rollback, and whatever the test adds (fn, hooks).
-type txLog struct {
-	mu        sync.Mutex
-	calls     []string
-	tx        *fakeTx
-	beginErr  error
-	commitErr error
-	// rollbackCtxErr is the error of the context Rollback was given.
-	rollbackCtxErr error
+// txBundle is a store on a fake driver, logging to logs.
+type txBundle struct {
+	driver *fakeDriver[*fakeTx]
+	store  *outbox.Store[*fakeTx]
+	logs   *syncbuf.Buffer
 }
 
-func (l *txLog) add(call string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.calls = append(l.calls, call)
-}
-
-func (l *txLog) Calls() []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return append([]string(nil), l.calls...)
-}
-
-func (l *txLog) funcs() outbox.TxFuncs[*fakeTx] {
-	return outbox.TxFuncs[*fakeTx]{
-		Begin: func(context.Context) (*fakeTx, error) {
-			l.add("begin")
-			if l.beginErr != nil {
-				return nil, l.beginErr
-			}
-			l.tx = &fakeTx{id: 1}
-			return l.tx, nil
-		},
-		Commit: func(_ context.Context, tx *fakeTx) error {
-			if tx != l.tx {
-				panic("commit of another transaction")
-			}
-			l.add("commit")
-			return l.commitErr
-		},
-		Rollback: func(ctx context.Context, tx *fakeTx) error {
-			if tx != l.tx {
-				panic("rollback of another transaction")
-			}
-			l.add("rollback")
-			l.rollbackCtxErr = ctx.Err()
-			return nil
-		},
+// setupTx returns a store on a new fake driver; modify sets the driver's
+// answers before the store is built.
+func setupTx(t *testing.T, modify func(d *fakeDriver[*fakeTx])) *txBundle {
+	t.Helper()
+	b := &txBundle{driver: newDriver(), logs: &syncbuf.Buffer{}}
+	if modify != nil {
+		modify(b.driver)
 	}
+	store, err := outbox.NewStore[*fakeTx](b.driver, outbox.StoreConfig{Logger: slog.New(slog.NewTextHandler(b.logs, nil))})
+	require.NoError(t, err)
+	b.store = store
+	return b
 }
 
-// hook returns an after-commit hook that records name.
-func (l *txLog) hook(name string) func(context.Context) error {
-	return func(context.Context) error {
-		l.add(name)
-		return nil
-	}
+// savepointStore returns a store whose transactions are savepoints in the
+// one the outer store's driver began last, as a PostgreSQL store on a
+// pgx.Tx is: its driver's Outer returns that transaction.
+func (b *txBundle) savepointStore(t *testing.T) *txBundle {
+	t.Helper()
+	b.driver.mu.Lock()
+	outer := b.driver.tx
+	b.driver.mu.Unlock()
+	require.NotNil(t, outer, "the outer transaction has begun")
+	return setupTx(t, func(d *fakeDriver[*fakeTx]) { d.outer = outer })
 }
 
-// newTestLogger returns a logger writing text to the returned buffer.
-func newTestLogger() (*slog.Logger, *syncbuf.Buffer) {
-	buf := &syncbuf.Buffer{}
-	return slog.New(slog.NewTextHandler(buf, nil)), buf
-}
-
-func TestRunInTxCommitRunsHooksInOrderOnce(t *testing.T) {
+func TestInTxCommitRunsHooksInOrderOnce(t *testing.T) {
 	t.Parallel()
 
-	log := &txLog{}
-	logger, logs := newTestLogger()
-	err := outbox.RunInTx(t.Context(), log.funcs(), logger, func(ctx context.Context, tx *fakeTx) error {
-		log.add("fn")
+	b := setupTx(t, nil)
+	err := b.store.InTx(t.Context(), func(ctx context.Context, tx *fakeTx) error {
+		b.driver.add("fn")
 		for _, name := range []string{"hook 1", "hook 2", "hook 3"} {
-			require.NoError(t, outbox.AfterCommit(ctx, log.hook(name)))
+			require.NoError(t, outbox.AfterCommit(ctx, b.driver.hook(name)))
 		}
-		require.Equal(t, []string{"begin", "fn"}, log.Calls(), "hooks wait for the commit")
+		require.Equal(t, []string{"begin", "fn"}, b.driver.Log(), "hooks wait for the commit")
 		return nil
 	})
 	require.NoError(t, err)
-	require.Equal(t, []string{"begin", "fn", "commit", "hook 1", "hook 2", "hook 3"}, log.Calls())
-	require.Empty(t, logs.String())
+	require.Equal(t, []string{"begin", "fn", "commit", "hook 1", "hook 2", "hook 3"}, b.driver.Log())
+	require.Empty(t, b.logs.String())
 }
 
-func TestRunInTxWithoutHooks(t *testing.T) {
+func TestInTxWithoutHooks(t *testing.T) {
 	t.Parallel()
 
-	log := &txLog{}
-	err := outbox.RunInTx(t.Context(), log.funcs(), nil, func(context.Context, *fakeTx) error { return nil })
-	require.NoError(t, err)
-	require.Equal(t, []string{"begin", "commit"}, log.Calls())
+	b := setupTx(t, nil)
+	require.NoError(t, b.store.InTx(t.Context(), func(context.Context, *fakeTx) error { return nil }))
+	require.Equal(t, []string{"begin", "commit"}, b.driver.Log())
 }
 
-func TestRunInTxFnErrorRollsBack(t *testing.T) {
+func TestInTxFnErrorRollsBack(t *testing.T) {
 	t.Parallel()
 
-	log := &txLog{}
+	b := setupTx(t, nil)
 	fnErr := errors.New("business rule violated")
-	err := outbox.RunInTx(t.Context(), log.funcs(), nil, func(ctx context.Context, tx *fakeTx) error {
-		require.NoError(t, outbox.AfterCommit(ctx, log.hook("hook")))
+	err := b.store.InTx(t.Context(), func(ctx context.Context, tx *fakeTx) error {
+		require.NoError(t, outbox.AfterCommit(ctx, b.driver.hook("hook")))
 		return fnErr
 	})
 	require.Same(t, fnErr, err, "fn's error is returned as is")
-	require.Equal(t, []string{"begin", "rollback"}, log.Calls())
+	require.Equal(t, []string{"begin", "rollback"}, b.driver.Log())
 }
 
-func TestRunInTxRollbackIgnoresCancellation(t *testing.T) {
+func TestInTxRollbackIgnoresCancellation(t *testing.T) {
 	t.Parallel()
 
-	log := &txLog{}
+	b := setupTx(t, nil)
 	ctx, cancel := context.WithCancel(t.Context())
-	err := outbox.RunInTx(ctx, log.funcs(), nil, func(ctx context.Context, tx *fakeTx) error {
+	err := b.store.InTx(ctx, func(ctx context.Context, tx *fakeTx) error {
 		cancel()
 		return ctx.Err()
 	})
 	require.ErrorIs(t, err, context.Canceled)
-	require.Equal(t, []string{"begin", "rollback"}, log.Calls())
-	require.NoError(t, log.rollbackCtxErr, "the rollback runs even when the caller's context is done")
+	require.Equal(t, []string{"begin", "rollback"}, b.driver.Log())
+	require.NoError(t, b.driver.rollbackCtxErr, "the rollback runs even when the caller's context is done")
 }
 
-func TestRunInTxBeginError(t *testing.T) {
+// A context that ends while fn runs fails the transaction even when fn
+// does not notice: it is rolled back rather than committed, and InTx
+// returns the context's cause.
+func TestInTxContextEndedBeforeCommitRollsBack(t *testing.T) {
+	t.Parallel()
+
+	b := setupTx(t, nil)
+	cause := errors.New("request abandoned")
+	ctx, cancel := context.WithCancelCause(t.Context())
+	err := b.store.InTx(ctx, func(ctx context.Context, tx *fakeTx) error {
+		require.NoError(t, outbox.AfterCommit(ctx, b.driver.hook("hook")))
+		cancel(cause)
+		return nil
+	})
+	require.ErrorIs(t, err, cause)
+	require.ErrorContains(t, err, "commit")
+	require.Equal(t, []string{"begin", "rollback"}, b.driver.Log())
+}
+
+func TestInTxBeginError(t *testing.T) {
 	t.Parallel()
 
 	beginErr := errors.New("no connection")
-	log := &txLog{beginErr: beginErr}
+	b := setupTx(t, func(d *fakeDriver[*fakeTx]) { d.beginErr = beginErr })
 	called := false
-	err := outbox.RunInTx(t.Context(), log.funcs(), nil, func(context.Context, *fakeTx) error {
+	err := b.store.InTx(t.Context(), func(context.Context, *fakeTx) error {
 		called = true
 		return nil
 	})
 	require.ErrorIs(t, err, beginErr)
+	require.ErrorContains(t, err, "begin")
 	require.False(t, called)
-	require.Equal(t, []string{"begin"}, log.Calls())
+	require.Equal(t, []string{"begin"}, b.driver.Log())
 }
 
-func TestRunInTxCommitError(t *testing.T) {
+func TestInTxCommitError(t *testing.T) {
 	t.Parallel()
 
 	commitErr := errors.New("serialization failure")
-	log := &txLog{commitErr: commitErr}
-	err := outbox.RunInTx(t.Context(), log.funcs(), nil, func(ctx context.Context, tx *fakeTx) error {
-		require.NoError(t, outbox.AfterCommit(ctx, log.hook("hook")))
+	b := setupTx(t, func(d *fakeDriver[*fakeTx]) { d.commitErr = commitErr })
+	err := b.store.InTx(t.Context(), func(ctx context.Context, tx *fakeTx) error {
+		require.NoError(t, outbox.AfterCommit(ctx, b.driver.hook("hook")))
 		return nil
 	})
 	require.ErrorIs(t, err, commitErr)
 	require.NotSame(t, commitErr, err, "the commit error is wrapped")
-	require.Contains(t, err.Error(), "commit")
-	calls := log.Calls()
-	require.Equal(t, []string{"begin", "commit"}, calls[:2])
-	require.NotContains(t, calls, "hook", "no hook after a failed commit")
+	require.ErrorContains(t, err, "commit")
+	require.Equal(t, []string{"begin", "commit"}, b.driver.Log(), "no hook after a failed commit, and nothing to roll back")
 }
 
-func TestRunInTxHookFailuresAreLogged(t *testing.T) {
+func TestInTxHookFailuresAreLogged(t *testing.T) {
 	t.Parallel()
 
-	log := &txLog{}
-	logger, logs := newTestLogger()
-	err := outbox.RunInTx(t.Context(), log.funcs(), logger, func(ctx context.Context, tx *fakeTx) error {
+	b := setupTx(t, nil)
+	err := b.store.InTx(t.Context(), func(ctx context.Context, tx *fakeTx) error {
 		require.NoError(t, outbox.AfterCommit(ctx, func(context.Context) error {
-			log.add("hook 1")
+			b.driver.add("hook 1")
 			return errors.New("broker unreachable")
 		}))
 		require.NoError(t, outbox.AfterCommit(ctx, func(context.Context) error {
-			log.add("hook 2")
+			b.driver.add("hook 2")
 			panic("hook exploded")
 		}))
-		require.NoError(t, outbox.AfterCommit(ctx, log.hook("hook 3")))
+		require.NoError(t, outbox.AfterCommit(ctx, b.driver.hook("hook 3")))
 		return nil
 	})
 	require.NoError(t, err, "hook failures are not returned: the transaction committed")
-	require.Equal(t, []string{"begin", "commit", "hook 1", "hook 2", "hook 3"}, log.Calls())
+	require.Equal(t, []string{"begin", "commit", "hook 1", "hook 2", "hook 3"}, b.driver.Log())
 
-	out := logs.String()
+	out := b.logs.String()
 	require.Contains(t, out, "after-commit hook failed")
 	require.Contains(t, out, "broker unreachable")
 	require.Contains(t, out, "hook exploded")
 }
 
-func TestRunInTxPanicRollsBack(t *testing.T) {
+// Hooks run after the commit, when the caller's context may have ended:
+// theirs does not end with it, and keeps its values.
+func TestInTxHooksGetAContextThatDoesNotEnd(t *testing.T) {
 	t.Parallel()
 
-	log := &txLog{}
+	type key struct{}
+	b := setupTx(t, nil)
+	var hookCtx context.Context
+	ctx, cancel := context.WithCancel(context.WithValue(t.Context(), key{}, "value"))
+	defer cancel()
+	require.NoError(t, b.store.InTx(ctx, func(ctx context.Context, tx *fakeTx) error {
+		return outbox.AfterCommit(ctx, func(ctx context.Context) error {
+			hookCtx = ctx
+			return nil
+		})
+	}))
+	require.Nil(t, hookCtx.Done(), "the hook's context cannot end")
+	require.Equal(t, "value", hookCtx.Value(key{}))
+}
+
+func TestInTxPanicRollsBack(t *testing.T) {
+	t.Parallel()
+
+	b := setupTx(t, nil)
 	require.PanicsWithValue(t, "kaboom", func() {
-		_ = outbox.RunInTx(t.Context(), log.funcs(), nil, func(ctx context.Context, tx *fakeTx) error {
-			require.NoError(t, outbox.AfterCommit(ctx, log.hook("hook")))
+		_ = b.store.InTx(t.Context(), func(ctx context.Context, tx *fakeTx) error {
+			require.NoError(t, outbox.AfterCommit(ctx, b.driver.hook("hook")))
 			panic("kaboom")
 		})
 	})
-	require.Equal(t, []string{"begin", "rollback"}, log.Calls())
+	require.Equal(t, []string{"begin", "rollback"}, b.driver.Log())
 }
 
-func TestRunInTxConcurrentHookRegistration(t *testing.T) {
+func TestInTxConcurrentHookRegistration(t *testing.T) {
 	t.Parallel()
 
-	log := &txLog{}
-	err := outbox.RunInTx(t.Context(), log.funcs(), nil, func(ctx context.Context, tx *fakeTx) error {
+	b := setupTx(t, nil)
+	err := b.store.InTx(t.Context(), func(ctx context.Context, tx *fakeTx) error {
 		var wg sync.WaitGroup
 		for i := range 20 {
-			wg.Go(func() { _ = outbox.AfterCommit(ctx, log.hook(fmt.Sprint("hook ", i))) })
+			wg.Go(func() { _ = outbox.AfterCommit(ctx, b.driver.hook(fmt.Sprint("hook ", i))) })
 		}
 		wg.Wait()
 		return nil
 	})
 	require.NoError(t, err)
-	require.Len(t, log.Calls(), 2+20)
+	require.Len(t, b.driver.Log(), 2+20)
 }
 
-func TestAfterCommitOutsideRunInTx(t *testing.T) {
+func TestAfterCommitOutsideInTx(t *testing.T) {
 	t.Parallel()
 
 	noop := func(context.Context) error { return nil }
@@ -233,20 +232,28 @@ func TestAfterCommitOutsideRunInTx(t *testing.T) {
 	ctx := outbox.ContextWithTx(t.Context(), &fakeTx{})
 	require.ErrorIs(t, outbox.AfterCommit(ctx, noop), outbox.ErrNoCommitHooks,
 		"a transaction in the context is not enough: nobody would run the hook")
+
+	b := setupTx(t, nil)
+	var ended context.Context
+	require.NoError(t, b.store.InTx(t.Context(), func(ctx context.Context, _ *fakeTx) error {
+		ended = ctx
+		return nil
+	}))
+	require.ErrorIs(t, outbox.AfterCommit(ended, noop), outbox.ErrNoCommitHooks, "the transaction has ended")
 }
 
 func TestTxFromContext(t *testing.T) {
 	t.Parallel()
 
-	t.Run("inside RunInTx", func(t *testing.T) {
+	t.Run("inside InTx", func(t *testing.T) {
 		t.Parallel()
 
-		log := &txLog{}
-		err := outbox.RunInTx(t.Context(), log.funcs(), nil, func(ctx context.Context, tx *fakeTx) error {
+		b := setupTx(t, nil)
+		err := b.store.InTx(t.Context(), func(ctx context.Context, tx *fakeTx) error {
 			got, ok := outbox.TxFromContext[*fakeTx](ctx)
 			require.True(t, ok)
 			require.Same(t, tx, got)
-			require.Same(t, log.tx, got)
+			require.Same(t, b.driver.tx, got)
 
 			_, ok = outbox.TxFromContext[string](ctx)
 			require.False(t, ok, "another transaction type is not found")
@@ -281,53 +288,98 @@ func TestTxFromContext(t *testing.T) {
 
 // A savepoint commits nothing: the hooks registered in it run after the
 // enclosing transaction commits, and not at all when it rolls back.
-func TestRunInTxSavepointHooksWaitForTheEnclosingCommit(t *testing.T) {
+func TestInTxSavepointHooksWaitForTheEnclosingCommit(t *testing.T) {
 	t.Parallel()
 
 	for _, outerFails := range []bool{false, true} {
-		outer, inner := &txLog{}, &txLog{}
-		err := outbox.RunInTx(t.Context(), outer.funcs(), nil, func(ctx context.Context, tx *fakeTx) error {
-			savepoint := inner.funcs()
-			savepoint.Within = tx
-			require.NoError(t, outbox.RunInTx(ctx, savepoint, nil, func(ctx context.Context, _ *fakeTx) error {
-				return outbox.AfterCommit(ctx, outer.hook("savepoint hook"))
-			}))
-			require.Equal(t, []string{"begin", "commit"}, inner.Calls(), "released")
-			require.Equal(t, []string{"begin"}, outer.Calls(), "the hook waits for the enclosing commit")
+		t.Run(fmt.Sprint("outer fails: ", outerFails), func(t *testing.T) {
+			t.Parallel()
+
+			outer := setupTx(t, nil)
+			var inner *txBundle
+			err := outer.store.InTx(t.Context(), func(ctx context.Context, tx *fakeTx) error {
+				inner = outer.savepointStore(t)
+				require.NoError(t, inner.store.InTx(ctx, func(ctx context.Context, _ *fakeTx) error {
+					return outbox.AfterCommit(ctx, outer.driver.hook("savepoint hook"))
+				}))
+				require.Equal(t, []string{"begin", "commit"}, inner.driver.Log(), "released")
+				require.Equal(t, []string{"begin"}, outer.driver.Log(), "the hook waits for the enclosing commit")
+				if outerFails {
+					return errors.New("business rule")
+				}
+				return nil
+			})
 			if outerFails {
-				return errors.New("business rule")
+				require.Error(t, err)
+				require.Equal(t, []string{"begin", "rollback"}, outer.driver.Log())
+			} else {
+				require.NoError(t, err)
+				require.Equal(t, []string{"begin", "commit", "savepoint hook"}, outer.driver.Log())
 			}
-			return nil
+			require.Equal(t, []bool{true}, inner.driver.commitDetached,
+				"a savepoint's release, once decided, is sent whatever happens to the caller's context")
 		})
-		if outerFails {
-			require.Error(t, err)
-			require.Equal(t, []string{"begin", "rollback"}, outer.Calls())
-		} else {
-			require.NoError(t, err)
-			require.Equal(t, []string{"begin", "commit", "savepoint hook"}, outer.Calls())
-		}
 	}
 }
 
-// A savepoint in a transaction whose commit no RunInTx reports (the
-// caller's own) can take no hooks, even inside a RunInTx of another
-// transaction.
-func TestRunInTxSavepointOfAnUnreportedTransactionTakesNoHooks(t *testing.T) {
+// A savepoint rolled back takes its hooks with it, while the enclosing
+// transaction commits and runs its own.
+func TestInTxSavepointRolledBackDropsItsHooks(t *testing.T) {
+	t.Parallel()
+
+	outer := setupTx(t, nil)
+	rolledBack := errors.New("savepoint rolled back")
+	require.NoError(t, outer.store.InTx(t.Context(), func(ctx context.Context, tx *fakeTx) error {
+		inner := outer.savepointStore(t)
+		err := inner.store.InTx(ctx, func(ctx context.Context, _ *fakeTx) error {
+			require.NoError(t, outbox.AfterCommit(ctx, outer.driver.hook("savepoint hook")))
+			return rolledBack
+		})
+		require.Same(t, rolledBack, err)
+		require.Equal(t, []string{"begin", "rollback"}, inner.driver.Log())
+		return outbox.AfterCommit(ctx, outer.driver.hook("outer hook"))
+	}))
+	require.Equal(t, []string{"begin", "commit", "outer hook"}, outer.driver.Log())
+}
+
+// A savepoint in a transaction whose commit no InTx reports (the caller's
+// own) can take no hooks, even inside an InTx of another transaction.
+func TestInTxSavepointOfAnUnreportedTransactionTakesNoHooks(t *testing.T) {
 	t.Parallel()
 
 	callers := &fakeTx{id: 7}
 	inSavepoint := func(ctx context.Context) error {
-		log := &txLog{}
-		savepoint := log.funcs()
-		savepoint.Within = callers
-		return outbox.RunInTx(ctx, savepoint, nil, func(ctx context.Context, _ *fakeTx) error {
-			return outbox.AfterCommit(ctx, log.hook("hook"))
+		b := setupTx(t, func(d *fakeDriver[*fakeTx]) { d.outer = callers })
+		return b.store.InTx(ctx, func(ctx context.Context, _ *fakeTx) error {
+			return outbox.AfterCommit(ctx, b.driver.hook("hook"))
 		})
 	}
 	require.ErrorIs(t, inSavepoint(t.Context()), outbox.ErrNoCommitHooks)
-	other := &txLog{}
-	require.NoError(t, outbox.RunInTx(t.Context(), other.funcs(), nil, func(ctx context.Context, _ *fakeTx) error {
+	other := setupTx(t, nil)
+	require.NoError(t, other.store.InTx(t.Context(), func(ctx context.Context, _ *fakeTx) error {
 		require.ErrorIs(t, inSavepoint(ctx), outbox.ErrNoCommitHooks)
 		return nil
 	}))
+}
+
+// A savepoint released after its enclosing transaction's function
+// returned (by a goroutine that outlived it, say) has nowhere to send its
+// hooks: they are dropped, and the drop is logged.
+func TestInTxSavepointAfterTheEnclosingTransactionEnded(t *testing.T) {
+	t.Parallel()
+
+	outer := setupTx(t, nil)
+	var (
+		ended context.Context
+		inner *txBundle
+	)
+	require.NoError(t, outer.store.InTx(t.Context(), func(ctx context.Context, _ *fakeTx) error {
+		ended, inner = ctx, outer.savepointStore(t)
+		return nil
+	}))
+	require.NoError(t, inner.store.InTx(ended, func(ctx context.Context, _ *fakeTx) error {
+		return outbox.AfterCommit(ctx, outer.driver.hook("savepoint hook"))
+	}))
+	require.Equal(t, []string{"begin", "commit"}, outer.driver.Log(), "the hook never runs")
+	require.Contains(t, inner.logs.String(), "the enclosing transaction ended before its savepoint")
 }

@@ -1,113 +1,96 @@
 package outbox
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"reflect"
 	"slices"
 	"time"
 
+	"github.com/wmoutbox/wmoutbox/internal/codec"
 	"github.com/wmoutbox/wmoutbox/internal/nilcheck"
+	"github.com/wmoutbox/wmoutbox/outbox/outboxdriver"
 )
 
-// WriterConfig configures a [Writer]. The zero value is a writer with no hot
-// path: events are left to a poller (or to CDC).
-type WriterConfig struct {
-	// AfterCommit receives the events of each write once the transaction
-	// commits: the hot path. It only runs for writes made in a transaction
-	// begun by an InTx helper; writes in a transaction the caller begins
-	// and commits are left to the poller. Events with a DeliverAfter time
-	// never go to it. Its error is logged, never returned to the writer's
-	// caller. Default: none.
-	//
-	// claimLeft is what is left, at the commit, of the claim the events
-	// were written under (ClaimOwner's, for ClaimTimeout from a moment
-	// before the insert, by Clock): ClaimTimeout less the time the
-	// transaction stayed open after the write, zero or less once it ran
-	// out and any relay may claim them, and zero when they were written
-	// unclaimed.
-	//
-	// Events written in a savepoint (one opened by InTx on a
-	// transaction, or one you opened yourself and is open while you write
-	// through the transaction it is in) reach it only if the savepoint
-	// kept them: the writer asks the store just before the top-level
-	// commit, one query for each such write ([Inserter.Kept]).
-	AfterCommit func(ctx context.Context, events []Envelope, claimLeft time.Duration) error
-
-	// HotTopic reports whether the hot path takes events of a topic right
-	// now; the others are written unclaimed and left to the pollers. Default:
-	// every topic.
-	HotTopic func(topic string) bool
-
-	// Committed is told, once a write's transaction commits, its events
-	// that are due now and that the hot path does not deliver, so that
-	// relays claim them at once instead of at their next poll: those of
-	// other processes through a notification of their [Topics]
-	// (postgres.Notifier.Notify does that), an ordered relay of this
-	// process by their aggregates. Like AfterCommit it only runs for
-	// transactions begun by an InTx helper. It must not block, nor keep
-	// the slice. Default: none.
-	Committed func(events []Envelope)
-
-	// Scheduled is told, once a write's transaction commits, its events
-	// whose DeliverAfter is still ahead, so that a relay of this process
-	// claims them when they come due rather than at its next poll. Like
-	// Committed it only runs for transactions begun by an InTx helper, and
-	// it must not block, nor keep the slice. Default: none.
-	Scheduled func(events []Envelope)
-
-	// ClaimOwner, when set together with AfterCommit, writes hot-path rows
-	// already claimed by this owner, so that other relays' pollers leave
-	// them to this process while it delivers them. If the process dies the
-	// claim expires and any relay recovers the rows. Default: "" (rows are
-	// written unclaimed).
-	ClaimOwner string
-	// ClaimTimeout is how long that claim holds. Default
-	// [DefaultLockTimeout].
-	ClaimTimeout time.Duration
-
-	// Clock stamps OccurredAt when an envelope has none, and measures the
-	// claimLeft that AfterCommit receives. Default [SystemClock].
-	Clock Clock
+// HotPath delivers events right after their transaction commits, in the
+// process that wrote them, without waiting for a relay's claim:
+// *watermilladapter.Subscriber is one. A [Writer] (or a Publisher) with a
+// HotPath writes the events the hot path takes already claimed by it, so
+// that no other relay takes them meanwhile, and hands them over once
+// [Store.InTx] commits. If the process dies first, the claim runs out and
+// any relay delivers them.
+//
+// Applications pass a HotPath to [WriterConfig] and do not call its
+// methods. They are called from the committing goroutine and must not
+// block.
+type HotPath interface {
+	// HotLease returns the claim hot events are written under: the relay's
+	// owner, and how long the claim lasts (0: 5 minutes). With no owner,
+	// no event is hot.
+	HotLease() (owner string, lease time.Duration)
+	// TakesHot reports whether the hot path takes events of topic now.
+	// Events it does not take are written unclaimed, for the claims.
+	TakesHot(topic string) bool
+	// DeliverHot receives the hot events of a write once its transaction
+	// commits. claimLeft is what is left of their claim by then: the lease
+	// less the time the transaction stayed open after the write. Events
+	// written in a savepoint that rolled back are not among them.
+	DeliverHot(ctx context.Context, events []Envelope, claimLeft time.Duration)
+	// Committed receives the other events of the commit: those due at
+	// once, which a relay of this process claims now rather than at its
+	// next poll, and those with a DeliverAfter ahead, which it claims when
+	// they come due. The slice is not the hot path's to keep.
+	Committed(events []Envelope)
 }
 
-// Writer writes events in the caller's transaction: the spec's
-// OutboxWriter. It is safe for concurrent use.
+// WriterConfig configures a [Writer]. The zero value is a writer with no
+// hot path: the relays' claims deliver every event.
+type WriterConfig struct {
+	// HotPath, when set, delivers each event right after its commit, in
+	// this process, when the event's transaction was begun by
+	// [Store.InTx]: usually the watermilladapter.Subscriber of this
+	// process. Writes in a transaction you begin and commit yourself are
+	// left to the claims. Default: none.
+	HotPath HotPath
+	// Notify, when set, is told after each commit of [Store.InTx] the
+	// topics of its events that are due at once and were written without
+	// a hot-path claim, so that relays in other processes claim them at
+	// once rather than at their next poll: usually a postgres.Notifier's
+	// Notify. It must not block. Default: none.
+	Notify func(topics []string)
+}
+
+// Writer writes events in the caller's transaction. It is safe for
+// concurrent use.
 type Writer[Tx any] struct {
-	store Inserter[Tx]
+	store *Store[Tx]
 	cfg   WriterConfig
 }
 
-// NewWriter returns a writer that inserts through store.
-func NewWriter[Tx any](store Inserter[Tx], cfg WriterConfig) (*Writer[Tx], error) {
-	if nilcheck.Is(store) {
+// NewWriter returns a writer on store.
+func NewWriter[Tx any](store *Store[Tx], cfg WriterConfig) (*Writer[Tx], error) {
+	if store == nil {
 		return nil, invalidRequest("writer needs a store")
 	}
-	if reason := checkText(cfg.ClaimOwner, MaxOwnerLen); reason != "" {
-		return nil, invalidRequest("writer claim owner: %s", reason)
+	if nilcheck.Is(cfg.HotPath) {
+		cfg.HotPath = nil
 	}
-	if cfg.ClaimTimeout < 0 {
-		return nil, invalidRequest("writer claim timeout %s is negative", cfg.ClaimTimeout)
-	}
-	if cfg.ClaimTimeout == 0 {
-		cfg.ClaimTimeout = DefaultLockTimeout
-	}
-	cfg.Clock = ClockOrSystem(cfg.Clock)
 	return &Writer[Tx]{store: store, cfg: cfg}, nil
 }
 
-// Write validates events and inserts them in tx (one statement on
-// PostgreSQL; see the stores for the others), and returns their ids in
-// order. It does not commit: the events become visible
-// with the caller's commit and vanish with its rollback. If ctx comes from
-// an InTx helper, the configured AfterCommit hook receives the events after
-// that commit.
+// Write validates events and inserts them in tx (in one statement on
+// PostgreSQL; see the dialects for the others), and returns their ids in
+// order. It does not commit: the events become visible with the caller's
+// commit and vanish with its rollback. If ctx comes from [Store.InTx], the
+// hot path and Notify hear of the events after that commit.
 //
 // Errors: [ErrNoTransaction] for a nil tx; a [*ValidationError] (matching
 // [ErrInvalidEnvelope]) for an invalid envelope, in which case nothing was
-// written; the store's error; or, with the rows written, an error
-// registering the after-commit hand-off in ctx (the transaction of an InTx
-// helper ended already). Writing no events is a no-op. In a transaction
-// of PostgreSQL's InTx the insert goes with the transaction's next
+// written; the driver's error; or, with the rows written, an error
+// registering the after-commit hand-off in ctx (the transaction of an
+// InTx ended already). Writing no events is a no-op. In a transaction of
+// PostgreSQL's InTx the insert goes with the transaction's next
 // statement: its error, such as [ErrDuplicateEvent], comes from that one,
 // or from the commit.
 func (w *Writer[Tx]) Write(ctx context.Context, tx Tx, events ...Envelope) ([]string, error) {
@@ -117,18 +100,22 @@ func (w *Writer[Tx]) Write(ctx context.Context, tx Tx, events ...Envelope) ([]st
 	if len(events) == 0 {
 		return nil, nil
 	}
-	now := w.cfg.Clock.Now()
-	prepared, err := Prepare(events, now)
+	now := w.store.clock.Now()
+	prepared, err := prepare(events, now)
 	if err != nil {
 		return nil, err
 	}
 	hot, cold := w.hotEvents(ctx, tx, prepared)
-	savepoint, err := w.insert(ctx, tx, hot, cold)
+	params, err := w.insertParams(hot, cold, now)
+	if err != nil {
+		return nil, err
+	}
+	savepoint, err := w.store.driver.Insert(ctx, tx, params)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: write %d events: %w", len(prepared), err)
 	}
-	if err := w.afterCommit(ctx, tx, hot, cold, savepoint, now); err != nil {
-		// The transaction already ended: these rows are the pollers'.
+	if err := w.afterCommit(ctx, tx, hot, cold, savepoint, params.LockedUntil); err != nil {
+		// The transaction already ended: these rows are the claims'.
 		return nil, fmt.Errorf("outbox: write: %w", err)
 	}
 	ids := make([]string, len(prepared))
@@ -138,22 +125,49 @@ func (w *Writer[Tx]) Write(ctx context.Context, tx Tx, events ...Envelope) ([]st
 	return ids, nil
 }
 
-// insert writes the events in one round trip, the hot ones claimed by
-// the hot path's owner when there is one.
-func (w *Writer[Tx]) insert(ctx context.Context, tx Tx, hot, cold []Envelope) (savepoint uint64, err error) {
-	var lease Lease
-	if len(hot) > 0 && w.cfg.ClaimOwner != "" {
-		lease = Lease{Owner: w.cfg.ClaimOwner, Duration: w.cfg.ClaimTimeout}
+// insertParams is the insert of the hot events, claimed by the hot path,
+// then the cold ones, written at now.
+func (w *Writer[Tx]) insertParams(hot, cold []Envelope, now time.Time) (*outboxdriver.InsertParams, error) {
+	p := &outboxdriver.InsertParams{Rows: make([]outboxdriver.InsertRow, len(hot)+len(cold)), Now: now, Mark: len(hot) > 0}
+	if len(hot) > 0 {
+		owner, lease := w.cfg.HotPath.HotLease()
+		p.Owner, p.LockedUntil = owner, now.Add(cmp.Or(lease, defaultLockTimeout))
 	}
-	return w.store.Insert(ctx, tx, hot, cold, lease)
+	for i := range hot {
+		if err := insertRow(&p.Rows[i], &hot[i], now, true); err != nil {
+			return nil, err
+		}
+	}
+	for i := range cold {
+		if err := insertRow(&p.Rows[len(hot)+i], &cold[i], now, false); err != nil {
+			return nil, err
+		}
+	}
+	return p, nil
+}
+
+// insertRow fills r with e's row, written at now, claimed or not: due at
+// its DeliverAfter, or at once.
+func insertRow(r *outboxdriver.InsertRow, e *Envelope, now time.Time, claimed bool) error {
+	headers, err := codec.EncodeHeaders(e.Headers)
+	if err != nil {
+		return err
+	}
+	*r = outboxdriver.InsertRow{ID: e.ID, Type: string(e.Type), Topic: e.Topic, AggregateType: string(e.AggregateType),
+		AggregateID: e.AggregateID, TenantID: e.TenantID, Payload: e.Payload(), PayloadJSON: e.IsJSON(), Headers: headers,
+		OccurredAt: e.OccurredAt, AvailableAt: now, Claimed: claimed}
+	if e.DeliverAfter.After(now) {
+		r.AvailableAt = e.DeliverAfter
+	}
+	return nil
 }
 
 // afterCommit registers the hooks that hand hot events to the hot path
-// and announce the due cold ones. Hot events written in a savepoint (a
-// nonzero mark from the store), which can roll back while the transaction
-// commits, stay hot only if the store finds them kept just before the
-// commit. written is a moment before the insert, when their claim began.
-func (w *Writer[Tx]) afterCommit(ctx context.Context, tx Tx, hot, cold []Envelope, savepoint uint64, written time.Time) error {
+// and tell it and Notify of the cold ones. Hot events written in a
+// savepoint (a nonzero mark from the driver), which can roll back while
+// the transaction commits, stay hot only if the driver finds them kept
+// just before the commit. claimedUntil is when their claim ends.
+func (w *Writer[Tx]) afterCommit(ctx context.Context, tx Tx, hot, cold []Envelope, savepoint uint64, claimedUntil time.Time) error {
 	if len(hot) > 0 {
 		if savepoint != 0 {
 			err := beforeCommit(ctx, func(ctx context.Context) (err error) {
@@ -168,43 +182,40 @@ func (w *Writer[Tx]) afterCommit(ctx context.Context, tx Tx, hot, cold []Envelop
 			if len(hot) == 0 {
 				return nil
 			}
-			var claimLeft time.Duration
-			if w.cfg.ClaimOwner != "" {
-				claimLeft = w.cfg.ClaimTimeout - w.cfg.Clock.Now().Sub(written)
-			}
-			return w.cfg.AfterCommit(ctx, hot, claimLeft)
+			w.cfg.HotPath.DeliverHot(ctx, hot, claimedUntil.Sub(w.store.clock.Now()))
+			return nil
 		})
 		if err != nil {
 			return err
 		}
 	}
-	if len(cold) == 0 || w.cfg.Committed == nil && w.cfg.Scheduled == nil || !w.commitReported(ctx, tx) {
+	if len(cold) == 0 || w.cfg.HotPath == nil && w.cfg.Notify == nil || !w.commitReported(ctx, tx) {
 		return nil
 	}
-	due, later := splitDelayed(cold)
-	tell := func(hook func([]Envelope), events []Envelope) {
-		if hook != nil && len(events) > 0 {
-			hook(events)
-		}
-	}
 	return AfterCommit(ctx, func(context.Context) error {
-		tell(w.cfg.Committed, due)
-		tell(w.cfg.Scheduled, later)
+		if w.cfg.HotPath != nil {
+			w.cfg.HotPath.Committed(cold)
+		}
+		if w.cfg.Notify != nil {
+			if topics := dueTopics(cold); len(topics) > 0 {
+				w.cfg.Notify(topics)
+			}
+		}
 		return nil
 	})
 }
 
-// splitDelayed returns the events due at once and those with a
-// DeliverAfter ahead (which Prepare leaves set only when it is ahead).
-func splitDelayed(events []Envelope) (due, later []Envelope) {
+// dueTopics returns the distinct topics of the events due at once (those
+// whose DeliverAfter the writer did not keep), in the order they first
+// appear.
+func dueTopics(events []Envelope) []string {
+	var topics []string
 	for _, e := range events {
-		if e.DeliverAfter.IsZero() {
-			due = append(due, e)
-		} else {
-			later = append(later, e)
+		if e.DeliverAfter.IsZero() && !slices.Contains(topics, e.Topic) {
+			topics = append(topics, e.Topic)
 		}
 	}
-	return due, later
+	return topics
 }
 
 // kept returns those of events, written by the insert that returned
@@ -213,13 +224,13 @@ func splitDelayed(events []Envelope) (due, later []Envelope) {
 func (w *Writer[Tx]) kept(ctx context.Context, savepoint uint64, events []Envelope) ([]Envelope, error) {
 	tx, ok := TxFromContext[Tx](ctx)
 	if !ok {
-		return nil, fmt.Errorf("outbox: the transaction written in a savepoint is not a %T", tx)
+		return nil, fmt.Errorf("outbox: the transaction written in a savepoint is not a %v", reflect.TypeFor[Tx]())
 	}
 	ids := make([]string, len(events))
 	for i := range events {
 		ids[i] = events[i].ID
 	}
-	found, err := w.store.Kept(ctx, tx, savepoint, ids)
+	found, err := w.store.driver.Kept(ctx, tx, savepoint, ids)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: look up %d events written in a savepoint: %w", len(ids), err)
 	}
@@ -233,51 +244,31 @@ func (w *Writer[Tx]) kept(ctx context.Context, savepoint uint64, events []Envelo
 	return slices.DeleteFunc(events, func(e Envelope) bool { return !kept[e.ID] }), nil
 }
 
-// Topics returns the distinct topics of events, in the order they first
-// appear.
-func Topics(events []Envelope) []string {
-	var topics []string
-	for _, e := range events {
-		if !slices.Contains(topics, e.Topic) {
-			topics = append(topics, e.Topic)
-		}
-	}
-	return topics
-}
-
 // commitReported reports whether tx is the very transaction whose commit
-// the InTx helper in ctx reports: a savepoint or another connection may
-// roll back on its own, even when a context carries it ([ContextWithTx]).
+// the InTx in ctx reports: a savepoint or another connection may roll back
+// on its own, even when a context carries it ([ContextWithTx]).
 func (w *Writer[Tx]) commitReported(ctx context.Context, tx Tx) bool {
 	hooks := hooksFrom(ctx)
-	return hooks != nil && SameTx(hooks.tx, tx)
+	return hooks != nil && nilcheck.Same(hooks.tx, tx)
 }
 
 // hotEvents splits events into those the hot path will deliver after
-// commit and the rest. None is hot without a hook or when the commit of
-// tx is not reported; delayed events and topics the hot path does not take
-// are never hot.
+// commit and the rest. None is hot without a hot path that claims them (an
+// owner), or when the commit of tx is not reported; delayed events and
+// topics the hot path does not take are never hot.
 func (w *Writer[Tx]) hotEvents(ctx context.Context, tx Tx, events []Envelope) (hot, cold []Envelope) {
-	if w.cfg.AfterCommit == nil || !w.commitReported(ctx, tx) {
+	if w.cfg.HotPath == nil || !w.commitReported(ctx, tx) {
 		return nil, events
 	}
+	if owner, _ := w.cfg.HotPath.HotLease(); owner == "" {
+		return nil, events // unclaimed, any relay could deliver them meanwhile
+	}
 	for _, e := range events {
-		if e.DeliverAfter.IsZero() && (w.cfg.HotTopic == nil || w.cfg.HotTopic(e.Topic)) {
+		if e.DeliverAfter.IsZero() && w.cfg.HotPath.TakesHot(e.Topic) {
 			hot = append(hot, e)
 		} else {
 			cold = append(cold, e)
 		}
 	}
 	return hot, cold
-}
-
-// SameTx reports whether a and b are the same transaction value. Values of
-// a type that cannot be compared are never the same.
-func SameTx(a, b any) (same bool) {
-	defer func() {
-		if recover() != nil {
-			same = false
-		}
-	}()
-	return a == b
 }

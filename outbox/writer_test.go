@@ -3,10 +3,7 @@ package outbox_test
 import (
 	"context"
 	"errors"
-	"slices"
-	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,132 +11,107 @@ import (
 
 	"github.com/wmoutbox/wmoutbox/internal/clocktest"
 	"github.com/wmoutbox/wmoutbox/outbox"
+	"github.com/wmoutbox/wmoutbox/outbox/outboxdriver"
 )
-
-// insertCall is one call of fakeInserter.Insert: its hot and cold
-// events, and all its events, hot then cold.
-type insertCall struct {
-	tx                *fakeTx
-	hot, cold, events []outbox.Envelope
-	lease             outbox.Lease
-}
-
-// fakeInserter records inserts and fails them with err when set. With
-// inSavepoint set, it marks writes with hot events as made in savepoint 7;
-// then Kept finds those not in gone, and fails with existingErr when set.
-type fakeInserter struct {
-	mu          sync.Mutex
-	calls       []insertCall
-	err         error
-	inSavepoint bool
-	gone        map[string]bool
-	existingErr error
-	lookups     []lookup
-}
-
-// lookup is one call of fakeInserter.Kept.
-type lookup struct {
-	tx        *fakeTx
-	savepoint uint64
-	ids       []string
-}
-
-func (f *fakeInserter) Insert(_ context.Context, tx *fakeTx, hot, cold []outbox.Envelope, lease outbox.Lease) (uint64, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.calls = append(f.calls, insertCall{tx: tx, hot: hot, cold: cold, events: slices.Concat(hot, cold), lease: lease})
-	if f.inSavepoint && len(hot) > 0 {
-		return 7, f.err
-	}
-	return 0, f.err
-}
-
-func (f *fakeInserter) Kept(_ context.Context, tx *fakeTx, savepoint uint64, ids []string) ([]string, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.lookups = append(f.lookups, lookup{tx: tx, savepoint: savepoint, ids: ids})
-	if f.existingErr != nil {
-		return nil, f.existingErr
-	}
-	var existing []string
-	for _, id := range ids {
-		if !f.gone[id] {
-			existing = append(existing, id)
-		}
-	}
-	return existing, nil
-}
-
-func (f *fakeInserter) Lookups() []lookup {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return append([]lookup(nil), f.lookups...)
-}
-
-func (f *fakeInserter) Calls() []insertCall {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return append([]insertCall(nil), f.calls...)
-}
-
-// hookRecorder is a writer's AfterCommit hook that records what it gets.
-type hookRecorder struct {
-	mu        sync.Mutex
-	calls     [][]outbox.Envelope
-	claimLeft []time.Duration
-}
-
-func (h *hookRecorder) hook(_ context.Context, events []outbox.Envelope, claimLeft time.Duration) error {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.calls = append(h.calls, events)
-	h.claimLeft = append(h.claimLeft, claimLeft)
-	return nil
-}
-
-func (h *hookRecorder) ClaimLeft() []time.Duration {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return slices.Clone(h.claimLeft)
-}
-
-func (h *hookRecorder) Calls() [][]outbox.Envelope {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return append([][]outbox.Envelope(nil), h.calls...)
-}
 
 var writerStart = time.Date(2025, 5, 6, 7, 8, 9, 0, time.UTC)
 
-// writerBundle is a writer on a fake inserter, with a hook and a fake clock.
+// writerBundle is a writer with a hot path and Notify, on a store on a
+// fake driver, with a fake clock.
 type writerBundle struct {
-	writer   *outbox.Writer[*fakeTx]
-	inserter *fakeInserter
-	hook     *hookRecorder
-	clock    *clocktest.Clock
-	txLog    *txLog
+	writer *outbox.Writer[*fakeTx]
+	store  *outbox.Store[*fakeTx]
+	driver *fakeDriver[*fakeTx]
+	hot    *fakeHotPath
+	notify *notifyLog
+	clock  *clocktest.Clock
 }
 
-// setupWriter returns a writer with an AfterCommit hook and claim owner
-// "relay-1"; modify changes the config before the writer is built.
+// setupWriter returns a writer whose hot path, owner "relay-1", takes
+// every topic under the default lease (HotLease returns 0), and tells
+// Notify; modify changes the config before the writer is built.
 func setupWriter(t *testing.T, modify func(cfg *outbox.WriterConfig)) *writerBundle {
 	t.Helper()
 
-	b := &writerBundle{inserter: &fakeInserter{}, hook: &hookRecorder{}, clock: clocktest.New(writerStart), txLog: &txLog{}}
-	cfg := outbox.WriterConfig{AfterCommit: b.hook.hook, ClaimOwner: "relay-1", Clock: b.clock}
+	b := &writerBundle{driver: newDriver(), hot: &fakeHotPath{owner: "relay-1"}, notify: &notifyLog{}, clock: clocktest.New(writerStart)}
+	store, err := outbox.NewStore[*fakeTx](b.driver, outbox.StoreConfig{Clock: b.clock})
+	require.NoError(t, err)
+	cfg := outbox.WriterConfig{HotPath: b.hot, Notify: b.notify.notify}
 	if modify != nil {
 		modify(&cfg)
 	}
-	w, err := outbox.NewWriter[*fakeTx](b.inserter, cfg)
+	w, err := outbox.NewWriter(store, cfg)
 	require.NoError(t, err)
-	b.writer = w
+	b.store, b.writer = store, w
 	return b
 }
 
-// inTx runs fn in a fake transaction through RunInTx.
-func (b *writerBundle) inTx(t *testing.T, fn func(ctx context.Context, tx *fakeTx) error) error {
+// write writes events in a transaction of the store's InTx and returns
+// their ids.
+func (b *writerBundle) write(t *testing.T, events ...outbox.Envelope) []string {
 	t.Helper()
-	return outbox.RunInTx(t.Context(), b.txLog.funcs(), nil, fn)
+	var ids []string
+	require.NoError(t, b.store.InTx(t.Context(), func(ctx context.Context, tx *fakeTx) (err error) {
+		ids, err = b.writer.Write(ctx, tx, events...)
+		return err
+	}))
+	return ids
+}
+
+// insert returns the params of the only insert so far.
+func (b *writerBundle) insert(t *testing.T) outboxdriver.InsertParams {
+	t.Helper()
+	inserts := b.driver.Inserts()
+	require.Len(t, inserts, 1, "one insert for the batch")
+	return inserts[0].p
+}
+
+// requireNothingTold fails unless neither the hot path nor Notify heard
+// of any event.
+func (b *writerBundle) requireNothingTold(t *testing.T, why string) {
+	t.Helper()
+	require.Empty(t, b.hot.Hot(), why)
+	require.Empty(t, b.hot.CommittedEvents(), why)
+	require.Empty(t, b.notify.Calls(), why)
+}
+
+// validEnvelope returns an envelope that the writer accepts.
+func validEnvelope() outbox.Envelope {
+	return outbox.NewJSON("OrderCreated", []byte(`{"order":42}`))
+}
+
+// withTopic returns a valid envelope of topic.
+func withTopic(topic string) outbox.Envelope {
+	e := validEnvelope()
+	e.Topic = topic
+	return e
+}
+
+// idsOf returns the ids of events.
+func idsOf(events []outbox.Envelope) []string {
+	out := make([]string, len(events))
+	for i, e := range events {
+		out[i] = e.ID
+	}
+	return out
+}
+
+// rowIDs returns the ids of rows.
+func rowIDs(rows []outboxdriver.InsertRow) []string {
+	out := make([]string, len(rows))
+	for i, r := range rows {
+		out[i] = r.ID
+	}
+	return out
+}
+
+// topics returns the topics of events.
+func topics(events []outbox.Envelope) []string {
+	out := make([]string, len(events))
+	for i, e := range events {
+		out[i] = e.Topic
+	}
+	return out
 }
 
 func TestNewWriter(t *testing.T) {
@@ -148,19 +120,25 @@ func TestNewWriter(t *testing.T) {
 	_, err := outbox.NewWriter[*fakeTx](nil, outbox.WriterConfig{})
 	require.ErrorIs(t, err, outbox.ErrInvalidRequest)
 
-	var noStore *fakeInserter
-	_, err = outbox.NewWriter[*fakeTx](noStore, outbox.WriterConfig{})
-	require.ErrorIs(t, err, outbox.ErrInvalidRequest, "a typed nil is no store either")
-
-	_, err = outbox.NewWriter[*fakeTx](&fakeInserter{}, outbox.WriterConfig{ClaimOwner: strings.Repeat("o", outbox.MaxOwnerLen+1)})
-	require.ErrorIs(t, err, outbox.ErrInvalidRequest)
-
-	_, err = outbox.NewWriter[*fakeTx](&fakeInserter{}, outbox.WriterConfig{ClaimOwner: "bad\x00owner"})
-	require.ErrorIs(t, err, outbox.ErrInvalidRequest)
-
-	w, err := outbox.NewWriter[*fakeTx](&fakeInserter{}, outbox.WriterConfig{})
+	store, err := outbox.NewStore[*fakeTx](newDriver(), outbox.StoreConfig{})
+	require.NoError(t, err)
+	w, err := outbox.NewWriter(store, outbox.WriterConfig{})
 	require.NoError(t, err)
 	require.NotNil(t, w)
+}
+
+// A nil pointer in the HotPath interface is no hot path: the writer does
+// not call it, and writes every event unclaimed.
+func TestWriterTypedNilHotPath(t *testing.T) {
+	t.Parallel()
+
+	var none *fakeHotPath
+	b := setupWriter(t, func(cfg *outbox.WriterConfig) { cfg.HotPath = none })
+	b.write(t, validEnvelope())
+	p := b.insert(t)
+	require.False(t, p.Rows[0].Claimed)
+	require.False(t, p.Mark)
+	require.Equal(t, [][]string{{"OrderCreated"}}, b.notify.Calls(), "Notify still hears of the event")
 }
 
 func TestWriterNilTx(t *testing.T) {
@@ -173,19 +151,7 @@ func TestWriterNilTx(t *testing.T) {
 
 	_, err = b.writer.Write(t.Context(), nil)
 	require.ErrorIs(t, err, outbox.ErrNoTransaction, "even with no events")
-	require.Empty(t, b.inserter.Calls())
-}
-
-// countingInserter counts inserts, for any transaction type.
-type countingInserter[Tx any] struct{ n atomic.Int32 }
-
-func (c *countingInserter[Tx]) Insert(context.Context, Tx, []outbox.Envelope, []outbox.Envelope, outbox.Lease) (uint64, error) {
-	c.n.Add(1)
-	return 0, nil
-}
-
-func (c *countingInserter[Tx]) Kept(_ context.Context, _ Tx, _ uint64, ids []string) ([]string, error) {
-	return ids, nil
+	require.Empty(t, b.driver.Log())
 }
 
 // committer is an interface transaction type, as pgx.Tx is.
@@ -201,8 +167,10 @@ func TestWriterNilTxOfOtherTypes(t *testing.T) {
 	t.Run("interface", func(t *testing.T) {
 		t.Parallel()
 
-		ins := &countingInserter[committer]{}
-		w, err := outbox.NewWriter[committer](ins, outbox.WriterConfig{})
+		d := &fakeDriver[committer]{newTx: func() committer { return &fakeCommitter{} }}
+		store, err := outbox.NewStore[committer](d, outbox.StoreConfig{})
+		require.NoError(t, err)
+		w, err := outbox.NewWriter(store, outbox.WriterConfig{})
 		require.NoError(t, err)
 
 		_, err = w.Write(t.Context(), nil, validEnvelope())
@@ -210,31 +178,25 @@ func TestWriterNilTxOfOtherTypes(t *testing.T) {
 		var typedNil *fakeCommitter
 		_, err = w.Write(t.Context(), typedNil, validEnvelope())
 		require.ErrorIs(t, err, outbox.ErrNoTransaction, "a nil pointer in the interface")
-		require.Zero(t, ins.n.Load())
+		require.Empty(t, d.Inserts())
 
 		_, err = w.Write(t.Context(), &fakeCommitter{}, validEnvelope())
 		require.NoError(t, err)
-		require.Equal(t, int32(1), ins.n.Load())
+		require.Len(t, d.Inserts(), 1)
 	})
 
 	t.Run("value type", func(t *testing.T) {
 		t.Parallel()
 
 		type handle struct{ n int }
-		ins := &countingInserter[handle]{}
-		w, err := outbox.NewWriter[handle](ins, outbox.WriterConfig{})
+		d := &fakeDriver[handle]{newTx: func() handle { return handle{} }}
+		store, err := outbox.NewStore[handle](d, outbox.StoreConfig{})
+		require.NoError(t, err)
+		w, err := outbox.NewWriter(store, outbox.WriterConfig{})
 		require.NoError(t, err)
 		_, err = w.Write(t.Context(), handle{}, validEnvelope())
 		require.NoError(t, err, "a zero struct is a transaction handle, not a missing one")
-		require.Equal(t, int32(1), ins.n.Load())
-	})
-
-	t.Run("nil inserter", func(t *testing.T) {
-		t.Parallel()
-
-		w, err := outbox.NewWriter[committer](outbox.Inserter[committer](nil), outbox.WriterConfig{})
-		require.ErrorIs(t, err, outbox.ErrInvalidRequest)
-		require.Nil(t, w)
+		require.Len(t, d.Inserts(), 1)
 	})
 }
 
@@ -249,28 +211,22 @@ func TestWriterInvalidEnvelope(t *testing.T) {
 	require.Equal(t, 2, verr.Index)
 	require.Equal(t, "Payload", verr.Field)
 	require.Nil(t, ids)
-	require.Empty(t, b.inserter.Calls(), "nothing of the batch is written")
+	require.Empty(t, b.driver.Log(), "nothing of the batch is written")
 }
 
 func TestWriterNoEvents(t *testing.T) {
 	t.Parallel()
 
 	b := setupWriter(t, nil)
-	err := b.inTx(t, func(ctx context.Context, tx *fakeTx) error {
-		ids, err := b.writer.Write(ctx, tx)
-		require.NoError(t, err)
-		require.Empty(t, ids)
-		return nil
-	})
-	require.NoError(t, err)
-	require.Empty(t, b.inserter.Calls())
-	require.Empty(t, b.hook.Calls())
+	require.Empty(t, b.write(t))
+	require.Equal(t, []string{"begin", "commit"}, b.driver.Log(), "no insert")
+	b.requireNothingTold(t, "no events, nothing to tell")
 }
 
 func TestWriterWrite(t *testing.T) {
 	t.Parallel()
 
-	b := setupWriter(t, func(cfg *outbox.WriterConfig) { cfg.AfterCommit = nil })
+	b := setupWriter(t, func(cfg *outbox.WriterConfig) { cfg.HotPath = nil })
 	tx := &fakeTx{id: 3}
 	given := validEnvelope()
 	given.ID = "my-own-id"
@@ -280,142 +236,255 @@ func TestWriterWrite(t *testing.T) {
 	require.Equal(t, "my-own-id", ids[1])
 	require.Less(t, ids[0], ids[2])
 
-	calls := b.inserter.Calls()
-	require.Len(t, calls, 1, "one insert for the batch")
-	require.Same(t, tx, calls[0].tx)
-	require.Zero(t, calls[0].lease, "no hot path, no claim")
-	require.Len(t, calls[0].events, 3)
-	for i, e := range calls[0].events {
-		require.Equal(t, ids[i], e.ID, "ids are returned in order")
-		require.Equal(t, writerStart, e.OccurredAt, "the writer's clock stamps OccurredAt")
-		require.Equal(t, "OrderCreated", e.Topic)
-		require.Equal(t, outbox.GlobalAggregate, e.AggregateType)
+	inserts := b.driver.Inserts()
+	require.Len(t, inserts, 1, "one insert for the batch")
+	require.Same(t, tx, inserts[0].tx)
+	p := inserts[0].p
+	require.Equal(t, writerStart, p.Now, "the store's clock stamps the write")
+	require.Empty(t, p.Owner, "no hot path, no claim")
+	require.Zero(t, p.LockedUntil)
+	require.False(t, p.Mark, "no hot rows, no savepoint mark")
+	require.Equal(t, ids, rowIDs(p.Rows), "ids are returned in order")
+	for _, r := range p.Rows {
+		require.Equal(t, writerStart, r.OccurredAt, "the store's clock stamps OccurredAt")
+		require.Equal(t, writerStart, r.AvailableAt, "due at once")
+		require.Equal(t, "OrderCreated", r.Topic)
+		require.Equal(t, string(outbox.GlobalAggregate), r.AggregateType)
+		require.False(t, r.Claimed)
 	}
 }
 
-func TestWriterInserterError(t *testing.T) {
+// Each row holds its envelope as prepared, in the driver's terms.
+func TestWriterRows(t *testing.T) {
 	t.Parallel()
 
-	b := setupWriter(t, nil)
-	insertErr := errors.New("connection reset")
-	b.inserter.err = insertErr
-
-	err := b.inTx(t, func(ctx context.Context, tx *fakeTx) error {
-		ids, err := b.writer.Write(ctx, tx, validEnvelope())
-		require.ErrorIs(t, err, insertErr)
-		require.NotSame(t, insertErr, err)
-		require.Nil(t, ids)
-
-		b.inserter.mu.Lock()
-		b.inserter.err = outbox.ErrDuplicateEvent
-		b.inserter.mu.Unlock()
-		_, err = b.writer.Write(ctx, tx, validEnvelope())
-		require.ErrorIs(t, err, outbox.ErrDuplicateEvent)
-		return nil // commit anyway
-	})
-	require.NoError(t, err)
-	require.Empty(t, b.hook.Calls(), "a failed write hands nothing to the hot path")
-}
-
-func TestWriterHookOnlyAfterCommit(t *testing.T) {
-	t.Parallel()
-
-	b := setupWriter(t, nil)
-	var ids []string
-	err := b.inTx(t, func(ctx context.Context, tx *fakeTx) error {
-		var err error
-		ids, err = b.writer.Write(ctx, tx, validEnvelope(), validEnvelope())
-		require.NoError(t, err)
-		require.Empty(t, b.hook.Calls(), "not before the commit")
-		return nil
-	})
-	require.NoError(t, err)
-
-	calls := b.hook.Calls()
-	require.Len(t, calls, 1)
-	require.Len(t, calls[0], 2)
-	for i, e := range calls[0] {
-		require.Equal(t, ids[i], e.ID)
-		require.Equal(t, "OrderCreated", e.Topic, "the hook gets prepared envelopes")
-	}
-	require.Equal(t, []string{"begin", "commit"}, b.txLog.Calls())
-}
-
-// The hook learns how much of the events' claim is left at the commit:
-// the claim began before the insert, and a transaction that stays open
-// spends it. Events written unclaimed have none.
-func TestWriterHookGetsWhatIsLeftOfTheClaim(t *testing.T) {
-	t.Parallel()
-
-	for name, tt := range map[string]struct {
-		owner string
-		want  time.Duration
+	occurred := time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC)
+	later := writerStart.Add(time.Hour)
+	tests := []struct {
+		name string
+		in   outbox.Envelope
+		want outboxdriver.InsertRow
 	}{
-		"claimed":   {owner: "relay-1", want: outbox.DefaultLockTimeout - 3*time.Minute},
-		"unclaimed": {owner: "", want: 0},
-	} {
-		t.Run(name, func(t *testing.T) {
+		{
+			name: "defaults",
+			in:   outbox.Envelope{ID: "e1", Type: "OrderCreated", PayloadJSON: []byte(`{"order":42}`)},
+			want: outboxdriver.InsertRow{ID: "e1", Type: "OrderCreated", Topic: "OrderCreated", AggregateType: "__GLOBAL__",
+				Payload: []byte(`{"order":42}`), PayloadJSON: true, OccurredAt: writerStart, AvailableAt: writerStart},
+		},
+		{
+			name: "every field",
+			in: outbox.Envelope{ID: "e2", Type: "OrderCreated", Topic: "orders", OccurredAt: occurred, AggregateType: "Order",
+				AggregateID: "42", TenantID: "acme", Headers: map[string]string{"trace": "abc"}, PayloadBytes: []byte("raw"),
+				DeliverAfter: later},
+			want: outboxdriver.InsertRow{ID: "e2", Type: "OrderCreated", Topic: "orders", AggregateType: "Order",
+				AggregateID: "42", TenantID: "acme", Headers: `{"trace":"abc"}`, Payload: []byte("raw"),
+				OccurredAt: occurred, AvailableAt: later},
+		},
+		{
+			name: "empty payload, no headers",
+			in:   outbox.Envelope{ID: "e3", Type: "Blob", Headers: map[string]string{}, PayloadBytes: []byte{}},
+			want: outboxdriver.InsertRow{ID: "e3", Type: "Blob", Topic: "Blob", AggregateType: "__GLOBAL__",
+				Payload: []byte{}, OccurredAt: writerStart, AvailableAt: writerStart},
+		},
+		{
+			name: "DeliverAfter past is due at once",
+			in:   outbox.Envelope{ID: "e4", Type: "Blob", PayloadBytes: []byte("x"), DeliverAfter: writerStart.Add(-time.Hour)},
+			want: outboxdriver.InsertRow{ID: "e4", Type: "Blob", Topic: "Blob", AggregateType: "__GLOBAL__",
+				Payload: []byte("x"), OccurredAt: writerStart, AvailableAt: writerStart},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			b := setupWriter(t, func(cfg *outbox.WriterConfig) { cfg.ClaimOwner = tt.owner })
-			require.NoError(t, b.inTx(t, func(ctx context.Context, tx *fakeTx) error {
-				_, err := b.writer.Write(ctx, tx, validEnvelope())
-				b.clock.Advance(3 * time.Minute) // the transaction stays open
-				return err
-			}))
-			require.Equal(t, []time.Duration{tt.want}, b.hook.ClaimLeft())
+
+			b := setupWriter(t, func(cfg *outbox.WriterConfig) { cfg.HotPath = nil })
+			_, err := b.writer.Write(t.Context(), &fakeTx{}, tt.in)
+			require.NoError(t, err)
+			require.Equal(t, []outboxdriver.InsertRow{tt.want}, b.insert(t).Rows)
 		})
 	}
 }
 
-func TestWriterHookNotAfterRollback(t *testing.T) {
+func TestWriterDriverError(t *testing.T) {
+	t.Parallel()
+
+	b := setupWriter(t, nil)
+	insertErr := errors.New("connection reset")
+	b.driver.insertErr = insertErr
+
+	require.NoError(t, b.store.InTx(t.Context(), func(ctx context.Context, tx *fakeTx) error {
+		ids, err := b.writer.Write(ctx, tx, validEnvelope())
+		require.ErrorIs(t, err, insertErr)
+		require.NotSame(t, insertErr, err)
+		require.ErrorContains(t, err, "write 1 events")
+		require.Nil(t, ids)
+
+		b.driver.set(func(d *fakeDriver[*fakeTx]) { d.insertErr = outbox.ErrDuplicateEvent })
+		_, err = b.writer.Write(ctx, tx, validEnvelope(), withTopic("billing"))
+		require.ErrorIs(t, err, outbox.ErrDuplicateEvent)
+		return nil // commit anyway
+	}))
+	b.requireNothingTold(t, "a failed write hands nothing to the hot path")
+}
+
+// Write registers its hand-off in the transaction of ctx: once that
+// transaction has ended, it fails, though it wrote the rows.
+func TestWriterAfterTheTransactionEnded(t *testing.T) {
+	t.Parallel()
+
+	b := setupWriter(t, nil)
+	var (
+		ended context.Context
+		tx    *fakeTx
+	)
+	require.NoError(t, b.store.InTx(t.Context(), func(ctx context.Context, txn *fakeTx) error {
+		ended, tx = ctx, txn
+		return nil
+	}))
+	b.hot.cold = map[string]bool{"billing": true}
+	for _, e := range []outbox.Envelope{validEnvelope(), withTopic("billing")} {
+		ids, err := b.writer.Write(ended, tx, e)
+		require.ErrorIs(t, err, outbox.ErrNoCommitHooks, "topic %s", e.Topic)
+		require.Nil(t, ids)
+	}
+	require.Len(t, b.driver.Inserts(), 2)
+	require.Empty(t, b.hot.Hot())
+	require.Empty(t, b.hot.CommittedEvents())
+}
+
+func TestWriterHotOnlyAfterCommit(t *testing.T) {
+	t.Parallel()
+
+	b := setupWriter(t, nil)
+	var ids []string
+	require.NoError(t, b.store.InTx(t.Context(), func(ctx context.Context, tx *fakeTx) error {
+		var err error
+		ids, err = b.writer.Write(ctx, tx, validEnvelope(), validEnvelope())
+		require.NoError(t, err)
+		require.Empty(t, b.hot.Hot(), "not before the commit")
+		return nil
+	}))
+
+	hot := b.hot.Hot()
+	require.Len(t, hot, 1)
+	require.Equal(t, ids, idsOf(hot[0]))
+	for _, e := range hot[0] {
+		require.Equal(t, "OrderCreated", e.Topic, "the hot path gets prepared envelopes")
+		require.Equal(t, writerStart, e.OccurredAt)
+	}
+	require.Empty(t, b.hot.CommittedEvents(), "no cold event to tell of")
+	require.Empty(t, b.notify.Calls(), "nor to notify")
+	require.Equal(t, []string{"begin", "insert", "commit"}, b.driver.Log())
+}
+
+// Hot rows are written claimed by the hot path, for its lease from the
+// write: the one HotLease returns, or 5 minutes when it returns 0.
+func TestWriterClaimsHotRows(t *testing.T) {
+	t.Parallel()
+
+	for name, tt := range map[string]struct {
+		lease, want time.Duration
+	}{
+		"default lease": {lease: 0, want: 5 * time.Minute},
+		"given lease":   {lease: 30 * time.Second, want: 30 * time.Second},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+
+			b := setupWriter(t, nil)
+			b.hot.lease = tt.lease
+			b.clock.Advance(time.Minute)
+			b.write(t, validEnvelope())
+			p := b.insert(t)
+			require.Equal(t, "relay-1", p.Owner)
+			require.Equal(t, writerStart.Add(time.Minute), p.Now)
+			require.Equal(t, p.Now.Add(tt.want), p.LockedUntil)
+			require.True(t, p.Rows[0].Claimed)
+			require.True(t, p.Mark, "hot rows ask for the savepoint mark")
+		})
+	}
+}
+
+// The hot path learns how much of the events' claim is left at the
+// commit: the claim began at the write, and a transaction that stays open
+// spends it, on the store's clock.
+func TestWriterHotPathGetsWhatIsLeftOfTheClaim(t *testing.T) {
+	t.Parallel()
+
+	for name, tt := range map[string]struct {
+		lease, want time.Duration
+	}{
+		"default lease": {lease: 0, want: 5*time.Minute - 3*time.Minute},
+		"given lease":   {lease: 10 * time.Minute, want: 10*time.Minute - 3*time.Minute},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+
+			b := setupWriter(t, nil)
+			b.hot.lease = tt.lease
+			require.NoError(t, b.store.InTx(t.Context(), func(ctx context.Context, tx *fakeTx) error {
+				_, err := b.writer.Write(ctx, tx, validEnvelope())
+				b.clock.Advance(3 * time.Minute) // the transaction stays open
+				return err
+			}))
+			require.Equal(t, []time.Duration{tt.want}, b.hot.ClaimLeft())
+		})
+	}
+}
+
+func TestWriterNothingAfterRollback(t *testing.T) {
 	t.Parallel()
 
 	b := setupWriter(t, nil)
 	rollback := errors.New("rollback please")
-	err := b.inTx(t, func(ctx context.Context, tx *fakeTx) error {
-		_, err := b.writer.Write(ctx, tx, validEnvelope())
+	err := b.store.InTx(t.Context(), func(ctx context.Context, tx *fakeTx) error {
+		_, err := b.writer.Write(ctx, tx, validEnvelope(), withTopic("billing"))
 		require.NoError(t, err)
 		return rollback
 	})
 	require.ErrorIs(t, err, rollback)
-	require.Len(t, b.inserter.Calls(), 1)
-	require.Empty(t, b.hook.Calls())
+	require.Equal(t, []string{"begin", "insert", "rollback"}, b.driver.Log())
+	b.requireNothingTold(t, "not after a rollback")
 }
 
-func TestWriterHookNotOutsideRunInTx(t *testing.T) {
+// In a transaction the caller begins and commits, nobody reports the
+// commit: the writer leaves every event to the relays' claims.
+func TestWriterNothingOutsideInTx(t *testing.T) {
 	t.Parallel()
 
 	b := setupWriter(t, nil)
 	tx := &fakeTx{}
 	ctx := outbox.ContextWithTx(t.Context(), tx)
-	_, err := b.writer.Write(ctx, tx, validEnvelope())
+	_, err := b.writer.Write(ctx, tx, validEnvelope(), withTopic("billing"))
 	require.NoError(t, err)
-	require.Empty(t, b.hook.Calls(), "a caller-owned transaction leaves delivery to the poller")
-	require.Zero(t, b.inserter.Calls()[0].lease)
+	p := b.insert(t)
+	require.Empty(t, p.Owner)
+	require.False(t, p.Mark)
+	for _, r := range p.Rows {
+		require.False(t, r.Claimed)
+	}
+	b.requireNothingTold(t, "nobody reports the commit of a caller's transaction")
 }
 
-func TestWriterHookPerWrite(t *testing.T) {
+func TestWriterHotPathPerWrite(t *testing.T) {
 	t.Parallel()
 
 	b := setupWriter(t, nil)
 	var first, second []string
-	err := b.inTx(t, func(ctx context.Context, tx *fakeTx) error {
+	require.NoError(t, b.store.InTx(t.Context(), func(ctx context.Context, tx *fakeTx) error {
 		var err error
 		first, err = b.writer.Write(ctx, tx, validEnvelope())
 		require.NoError(t, err)
 		second, err = b.writer.Write(ctx, tx, validEnvelope(), validEnvelope())
-		require.NoError(t, err)
-		return nil
-	})
-	require.NoError(t, err)
-	calls := b.hook.Calls()
-	require.Len(t, calls, 2, "one hook call per write, in write order")
-	require.Equal(t, first[0], calls[0][0].ID)
-	require.Equal(t, second[0], calls[1][0].ID)
-	require.Equal(t, second[1], calls[1][1].ID)
+		return err
+	}))
+	hot := b.hot.Hot()
+	require.Len(t, hot, 2, "one hand-over per write, in write order")
+	require.Equal(t, first, idsOf(hot[0]))
+	require.Equal(t, second, idsOf(hot[1]))
 }
 
-func TestWriterHookGetsCopies(t *testing.T) {
+func TestWriterHotPathGetsCopies(t *testing.T) {
 	t.Parallel()
 
 	b := setupWriter(t, nil)
@@ -426,7 +495,7 @@ func TestWriterHookGetsCopies(t *testing.T) {
 		{Type: "OrderCreated", Headers: headers, PayloadJSON: jsonPayload},
 		{Type: "Blob", PayloadBytes: bytesPayload},
 	}
-	err := b.inTx(t, func(ctx context.Context, tx *fakeTx) error {
+	require.NoError(t, b.store.InTx(t.Context(), func(ctx context.Context, tx *fakeTx) error {
 		_, err := b.writer.Write(ctx, tx, events...)
 		require.NoError(t, err)
 
@@ -437,50 +506,50 @@ func TestWriterHookGetsCopies(t *testing.T) {
 		bytesPayload[0] = 'X'
 		events[0].Topic = "changed"
 		return nil
-	})
-	require.NoError(t, err)
+	}))
 
-	calls := b.hook.Calls()
-	require.Len(t, calls, 1)
-	got := calls[0]
+	hot := b.hot.Hot()
+	require.Len(t, hot, 1)
+	got := hot[0]
 	require.Equal(t, map[string]string{"trace": "abc"}, got[0].Headers)
 	require.Equal(t, `{"order":42}`, string(got[0].PayloadJSON))
 	require.Equal(t, "OrderCreated", got[0].Topic)
 	require.Equal(t, "raw", string(got[1].PayloadBytes))
 
-	inserted := b.inserter.Calls()[0].events
-	require.Equal(t, map[string]string{"trace": "abc"}, inserted[0].Headers)
-	require.Equal(t, `{"order":42}`, string(inserted[0].PayloadJSON))
-	require.Equal(t, "raw", string(inserted[1].PayloadBytes))
+	rows := b.insert(t).Rows
+	require.JSONEq(t, `{"trace":"abc"}`, rows[0].Headers)
+	require.Equal(t, `{"order":42}`, string(rows[0].Payload))
+	require.Equal(t, "raw", string(rows[1].Payload))
 }
 
-func TestWriterHookSkipsDelayedEvents(t *testing.T) {
+// Delayed events are never hot: written unclaimed, after the hot rows,
+// due at their DeliverAfter, and told to the hot path as committed.
+func TestWriterDelayedEventsAreNeverHot(t *testing.T) {
 	t.Parallel()
 
 	b := setupWriter(t, nil)
 	delayed := validEnvelope()
 	delayed.DeliverAfter = writerStart.Add(time.Hour)
-	var ids []string
-	err := b.inTx(t, func(ctx context.Context, tx *fakeTx) error {
-		var err error
-		ids, err = b.writer.Write(ctx, tx, validEnvelope(), delayed, validEnvelope())
-		require.NoError(t, err)
-		return nil
-	})
-	require.NoError(t, err)
+	ids := b.write(t, validEnvelope(), delayed, validEnvelope())
 
-	inserts := b.inserter.Calls()
-	require.Len(t, inserts, 1, "hot and cold events are one write")
-	require.Len(t, inserts[0].events, 3, "delayed events are written")
-	require.Equal(t, []string{ids[0], ids[2]}, []string{inserts[0].hot[0].ID, inserts[0].hot[1].ID})
-	calls := b.hook.Calls()
-	require.Len(t, calls, 1)
-	require.Len(t, calls[0], 2, "but never delivered on the hot path")
-	require.Equal(t, ids[0], calls[0][0].ID)
-	require.Equal(t, ids[2], calls[0][1].ID)
+	rows := b.insert(t).Rows
+	require.Equal(t, []string{ids[0], ids[2], ids[1]}, rowIDs(rows), "hot rows first, in one insert")
+	require.True(t, rows[0].Claimed)
+	require.True(t, rows[1].Claimed)
+	require.False(t, rows[2].Claimed, "the delayed event is written")
+	require.Equal(t, delayed.DeliverAfter, rows[2].AvailableAt, "due at its DeliverAfter")
+
+	hot := b.hot.Hot()
+	require.Len(t, hot, 1)
+	require.Equal(t, []string{ids[0], ids[2]}, idsOf(hot[0]), "but never delivered on the hot path")
+	committed := b.hot.CommittedEvents()
+	require.Len(t, committed, 1)
+	require.Equal(t, []string{ids[1]}, idsOf(committed[0]))
+	require.Equal(t, delayed.DeliverAfter, committed[0][0].DeliverAfter)
+	require.Empty(t, b.notify.Calls(), "nothing due to notify of")
 }
 
-func TestWriterClaimedBy(t *testing.T) {
+func TestWriterClaims(t *testing.T) {
 	t.Parallel()
 
 	now := validEnvelope()
@@ -488,62 +557,61 @@ func TestWriterClaimedBy(t *testing.T) {
 	later.DeliverAfter = writerStart.Add(time.Minute)
 
 	tests := []struct {
-		name      string
-		noHook    bool
-		owner     string
-		inRunInTx bool
-		topicOff  bool
-		events    []outbox.Envelope
-		claimed   int // how many of the events are written claimed by relay-1
-		wantHook  bool
+		name       string
+		noHotPath  bool
+		owner      string
+		callersTx  bool // written in a transaction no InTx commits
+		topicOff   bool
+		events     []outbox.Envelope
+		claimed    int // how many of the events are written claimed by relay-1
+		wantHot    int // how many are handed to the hot path
+		wantLookup bool
 	}{
-		{name: "hot path", owner: "relay-1", inRunInTx: true, events: []outbox.Envelope{now}, claimed: 1, wantHook: true},
-		{
-			name: "hot path with some delayed events", owner: "relay-1", inRunInTx: true, events: []outbox.Envelope{later, now},
-			claimed: 1, wantHook: true,
-		},
-		{name: "only delayed events", owner: "relay-1", inRunInTx: true, events: []outbox.Envelope{later, later}},
-		{name: "topic the hot path does not take", owner: "relay-1", inRunInTx: true, topicOff: true, events: []outbox.Envelope{now}},
-		{name: "no hook", noHook: true, owner: "relay-1", inRunInTx: true, events: []outbox.Envelope{now}},
-		{name: "caller-owned transaction", owner: "relay-1", events: []outbox.Envelope{now}},
-		{name: "no owner", inRunInTx: true, events: []outbox.Envelope{now}, wantHook: true},
+		{name: "hot path", owner: "relay-1", events: []outbox.Envelope{now}, claimed: 1, wantHot: 1},
+		{name: "hot path with some delayed events", owner: "relay-1", events: []outbox.Envelope{later, now, now}, claimed: 2, wantHot: 2},
+		{name: "only delayed events", owner: "relay-1", events: []outbox.Envelope{later, later}},
+		{name: "topic the hot path does not take", owner: "relay-1", topicOff: true, events: []outbox.Envelope{now}},
+		{name: "no hot path", noHotPath: true, owner: "relay-1", events: []outbox.Envelope{now}},
+		{name: "caller-owned transaction", owner: "relay-1", callersTx: true, events: []outbox.Envelope{now}},
+		{name: "hot path without an owner: unclaimed, so not hot", events: []outbox.Envelope{now}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 
 			b := setupWriter(t, func(cfg *outbox.WriterConfig) {
-				cfg.ClaimOwner = tt.owner
-				cfg.HotTopic = func(string) bool { return !tt.topicOff }
-				if tt.noHook {
-					cfg.AfterCommit = nil
+				if tt.noHotPath {
+					cfg.HotPath = nil
 				}
 			})
-			write := func(ctx context.Context, tx *fakeTx) error {
-				_, err := b.writer.Write(ctx, tx, tt.events...)
-				return err
+			b.hot.owner = tt.owner
+			if tt.topicOff {
+				b.hot.cold = map[string]bool{"OrderCreated": true}
 			}
-			if tt.inRunInTx {
-				require.NoError(t, b.inTx(t, write))
+			if tt.callersTx {
+				_, err := b.writer.Write(t.Context(), &fakeTx{}, tt.events...)
+				require.NoError(t, err)
 			} else {
-				require.NoError(t, write(t.Context(), &fakeTx{}))
+				b.write(t, tt.events...)
 			}
 
-			calls := b.inserter.Calls()
-			require.Len(t, calls, 1, "one insert for the batch")
+			p := b.insert(t)
 			claimed := 0
-			for _, isClaimed := range outbox.InsertRows(calls[0].hot, calls[0].cold, calls[0].lease) {
-				if isClaimed {
+			for _, r := range p.Rows {
+				if r.Claimed {
 					claimed++
-					require.Equal(t, "relay-1", calls[0].lease.Owner)
+					require.Equal(t, "relay-1", p.Owner)
+					require.Equal(t, writerStart.Add(5*time.Minute), p.LockedUntil)
 				}
 			}
 			require.Equal(t, tt.claimed, claimed)
-			if tt.wantHook {
-				require.Len(t, b.hook.Calls(), 1)
-			} else {
-				require.Empty(t, b.hook.Calls())
+			require.Equal(t, tt.wantHot > 0, p.Mark, "a mark only for hot rows")
+			if tt.wantHot == 0 {
+				require.Empty(t, b.hot.Hot())
+				return
 			}
+			require.Len(t, b.hot.Hot(), 1)
+			require.Len(t, b.hot.Hot()[0], tt.wantHot)
 		})
 	}
 }
@@ -552,98 +620,125 @@ func TestWriterConcurrentWrites(t *testing.T) {
 	t.Parallel()
 
 	b := setupWriter(t, nil)
-	err := b.inTx(t, func(ctx context.Context, tx *fakeTx) error {
+	require.NoError(t, b.store.InTx(t.Context(), func(ctx context.Context, tx *fakeTx) error {
 		var wg sync.WaitGroup
 		for range 20 {
 			wg.Go(func() {
-				_, err := b.writer.Write(ctx, tx, validEnvelope())
-				if err != nil {
+				if _, err := b.writer.Write(ctx, tx, validEnvelope()); err != nil {
 					t.Error(err)
 				}
 			})
 		}
 		wg.Wait()
 		return nil
-	})
-	require.NoError(t, err)
-	require.Len(t, b.inserter.Calls(), 20)
-	require.Len(t, b.hook.Calls(), 20)
+	}))
+	require.Len(t, b.driver.Inserts(), 20)
+	hot := b.hot.Hot()
+	require.Len(t, hot, 20)
 
 	seen := make(map[string]bool)
-	for _, c := range b.hook.Calls() {
-		require.False(t, seen[c[0].ID], "ids are unique")
-		seen[c[0].ID] = true
+	for _, events := range hot {
+		require.False(t, seen[events[0].ID], "ids are unique")
+		seen[events[0].ID] = true
 	}
 }
 
-func TestWriterHookOnlyForTheCommittedTx(t *testing.T) {
+// Events written through a transaction other than the one the InTx in ctx
+// commits (a savepoint that may roll back, another connection's) are not
+// that commit's to hand over.
+func TestWriterHotOnlyForTheCommittedTx(t *testing.T) {
 	t.Parallel()
+
 	b := setupWriter(t, nil)
-	err := b.inTx(t, func(ctx context.Context, tx *fakeTx) error {
-		savepoint := &fakeTx{id: 2} // a nested transaction that will roll back
-		_, err := b.writer.Write(ctx, savepoint, validEnvelope())
-		require.NoError(t, err)
-		return nil
-	})
-	require.NoError(t, err)
-	require.Empty(t, b.hook.Calls(), "events of another transaction are not the InTx commit's to deliver")
-	require.Zero(t, b.inserter.Calls()[0].lease)
+	require.NoError(t, b.store.InTx(t.Context(), func(ctx context.Context, tx *fakeTx) error {
+		other := &fakeTx{id: 2}
+		_, err := b.writer.Write(ctx, other, validEnvelope(), withTopic("billing"))
+		return err
+	}))
+	p := b.insert(t)
+	require.Empty(t, p.Owner)
+	require.False(t, p.Rows[0].Claimed)
+	b.requireNothingTold(t, "events of another transaction are not the InTx commit's to deliver")
 }
 
 // Rows in the top-level transaction commit with it: the writer asks the
-// store nothing more.
+// driver nothing more.
 func TestWriterLooksUpNothingWrittenInTheTopLevelTransaction(t *testing.T) {
 	t.Parallel()
+
 	b := setupWriter(t, nil)
-	require.NoError(t, b.inTx(t, func(ctx context.Context, tx *fakeTx) error {
-		_, err := b.writer.Write(ctx, tx, validEnvelope(), validEnvelope())
-		return err
-	}))
-	require.Len(t, b.hook.Calls(), 1)
-	require.Empty(t, b.inserter.Lookups())
+	b.write(t, validEnvelope(), validEnvelope())
+	require.True(t, b.insert(t).Mark)
+	require.Len(t, b.hot.Hot(), 1)
+	require.Empty(t, b.driver.Kepts())
 }
 
-// Rows in a savepoint, one the writer's transaction is or one opened on
-// it, can roll back while the transaction commits: the hot path takes
-// those the top-level transaction still sees just before it commits.
+// A driver that cannot tell whether a write went into a savepoint (SQLite)
+// marks every hot write: the writer looks its rows up in the transaction
+// just before its commit.
+func TestWriterLooksUpMarkedWritesBeforeTheCommit(t *testing.T) {
+	t.Parallel()
+
+	b := setupWriter(t, nil)
+	b.driver.mark = 3
+	ids := b.write(t, validEnvelope(), validEnvelope())
+	require.Equal(t, []string{"begin", "insert", "kept", "commit"}, b.driver.Log())
+	kepts := b.driver.Kepts()
+	require.Len(t, kepts, 1)
+	require.Same(t, b.driver.tx, kepts[0].tx)
+	require.EqualValues(t, 3, kepts[0].savepoint)
+	require.Equal(t, ids, kepts[0].ids)
+	require.Len(t, b.hot.Hot(), 1)
+	require.Equal(t, ids, idsOf(b.hot.Hot()[0]))
+}
+
+// Rows in a savepoint can roll back while the transaction commits: the
+// hot path takes those the top-level transaction still holds just before
+// it commits.
 func TestWriterHandsOverOnlyWhatSavepointsKept(t *testing.T) {
 	t.Parallel()
+
+	// A store whose transactions are savepoints, as a PostgreSQL store on a
+	// pgx.Tx, and a writer on it; the InTx of top's store runs the
+	// top-level transaction.
+	top := setupTx(t, nil)
 	b := setupWriter(t, nil)
-	b.inserter.inSavepoint = true
+	b.driver.mark = 7
+	inSavepoint := func(t *testing.T, fn func(ctx context.Context, tx *fakeTx) error) error {
+		return top.store.InTx(t.Context(), func(ctx context.Context, tx *fakeTx) error {
+			b.driver.set(func(d *fakeDriver[*fakeTx]) { d.outer = tx })
+			return b.store.InTx(ctx, fn)
+		})
+	}
+
 	first, second := validEnvelope(), validEnvelope()
 	first.ID, second.ID = "rolled back", "kept"
-	b.inserter.gone = map[string]bool{first.ID: true}
-	inner := &txLog{}
-	require.NoError(t, b.inTx(t, func(ctx context.Context, tx *fakeTx) error {
-		savepoint := inner.funcs()
-		savepoint.Within = tx
-		return outbox.RunInTx(ctx, savepoint, nil, func(ctx context.Context, tx *fakeTx) error {
-			_, err := b.writer.Write(ctx, tx, first, second)
-			return err
-		})
-	}))
-	lookups := b.inserter.Lookups()
-	require.Len(t, lookups, 1)
-	require.Same(t, b.txLog.tx, lookups[0].tx, "looked up in the top-level transaction, the savepoint being over")
-	require.Equal(t, []string{"rolled back", "kept"}, lookups[0].ids)
-	require.EqualValues(t, 7, lookups[0].savepoint, "asked about the write's savepoint")
-	require.Len(t, b.hook.Calls(), 1)
-	require.Equal(t, []string{"kept"}, ids(b.hook.Calls()[0]))
-	require.Equal(t, []string{"begin", "commit"}, b.txLog.Calls())
-
-	b.inserter.gone[second.ID] = true
-	require.NoError(t, b.inTx(t, func(ctx context.Context, tx *fakeTx) error {
+	b.driver.gone = map[string]bool{first.ID: true}
+	require.NoError(t, inSavepoint(t, func(ctx context.Context, tx *fakeTx) error {
 		_, err := b.writer.Write(ctx, tx, first, second)
 		return err
 	}))
-	require.Len(t, b.hook.Calls(), 1, "nothing left to hand over, no call")
-	require.Len(t, b.inserter.Lookups(), 2)
+	kepts := b.driver.Kepts()
+	require.Len(t, kepts, 1)
+	require.Same(t, top.driver.tx, kepts[0].tx, "looked up in the top-level transaction, the savepoint being over")
+	require.Equal(t, []string{"rolled back", "kept"}, kepts[0].ids)
+	require.EqualValues(t, 7, kepts[0].savepoint, "asked about the write's savepoint")
+	require.Len(t, b.hot.Hot(), 1)
+	require.Equal(t, []string{"kept"}, idsOf(b.hot.Hot()[0]))
+	require.Equal(t, []string{"begin", "commit"}, top.driver.Log())
+
+	b.driver.set(func(d *fakeDriver[*fakeTx]) { d.gone[second.ID] = true })
+	require.NoError(t, inSavepoint(t, func(ctx context.Context, tx *fakeTx) error {
+		_, err := b.writer.Write(ctx, tx, first, second)
+		return err
+	}))
+	require.Len(t, b.hot.Hot(), 1, "nothing left to hand over, no call")
+	require.Len(t, b.driver.Kepts(), 2)
 
 	rolledBack := errors.New("savepoint rolled back")
-	require.NoError(t, b.inTx(t, func(ctx context.Context, tx *fakeTx) error {
-		savepoint := inner.funcs()
-		savepoint.Within = tx
-		err := outbox.RunInTx(ctx, savepoint, nil, func(ctx context.Context, tx *fakeTx) error {
+	require.NoError(t, top.store.InTx(t.Context(), func(ctx context.Context, tx *fakeTx) error {
+		b.driver.set(func(d *fakeDriver[*fakeTx]) { d.outer = tx })
+		err := b.store.InTx(ctx, func(ctx context.Context, tx *fakeTx) error {
 			_, err := b.writer.Write(ctx, tx, validEnvelope())
 			require.NoError(t, err)
 			return rolledBack
@@ -651,99 +746,80 @@ func TestWriterHandsOverOnlyWhatSavepointsKept(t *testing.T) {
 		require.ErrorIs(t, err, rolledBack)
 		return nil
 	}))
-	require.Len(t, b.inserter.Lookups(), 2, "nothing to look up for a savepoint rolled back")
+	require.Len(t, b.driver.Kepts(), 2, "nothing to look up for a savepoint rolled back")
+	require.Len(t, b.hot.Hot(), 1)
 }
 
 // A lookup that fails leaves the transaction uncommitted: committed, its
 // hot rows would stay claimed for the whole lease.
 func TestWriterLookupFailureRollsBack(t *testing.T) {
 	t.Parallel()
+
 	b := setupWriter(t, nil)
-	b.inserter.inSavepoint = true
-	b.inserter.existingErr = errors.New("connection lost")
-	err := b.inTx(t, func(ctx context.Context, tx *fakeTx) error {
-		_, err := b.writer.Write(ctx, tx, validEnvelope())
+	b.driver.mark = 7
+	b.driver.keptErr = errors.New("connection lost")
+	err := b.store.InTx(t.Context(), func(ctx context.Context, tx *fakeTx) error {
+		_, err := b.writer.Write(ctx, tx, validEnvelope(), withTopic("billing"))
 		return err
 	})
-	require.ErrorIs(t, err, b.inserter.existingErr)
-	require.Equal(t, []string{"begin", "rollback"}, b.txLog.Calls())
-	require.Empty(t, b.hook.Calls())
+	require.ErrorIs(t, err, b.driver.keptErr)
+	require.ErrorContains(t, err, "before commit")
+	require.Equal(t, []string{"begin", "insert", "kept", "rollback"}, b.driver.Log())
+	b.requireNothingTold(t, "the transaction rolled back")
 }
 
-// ids returns the ids of events.
-func ids(events []outbox.Envelope) []string {
-	out := make([]string, len(events))
-	for i, e := range events {
-		out[i] = e.ID
-	}
-	return out
-}
-
-// committedRecorder is a writer's Committed hook that records what it gets.
-type committedRecorder struct {
-	mu     sync.Mutex
-	calls  [][]string // the topics of each call
-	events int
-}
-
-func (c *committedRecorder) hook(events []outbox.Envelope) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.calls = append(c.calls, outbox.Topics(events))
-	c.events += len(events)
-}
-
-func (c *committedRecorder) Calls() [][]string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return append([][]string(nil), c.calls...)
-}
-
-func (c *committedRecorder) Events() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.events
-}
-
-func TestWriterTellsDueAndDelayedEventsAfterCommitOnly(t *testing.T) {
+// After the commit the hot path hears of the other events, due or
+// delayed, and Notify of the topics of those due, once each in the order
+// they first appear.
+func TestWriterTellsTheColdEventsAfterCommitOnly(t *testing.T) {
 	t.Parallel()
 
-	committed, scheduled := &committedRecorder{}, &committedRecorder{}
-	b := setupWriter(t, func(cfg *outbox.WriterConfig) {
-		cfg.HotTopic = func(topic string) bool { return topic == "served-here" }
-		cfg.Committed = committed.hook
-		cfg.Scheduled = scheduled.hook
-	})
-	withTopic := func(topic string) outbox.Envelope {
-		e := validEnvelope()
-		e.Topic = topic
-		return e
-	}
+	b := setupWriter(t, nil)
+	b.hot.cold = map[string]bool{"billing": true, "shipping": true, "later": true}
 	delayed := withTopic("later")
 	delayed.DeliverAfter = writerStart.Add(time.Hour)
 	write := func(ctx context.Context, tx *fakeTx) error {
-		_, err := b.writer.Write(ctx, tx, withTopic("served-here"), withTopic("billing"), withTopic("billing"),
+		_, err := b.writer.Write(ctx, tx, withTopic("served-here"), withTopic("shipping"), withTopic("billing"),
 			withTopic("shipping"), delayed)
 		return err
 	}
 
-	require.NoError(t, b.inTx(t, func(ctx context.Context, tx *fakeTx) error {
+	require.NoError(t, b.store.InTx(t.Context(), func(ctx context.Context, tx *fakeTx) error {
 		require.NoError(t, write(ctx, tx))
-		require.Empty(t, committed.Calls(), "nothing before the commit")
+		require.Empty(t, b.hot.CommittedEvents(), "nothing before the commit")
+		require.Empty(t, b.notify.Calls())
 		return nil
 	}))
-	require.Equal(t, [][]string{{"billing", "shipping"}}, committed.Calls(),
-		"hot-path and delayed events are not announced")
-	require.Equal(t, 3, committed.Events(), "every due event, two of one topic")
-	require.Equal(t, [][]string{{"later"}}, scheduled.Calls(), "the delayed event is scheduled")
+	committed := b.hot.CommittedEvents()
+	require.Len(t, committed, 1)
+	require.Equal(t, []string{"shipping", "billing", "shipping", "later"}, topics(committed[0]),
+		"the events the hot path did not take, due or delayed")
+	require.Equal(t, [][]string{{"shipping", "billing"}}, b.notify.Calls(),
+		"hot and delayed events are not notified")
+	require.Len(t, b.hot.Hot(), 1)
+	require.Equal(t, []string{"served-here"}, topics(b.hot.Hot()[0]))
 
 	rollback := errors.New("rollback please")
-	require.ErrorIs(t, b.inTx(t, func(ctx context.Context, tx *fakeTx) error {
+	require.ErrorIs(t, b.store.InTx(t.Context(), func(ctx context.Context, tx *fakeTx) error {
 		require.NoError(t, write(ctx, tx))
 		return rollback
 	}), rollback)
 	tx := &fakeTx{}
 	require.NoError(t, write(outbox.ContextWithTx(t.Context(), tx), tx))
-	require.Len(t, committed.Calls(), 1, "not after a rollback, nor for a transaction whose commit nobody reports")
-	require.Len(t, scheduled.Calls(), 1, "nor scheduled then")
+	require.Len(t, b.hot.CommittedEvents(), 1, "not after a rollback, nor for a transaction whose commit nobody reports")
+	require.Len(t, b.notify.Calls(), 1)
+}
+
+// Without a hot path, Notify hears of every due event.
+func TestWriterNotifyWithoutHotPath(t *testing.T) {
+	t.Parallel()
+
+	b := setupWriter(t, func(cfg *outbox.WriterConfig) { cfg.HotPath = nil })
+	delayed := withTopic("later")
+	delayed.DeliverAfter = writerStart.Add(time.Hour)
+	b.write(t, withTopic("orders"), delayed, withTopic("billing"), withTopic("orders"))
+	require.Equal(t, [][]string{{"orders", "billing"}}, b.notify.Calls())
+
+	b.write(t, delayed)
+	require.Len(t, b.notify.Calls(), 1, "no call without a due event")
 }

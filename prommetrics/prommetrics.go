@@ -16,7 +16,7 @@
 //	outbox_pending_events              NEW and RETRY rows of the topic (alert when it does not fall)
 //	outbox_oldest_pending_age_seconds  how long the earliest due pending row has been due (lag)
 //	outbox_delivery_latency_seconds    due → acknowledgement histogram
-//	outbox_store_errors_total{operation}  failed operations on the database (see outbox.StoreErrorMetrics)
+//	outbox_store_errors_total{operation}  failed operations on the database (see outbox.Metrics.StoreError)
 //
 // The names follow Prometheus's conventions, checked by its linter: the
 // logistics plan's outbox_pending_count is outbox_pending_events here (a
@@ -70,7 +70,7 @@ type Metrics struct {
 	latency                               *prometheus.HistogramVec
 }
 
-var _ outbox.StoreErrorMetrics = (*Metrics)(nil)
+var _ outbox.Metrics = (*Metrics)(nil)
 
 // New creates the collectors and registers them with reg. It fails with
 // outbox.ErrInvalidRequest for a nil reg or buckets out of order, and with

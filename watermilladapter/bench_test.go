@@ -16,6 +16,7 @@ import (
 
 	"github.com/wmoutbox/wmoutbox/internal/testdb"
 	"github.com/wmoutbox/wmoutbox/outbox"
+	"github.com/wmoutbox/wmoutbox/outbox/outboxdriver"
 	"github.com/wmoutbox/wmoutbox/outbox/postgres"
 	"github.com/wmoutbox/wmoutbox/watermilladapter"
 )
@@ -100,7 +101,7 @@ func benchSubscriberDrain(b *testing.B, batch []outbox.Envelope, rounds int, cfg
 		b.Fatal(err)
 	}
 	backlog := rounds * len(batch)
-	counted := &claimCount{Store: store}
+	counted := &claimCount{Driver: store.Driver()}
 	var drained time.Duration
 	for b.Loop() {
 		b.StopTimer()
@@ -113,7 +114,7 @@ func benchSubscriberDrain(b *testing.B, batch []outbox.Envelope, rounds int, cfg
 				b.Fatal(err)
 			}
 		}
-		sub, err := watermilladapter.NewSubscriber(counted, cfg)
+		sub, err := watermilladapter.NewSubscriber(storeOn(b, counted, nil), cfg)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -155,13 +156,13 @@ func BenchmarkOrderedWrites(b *testing.B) {
 			}
 			writeHeldBack(b, store, heldBack)
 			const writers, perWriter = 4, 250
-			counted := &claimCount{Store: store}
+			counted := &claimCount{Driver: store.Driver()}
 			var (
 				elapsed   time.Duration
 				latencies []time.Duration
 			)
 			for b.Loop() {
-				sub, err := watermilladapter.NewSubscriber(counted, watermilladapter.SubscriberConfig{Ordered: true})
+				sub, err := watermilladapter.NewSubscriber(storeOn(b, counted, nil), watermilladapter.SubscriberConfig{Ordered: true})
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -231,13 +232,13 @@ func BenchmarkOrderedWrites(b *testing.B) {
 	}
 }
 
-// claimCount is a store that counts the claims made on it.
+// claimCount is a driver that counts the claims made through it.
 type claimCount struct {
-	outbox.Store
+	outboxdriver.Driver[pgx.Tx]
 	n atomic.Int64
 }
 
-func (c *claimCount) Claim(ctx context.Context, req outbox.ClaimRequest) ([]outbox.Event, error) {
+func (c *claimCount) Claim(ctx context.Context, p *outboxdriver.ClaimParams) ([]outboxdriver.Row, error) {
 	c.n.Add(1)
-	return c.Store.Claim(ctx, req)
+	return c.Driver.Claim(ctx, p)
 }

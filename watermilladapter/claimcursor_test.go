@@ -2,22 +2,23 @@ package watermilladapter
 
 import (
 	"context"
-	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/stretchr/testify/require"
 
 	"github.com/wmoutbox/wmoutbox/internal/clocktest"
-	"github.com/wmoutbox/wmoutbox/outbox"
+	"github.com/wmoutbox/wmoutbox/outbox/outboxdriver"
 )
 
-// endlessBacklog is an outbox.Store whose claims always come back full, as
-// a backlog larger than any drain does; it records, for each claim,
-// whether the claim came with its cursor at the start.
+// endlessBacklog is a driver whose claims always come back full, as a
+// backlog larger than any drain does; it records, for each claim, whether
+// it started from the earliest due event (no position to start after).
 type endlessBacklog struct {
-	instantStore
+	instantDriver
 	clock *clocktest.Clock
 
 	mu        sync.Mutex
@@ -25,18 +26,23 @@ type endlessBacklog struct {
 	fromStart []bool
 }
 
-func (s *endlessBacklog) Claim(_ context.Context, req outbox.ClaimRequest) ([]outbox.Event, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.fromStart = append(s.fromStart, req.Cursor.IsZero())
-	events := make([]outbox.Event, req.Limit)
-	for i := range events {
-		s.next++
-		events[i] = outbox.Event{Envelope: outbox.NewJSON("OrderCreated", []byte(`{}`)), Status: outbox.StatusNew}
-		events[i].ID, events[i].Topic = fmt.Sprint("event-", s.next), "orders"
+func (d *endlessBacklog) Claim(_ context.Context, p *outboxdriver.ClaimParams) ([]outboxdriver.Row, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.fromStart = append(d.fromStart, p.After == nil)
+	rows := make([]outboxdriver.Row, p.Limit)
+	for i := range rows {
+		d.next++
+		rows[i] = orderRow(eventID(d.next), p.LockedUntil)
+		rows[i].AvailableAt = d.clock.Now()
 	}
-	*req.Cursor = outbox.ClaimCursor{DueAt: s.clock.Now(), ID: events[len(events)-1].ID}
-	return events, nil
+	return rows, nil
+}
+
+func (d *endlessBacklog) claims() []bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return slices.Clone(d.fromStart)
 }
 
 // subscribeToEndlessBacklog subscribes to "orders" with a subscriber of
@@ -44,72 +50,39 @@ func (s *endlessBacklog) Claim(_ context.Context, req outbox.ClaimRequest) ([]ou
 // claims; the subscriber is closed at cleanup.
 func subscribeToEndlessBacklog(t *testing.T, cfg SubscriberConfig) (*Subscriber, *endlessBacklog, <-chan *message.Message) {
 	t.Helper()
-	store := &endlessBacklog{clock: clocktest.New(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))}
-	cfg.Clock, cfg.PollInterval, cfg.BacklogInterval = store.clock, time.Hour, time.Hour
-	sub, msgs := subscribeOrders(t, store, cfg)
-	return sub, store, msgs
-}
-
-// subscribeOrders subscribes to "orders" with a subscriber of cfg on
-// store; the subscriber is closed at cleanup.
-func subscribeOrders(t *testing.T, store outbox.Store, cfg SubscriberConfig) (*Subscriber, <-chan *message.Message) {
-	t.Helper()
-	sub, err := NewSubscriber(store, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = sub.Close() })
-	msgs, err := sub.Subscribe(t.Context(), "orders")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return sub, msgs
-}
-
-func (s *endlessBacklog) claims() []bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]bool(nil), s.fromStart...)
+	driver := &endlessBacklog{clock: clocktest.New(testStart)}
+	cfg.Clock, cfg.PollInterval, cfg.BacklogInterval = driver.clock, time.Hour, time.Hour
+	sub, msgs := subscribeOrders(t, driver, cfg)
+	return sub, driver, msgs
 }
 
 // Under a backlog that never ends, claims follow their cursor, and start
 // from the earliest due event again once claimRescan has passed: events
 // that became due behind the cursor are not left there for good.
 func TestClaimsStartAgainFromTheEarliestDueEventEverySecond(t *testing.T) {
-	_, store, msgs := subscribeToEndlessBacklog(t, SubscriberConfig{BatchSize: 10, ColdQueueCapacity: 20, WorkerCount: 1})
-	clock := store.clock
-	// ackUntil acks messages until the store has seen n claims.
+	t.Parallel()
+	_, driver, msgs := subscribeToEndlessBacklog(t, SubscriberConfig{BatchSize: 10, ColdQueueCapacity: 20, WorkerCount: 1})
+	// ackUntil acks messages until the driver has seen n claims.
 	ackUntil := func(n int) []bool {
-		deadline := time.After(10 * time.Second)
+		deadline := time.After(waitLimit)
 		for {
-			if claims := store.claims(); len(claims) >= n {
+			if claims := driver.claims(); len(claims) >= n {
 				return claims
 			}
 			select {
 			case msg := <-msgs:
 				msg.Ack()
 			case <-deadline:
-				t.Fatalf("%d claims, want %d", len(store.claims()), n)
+				t.Fatalf("%d claims, want %d", len(driver.claims()), n)
 			}
 		}
 	}
 
 	claims := ackUntil(5)
-	if !claims[0] {
-		t.Fatal("the first claim starts from the earliest due event")
-	}
-	for i, fromStart := range claims[1:5] {
-		if fromStart {
-			t.Fatalf("claim %d started from the earliest due event within the first second: %v", i+2, claims)
-		}
-	}
-	clock.Advance(claimRescan)
-	before := len(store.claims())
+	require.True(t, claims[0], "the first claim starts from the earliest due event")
+	require.NotContains(t, claims[1:5], true, "a claim started from the earliest due event within the first second: %v", claims)
+	driver.clock.Advance(claimRescan)
+	before := len(driver.claims())
 	claims = ackUntil(before + 3)
-	for _, fromStart := range claims[before:] {
-		if fromStart {
-			return
-		}
-	}
-	t.Fatalf("no claim started from the earliest due event after %s of backlog: %v", claimRescan, claims)
+	require.Contains(t, claims[before:], true, "no claim started from the earliest due event after %s of backlog: %v", claimRescan, claims)
 }

@@ -7,17 +7,17 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/stretchr/testify/require"
 
 	"github.com/wmoutbox/wmoutbox/internal/clocktest"
-	"github.com/wmoutbox/wmoutbox/outbox"
+	"github.com/wmoutbox/wmoutbox/outbox/outboxdriver"
 )
 
-// staleCopyStore hands out two ordered events, x and e, in one claim; once
-// their leases ran out (phase 2), it hands e out again, under a new claim
-// of the same owner. It records releases.
-type staleCopyStore struct {
-	instantStore
+// staleCopyDriver hands out two ordered events, x and e, in one claim;
+// once their leases ran out (phase 2), it hands e out again, under a new
+// claim of the same owner. It records releases.
+type staleCopyDriver struct {
+	instantDriver
 	clock *clocktest.Clock
 	lease time.Duration
 
@@ -28,52 +28,37 @@ type staleCopyStore struct {
 	ids      []string
 }
 
-func (s *staleCopyStore) event(id, aggregate string) outbox.Event {
-	e := outbox.Event{Envelope: outbox.NewJSON("OrderCreated", []byte(`{}`)), Status: outbox.StatusNew,
-		LockedUntil: s.clock.Now().Add(s.lease)}
-	e.ID, e.Topic, e.AggregateType, e.AggregateID = id, "orders", "order", aggregate
-	return e
+func (d *staleCopyDriver) row(id, aggregate string, dueFor time.Duration) outboxdriver.Row {
+	r := orderRow(id, d.clock.Now().Add(d.lease))
+	r.AggregateType, r.AggregateID, r.AvailableAt = "order", aggregate, d.clock.Now().Add(-dueFor)
+	return r
 }
 
-func (s *staleCopyStore) Claim(_ context.Context, _ outbox.ClaimRequest) ([]outbox.Event, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.claims++
+func (d *staleCopyDriver) Claim(context.Context, *outboxdriver.ClaimParams) ([]outboxdriver.Row, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.claims++
 	switch {
-	case s.claims == 1:
-		return []outbox.Event{s.event("x", "A"), s.event("e", "B")}, nil
-	case s.phase2 && !s.reissued:
-		s.reissued = true
-		return []outbox.Event{s.event("e", "B")}, nil
+	case d.claims == 1:
+		return []outboxdriver.Row{d.row("x", "A", 2*time.Second), d.row("e", "B", time.Second)}, nil
+	case d.phase2 && !d.reissued:
+		d.reissued = true
+		return []outboxdriver.Row{d.row("e", "B", time.Second)}, nil
 	}
 	return nil, nil
 }
 
-func (s *staleCopyStore) Release(_ context.Context, _ string, ids []string) (int64, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.ids = append(s.ids, ids...)
-	return int64(len(ids)), nil
+func (d *staleCopyDriver) Release(_ context.Context, p outboxdriver.ReleaseParams) (int64, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.ids = append(d.ids, p.IDs...)
+	return int64(len(p.IDs)), nil
 }
 
-func (s *staleCopyStore) releasedIDs() []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return slices.Clone(s.ids)
-}
-
-// receiveEvent receives the next message and checks that it carries the
-// event want.
-func receiveEvent(t *testing.T, msgs <-chan *message.Message, want string) {
-	t.Helper()
-	select {
-	case msg := <-msgs:
-		if got := msg.Metadata.Get(MetadataEventID); got != want {
-			t.Fatalf("got event %s, want %s", got, want)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatalf("no message: want event %s", want)
-	}
+func (d *staleCopyDriver) releasedIDs() []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return slices.Clone(d.ids)
 }
 
 // Two ordered subscriptions of one topic in one Subscriber share its
@@ -87,36 +72,28 @@ func receiveEvent(t *testing.T, msgs <-chan *message.Message, want string) {
 // again, and the next event of aggregate B overtake it, while e's handler
 // still runs.
 func TestCloseLeavesAStaleQueuedCopyToItsClaim(t *testing.T) {
+	t.Parallel()
 	const lease = time.Hour
-	store := &staleCopyStore{clock: clocktest.New(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)), lease: lease}
-	sub, err := NewSubscriber(store, SubscriberConfig{Ordered: true, WorkerCount: 1, BatchSize: 2, ColdQueueCapacity: 2,
-		LockTimeout: lease, DrainTimeout: 100 * time.Millisecond, Clock: store.clock,
-		PollInterval: time.Hour, BacklogInterval: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Close()
+	driver := &staleCopyDriver{clock: clocktest.New(testStart), lease: lease}
+	sub, err := NewSubscriber(fakeStore(t, driver, driver.clock), SubscriberConfig{Ordered: true, WorkerCount: 1,
+		BatchSize: 2, ColdQueueCapacity: 2, LockTimeout: lease, DrainTimeout: 100 * time.Millisecond,
+		Clock: driver.clock, PollInterval: time.Hour})
+	require.NoError(t, err)
 	first, err := sub.Subscribe(t.Context(), "orders")
-	if err != nil {
-		t.Fatal(err)
-	}
-	receiveEvent(t, first, "x")
+	require.NoError(t, err)
+	require.Equal(t, "x", receive(t, first, "x").Metadata.Get(MetadataEventID))
 	// x's handler hangs (never acks); e waits in subscription 1's queue.
 	// The lease runs out; subscription 2 claims e again.
-	store.clock.Advance(lease + time.Minute)
-	store.mu.Lock()
-	store.phase2 = true
-	store.mu.Unlock()
+	driver.clock.Advance(lease + time.Minute)
+	driver.mu.Lock()
+	driver.phase2 = true
+	driver.mu.Unlock()
 	second, err := sub.Subscribe(t.Context(), "orders")
-	if err != nil {
-		t.Fatal(err)
-	}
-	receiveEvent(t, second, "e")
-	// Neither handler returns before Close.
-	if err := sub.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if released := store.releasedIDs(); slices.Contains(released, "e") {
-		t.Fatalf("Close released ordered event e (released %v) while the handler of its live claim has not returned: the stale queued copy's release ends the live claim", released)
-	}
+	require.NoError(t, err)
+	require.Equal(t, "e", receive(t, second, "e").Metadata.Get(MetadataEventID))
+	// Neither handler returns before Close, which gives up on them after
+	// DrainTimeout.
+	require.NoError(t, closeOnClock(t, sub, driver.clock))
+	require.NotContains(t, driver.releasedIDs(), "e",
+		"Close released ordered event e while the handler of its live claim has not returned: the stale queued copy's release ends the live claim")
 }

@@ -20,17 +20,36 @@
 //		return pub.Publish("orders", msg)
 //	})
 //
+// outboxmw is this module's middleware package, imported under that name
+// beside Watermill's own middleware. The Subscriber is an
+// [outbox.HotPath]: an outbox.Writer given it in its WriterConfig gets the
+// same hot path as the Publisher.
+//
+// # Goroutines
+//
+// Each Subscribe starts a subscription: a claimer (the cold path), which
+// claims due events onto a bounded cold queue; WorkerCount workers, which
+// take events from the hot and cold queues, two hot for one cold, hand
+// them to the output channel and turn their Ack or Nack into an outcome;
+// and, with Metrics, an observer of queue depths and backlog. The writer's
+// after-commit hook fills the bounded hot queue. One settler per
+// Subscriber records the outcomes of every subscription in batches. The
+// claimer's decisions are a pure state machine (when to claim, how much,
+// from where, how long to wait), and every wait of the relay runs on
+// SubscriberConfig.Clock.
+//
 // # Delivery
 //
 // After commit the events go straight to the subscriber's hot queue (the
 // rows are written claimed by it, so other relays leave them alone), unless
 // their transaction stayed open for half the claim after writing them:
-// those are left to a claim once it ends. Every other event, and every event a full hot queue could not take, reaches a
-// subscription through its cold path: claims of due rows with FOR UPDATE
-// SKIP LOCKED, in batches, while there is backlog and room, and otherwise
-// every PollInterval or when woken (a release, a scheduled retry). Through
-// a backlog, each claim starts where the previous one ended (an
-// outbox.ClaimCursor); a claim that comes back short is followed at once
+// those are left to a claim once it ends. Every other event, and every
+// event a full hot queue could not take, reaches a subscription through
+// its cold path: claims of due rows with FOR UPDATE SKIP LOCKED, in
+// batches, while there is backlog and room, and otherwise every
+// PollInterval or when woken (a release, a scheduled retry). Through a
+// backlog, each claim starts where the previous one ended (a cursor on the
+// due index); a claim that comes back short is followed at once
 // by one from the earliest due event, and so is the first claim after a
 // second of backlog, so that an event that became due behind the cursor
 // (its transaction committed late, its claim was released or ran out)
@@ -71,11 +90,18 @@
 // DEAD holds back the rest of its aggregate until it is delivered, or
 // replayed and delivered, or purged. Different aggregates, and events
 // without an AggregateID, are delivered WorkerCount at a time as usual.
-// Ordered events skip the hot path: the Publisher whose HotPath is the
-// Subscriber wakes its claims at the commit instead, and a
+// Ordered events skip the hot path: a writer or Publisher whose HotPath is
+// the Subscriber wakes its claims at the commit instead, and a
 // postgres.Listener does so across processes. With a forwarder that keys
 // records by aggregate (forward/kafkaforward does), the order holds
 // downstream too.
+//
+// Written means inserted: events of one aggregate written by transactions
+// that run at the same time can commit in the other order, and a claim
+// between the two commits takes the later event first. Transactions that
+// change an aggregate normally take turns on its row (an UPDATE locks
+// it); ones that do not, and must keep the order, lock it (SELECT … FOR
+// UPDATE) before writing events.
 //
 // # Routing rule
 //

@@ -2,36 +2,37 @@ package watermilladapter
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill"
 
-	"github.com/wmoutbox/wmoutbox/outbox"
+	"github.com/wmoutbox/wmoutbox/internal/clocktest"
+	"github.com/wmoutbox/wmoutbox/outbox/outboxdriver"
 )
 
-// steppedClock is the wall clock plus an offset the test steps.
-type steppedClock struct{ offset atomic.Int64 }
+// steppedClock is a test clock whose time, the wall clock's, can step
+// back while its timers, as the runtime's, count the time that passes.
+type steppedClock struct {
+	*clocktest.Clock // the time that passes: the timers
+	offset           atomic.Int64
+}
 
-func (c *steppedClock) Now() time.Time { return time.Now().Add(time.Duration(c.offset.Load())) }
+func (c *steppedClock) Now() time.Time { return c.Clock.Now().Add(time.Duration(c.offset.Load())) }
 
 // oneClaim's first claim returns one event, claimed by the clock's time.
 type oneClaim struct {
-	instantStore
+	instantDriver
 	clock *steppedClock
 	once  sync.Once
 }
 
-func (s *oneClaim) Claim(_ context.Context, req outbox.ClaimRequest) (events []outbox.Event, _ error) {
-	s.once.Do(func() {
-		e := outbox.Event{Envelope: outbox.NewJSON("OrderCreated", []byte(`{}`)), Status: outbox.StatusNew,
-			LockedUntil: s.clock.Now().Add(req.LockTimeout)}
-		e.ID, e.Topic = "event-1", "orders"
-		events = []outbox.Event{e}
-	})
-	return events, nil
+func (d *oneClaim) Claim(_ context.Context, p *outboxdriver.ClaimParams) (rows []outboxdriver.Row, _ error) {
+	d.once.Do(func() { rows = []outboxdriver.Row{orderRow("event-1", p.LockedUntil)} })
+	return rows, nil
 }
 
 // The clock steps back while an event waits for the reader: the timer
@@ -40,15 +41,27 @@ func (s *oneClaim) Claim(_ context.Context, req outbox.ClaimRequest) (events []o
 // claim's end.
 func TestHandOverGivesUpAfterAClockStepBack(t *testing.T) {
 	t.Parallel()
-	clock := &steppedClock{}
-	_, msgs := subscribeOrders(t, &oneClaim{clock: clock}, SubscriberConfig{LockTimeout: time.Second, WorkerCount: 1,
-		Clock: clock, PollInterval: time.Hour, BacklogInterval: time.Hour, DrainTimeout: 50 * time.Millisecond})
-	time.Sleep(200 * time.Millisecond) // the worker waits to hand the event over
+	const lease = time.Second
+	clock := &steppedClock{Clock: clocktest.New(testStart)}
+	logger := watermill.NewCaptureLogger()
+	_, msgs := subscribeOrders(t, &oneClaim{clock: clock}, SubscriberConfig{LockTimeout: lease, WorkerCount: 1,
+		Clock: clock, PollInterval: time.Hour, BacklogInterval: time.Hour, DrainTimeout: 50 * time.Millisecond, Logger: logger})
+	waitForTimer(t, clock.Clock, lease/2) // the worker waits to hand the event over
 	clock.offset.Store(int64(-400 * time.Millisecond))
-	time.Sleep(2800 * time.Millisecond) // by the clock, the claim ended 1.6 s ago
+	clock.Advance(lease / 2) // the timer fires; by the clock, 100 ms went by
+	waitForTimer(t, clock.Clock, 400*time.Millisecond)
+	clock.Advance(400 * time.Millisecond) // half the claim is gone by the clock too
+	waitFor(t, "the event left to the next claim", func() bool {
+		for _, m := range logger.Captured()[watermill.InfoLogLevel] {
+			if m.Msg == "outbox claim half spent waiting for the subscription's reader: event left to the next claim (raise LockTimeout, or read the channel concurrently, as a Watermill router does)" {
+				return true
+			}
+		}
+		return false
+	})
 	select {
 	case <-msgs:
-		t.Fatal("an event was handed over after its claim ended")
+		t.Fatal("an event was handed over after half its claim was spent")
 	default:
 	}
 }
@@ -57,16 +70,13 @@ func TestHandOverGivesUpAfterAClockStepBack(t *testing.T) {
 // claimed: as when this relay claims again an event whose handler still
 // runs.
 type sameEventEveryClaim struct {
-	instantStore
+	instantDriver
 	claims atomic.Int64
 }
 
-func (s *sameEventEveryClaim) Claim(_ context.Context, req outbox.ClaimRequest) ([]outbox.Event, error) {
-	s.claims.Add(1)
-	e := outbox.Event{Envelope: outbox.NewJSON("OrderCreated", []byte(`{}`)), Status: outbox.StatusNew,
-		LockedUntil: time.Now().Add(req.LockTimeout)}
-	e.ID, e.Topic = "event-1", "orders"
-	return []outbox.Event{e}, nil
+func (d *sameEventEveryClaim) Claim(_ context.Context, p *outboxdriver.ClaimParams) ([]outboxdriver.Row, error) {
+	d.claims.Add(1)
+	return []outboxdriver.Row{orderRow("event-1", p.LockedUntil)}, nil
 }
 
 // While a handler holds an event, the relay does not hand it over again,
@@ -75,22 +85,37 @@ func (s *sameEventEveryClaim) Claim(_ context.Context, req outbox.ClaimRequest) 
 // TestEventOfAHungHandlerIsDeliveredAgainAfterTheLease.)
 func TestEventInAHandlerIsNotHandedOverAgain(t *testing.T) {
 	t.Parallel()
-	store := &sameEventEveryClaim{}
-	_, msgs := subscribeOrders(t, store, SubscriberConfig{LockTimeout: time.Minute, WorkerCount: 2,
-		PollInterval: 10 * time.Millisecond, BacklogInterval: time.Hour, DrainTimeout: 50 * time.Millisecond})
-	var first *message.Message
-	select {
-	case first = <-msgs:
-	case <-time.After(10 * time.Second):
-		t.Fatal("no delivery")
+	driver := &sameEventEveryClaim{}
+	clock := clocktest.New(testStart)
+	const poll = 10 * time.Millisecond
+	sub, msgs := subscribeOrders(t, driver, SubscriberConfig{LockTimeout: time.Minute, WorkerCount: 2,
+		Clock: clock, PollInterval: poll, BacklogInterval: time.Hour, DrainTimeout: 50 * time.Millisecond})
+	first := receive(t, msgs, "the first delivery")
+	cold := sub.subscriptions("orders")[0].cold
+	// Each poll queues a copy; the second worker, the only one free, must
+	// take it from the queue before the next: had it handed a copy over,
+	// it would still wait for the reader, and the queue would fill up.
+	for i := range 10 {
+		claims := driver.claims.Load()
+		waitForTimer(t, clock, poll)
+		clock.Advance(poll)
+		waitFor(t, fmt.Sprintf("copy %d taken by the second worker", i+1), func() bool {
+			return driver.claims.Load() > claims && len(cold) == 0
+		})
 	}
-	for store.claims.Load() < 10 { // each claim queued a copy for the second worker
-		time.Sleep(time.Millisecond)
-	}
+	waitForTimer(t, clock, poll) // the last claim queued its copy
+	waitFor(t, "the last copy taken", func() bool { return len(cold) == 0 })
 	select {
 	case <-msgs:
 		t.Fatal("the event was handed over again while its handler held it")
-	case <-time.After(200 * time.Millisecond):
+	default:
 	}
 	first.Ack()
+}
+
+// subscriptions returns the subscriptions of topic.
+func (s *Subscriber) subscriptions(topic string) []*subscription {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.subs[topic]
 }

@@ -117,21 +117,22 @@ func parseTime(md message.Metadata, key string) (time.Time, error) {
 	return t, nil
 }
 
-// toMessage maps a stored event to the message a handler receives.
-func toMessage(e *outbox.Event, source string) *message.Message {
-	uuid := e.Headers[headerMessageUUID]
+// toMessage maps a queued event to the message a handler receives.
+func toMessage(item *queued) *message.Message {
+	e := &item.row
+	uuid := item.headers[headerMessageUUID]
 	if uuid == "" {
 		uuid = e.ID // written by the outbox.Writer, not by the Publisher
 	}
-	msg := message.NewMessage(uuid, e.Payload())
-	for k, v := range e.Headers {
+	msg := message.NewMessage(uuid, e.Payload)
+	for k, v := range item.headers {
 		if k != headerMessageUUID {
 			msg.Metadata.Set(k, v)
 		}
 	}
 	msg.Metadata.Set(MetadataEventID, e.ID)
-	msg.Metadata.Set(MetadataEventType, string(e.Type))
-	msg.Metadata.Set(MetadataAggregateType, string(e.AggregateType))
+	msg.Metadata.Set(MetadataEventType, e.Type)
+	msg.Metadata.Set(MetadataAggregateType, e.AggregateType)
 	if e.AggregateID != "" {
 		msg.Metadata.Set(MetadataAggregateID, e.AggregateID)
 	}
@@ -140,6 +141,6 @@ func toMessage(e *outbox.Event, source string) *message.Message {
 	}
 	msg.Metadata.Set(MetadataOccurredAt, e.OccurredAt.UTC().Format(time.RFC3339Nano))
 	msg.Metadata.Set(MetadataAttempt, strconv.Itoa(e.Attempts+1))
-	msg.Metadata.Set(MetadataSource, source)
+	msg.Metadata.Set(MetadataSource, item.source)
 	return msg
 }

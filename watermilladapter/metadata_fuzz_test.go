@@ -8,7 +8,10 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/stretchr/testify/require"
 
+	"github.com/wmoutbox/wmoutbox/internal/clocktest"
+	"github.com/wmoutbox/wmoutbox/internal/codec"
 	"github.com/wmoutbox/wmoutbox/outbox"
+	"github.com/wmoutbox/wmoutbox/outbox/outboxdriver"
 )
 
 // FuzzStoredMessage follows a Watermill message through the outbox: to an
@@ -35,14 +38,14 @@ func FuzzStoredMessage(f *testing.F) {
 	for _, s := range seeds {
 		f.Add(s.uuid, s.payload, s.k1, s.v1, s.k2, s.v2, s.storedHeaders, s.aggregateID, s.deliverAfterRFC)
 	}
-	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	clock := clocktest.New(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
 
 	f.Fuzz(func(t *testing.T, uuid string, payload []byte, k1, v1, k2, v2 string, storedHeaders []byte,
 		aggregateID, deliverAfter string) {
 		// Any headers a row decodes to make a message.
-		if headers, err := outbox.DecodeHeaders(storedHeaders); err == nil {
-			e := outbox.Event{Envelope: outbox.Envelope{ID: "01JSTORED", Type: "T", Topic: "t", Headers: headers, PayloadBytes: payload}}
-			msg := toMessage(&e, SourceCold)
+		if headers, err := codec.DecodeHeaders(string(storedHeaders)); err == nil {
+			row := outboxdriver.Row{ID: "01JSTORED", Type: "T", Topic: "t", Payload: payload}
+			msg := toMessage(&queued{row: row, headers: headers, source: SourceCold})
 			require.Equal(t, "01JSTORED", msg.Metadata.Get(MetadataEventID))
 			require.NotEmpty(t, msg.UUID)
 		}
@@ -56,30 +59,27 @@ func FuzzStoredMessage(f *testing.F) {
 		if deliverAfter != "" {
 			msg.Metadata.Set(MetadataDeliverAfter, deliverAfter)
 		}
-		envelope, err := toEnvelope("orders", msg)
-		if err != nil {
-			require.ErrorIs(t, err, outbox.ErrInvalidEnvelope)
-			return
-		}
-		prepared, err := outbox.Prepare([]outbox.Envelope{envelope}, now)
-		if err != nil {
-			require.ErrorIs(t, err, outbox.ErrInvalidEnvelope)
-			return
-		}
-		stored, err := outbox.EncodeHeaders(prepared[0].Headers)
+		// Published through a writer, whatever the driver stores comes
+		// back.
+		driver := &insertDriver{}
+		pub, err := NewPublisher(fakeStore(t, driver, clock), PublisherConfig{})
 		require.NoError(t, err)
-		headers, err := outbox.DecodeHeaders(stored)
+		if err := pub.WithTx(fakeTx{}).Publish("orders", msg); err != nil {
+			require.ErrorIs(t, err, outbox.ErrInvalidEnvelope)
+			return
+		}
+		require.Len(t, driver.rows, 1)
+		row := storedRow(&driver.rows[0])
+		headers, err := codec.DecodeHeaders(row.Headers)
 		require.NoError(t, err, "headers the writer accepted decode")
-		e := outbox.Event{Envelope: prepared[0]}
-		e.Headers = headers
-		got := toMessage(&e, SourceHot)
+		got := toMessage(&queued{row: row, headers: headers, source: SourceHot})
 
 		if uuid != "" {
 			// An empty UUID is no UUID: the handler then sees the event id.
 			require.Equal(t, uuid, got.UUID)
 		}
 		require.True(t, bytes.Equal(payload, got.Payload), "payload byte for byte")
-		require.Equal(t, prepared[0].ID, got.Metadata.Get(MetadataEventID))
+		require.Equal(t, row.ID, got.Metadata.Get(MetadataEventID))
 		require.Equal(t, "1", got.Metadata.Get(MetadataAttempt))
 		require.Equal(t, SourceHot, got.Metadata.Get(MetadataSource))
 		require.Equal(t, aggregateID, got.Metadata.Get(MetadataAggregateID))

@@ -12,9 +12,11 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/wmoutbox/wmoutbox/internal/clocktest"
 	"github.com/wmoutbox/wmoutbox/internal/relaytest"
 	"github.com/wmoutbox/wmoutbox/internal/testdb"
 	"github.com/wmoutbox/wmoutbox/outbox"
+	"github.com/wmoutbox/wmoutbox/outbox/outboxdriver"
 	"github.com/wmoutbox/wmoutbox/watermilladapter"
 )
 
@@ -57,6 +59,7 @@ func (m *recordingMetrics) Delivered(_ string, d time.Duration) {
 	m.latencies = append(m.latencies, d)
 	m.mu.Unlock()
 }
+func (m *recordingMetrics) StoreError(_, operation string) { m.add("store error "+operation, 1) }
 func (m *recordingMetrics) Backlog(_ string, pending int64, _ time.Duration) {
 	m.add("backlog", 1)
 	m.mu.Lock()
@@ -125,15 +128,15 @@ func TestQueueDepthsAddUpAndStopWithTheSubscriptions(t *testing.T) {
 	require.Zero(t, m.get("cold depth"), "after Close")
 }
 
-// backlogCounter counts the backlog queries of the store it wraps.
+// backlogCounter counts the backlog queries of the driver it wraps.
 type backlogCounter struct {
-	outbox.Store
+	outboxdriver.Driver[pgx.Tx]
 	queries atomic.Int64
 }
 
-func (s *backlogCounter) Backlog(ctx context.Context, topic string) (int64, time.Time, error) {
-	s.queries.Add(1)
-	return s.Store.Backlog(ctx, topic)
+func (d *backlogCounter) Backlog(ctx context.Context, topic string) (int64, time.Time, error) {
+	d.queries.Add(1)
+	return d.Driver.Backlog(ctx, topic)
 }
 
 // Without Metrics nobody reads the backlog, so nothing counts it.
@@ -141,8 +144,10 @@ func TestNoBacklogQueriesWithoutMetrics(t *testing.T) {
 	t.Parallel()
 	pool := testdb.New(t)
 	r := relaytest.Start(t, pool, watermilladapter.SubscriberConfig{}, nil)
-	store := &backlogCounter{Store: r.Store}
-	for _, metrics := range []outbox.Metrics{nil, outbox.NopMetrics{}, &recordingMetrics{}} {
+	counter := &backlogCounter{Driver: r.Store.Driver()}
+	store := storeOn(t, counter, nil)
+	var none *recordingMetrics // a typed nil is no metrics either
+	for _, metrics := range []outbox.Metrics{nil, none, &recordingMetrics{}} {
 		sub, err := watermilladapter.NewSubscriber(store, watermilladapter.SubscriberConfig{
 			Metrics: metrics, BacklogInterval: time.Millisecond, PollInterval: 10 * time.Millisecond, DrainTimeout: 10 * time.Millisecond,
 		})
@@ -157,10 +162,10 @@ func TestNoBacklogQueriesWithoutMetrics(t *testing.T) {
 			return n > 0
 		})
 		require.NoError(t, sub.Close())
-		if _, ok := metrics.(*recordingMetrics); ok {
-			require.Positive(t, store.queries.Load(), "with metrics")
+		if metrics, ok := metrics.(*recordingMetrics); ok && metrics != nil {
+			require.Positive(t, counter.queries.Load(), "with metrics")
 		} else {
-			require.Zero(t, store.queries.Load(), "with %T", metrics)
+			require.Zero(t, counter.queries.Load(), "with %T", metrics)
 		}
 		_, err = pool.Exec(t.Context(), `DELETE FROM outbox_event`)
 		require.NoError(t, err)
@@ -173,22 +178,16 @@ func TestNoBacklogQueriesWithoutMetrics(t *testing.T) {
 func TestColdLatencyCountsFromTheDueTime(t *testing.T) {
 	t.Parallel()
 	pool := testdb.New(t)
+	clock := clocktest.New(testStart)
 	m := &recordingMetrics{}
-	r := relaytest.Start(t, pool, watermilladapter.SubscriberConfig{Metrics: m}, relaytest.Handlers{
-		"orders": func(*message.Message) error { return nil },
-	})
-	w, err := outbox.NewWriter(r.Store, outbox.WriterConfig{}) // no hot path
+	r := relaytest.StartOnClock(t, pool, clock, watermilladapter.SubscriberConfig{Metrics: m},
+		relaytest.Handlers{"orders": func(*message.Message) error { return nil }})
+	e := orderEvent("x")
+	e.DeliverAfter = clock.Now().Add(5 * time.Second)
+	writeCold(t, r.Store, e)
+	_, err := pool.Exec(t.Context(), `UPDATE outbox_event SET created_at = created_at - interval '1 hour'`)
 	require.NoError(t, err)
-	require.NoError(t, r.Store.InTx(t.Context(), func(ctx context.Context, tx pgx.Tx) error {
-		e := outbox.NewBytes("OrderCreated", []byte("x"))
-		e.Topic = "orders"
-		e.DeliverAfter = time.Now().Add(300 * time.Millisecond)
-		_, err := w.Write(ctx, tx, e)
-		return err
-	}))
-	_, err = pool.Exec(t.Context(), `UPDATE outbox_event SET created_at = created_at - interval '1 hour'`)
-	require.NoError(t, err)
-	relaytest.Eventually(t, "delivered", func() bool { return m.get("delivered") == 1 })
+	relaytest.AdvanceUntil(t, clock, 100*time.Millisecond, "delivered", func() bool { return m.get("delivered") == 1 })
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	require.Less(t, m.latencies[0], 30*time.Minute, "written an hour before it was due")

@@ -8,29 +8,30 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/wmoutbox/wmoutbox/internal/clocktest"
-	"github.com/wmoutbox/wmoutbox/outbox"
 )
 
 // unreadableBacklog reports a backlog of 3 events, the oldest due at
 // oldest, until down is set; then every read fails, as in an outage.
 type unreadableBacklog struct {
-	instantStore
+	instantDriver
 	oldest time.Time
 	down   atomic.Bool
 }
 
-func (s *unreadableBacklog) Backlog(context.Context, string) (int64, time.Time, error) {
-	if s.down.Load() {
+func (d *unreadableBacklog) Backlog(context.Context, string) (int64, time.Time, error) {
+	if d.down.Load() {
 		return 0, time.Time{}, errors.New("database unreachable")
 	}
-	return 3, s.oldest, nil
+	return 3, d.oldest, nil
 }
 
 // backlogAges records the backlogs a subscription reports, and counts
 // store errors by topic and operation.
 type backlogAges struct {
-	outbox.NopMetrics
+	nopMetrics
 	mu          sync.Mutex
 	pending     []int64
 	ages        []time.Duration
@@ -68,19 +69,15 @@ func (m *backlogAges) last() (reports int, pending int64, age time.Duration) {
 	return len(m.ages), m.pending[len(m.pending)-1], m.ages[len(m.ages)-1]
 }
 
-// observeBacklog subscribes to "orders" on store, with clock, and returns
-// what the subscription reports every 5 ms until the test ends.
-func observeBacklog(t *testing.T, store outbox.Store, clock outbox.Clock) *backlogAges {
+// backlogInterval is how often observeBacklog's subscription reports.
+const backlogInterval = 5 * time.Millisecond
+
+// observeBacklog subscribes to "orders" on driver, on clock, and returns
+// what the subscription reports every backlogInterval of the clock.
+func observeBacklog(t *testing.T, driver *unreadableBacklog, clock *clocktest.Clock) *backlogAges {
 	t.Helper()
 	metrics := &backlogAges{}
-	s, err := NewSubscriber(store, SubscriberConfig{Metrics: metrics, BacklogInterval: 5 * time.Millisecond, Clock: clock})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
-	if _, err := s.Subscribe(t.Context(), "orders"); err != nil {
-		t.Fatal(err)
-	}
+	subscribeOrders(t, driver, SubscriberConfig{Metrics: metrics, BacklogInterval: backlogInterval, Clock: clock, PollInterval: time.Hour})
 	return metrics
 }
 
@@ -90,34 +87,27 @@ func observeBacklog(t *testing.T, store outbox.Store, clock outbox.Clock) *backl
 // read counts as a store error.
 func TestBacklogAgeGrowsWhileTheBacklogCannotBeRead(t *testing.T) {
 	t.Parallel()
-	clock := clocktest.New(time.Date(2026, 11, 27, 9, 0, 0, 0, time.UTC))
-	store := &unreadableBacklog{oldest: clock.Now().Add(-time.Second)}
-	metrics := observeBacklog(t, store, clock)
+	clock := clocktest.New(testStart)
+	driver := &unreadableBacklog{oldest: clock.Now().Add(-time.Second)}
+	metrics := observeBacklog(t, driver, clock)
 	waitForReport := func(after int) (pending int64, age time.Duration) {
 		t.Helper()
-		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
-			if n, pending, age := metrics.last(); n > after {
-				return pending, age
-			}
-		}
-		t.Fatal("no backlog reported")
-		return 0, 0
+		var n int
+		waitFor(t, "a backlog report", func() bool { n, pending, age = metrics.last(); return n > after })
+		return pending, age
 	}
-	if pending, age := waitForReport(0); pending != 3 || age != time.Second {
-		t.Fatalf("read: %d pending, oldest %s old; want 3 and 1s", pending, age)
-	}
-	if n := metrics.storeErrorsOf("orders backlog"); n != 0 {
-		t.Fatalf("%d store errors before the outage", n)
-	}
-	store.down.Store(true)
-	clock.Advance(time.Minute)
+	pending, age := waitForReport(0)
+	require.EqualValues(t, 3, pending, "read")
+	require.Equal(t, time.Second, age, "read")
+	require.Zero(t, metrics.storeErrorsOf("orders backlog"), "store errors before the outage")
+
+	driver.down.Store(true)
 	n, _, _ := metrics.last()
-	if pending, age := waitForReport(n + 1); pending != 3 || age != time.Minute+time.Second {
-		t.Fatalf("unreadable for a minute: %d pending, oldest %s old; want 3 and 1m1s", pending, age)
-	}
-	if metrics.storeErrorsOf("orders backlog") == 0 {
-		t.Fatal("the failed reads were not counted as store errors")
-	}
+	clock.Advance(time.Minute) // the observer's next report is due
+	pending, age = waitForReport(n)
+	require.EqualValues(t, 3, pending, "unreadable for a minute")
+	require.Equal(t, time.Minute+time.Second, age, "unreadable for a minute")
+	require.Positive(t, metrics.storeErrorsOf("orders backlog"), "the failed reads counted as store errors")
 }
 
 // A subscription that starts while the database is down has read no
@@ -125,16 +115,15 @@ func TestBacklogAgeGrowsWhileTheBacklogCannotBeRead(t *testing.T) {
 // overwrite a real measurement and silence the alert on the age.
 func TestNoBacklogReportedBeforeARead(t *testing.T) {
 	t.Parallel()
-	clock := clocktest.New(time.Date(2026, 11, 27, 9, 0, 0, 0, time.UTC))
-	store := &unreadableBacklog{oldest: clock.Now().Add(-time.Hour)}
-	store.down.Store(true)
-	metrics := observeBacklog(t, store, clock)
-	for deadline := time.Now().Add(10 * time.Second); metrics.storeErrorsOf("orders backlog") < 3; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the failed reads were not counted")
-		}
+	clock := clocktest.New(testStart)
+	driver := &unreadableBacklog{oldest: clock.Now().Add(-time.Hour)}
+	driver.down.Store(true)
+	metrics := observeBacklog(t, driver, clock)
+	for reads := 1; reads <= 3; reads++ {
+		waitFor(t, "a failed read", func() bool { return metrics.storeErrorsOf("orders backlog") == reads })
+		waitForTimer(t, clock, backlogInterval)
+		clock.Advance(backlogInterval)
 	}
-	if n, pending, age := metrics.last(); n > 0 {
-		t.Fatalf("no backlog read, yet %d reports, the last %d pending, oldest %s old", n, pending, age)
-	}
+	n, pending, age := metrics.last()
+	require.Zero(t, n, "no backlog read, yet reports, the last %d pending, oldest %s old", pending, age)
 }

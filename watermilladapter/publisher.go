@@ -18,23 +18,23 @@ var ErrPublisherClosed = errors.New("watermilladapter: publisher closed")
 // PublisherConfig configures a [Publisher].
 type PublisherConfig struct {
 	// HotPath, when set, receives the events of each transaction begun by
-	// an InTx helper right after it commits, so that they are delivered
-	// without waiting for a poll. Usually the [Subscriber] of this
-	// process. An ordered one (SubscriberConfig.Ordered) takes no events
-	// this way; it is woken at the commit instead, told the events'
-	// aggregates, which its claim names. Default: none; the subscribers'
-	// pollers deliver.
-	HotPath *Subscriber
+	// the store's InTx right after it commits, so that they are delivered
+	// without waiting for a poll: usually the [Subscriber] of this
+	// process (see [outbox.WriterConfig]). An ordered Subscriber
+	// (SubscriberConfig.Ordered) takes no events this way; it is woken at
+	// the commit instead, told the events' aggregates, which its claim
+	// names. Default: none; the subscribers' claims deliver.
+	HotPath outbox.HotPath
 
-	// Notify, when set, is told after each commit of a transaction begun
-	// by an InTx helper the topics of the events written without a hot
-	// path claim (no HotPath, an ordered one, or none of its subscriptions
-	// serving the topic) and due at once, so that relays in other
-	// processes claim them rather than at their next poll: usually a
-	// postgres.Notifier's Notify, with a postgres.Listener waking the
-	// other relays. It must not block. Events HotPath takes and then
-	// hands back, its queue being full, are announced by
-	// SubscriberConfig.Notify when they are released. Default: none.
+	// Notify, when set, is told after each commit of the store's InTx the
+	// topics of the events written without a hot path claim (no HotPath,
+	// an ordered one, or none of its subscriptions serving the topic) and
+	// due at once, so that relays in other processes claim them rather
+	// than at their next poll: usually a postgres.Notifier's Notify, with
+	// a postgres.Listener waking the other relays. It must not block.
+	// Events HotPath takes and then hands back, its queue being full, are
+	// announced by SubscriberConfig.Notify when they are released.
+	// Default: none.
 	Notify func(topics []string)
 
 	// OwnTransaction lets Publish write a message whose context carries no
@@ -44,11 +44,6 @@ type PublisherConfig struct {
 	// with [outbox.ErrNoTransaction]. Watermill's universal test suite and
 	// plain "publish later" uses turn it on.
 	OwnTransaction bool
-
-	// Clock stamps OccurredAt, and measures how long a transaction stays
-	// open after writing hot-path events (see
-	// SubscriberConfig.LockTimeout). Default [outbox.SystemClock].
-	Clock outbox.Clock
 }
 
 // Publisher is a Watermill message.Publisher that writes each message as an
@@ -56,7 +51,7 @@ type PublisherConfig struct {
 // type (pgx.Tx for PostgreSQL).
 //
 // The transaction is found in the context of the published messages (put
-// there by an InTx helper or [outbox.ContextWithTx]), or bound with
+// there by the store's InTx or [outbox.ContextWithTx]), or bound with
 // [Publisher.WithTx]. All messages of one Publish call are written in one
 // round trip; they must share a transaction (messages whose contexts carry
 // different ones, or some one and some none, fail with
@@ -72,7 +67,7 @@ type PublisherConfig struct {
 // nothing it does not own: not the store's pool, not the hot-path
 // subscriber.
 type Publisher[Tx any] struct {
-	store  outbox.TxStore[Tx]
+	store  *outbox.Store[Tx]
 	writer *outbox.Writer[Tx]
 	cfg    PublisherConfig
 	bound  *Tx
@@ -82,31 +77,11 @@ type Publisher[Tx any] struct {
 var _ message.Publisher = (*Publisher[any])(nil)
 
 // NewPublisher returns a publisher writing through store.
-func NewPublisher[Tx any](store outbox.TxStore[Tx], cfg PublisherConfig) (*Publisher[Tx], error) {
-	if nilcheck.Is(store) {
+func NewPublisher[Tx any](store *outbox.Store[Tx], cfg PublisherConfig) (*Publisher[Tx], error) {
+	if store == nil {
 		return nil, fmt.Errorf("%w: publisher needs a store", outbox.ErrInvalidRequest)
 	}
-	var notify func(events []outbox.Envelope)
-	if cfg.Notify != nil {
-		notify = func(events []outbox.Envelope) { cfg.Notify(outbox.Topics(events)) }
-	}
-	wcfg := outbox.WriterConfig{Clock: cfg.Clock, Committed: notify}
-	if hot := cfg.HotPath; hot != nil {
-		wcfg.AfterCommit = hot.acceptCommitted
-		wcfg.HotTopic = hot.takesHot
-		// Events the hot path does not take are claimed at once by
-		// HotPath too, where it relays their topic (ordered).
-		wcfg.Committed = func(events []outbox.Envelope) {
-			hot.wakeFor(events)
-			if notify != nil {
-				notify(events)
-			}
-		}
-		wcfg.Scheduled = hot.scheduleFor
-		wcfg.ClaimOwner = hot.owner
-		wcfg.ClaimTimeout = hot.cfg.LockTimeout
-	}
-	writer, err := outbox.NewWriter(outbox.Inserter[Tx](store), wcfg)
+	writer, err := outbox.NewWriter(store, outbox.WriterConfig{HotPath: cfg.HotPath, Notify: cfg.Notify})
 	if err != nil {
 		return nil, err
 	}
@@ -152,7 +127,7 @@ func (p *Publisher[Tx]) Publish(topic string, msgs ...*message.Message) error {
 	}
 	tx, ok := outbox.TxFromContext[Tx](ctx)
 	for _, msg := range msgs[1:] {
-		if other, has := outbox.TxFromContext[Tx](msg.Context()); has != ok || has && !outbox.SameTx(tx, other) {
+		if other, has := outbox.TxFromContext[Tx](msg.Context()); has != ok || has && !nilcheck.Same(tx, other) {
 			return fmt.Errorf("%w: watermilladapter: publish to %s: message %s is not in the transaction of message %s; publish the messages of each transaction apart",
 				outbox.ErrInvalidRequest, topic, msg.UUID, msgs[0].UUID)
 		}

@@ -1,14 +1,12 @@
 package watermilladapter_test
 
 import (
-	"database/sql"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/pubsub/tests"
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/wmoutbox/wmoutbox/internal/testdb"
@@ -21,7 +19,7 @@ import (
 
 // TestPubSub runs Watermill's universal Pub/Sub suite on PostgreSQL.
 func TestPubSub(t *testing.T) {
-	runUniversalSuite(t, func(t *testing.T) outbox.TxStore[pgx.Tx] {
+	runUniversalSuite(t, func(t *testing.T) *postgres.Store {
 		store, err := postgres.NewStore(testdb.New(t), postgres.Config{})
 		require.NoError(t, err)
 		return store
@@ -30,7 +28,7 @@ func TestPubSub(t *testing.T) {
 
 // TestPubSubOnMySQL runs Watermill's universal Pub/Sub suite on MySQL.
 func TestPubSubOnMySQL(t *testing.T) {
-	runUniversalSuite(t, func(t *testing.T) outbox.TxStore[*sql.Tx] {
+	runUniversalSuite(t, func(t *testing.T) *mysql.Store {
 		store, err := mysql.NewStore(testmysql.New(t), mysql.Config{})
 		require.NoError(t, err)
 		return store
@@ -40,7 +38,7 @@ func TestPubSubOnMySQL(t *testing.T) {
 // runUniversalSuite runs Watermill's universal Pub/Sub suite. Each suite
 // test gets its own database (from newStore); every constructor call inside
 // one test shares it, as separate relay instances on one table would.
-func runUniversalSuite[Tx any](t *testing.T, newStore func(t *testing.T) outbox.TxStore[Tx]) {
+func runUniversalSuite[Tx any](t *testing.T, newStore func(t *testing.T) *outbox.Store[Tx]) {
 	if testing.Short() {
 		t.Skip("the universal suite takes a while; skipped with -short")
 	}
@@ -54,9 +52,9 @@ func runUniversalSuite[Tx any](t *testing.T, newStore func(t *testing.T) outbox.
 	}
 	var (
 		mu     sync.Mutex // the suite's tests run in parallel
-		stores = map[*testing.T]outbox.TxStore[Tx]{}
+		stores = map[*testing.T]*outbox.Store[Tx]{}
 	)
-	storeFor := func(t *testing.T) outbox.TxStore[Tx] {
+	storeFor := func(t *testing.T) *outbox.Store[Tx] {
 		mu.Lock()
 		defer mu.Unlock()
 		if s, ok := stores[t]; ok {
@@ -71,7 +69,7 @@ func runUniversalSuite[Tx any](t *testing.T, newStore func(t *testing.T) outbox.
 	}, nil)
 }
 
-func newPubSub[Tx any](t *testing.T, store outbox.TxStore[Tx]) (message.Publisher, message.Subscriber) {
+func newPubSub[Tx any](t *testing.T, store *outbox.Store[Tx]) (message.Publisher, message.Subscriber) {
 	sub, err := watermilladapter.NewSubscriber(store, watermilladapter.SubscriberConfig{
 		// The suite nacks some messages many times and wants them back
 		// quickly; and it hands messages between instances with no

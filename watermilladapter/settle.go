@@ -2,7 +2,6 @@ package watermilladapter
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -11,6 +10,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 
 	"github.com/wmoutbox/wmoutbox/outbox"
+	"github.com/wmoutbox/wmoutbox/outbox/outboxdriver"
 )
 
 // maxSettleBatch caps the outcomes recorded by one statement.
@@ -20,11 +20,10 @@ const maxSettleBatch = 500
 // batch, for more to join it. Every statement is a transaction the database
 // pays for in CPU and WAL whatever its size: under a steady stream of
 // hot-path events, one statement per outcome would cost about as much as
-// the business transactions that wrote the events, and one per 5 ms still
-// cost about twice the CPU per event of one per 50 ms (in the bench's write
-// path, 0.76× against 0.86× the raw insert rate). Delivery does not wait
-// for it; only the row's DONE does, and a flush (a subscription closing)
-// or the DONE of an ordered event cuts it short.
+// the business transactions that wrote the events, and a shorter linger
+// costs more CPU per event (bench/README.md has the write path's figures).
+// Delivery does not wait for it; only the row's DONE does, and a flush (a
+// subscription closing) or the DONE of an ordered event cuts it short.
 const settleLinger = 50 * time.Millisecond
 
 // A statement is given settleTimeout while the subscriber runs. A failed
@@ -61,27 +60,28 @@ type releaseItem struct{ id, topic string }
 // would find the event still held by this relay (or, ordered, still
 // holding back its aggregate), and would wait for a poll.
 type outcome struct {
-	update    outbox.StatusUpdate
+	update    update
 	wake      *subscription
-	aggregate outbox.Aggregate // of an ordered event: whose next event a DONE frees, or which a retry names
+	aggregate outboxdriver.Aggregate // of an ordered event: whose next event a DONE frees, or which a retry names
 }
 
 // freesNext reports whether o is the DONE of an ordered event, which the
 // next event of its aggregate waits for.
-func (o outcome) freesNext() bool { return o.wake != nil && o.update.NextAt.IsZero() }
+func (o outcome) freesNext() bool { return o.wake != nil && o.update.nextAt.IsZero() }
 
 // settler records outcomes for every worker of a Subscriber: whatever has
 // queued while the previous statement ran, or arrives within settleLinger,
 // goes into the next one.
 type settler struct {
-	store      outbox.Store
+	driver     outboxdriver.Executor
+	clock      outbox.Clock
 	owner      string
 	logger     watermill.LoggerAdapter
 	storeError func(operation string) // counts failed statements for Metrics
 	wake       func(topics ...string)
 
 	updates  chan outcome
-	statuses []outbox.StatusUpdate // owned by run: the batch being recorded
+	statuses []update // owned by run: the batch being recorded
 	linger   time.Duration
 	giveUp   time.Duration
 	cut      chan struct{}      // signalled when updates is half full or a flush is asked for: end the linger
@@ -108,12 +108,13 @@ type settler struct {
 	closed   bool
 }
 
-func newSettler(store outbox.Store, owner string, logger watermill.LoggerAdapter, metrics outbox.Metrics, wake func(...string)) *settler {
+func newSettler(driver outboxdriver.Executor, clock outbox.Clock, owner string, logger watermill.LoggerAdapter, metrics outbox.Metrics, wake func(...string)) *settler {
 	st := &settler{
-		store:      store,
+		driver:     driver,
+		clock:      clock,
 		owner:      owner,
 		logger:     logger,
-		storeError: func(operation string) { storeError(metrics, "", operation) },
+		storeError: func(operation string) { metrics.StoreError("", operation) },
 		wake:       wake,
 		updates:    make(chan outcome, maxSettleBatch),
 		linger:     settleLinger,
@@ -176,7 +177,7 @@ func (st *settler) release(items []releaseItem) {
 
 // releaseNow releases items in one attempt, for a release after close.
 func (st *settler) releaseNow(items []releaseItem) {
-	ctx, cancel := context.WithTimeout(context.Background(), settleLastChance)
+	ctx, cancel := withTimeout(context.Background(), st.clock, settleLastChance)
 	defer cancel()
 	if err := st.releaseOp(items)(ctx); err != nil {
 		st.storeError("give_up")
@@ -200,9 +201,8 @@ func (st *settler) takeReleases() []releaseItem {
 }
 
 // flush returns once every outcome and release queued before the call is
-// recorded, or given up on: once Close began, or refused by the store as
-// invalid. A subscription calls it before
-// closing its channel: a Watermill router's Close returns when the
+// recorded, or given up on once Close began. A subscription calls it
+// before closing its channel: a Watermill router's Close returns when the
 // channels are closed, and the application closes the database next.
 func (st *settler) flush() {
 	signal(st.cut)
@@ -247,14 +247,14 @@ func (st *settler) run() {
 // closes. Releases are written meanwhile: other relays wait for them to
 // claim the events.
 func (st *settler) gather(batch []outcome) []outcome {
-	linger := time.NewTimer(st.linger)
+	linger := st.clock.NewTimer(st.linger)
 	defer linger.Stop()
 	for {
 		select {
 		case <-st.released:
 			st.flushReleases(st.takeReleases())
 			continue
-		case <-linger.C:
+		case <-linger.C():
 		case <-st.cut:
 		case <-st.quit:
 		}
@@ -293,8 +293,7 @@ func (st *settler) flushUpdates(batch []outcome) {
 		st.statuses = append(st.statuses, o.update)
 	}
 	recorded := st.retry("record outcomes", len(batch), func(ctx context.Context) error {
-		_, err := st.store.UpdateStatus(ctx, st.owner, st.statuses...)
-		return err
+		return recordUpdates(ctx, st.driver, st.owner, st.clock.Now(), st.statuses)
 	})
 	if !recorded {
 		return
@@ -304,7 +303,7 @@ func (st *settler) flushUpdates(batch []outcome) {
 		case o.freesNext():
 			o.wake.claimNext(o.aggregate)
 		case o.wake != nil:
-			o.wake.scheduleClaim(o.update.NextAt, o.aggregate)
+			o.wake.scheduleClaim(o.update.nextAt, o.aggregate)
 		}
 	}
 }
@@ -336,16 +335,14 @@ func (st *settler) releaseOp(items []releaseItem) func(ctx context.Context) erro
 		ids[i] = it.id
 	}
 	return func(ctx context.Context) error {
-		_, err := st.store.Release(ctx, st.owner, ids)
+		_, err := st.driver.Release(ctx, outboxdriver.ReleaseParams{Owner: st.owner, IDs: ids})
 		return err
 	}
 }
 
 // retry runs op, which records n outcomes or releases, until it succeeds
 // or, once the settler is stopping, the settler gives up (see
-// settleGiveUp); a request the store refuses as invalid is given up at
-// once, since sending it again cannot help. It reports whether op
-// succeeded.
+// settleGiveUp). It reports whether op succeeded.
 func (st *settler) retry(what string, n int, op func(ctx context.Context) error) bool {
 	pause := settleRetry
 	for {
@@ -356,7 +353,7 @@ func (st *settler) retry(what string, n int, op func(ctx context.Context) error)
 			return true
 		}
 		st.storeError("record")
-		if st.gaveUp() || errors.Is(err, outbox.ErrInvalidRequest) {
+		if st.gaveUp() {
 			st.storeError("give_up")
 			st.logger.Error("outbox: giving up; the claims will expire and the events be delivered again", err,
 				watermill.LogFields{"operation": what, "events": n})
@@ -371,7 +368,7 @@ func (st *settler) retry(what string, n int, op func(ctx context.Context) error)
 		} else {
 			st.logger.Error("outbox: retrying", err, fields)
 		}
-		time.Sleep(pause)
+		sleep(st.clock, pause, nil)
 		pause = min(2*pause, settleRetryMax)
 	}
 }
@@ -382,39 +379,15 @@ func (st *settler) retry(what string, n int, op func(ctx context.Context) error)
 // settleLastChance.
 func (st *settler) attemptContext() (context.Context, context.CancelFunc) {
 	if !st.isStopping() {
-		return boundedAfterStop(st.stopped, settleTimeout, st.giveUp)
+		return boundedAfterStop(st.clock, st.stopped, settleTimeout, st.giveUp)
 	}
-	deadline := st.stopAt.Add(st.giveUp)
-	if last := time.Now().Add(settleLastChance); last.After(deadline) {
-		deadline = last
-	}
-	return context.WithDeadline(context.Background(), deadline)
+	return withTimeout(context.Background(), st.clock, max(st.stopAt.Add(st.giveUp).Sub(st.clock.Now()), settleLastChance))
 }
 
 // gaveUp reports whether the settler's deadline for failing statements,
 // settleGiveUp after Close began, has passed.
 func (st *settler) gaveUp() bool {
-	return st.isStopping() && !time.Now().Before(st.stopAt.Add(st.giveUp))
-}
-
-// boundedAfterStop returns a context that ends after timeout, or grace
-// after stopped ends if that comes first: a statement sent while running
-// is cut off once Close has waited grace for it.
-func boundedAfterStop(stopped context.Context, timeout, grace time.Duration) (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	unwatch := context.AfterFunc(stopped, func() {
-		cutOff := time.NewTimer(grace)
-		defer cutOff.Stop()
-		select {
-		case <-cutOff.C:
-			cancel()
-		case <-ctx.Done():
-		}
-	})
-	return ctx, func() {
-		unwatch()
-		cancel()
-	}
+	return st.isStopping() && !st.clock.Now().Before(st.stopAt.Add(st.giveUp))
 }
 
 func (st *settler) isStopping() bool { return st.stopped.Err() != nil }
@@ -425,7 +398,7 @@ func (st *settler) isStopping() bool { return st.stopped.Err() != nil }
 // them, end while the database is down.
 func (st *settler) stop() {
 	st.stopOnce.Do(func() {
-		st.stopAt = time.Now()
+		st.stopAt = st.clock.Now()
 		st.stopNow()
 	})
 }

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,111 +15,23 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/stretchr/testify/require"
 
-	"github.com/wmoutbox/wmoutbox/outbox"
+	"github.com/wmoutbox/wmoutbox/internal/clocktest"
+	"github.com/wmoutbox/wmoutbox/outbox/outboxdriver"
 )
 
-// instantStore is an outbox.Store with no events to claim that records
-// outcomes at once, keeping the size of each UpdateStatus batch: the
-// relay's own cost and batching, without a database.
-type instantStore struct {
-	outbox.Store
-	mu       sync.Mutex
-	batches  []int
-	released int
+// newTestSettler returns a settler on driver, on a test clock, with no
+// logger nor metrics.
+func newTestSettler(driver outboxdriver.Executor) (*settler, *clocktest.Clock) {
+	clock := clocktest.New(testStart)
+	return newSettler(driver, clock, "relay", watermill.NopLogger{}, nopMetrics{}, func(...string) {}), clock
 }
 
-func (s *instantStore) UpdateStatus(_ context.Context, _ string, updates ...outbox.StatusUpdate) (int64, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.batches = append(s.batches, len(updates))
-	return int64(len(updates)), nil
-}
-
-func (*instantStore) Claim(context.Context, outbox.ClaimRequest) ([]outbox.Event, error) {
-	return nil, nil
-}
-
-func (*instantStore) Backlog(context.Context, string) (int64, time.Time, error) {
-	return 0, time.Time{}, nil
-}
-
-func (s *instantStore) Release(_ context.Context, _ string, ids []string) (int64, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.released += len(ids)
-	return int64(len(ids)), nil
-}
-
-func (s *instantStore) releasedCount() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.released
-}
-
-// recorded returns the statements issued and the outcomes they recorded.
-func (s *instantStore) recorded() (statements, outcomes int) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, n := range s.batches {
-		outcomes += n
-	}
-	return len(s.batches), outcomes
-}
-
-// Outcomes that trickle in, as a steady stream of hot-path deliveries
-// produces them, must share statements: a database that answers instantly
-// would otherwise get one statement, one transaction, per outcome.
-func TestSettlerRecordsOutcomesArrivingWithinTheLingerInOneStatement(t *testing.T) {
-	store := &instantStore{}
-	st := newSettler(store, "relay", watermill.NopLogger{}, outbox.NopMetrics{}, func(...string) {})
-	const outcomes = 20
-	start := time.Now()
-	for i := range outcomes {
-		st.update(outcome{update: outbox.Done(fmt.Sprint("event-", i))})
-		time.Sleep(100 * time.Microsecond)
-	}
-	spread := time.Since(start)
-	if err := st.close(); err != nil {
-		t.Fatal(err)
-	}
-	statements, total := store.recorded()
-	if total != outcomes {
-		t.Fatalf("recorded %d outcomes, want %d (batches %v)", total, outcomes, store.batches)
-	}
-	// One statement per linger the arrivals spanned, and one more for the
-	// window a late arrival opens; without the linger, every outcome would
-	// be a statement of its own.
-	most := int(spread/settleLinger) + 2
-	if statements > most {
-		t.Fatalf("%d outcomes arriving over %s took %d statements %v, want at most %d",
-			outcomes, spread, statements, store.batches, most)
-	}
-}
-
-// A subscription's close flushes the settler: the flush records what is
-// queued at once instead of sleeping through the rest of the linger, and
-// leaves the batches after it to linger as before.
-func TestSettlerFlushCutsTheLingerShort(t *testing.T) {
-	store := &instantStore{}
-	st := newSettler(store, "relay", watermill.NopLogger{}, outbox.NopMetrics{}, func(...string) {})
-	defer st.close()
-	st.linger = time.Hour // set before the first outcome is sent, which the settler reads it after
-	st.flush()            // nothing queued: its signal must not cut the next linger short
-
-	st.update(outcome{update: outbox.Done("event-1")})
-	time.Sleep(50 * time.Millisecond)
-	if statements, _ := store.recorded(); statements != 0 {
-		t.Fatalf("%d statements 50 ms into an hour's linger, want 0", statements)
-	}
-	flushed := flushing(st)
-	select {
-	case <-flushed:
-	case <-time.After(10 * time.Second):
-		t.Fatal("flush waited for the linger to end")
-	}
-	if statements, outcomes := store.recorded(); statements != 1 || outcomes != 1 {
-		t.Fatalf("after the flush: %d statements recording %d outcomes, want 1 and 1", statements, outcomes)
-	}
+// stoppingSettler returns a settler on driver, on a test clock, that is
+// stopping: Close began.
+func stoppingSettler(driver outboxdriver.Executor) (*settler, *clocktest.Clock) {
+	st, clock := newTestSettler(driver)
+	st.stop()
+	return st, clock
 }
 
 // flushing flushes st in a goroutine of its own and returns a channel
@@ -131,16 +45,69 @@ func flushing(st *settler) <-chan struct{} {
 	return flushed
 }
 
-// slowStore takes a while over each outcome statement: a database that is
-// the bottleneck, which keeps the workers waiting for room in the queue.
-type slowStore struct {
-	instantStore
-	delay time.Duration
+// Outcomes that trickle in, as a steady stream of hot-path deliveries
+// produces them, must share statements: a database that answers instantly
+// would otherwise get one statement, one transaction, per outcome.
+func TestSettlerRecordsOutcomesArrivingWithinTheLingerInOneStatement(t *testing.T) {
+	t.Parallel()
+	driver := &instantDriver{}
+	st, clock := newTestSettler(driver)
+	const outcomes, every = 20, 5 * time.Millisecond // over two lingers
+	for i := range outcomes {
+		st.update(outcome{update: done(eventID(i))})
+		clock.Advance(every)
+	}
+	require.NoError(t, st.close())
+	statements, total := driver.recorded()
+	require.Equal(t, outcomes, total, "batches %v", driver.batches)
+	// A batch takes what arrives within the linger from its first
+	// outcome: one statement per linger the arrivals span, and one for the
+	// window a late arrival opens. Without the linger, every outcome would
+	// be a statement of its own.
+	require.LessOrEqual(t, statements, int(outcomes*every/settleLinger)+1, "batches %v", driver.batches)
 }
 
-func (s *slowStore) UpdateStatus(ctx context.Context, owner string, updates ...outbox.StatusUpdate) (int64, error) {
-	time.Sleep(s.delay)
-	return s.instantStore.UpdateStatus(ctx, owner, updates...)
+// A subscription's close flushes the settler: the flush records what is
+// queued at once instead of waiting for the rest of the linger, and
+// leaves the batches after it to linger as before.
+func TestSettlerFlushCutsTheLingerShort(t *testing.T) {
+	t.Parallel()
+	driver := &instantDriver{}
+	st, clock := newTestSettler(driver)
+	t.Cleanup(func() { _ = st.close() })
+	st.flush() // nothing queued: its signal must not cut the next linger short
+	waitFor(t, "the flush's signal taken back", func() bool { return len(st.cut) == 0 })
+
+	st.update(outcome{update: done("event-1")})
+	waitForTimer(t, clock, settleLinger) // the settler lingers, and the clock stands still
+	statements, _ := driver.recorded()
+	require.Zero(t, statements, "recorded during the linger")
+	select {
+	case <-flushing(st):
+	case <-time.After(waitLimit):
+		t.Fatal("the flush waited for the linger to end")
+	}
+	statements, outcomes := driver.recorded()
+	require.Equal(t, 1, statements)
+	require.Equal(t, 1, outcomes)
+}
+
+// bottleneckDriver is a database that is the bottleneck: each outcome
+// statement ends once the workers have filled the settler's queue again,
+// until open is set.
+type bottleneckDriver struct {
+	instantDriver
+	full func() bool
+	open atomic.Bool
+}
+
+func (d *bottleneckDriver) MarkDone(ctx context.Context, p outboxdriver.MarkDoneParams) (int64, error) {
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for !d.open.Load() && !d.full() {
+		<-tick.C
+	}
+	return d.instantDriver.MarkDone(ctx, p)
 }
 
 // A subscription that ends flushes the settler before it closes its
@@ -148,8 +115,10 @@ func (s *slowStore) UpdateStatus(ctx context.Context, owner string, updates ...o
 // the flush waits for what was queued before it, not for the queue to be
 // empty, which it then never is.
 func TestSettlerFlushReturnsWhileOtherWorkersKeepTheQueueFull(t *testing.T) {
-	store := &slowStore{delay: 2 * time.Millisecond}
-	st := newSettler(store, "relay", watermill.NopLogger{}, outbox.NopMetrics{}, func(...string) {})
+	t.Parallel()
+	driver := &bottleneckDriver{}
+	st, _ := newTestSettler(driver)
+	driver.full = func() bool { return len(st.updates) == cap(st.updates) }
 	stop := make(chan struct{})
 	var workers sync.WaitGroup
 	for w := range 8 {
@@ -159,138 +128,157 @@ func TestSettlerFlushReturnsWhileOtherWorkersKeepTheQueueFull(t *testing.T) {
 				case <-stop:
 					return
 				default:
-					st.update(outcome{update: outbox.Done(fmt.Sprintf("w%d-%d", w, i))})
+					st.update(outcome{update: done(fmt.Sprintf("w%d-%d", w, i))})
 				}
 			}
 		})
 	}
-	defer func() {
+	t.Cleanup(func() {
+		driver.open.Store(true)
 		close(stop)
 		workers.Wait()
 		_ = st.close()
-	}()
-	for deadline := time.Now().Add(5 * time.Second); len(st.updates) < cap(st.updates); time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the workers never filled the queue")
-		}
-	}
+	})
+	waitFor(t, "the workers to fill the queue", driver.full)
 
-	flushed := flushing(st)
-	// What was queued takes two statements of 2 ms, and the batch in hand one.
 	select {
-	case <-flushed:
-	case <-time.After(3 * time.Second):
-		_, outcomes := store.recorded()
-		t.Fatalf("flush still waiting after 3 s, %d outcomes recorded meanwhile: it waits for outcomes queued after it", outcomes)
+	case <-flushing(st):
+	case <-time.After(waitLimit):
+		_, outcomes := driver.recorded()
+		t.Fatalf("flush still waiting, %d outcomes recorded meanwhile: it waits for outcomes queued after it", outcomes)
 	}
 }
 
 // The DONE of an ordered event is recorded without the linger, and then
 // wakes its subscription: the next event of the aggregate waits for both.
 func TestSettlerRecordsAnOrderedDoneAtOnceAndWakesItsSubscription(t *testing.T) {
-	store := &instantStore{}
-	st := newSettler(store, "relay", watermill.NopLogger{}, outbox.NopMetrics{}, func(...string) {})
-	defer st.close()
-	st.linger = time.Hour // set before the first outcome is sent, which the settler reads it after
+	t.Parallel()
+	driver := &instantDriver{}
+	st, _ := newTestSettler(driver)
+	t.Cleanup(func() { _ = st.close() })
 	sub := &subscription{nextCh: make(chan struct{}, 1)}
 
-	order1 := outbox.Aggregate{Topic: "t", Type: "Order", ID: "1"}
-	st.update(outcome{update: outbox.Done("event-1"), wake: sub, aggregate: order1})
+	order1 := outboxdriver.Aggregate{Topic: "t", Type: "Order", ID: "1"}
+	st.update(outcome{update: done("event-1"), wake: sub, aggregate: order1})
 	select {
-	case <-sub.nextCh:
-	case <-time.After(10 * time.Second):
+	case <-sub.nextCh: // the clock stands still: the linger did not end
+	case <-time.After(waitLimit):
 		t.Fatal("the ordered DONE waited for the linger")
 	}
-	if statements, outcomes := store.recorded(); statements != 1 || outcomes != 1 {
-		t.Fatalf("when the subscription was woken: %d statements recording %d outcomes, want 1 and 1", statements, outcomes)
-	}
-	if next := sub.takeNext(10); !slices.Equal(next, []outbox.Aggregate{order1}) {
-		t.Fatalf("the subscription was told to claim the next events of %v, want %v", next, order1)
-	}
+	statements, outcomes := driver.recorded()
+	require.Equal(t, 1, statements, "statements when the subscription was woken")
+	require.Equal(t, 1, outcomes)
+	require.Equal(t, []outboxdriver.Aggregate{order1}, sub.takeNext(10), "the aggregates whose next events to claim")
 }
 
 // Releases do not wait for the outcomes' linger: a writer whose committed
 // events found the hot path full hands them back after its commit, and
 // must not wait out the linger for room in the release queue.
 func TestSettlerWritesReleasesDuringTheLinger(t *testing.T) {
-	store := &instantStore{}
-	st := newSettler(store, "relay", watermill.NopLogger{}, outbox.NopMetrics{}, func(...string) {})
-	defer st.close()
-	st.linger = time.Hour // set before the first outcome is sent, which the settler reads it after
-	st.update(outcome{update: outbox.Done("event-1")})
-	// Let the settler take the outcome and begin its linger: queued
-	// together, the release could be taken first.
-	time.Sleep(20 * time.Millisecond)
+	t.Parallel()
+	driver := &instantDriver{}
+	st, clock := newTestSettler(driver)
+	t.Cleanup(func() { _ = st.close() })
+	st.update(outcome{update: done("event-1")})
+	waitForTimer(t, clock, settleLinger) // the settler took the outcome and lingers
 
 	st.release([]releaseItem{{id: "event-2", topic: "orders"}})
-	deadline := time.Now().Add(10 * time.Second)
-	for store.releasedCount() == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the release waited for the outcomes' linger")
+	waitFor(t, "the release", func() bool { return driver.releasedCount() == 1 })
+	statements, _ := driver.recorded()
+	require.Zero(t, statements, "outcome statements during the linger")
+}
+
+// downDriver fails every statement, as a database that went away, and
+// keeps the ids of each.
+type downDriver struct {
+	instantDriver
+	calls [][]string // under instantDriver.mu
+}
+
+func (d *downDriver) fail(ids []string) (int64, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.calls = append(d.calls, slices.Clone(ids))
+	return 0, errors.New("database unreachable")
+}
+
+func (d *downDriver) MarkDone(_ context.Context, p outboxdriver.MarkDoneParams) (int64, error) {
+	return d.fail(p.IDs)
+}
+
+func (d *downDriver) RecordOutcomes(_ context.Context, p outboxdriver.RecordOutcomesParams) (int64, error) {
+	ids := make([]string, len(p.Outcomes))
+	for i, o := range p.Outcomes {
+		ids[i] = o.ID
+	}
+	return d.fail(ids)
+}
+
+func (d *downDriver) Release(_ context.Context, p outboxdriver.ReleaseParams) (int64, error) {
+	return d.fail(p.IDs)
+}
+
+// attempts returns the statements tried, each named by its ids, in the
+// order first tried, and how often each was tried.
+func (d *downDriver) attempts() (statements []string, tries map[string]int) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	tries = map[string]int{}
+	for _, ids := range d.calls {
+		key := strings.Join(ids, ",")
+		if tries[key]++; tries[key] == 1 {
+			statements = append(statements, key)
 		}
-		time.Sleep(time.Millisecond)
 	}
-	if statements, _ := store.recorded(); statements != 0 {
-		t.Fatalf("%d outcome statements during an hour's linger, want 0", statements)
-	}
-}
-
-// downStore fails every statement, with err or as a database that went
-// away, and counts them.
-type downStore struct {
-	outbox.Store
-	err        error
-	mu         sync.Mutex
-	statements int
-}
-
-func (s *downStore) fail() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.statements++
-	if s.err != nil {
-		return s.err
-	}
-	return errors.New("database unreachable")
-}
-
-func (s *downStore) UpdateStatus(context.Context, string, ...outbox.StatusUpdate) (int64, error) {
-	return 0, s.fail()
-}
-
-func (s *downStore) Release(context.Context, string, []string) (int64, error) { return 0, s.fail() }
-
-func (s *downStore) count() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.statements
+	return statements, tries
 }
 
 // Once Close began, the settler gives up on everything queued by one
 // deadline, not one per statement: each statement after it gets a single
 // attempt, so Close takes about settleGiveUp however much is queued, and
-// reports what it gave up on. (With a deadline per statement, each of the
-// releases below would be tried 3 times.)
+// reports what it gave up on.
 func TestSettlerGivesUpOnEverythingByOneDeadline(t *testing.T) {
 	t.Parallel()
-	store := &downStore{}
-	st := stoppingSettler(store)
+	driver := &downDriver{}
+	st, clock := stoppingSettler(driver)
 	const n = 10
 	for i := range n {
 		st.release([]releaseItem{{id: fmt.Sprint("released-", i), topic: "orders"}})
 	}
-	st.update(outcome{update: outbox.Done("done")})
-	for st.queuedReleaseCount() > 0 || len(st.updates) > 0 { // everything taken and tried
-		time.Sleep(10 * time.Millisecond)
-	}
-	err := st.close()
+	st.update(outcome{update: done("done")})
+	advanceUntil(t, clock, settleRetry, "the first statement tried again", func() bool {
+		_, tries := driver.attempts()
+		return len(tries) == 1 && slices.Max(slices.Collect(maps.Values(tries))) > 1
+	})
+	clock.Set(testStart.Add(settleGiveUp)) // the deadline
+	err := onClock(t, clock, st.close)
 	require.ErrorIs(t, err, ErrNotRecorded)
 	require.ErrorContains(t, err, fmt.Sprintf(": %d outcomes and releases", n+1))
-	tried := store.count()
-	require.LessOrEqual(t, tried, 3+n, "statements tried: 3 for the first, 1 for each after it")
+	statements, tries := driver.attempts()
+	for _, s := range statements[1:] {
+		require.Equal(t, 1, tries[s], "statement %s, after the deadline", s)
+	}
 
 	st.release([]releaseItem{{id: "committed-after-close", topic: "orders"}})
-	require.Equal(t, tried+1, store.count(), "a release after close is tried at once, once")
+	_, tries = driver.attempts()
+	require.Equal(t, 1, tries["committed-after-close"], "a release after close is tried at once, once")
+}
+
+// flakyDriver fails its first failures statements, then records them.
+type flakyDriver struct {
+	instantDriver
+	failures int
+}
+
+func (d *flakyDriver) MarkDone(ctx context.Context, p outboxdriver.MarkDoneParams) (int64, error) {
+	d.mu.Lock()
+	failing := d.failures > 0
+	d.failures--
+	d.mu.Unlock()
+	if failing {
+		return 0, errors.New("Error 1213 (40001): Deadlock found when trying to get lock")
+	}
+	return d.instantDriver.MarkDone(ctx, p)
 }
 
 // A statement that fails once (a deadlock victim, a connection lost) and
@@ -299,12 +287,13 @@ func TestSettlerGivesUpOnEverythingByOneDeadline(t *testing.T) {
 func TestSettlerLogsAnErrorOnlyWhenTheRetryFailsToo(t *testing.T) {
 	t.Parallel()
 	for _, failures := range []int{1, 2} {
-		store := &flakyStore{failures: failures}
+		driver := &flakyDriver{failures: failures}
 		logger := watermill.NewCaptureLogger()
 		metrics := &backlogAges{}
-		st := newSettler(store, "me", logger, metrics, func(...string) {})
-		st.update(outcome{update: outbox.Done("done")})
-		st.flush()
+		clock := clocktest.New(testStart)
+		st := newSettler(driver, clock, "me", logger, metrics, func(...string) {})
+		st.update(outcome{update: done("done")})
+		runClockUntil(t, clock, flushing(st)) // through the retries' pauses
 		require.NoError(t, st.close())
 		captured := logger.Captured()
 		require.Len(t, captured[watermill.InfoLogLevel], 1, "%d failures: the first is noted", failures)
@@ -313,65 +302,36 @@ func TestSettlerLogsAnErrorOnlyWhenTheRetryFailsToo(t *testing.T) {
 	}
 }
 
-// flakyStore fails its first failures statements, then records them.
-type flakyStore struct {
-	instantStore
-	failures int
-}
-
-func (s *flakyStore) UpdateStatus(ctx context.Context, owner string, updates ...outbox.StatusUpdate) (int64, error) {
-	s.mu.Lock()
-	failing := s.failures > 0
-	s.failures--
-	s.mu.Unlock()
-	if failing {
-		return 0, errors.New("Error 1213 (40001): Deadlock found when trying to get lock")
-	}
-	return s.instantStore.UpdateStatus(ctx, owner, updates...)
-}
-
-// A statement the store refuses as invalid fails the same way however
-// often it is sent: the settler gives it up at once instead of retrying it
-// until Close.
-func TestSettlerGivesUpOnInvalidRequests(t *testing.T) {
-	t.Parallel()
-	store := &downStore{err: fmt.Errorf("postgres: %w", outbox.ErrInvalidRequest)}
-	st := newSettler(store, "me", watermill.NopLogger{}, outbox.NopMetrics{}, func(...string) {})
-	st.update(outcome{update: outbox.Done("done")})
-	for store.count() == 0 {
-		time.Sleep(10 * time.Millisecond)
-	}
-	time.Sleep(4 * settleRetry) // time enough for two more attempts
-	require.ErrorIs(t, st.close(), ErrNotRecorded)
-	require.Equal(t, 1, store.count())
-}
-
-// hangingStore is a database that stopped answering: every statement
+// hangingDriver is a database that stopped answering: every statement
 // hangs until its context ends. It counts the statements. With a gate,
 // each statement also waits for the gate to close, however long the
 // settler gives it: the first one holds the settler, and the queue behind
 // it, until the test lets it go.
-type hangingStore struct {
-	outbox.Store
+type hangingDriver struct {
+	instantDriver
 	statements atomic.Int64
 	gate       chan struct{}
 }
 
-func (s *hangingStore) hang(ctx context.Context) error {
-	s.statements.Add(1)
-	if s.gate != nil {
-		<-s.gate
+func (d *hangingDriver) hang(ctx context.Context) (int64, error) {
+	d.statements.Add(1)
+	if d.gate != nil {
+		<-d.gate
 	}
 	<-ctx.Done()
-	return ctx.Err()
+	return 0, ctx.Err()
 }
 
-func (s *hangingStore) UpdateStatus(ctx context.Context, _ string, _ ...outbox.StatusUpdate) (int64, error) {
-	return 0, s.hang(ctx)
+func (d *hangingDriver) MarkDone(ctx context.Context, _ outboxdriver.MarkDoneParams) (int64, error) {
+	return d.hang(ctx)
 }
 
-func (s *hangingStore) Release(ctx context.Context, _ string, _ []string) (int64, error) {
-	return 0, s.hang(ctx)
+func (d *hangingDriver) RecordOutcomes(ctx context.Context, _ outboxdriver.RecordOutcomesParams) (int64, error) {
+	return d.hang(ctx)
+}
+
+func (d *hangingDriver) Release(ctx context.Context, _ outboxdriver.ReleaseParams) (int64, error) {
+	return d.hang(ctx)
 }
 
 // Releases queued while a statement hangs go out together in the next
@@ -382,24 +342,19 @@ func (s *hangingStore) Release(ctx context.Context, _ string, _ []string) (int64
 // about settleGiveUp.
 func TestSettlerReleasesQueuedBehindAHangingStatementTogether(t *testing.T) {
 	t.Parallel()
-	store := &hangingStore{gate: make(chan struct{})}
-	st := stoppingSettler(store)
+	driver := &hangingDriver{gate: make(chan struct{})}
+	st, clock := stoppingSettler(driver)
 	st.release([]releaseItem{{id: "first", topic: "orders"}})
-	for store.statements.Load() == 0 { // the first release hangs
-		time.Sleep(time.Millisecond)
-	}
+	waitFor(t, "the first release to hang", func() bool { return driver.statements.Load() == 1 })
 	const n = 10
 	for i := range n {
 		st.release([]releaseItem{{id: fmt.Sprint("released-", i), topic: "orders"}})
 	}
-	close(store.gate)
-	for st.queuedReleaseCount() > 0 { // as between DrainTimeout and a subscription's flush
-		time.Sleep(10 * time.Millisecond)
-	}
-	err := st.close()
+	close(driver.gate)
+	err := onClock(t, clock, st.close)
 	require.ErrorIs(t, err, ErrNotRecorded)
 	require.ErrorContains(t, err, fmt.Sprintf(": %d outcomes and releases", n+1))
-	require.LessOrEqual(t, store.statements.Load(), int64(3), "statements: 2 for the first release, 1 for the rest")
+	require.Equal(t, int64(2), driver.statements.Load(), "statements: the first release, then the rest together")
 }
 
 // A statement sent before Close began is given up by the deadline of the
@@ -409,24 +364,26 @@ func TestSettlerReleasesQueuedBehindAHangingStatementTogether(t *testing.T) {
 // settleGiveUp with the database not answering.
 func TestSettlerCutsOffAStatementSentBeforeClose(t *testing.T) {
 	t.Parallel()
-	store := &hangingStore{}
-	st := newSettler(store, "me", watermill.NopLogger{}, outbox.NopMetrics{}, func(...string) {})
-	st.giveUp = 200 * time.Millisecond // set before the first statement is sent
-	st.update(outcome{update: outbox.Done("done")})
-	for store.statements.Load() == 0 { // sent, and hanging
-		time.Sleep(time.Millisecond)
-	}
-	require.ErrorIs(t, st.close(), ErrNotRecorded)
-	require.Equal(t, int64(1), store.statements.Load(), "the statement hanging when Close began is the last one tried")
-}
+	driver := &hangingDriver{}
+	st, clock := newTestSettler(driver)
+	const giveUp = 5 * time.Second // no other wait is as long
+	st.giveUp = giveUp             // set before the first statement is sent, which reads it
+	st.update(outcome{update: done("done")})
+	waitForTimer(t, clock, settleLinger)
+	clock.Advance(settleLinger)
+	waitFor(t, "the statement to hang", func() bool { return driver.statements.Load() == 1 })
 
-// stoppingSettler returns a settler on store that is stopping (Close
-// began) and gives up after 100 ms.
-func stoppingSettler(store outbox.Store) *settler {
-	st := newSettler(store, "me", watermill.NopLogger{}, outbox.NopMetrics{}, func(...string) {})
-	st.giveUp = 100 * time.Millisecond // set before the first statement is sent, which the settler reads it after
-	st.stop()
-	return st
+	closed := make(chan error, 1)
+	go func() { closed <- st.close() }()
+	waitForTimer(t, clock, giveUp)
+	clock.Advance(giveUp)
+	select {
+	case err := <-closed:
+		require.ErrorIs(t, err, ErrNotRecorded)
+	case <-time.After(waitLimit):
+		t.Fatal("the statement sent before Close was not cut off when Close gave up")
+	}
+	require.Equal(t, int64(1), driver.statements.Load(), "the statement hanging when Close began is the last one tried")
 }
 
 // A writer whose committed events found the hot path full hands them back
@@ -436,9 +393,8 @@ func stoppingSettler(store outbox.Store) *settler {
 // committed.
 func TestSettlerReleaseNeverWaitsForTheDatabase(t *testing.T) {
 	t.Parallel()
-	store := &hangingStore{}
-	st := newSettler(store, "me", watermill.NopLogger{}, outbox.NopMetrics{}, func(...string) {})
-	st.giveUp = 100 * time.Millisecond // each statement hangs this long; set before the first is sent
+	driver := &hangingDriver{}
+	st, clock := newTestSettler(driver)
 	const writes = 500
 	returned := make(chan struct{})
 	go func() {
@@ -448,11 +404,11 @@ func TestSettlerReleaseNeverWaitsForTheDatabase(t *testing.T) {
 		}
 	}()
 	select {
-	case <-returned:
-	case <-time.After(30 * time.Second):
-		t.Fatalf("releases still blocked after 30 s, with %d statements hanging", store.statements.Load())
+	case <-returned: // the clock stands still: every statement hangs
+	case <-time.After(waitLimit):
+		t.Fatalf("releases still blocked, with %d statements hanging", driver.statements.Load())
 	}
-	err := st.close()
+	err := onClock(t, clock, st.close)
 	require.ErrorIs(t, err, ErrNotRecorded)
 	require.ErrorContains(t, err, fmt.Sprintf(": %d outcomes and releases", writes))
 }
@@ -463,12 +419,10 @@ func TestSettlerReleaseNeverWaitsForTheDatabase(t *testing.T) {
 // and Close counts it as not recorded.
 func TestSettlerDropsReleasesBeyondTheQueueBound(t *testing.T) {
 	t.Parallel()
-	store := &hangingStore{gate: make(chan struct{})}
-	st := stoppingSettler(store)
+	driver := &hangingDriver{gate: make(chan struct{})}
+	st, clock := stoppingSettler(driver)
 	st.release([]releaseItem{{id: "first", topic: "orders"}})
-	for store.statements.Load() == 0 { // the first release hangs; the rest queue behind it
-		time.Sleep(time.Millisecond)
-	}
+	waitFor(t, "the first release to hang", func() bool { return driver.statements.Load() == 1 })
 	full := make([]releaseItem, maxQueuedReleases)
 	for i := range full {
 		full[i] = releaseItem{id: fmt.Sprint("queued-", i), topic: "orders"}
@@ -476,8 +430,8 @@ func TestSettlerDropsReleasesBeyondTheQueueBound(t *testing.T) {
 	st.release(full)
 	st.release([]releaseItem{{id: "beyond", topic: "orders"}})
 	require.Equal(t, maxQueuedReleases, st.queuedReleaseCount())
-	close(store.gate)
-	err := st.close()
+	close(driver.gate)
+	err := onClock(t, clock, st.close)
 	require.ErrorIs(t, err, ErrNotRecorded)
 	require.ErrorContains(t, err, fmt.Sprintf(": %d outcomes and releases", maxQueuedReleases+2))
 }
@@ -485,12 +439,12 @@ func TestSettlerDropsReleasesBeyondTheQueueBound(t *testing.T) {
 // hangingClaims is a database that stopped answering claims: Claim hangs
 // until its context ends. It counts the claims begun.
 type hangingClaims struct {
-	instantStore
+	instantDriver
 	claims atomic.Int64
 }
 
-func (s *hangingClaims) Claim(ctx context.Context, _ outbox.ClaimRequest) ([]outbox.Event, error) {
-	s.claims.Add(1)
+func (d *hangingClaims) Claim(ctx context.Context, _ *outboxdriver.ClaimParams) ([]outboxdriver.Row, error) {
+	d.claims.Add(1)
 	<-ctx.Done()
 	return nil, ctx.Err()
 }
@@ -501,36 +455,37 @@ func (s *hangingClaims) Claim(ctx context.Context, _ outbox.ClaimRequest) ([]out
 // whatever the server may still commit to the lease.
 func TestCloseGivesUpOnAHangingClaim(t *testing.T) {
 	t.Parallel()
-	store := &hangingClaims{}
-	sub, err := NewSubscriber(store, SubscriberConfig{PollInterval: time.Hour, BacklogInterval: time.Hour})
+	driver := &hangingClaims{}
+	clock := clocktest.New(testStart)
+	sub, err := NewSubscriber(fakeStore(t, driver, clock), SubscriberConfig{Clock: clock, PollInterval: time.Hour})
 	require.NoError(t, err)
-	sub.settler.giveUp = 100 * time.Millisecond // before anything reads it: the claim below starts after
 	_, err = sub.Subscribe(t.Context(), "orders")
 	require.NoError(t, err)
-	for store.claims.Load() == 0 {
-		time.Sleep(time.Millisecond)
-	}
+	waitFor(t, "the claim to hang", func() bool { return driver.claims.Load() == 1 })
 	closed := make(chan error, 1)
 	go func() { closed <- sub.Close() }()
+	waitForTimer(t, clock, settleGiveUp) // Close began: the claim is cut off then
+	clock.Advance(settleGiveUp)
 	select {
 	case err := <-closed:
 		require.NoError(t, err)
-	case <-time.After(claimTimeout / 2):
-		t.Fatalf("Close still waiting for a hanging claim after %s", claimTimeout/2)
+	case <-time.After(waitLimit):
+		t.Fatalf("Close still waiting for a hanging claim %s after it began", settleGiveUp)
 	}
+	require.Less(t, clock.Now().Sub(testStart), claimTimeout)
 }
 
 // failingClaims is a database that refuses claims (a revoked permission,
 // a statement timeout) until told to accept them; it counts the claims.
 type failingClaims struct {
-	instantStore
+	instantDriver
 	claims    atomic.Int64
 	accepting atomic.Bool
 }
 
-func (s *failingClaims) Claim(context.Context, outbox.ClaimRequest) ([]outbox.Event, error) {
-	s.claims.Add(1)
-	if s.accepting.Load() {
+func (d *failingClaims) Claim(context.Context, *outboxdriver.ClaimParams) ([]outboxdriver.Row, error) {
+	d.claims.Add(1)
+	if d.accepting.Load() {
 		return nil, nil
 	}
 	return nil, errors.New("permission denied for table outbox_event")
@@ -541,29 +496,35 @@ func (s *failingClaims) Claim(context.Context, outbox.ClaimRequest) ([]outbox.Ev
 // each failure; once a claim succeeds, wake-ups bring claims at once again.
 func TestFailingClaimsBackOffWhateverWakesThem(t *testing.T) {
 	t.Parallel()
-	store := &failingClaims{}
-	sub, err := NewSubscriber(store, SubscriberConfig{PollInterval: time.Hour, BacklogInterval: time.Hour})
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, sub.Close()) })
-	_, err = sub.Subscribe(t.Context(), "orders")
-	require.NoError(t, err)
-	wakeFor := func(d time.Duration) {
-		for end := time.Now().Add(d); time.Now().Before(end); {
-			sub.Wake("orders")
-			time.Sleep(time.Millisecond)
-		}
+	driver := &failingClaims{}
+	clock := clocktest.New(testStart)
+	sub, _ := subscribeOrders(t, driver, SubscriberConfig{Clock: clock, PollInterval: time.Hour})
+	waitFor(t, "the first claim", func() bool { return driver.claims.Load() == 1 })
+	for range 1000 { // a second of wake-ups, one a millisecond
+		sub.Wake("orders")
+		clock.Advance(time.Millisecond)
 	}
-	wakeFor(time.Second)
-	// 50 ms doubling: 5 claims in the first second; at the wake-ups' rate
-	// (one per WakeCooldown) there would be about 200.
-	require.LessOrEqual(t, store.claims.Load(), int64(6), "failing claims sent in a second of wake-ups")
+	// Pauses of 50 ms doubling: 5 claims in the first second, if the
+	// claimer keeps up with the clock; at the wake-ups' rate (one per
+	// WakeCooldown) there would be 200.
+	require.LessOrEqual(t, driver.claims.Load(), int64(5), "failing claims sent in a second of wake-ups")
 
-	store.accepting.Store(true)
-	require.Eventually(t, func() bool { sub.Wake("orders"); return store.claims.Load() > 6 },
-		10*time.Second, 10*time.Millisecond, "claims resume once the database accepts them")
-	before := store.claims.Load()
-	wakeFor(500 * time.Millisecond)
-	require.Greater(t, store.claims.Load()-before, int64(6), "after a claim that succeeds, wake-ups bring claims without a pause")
+	driver.accepting.Store(true)
+	accepted := driver.claims.Load() + 1
+	waitFor(t, "claims to resume once the database accepts them", func() bool {
+		sub.Wake("orders")
+		clock.Advance(10 * time.Millisecond)
+		return driver.claims.Load() >= accepted
+	})
+	waitForTimer(t, clock, time.Hour) // the claimer waits for a poll or a wake-up
+	for i := range 10 {
+		before := driver.claims.Load()
+		sub.Wake("orders")
+		clock.Advance(DefaultWakeCooldown)
+		waitFor(t, fmt.Sprintf("wake-up %d to bring a claim within the cooldown", i), func() bool {
+			return driver.claims.Load() > before
+		})
+	}
 }
 
 // queuedReleaseCount returns how many claims wait to be released.

@@ -13,8 +13,10 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/wmoutbox/wmoutbox/internal/codec"
 	"github.com/wmoutbox/wmoutbox/internal/nilcheck"
 	"github.com/wmoutbox/wmoutbox/outbox"
+	"github.com/wmoutbox/wmoutbox/outbox/outboxdriver"
 )
 
 // ErrSubscriberClosed is returned by [Subscriber.Subscribe] after Close.
@@ -36,6 +38,7 @@ const (
 	DefaultWakeCooldown      = 5 * time.Millisecond
 	DefaultDrainTimeout      = 5 * time.Second
 	DefaultBacklogInterval   = 15 * time.Second
+	DefaultLockTimeout       = 5 * time.Minute
 
 	// MinLockTimeout is the shortest SubscriberConfig.LockTimeout: an
 	// event is handed to its handler only within the first half of its
@@ -44,13 +47,13 @@ const (
 )
 
 // SubscriberConfig configures a [Subscriber]. Zero values mean the
-// defaults, which are the specification's.
+// defaults.
 type SubscriberConfig struct {
 	// Owner identifies this relay in claims (locked_by). Give every
 	// Subscriber an owner of its own: releases and failed outcomes apply to
 	// the rows their owner holds, so relays sharing one could end each
-	// other's claims. At most outbox.MaxOwnerLen (128) bytes of UTF-8,
-	// with no NUL. Default: host name, process id and a random suffix.
+	// other's claims. At most 128 characters of UTF-8, with no NUL.
+	// Default: host name, process id and a random suffix.
 	Owner string
 	// WorkerCount is how many events of one subscription are in flight at
 	// once: sent to the handler and not yet acked or nacked. Default 4.
@@ -107,13 +110,12 @@ type SubscriberConfig struct {
 	// time as usual. Give every relay of a topic the same setting: an
 	// unordered one would deliver its events regardless. Ordered events
 	// take no hot path; they are claimed once their commit is announced:
-	// by the Publisher whose HotPath is this Subscriber, or through
+	// by a writer or Publisher whose HotPath is this Subscriber, or through
 	// Notify and a postgres.Listener. The claims that follow a commit of
-	// that Publisher, a DONE or a retry coming due name the aggregates
-	// they are for (outbox.ClaimRequest.Aggregates); the others, and one
-	// at least every PollInterval, walk the topic's aggregates. See
-	// outbox.ClaimRequest.Ordered for transactions that write one
-	// aggregate's events concurrently. Default false.
+	// such a writer, a DONE or a retry coming due name the aggregates they
+	// are for; the others, and one at least every PollInterval, walk the
+	// topic's aggregates. The package doc says what transactions that
+	// write one aggregate's events concurrently must do. Default false.
 	Ordered bool
 	// RetryPolicy decides RETRY or DEAD after a Nack. One with a
 	// Validate() error method (as [outbox.Backoff] has) is validated.
@@ -129,7 +131,7 @@ type SubscriberConfig struct {
 	// next event of its aggregate cannot overtake it.
 	DrainTimeout time.Duration
 	// Metrics receives counters, queue depths, backlog and latency.
-	// Default [outbox.NopMetrics].
+	// Default: none.
 	Metrics outbox.Metrics
 	// BacklogInterval is how often each subscription reports its queue
 	// depths and reads its topic's backlog (pending count, oldest age)
@@ -160,9 +162,10 @@ type SubscriberConfig struct {
 	// its hot path takes events. Claims made before migration 2 stay until
 	// their lease ends. Default false.
 	ReleaseEarlierClaims bool
-	// Clock tells the time for retries, and how much of a claim is left
-	// against the lease end the store wrote: give it the store's clock.
-	// Default [outbox.SystemClock].
+	// Clock tells the time of claims, outcomes and retries, and runs every
+	// wait of the relay (polls, cooldowns, lingers, timeouts): give it the
+	// store's clock (its dialect Config.Clock). Default
+	// [outbox.SystemClock].
 	Clock outbox.Clock
 }
 
@@ -194,11 +197,11 @@ func (c SubscriberConfig) withDefaults() (SubscriberConfig, error) {
 	c.BatchSize = cmpOr(c.BatchSize, DefaultBatchSize)
 	c.PollInterval = cmpOr(c.PollInterval, DefaultPollInterval)
 	c.WakeCooldown = cmpOr(c.WakeCooldown, DefaultWakeCooldown)
-	c.LockTimeout = cmpOr(c.LockTimeout, outbox.DefaultLockTimeout)
+	c.LockTimeout = cmpOr(c.LockTimeout, DefaultLockTimeout)
 	c.DrainTimeout = cmpOr(c.DrainTimeout, DefaultDrainTimeout)
 	c.BacklogInterval = cmpOr(c.BacklogInterval, DefaultBacklogInterval)
-	if c.Metrics == nil {
-		c.Metrics = outbox.NopMetrics{}
+	if nilcheck.Is(c.Metrics) {
+		c.Metrics = nopMetrics{}
 	}
 	if c.RetryPolicy == nil {
 		c.RetryPolicy = outbox.Backoff{}
@@ -206,7 +209,9 @@ func (c SubscriberConfig) withDefaults() (SubscriberConfig, error) {
 	if c.Logger == nil {
 		c.Logger = watermill.NopLogger{}
 	}
-	c.Clock = outbox.ClockOrSystem(c.Clock)
+	if nilcheck.Is(c.Clock) {
+		c.Clock = outbox.SystemClock{}
+	}
 	if c.ReleaseEarlierClaims && c.Owner == "" {
 		return c, fmt.Errorf("%w: subscriber ReleaseEarlierClaims needs an Owner that stays the same across restarts", outbox.ErrInvalidRequest)
 	}
@@ -214,24 +219,23 @@ func (c SubscriberConfig) withDefaults() (SubscriberConfig, error) {
 		c.Owner = defaultOwner()
 	}
 	// Every claim would fail the same way, only logged, and leave the
-	// cold path dead: reject now what the store would reject then.
-	probe := c.claimRequest("")
-	if _, err := probe.Normalize(); err != nil {
-		return c, fmt.Errorf("subscriber Owner: %w", err)
+	// cold path dead: reject now what the table would reject then.
+	if reason := codec.CheckText(c.Owner, maxOwnerLen); reason != "" {
+		return c, fmt.Errorf("%w: subscriber Owner: %s", outbox.ErrInvalidRequest, reason)
 	}
-	probe.Limit = c.BatchSize
-	if _, err := probe.Normalize(); err != nil {
-		return c, fmt.Errorf("subscriber BatchSize: %w", err)
+	if c.BatchSize > maxBatchSize {
+		return c, fmt.Errorf("%w: subscriber BatchSize %d exceeds %d", outbox.ErrInvalidRequest, c.BatchSize, maxBatchSize)
 	}
 	c.BatchSize = min(c.BatchSize, c.ColdQueueCapacity)
 	return c, nil
 }
 
-// claimRequest is the claim of topic's subscription, without its limit.
-func (c *SubscriberConfig) claimRequest(topic string) outbox.ClaimRequest {
-	return outbox.ClaimRequest{Owner: c.Owner, LockTimeout: c.LockTimeout, SkipRecent: c.SkipRecent,
-		Topics: []string{topic}, Ordered: c.Ordered}
-}
+// Limits of [SubscriberConfig]: the owner's column holds 128 characters,
+// and a claim takes at most 10,000 events.
+const (
+	maxOwnerLen  = 128
+	maxBatchSize = 10000
+)
 
 func cmpOr[T int | time.Duration](v, def T) T {
 	if v == 0 {
@@ -245,14 +249,14 @@ func defaultOwner() string {
 	suffix := make([]byte, 4)
 	_, _ = rand.Read(suffix)
 	owner := fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(suffix))
-	if len(owner) > outbox.MaxOwnerLen {
-		owner = owner[len(owner)-outbox.MaxOwnerLen:]
+	if len(owner) > maxOwnerLen {
+		owner = owner[len(owner)-maxOwnerLen:]
 	}
 	return owner
 }
 
 // Subscriber is a Watermill message.Subscriber that relays outbox events:
-// the specification's dispatcher and poller. Each Subscribe call gets a
+// the outbox's dispatcher and poller. Each Subscribe call gets a
 // subscription with bounded hot and cold queues, a claim loop (the cold
 // path) and WorkerCount workers that hand events to the output channel as
 // messages and turn their Ack into DONE and their Nack into RETRY, DEAD or
@@ -267,12 +271,12 @@ func defaultOwner() string {
 // serves the topic. Subscribe and Close are safe for concurrent use;
 // Close is idempotent and closes the output channels before it returns.
 type Subscriber struct {
-	store    outbox.Store
+	driver   outboxdriver.Executor
 	cfg      SubscriberConfig
 	owner    string
 	made     time.Time                // claims of the owner from before are an earlier run's
 	earlier  map[string]chan struct{} // by topic: see subscription.earlier
-	inflight *outbox.InFlight
+	inflight *inFlight
 	settler  *settler
 
 	mu     sync.Mutex
@@ -285,11 +289,14 @@ type Subscriber struct {
 	closeErr  error
 }
 
-var _ message.Subscriber = (*Subscriber)(nil)
+var (
+	_ message.Subscriber = (*Subscriber)(nil)
+	_ outbox.HotPath     = (*Subscriber)(nil)
+)
 
 // NewSubscriber returns a subscriber relaying events from store.
-func NewSubscriber(store outbox.Store, cfg SubscriberConfig) (*Subscriber, error) {
-	if nilcheck.Is(store) {
+func NewSubscriber[Tx any](store *outbox.Store[Tx], cfg SubscriberConfig) (*Subscriber, error) {
+	if store == nil {
 		return nil, fmt.Errorf("%w: subscriber needs a store", outbox.ErrInvalidRequest)
 	}
 	cfg, err := cfg.withDefaults()
@@ -299,9 +306,9 @@ func NewSubscriber(store outbox.Store, cfg SubscriberConfig) (*Subscriber, error
 	// A delivery starts with at least half its claim left: an event
 	// claimed again later is due again, as it is for other relays, and a
 	// handler that hangs does not hold it here for good.
-	inflight := outbox.NewInFlight(cfg.LockTimeout/2, cfg.Clock)
+	inflight := newInFlight(cfg.LockTimeout/2, cfg.Clock)
 	s := &Subscriber{
-		store:    store,
+		driver:   store.Driver(),
 		cfg:      cfg,
 		owner:    cfg.Owner,
 		made:     cfg.Clock.Now(),
@@ -310,7 +317,7 @@ func NewSubscriber(store outbox.Store, cfg SubscriberConfig) (*Subscriber, error
 		subs:     make(map[string][]*subscription),
 		next:     make(map[string]int),
 	}
-	s.settler = newSettler(store, cfg.Owner, cfg.Logger, cfg.Metrics, s.released)
+	s.settler = newSettler(s.driver, cfg.Clock, cfg.Owner, cfg.Logger, cfg.Metrics, s.released)
 	return s, nil
 }
 
@@ -395,21 +402,40 @@ func (s *Subscriber) close() error {
 	return s.settler.close()
 }
 
-// acceptCommitted is the writer's after-commit hook: the hot path. Events
-// that no subscription can take now (none serves the topic, or its hot
+// HotLease implements [outbox.HotPath]: hot events are written claimed by
+// this relay's Owner for its LockTimeout.
+func (s *Subscriber) HotLease() (owner string, lease time.Duration) {
+	return s.owner, s.cfg.LockTimeout
+}
+
+// TakesHot implements [outbox.HotPath]: a subscription of this subscriber
+// relays topic, unordered (an ordered event must wait for the claim to
+// find the one before it delivered).
+func (s *Subscriber) TakesHot(topic string) bool {
+	if s.cfg.Ordered {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return !s.closed && len(s.subs[topic]) > 0 && s.earlierReleased(topic)
+}
+
+// DeliverHot implements [outbox.HotPath]: it queues the committed events
+// on the hot queues of their topics' subscriptions. Events that no
+// subscription can take now (none serves the topic any more, or its hot
 // queue is full) are released to the cold path; the write never fails.
 // Events whose transaction stayed open for half their claim after writing
 // them are left to a claim after its end, like events that waited that
 // long in a queue, and not released: this relay may hold a newer claim of
 // them already, which a release would end.
-func (s *Subscriber) acceptCommitted(_ context.Context, events []outbox.Envelope, claimLeft time.Duration) error {
+func (s *Subscriber) DeliverHot(_ context.Context, events []outbox.Envelope, claimLeft time.Duration) {
 	if claimLeft <= s.cfg.LockTimeout/2 {
 		for _, e := range events {
 			s.cfg.Metrics.HotDropped(e.Topic)
 		}
 		s.cfg.Logger.Info("outbox transaction committed after half the claim of its events: events left to the next claim (raise LockTimeout above your longest transactions)",
 			watermill.LogFields{"events": len(events), "owner": s.owner, "claim_left": claimLeft})
-		return nil
+		return
 	}
 	var dropped []releaseItem
 	committed := s.cfg.Clock.Now()
@@ -427,7 +453,38 @@ func (s *Subscriber) acceptCommitted(_ context.Context, events []outbox.Envelope
 			watermill.LogFields{"events": len(dropped), "owner": s.owner})
 		s.settler.release(dropped)
 	}
-	return nil
+}
+
+// Committed implements [outbox.HotPath]: the subscriptions of the events'
+// topics claim those due now at once (after WakeCooldown), and those with
+// a DeliverAfter ahead when they come due, rather than at their next
+// poll. An ordered subscription is told their aggregates, which its claims
+// name rather than walk the topic's; an event without an aggregate id
+// makes it walk.
+func (s *Subscriber) Committed(events []outbox.Envelope) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, e := range events {
+		var aggregate outboxdriver.Aggregate
+		if s.cfg.Ordered && e.AggregateID != "" {
+			aggregate = aggregateOf(&e)
+		}
+		for _, sub := range s.subs[e.Topic] {
+			switch {
+			case !e.DeliverAfter.IsZero():
+				sub.scheduleClaim(e.DeliverAfter, aggregate)
+			case aggregate.ID != "":
+				sub.wakeFor(aggregate)
+			default:
+				sub.wake()
+			}
+		}
+	}
+}
+
+// aggregateOf returns the aggregate of e.
+func aggregateOf(e *outbox.Envelope) outboxdriver.Aggregate {
+	return outboxdriver.Aggregate{Topic: e.Topic, Type: string(e.AggregateType), ID: e.AggregateID}
 }
 
 func (s *Subscriber) offerHot(e outbox.Envelope, committed, claimedUntil time.Time) bool {
@@ -447,18 +504,6 @@ func (s *Subscriber) offerHot(e outbox.Envelope, committed, claimedUntil time.Ti
 	return false
 }
 
-// takesHot reports whether the hot path takes events of topic: a
-// subscription of this subscriber relays it, unordered (an ordered event
-// must wait for the claim to find the one before it delivered).
-func (s *Subscriber) takesHot(topic string) bool {
-	if s.cfg.Ordered {
-		return false
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return !s.closed && len(s.subs[topic]) > 0 && s.earlierReleased(topic)
-}
-
 // earlierReleased reports, with s.mu held, whether topic's earlier claims
 // are released, or need not be.
 func (s *Subscriber) earlierReleased(topic string) bool {
@@ -472,57 +517,6 @@ func (s *Subscriber) released(topics ...string) {
 	s.Wake(topics...)
 	if s.cfg.Notify != nil {
 		s.cfg.Notify(topics)
-	}
-}
-
-// wakeFor wakes the cold paths of the topics of events this process
-// committed and its hot path did not take. An ordered subscription is
-// told their aggregates, which its claim names rather than walk the
-// topic's (see subscription.claimNext); an event without an aggregate id
-// makes it walk.
-func (s *Subscriber) wakeFor(events []outbox.Envelope) {
-	if len(events) == 0 {
-		return // Wake with no topic wakes every subscription
-	}
-	if !s.cfg.Ordered {
-		s.Wake(outbox.Topics(events)...) // once per topic, not per event
-		return
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, e := range events {
-		for _, sub := range s.subs[e.Topic] {
-			if e.AggregateID != "" {
-				sub.wakeFor(outbox.AggregateOf(e))
-			} else {
-				sub.wake()
-			}
-		}
-	}
-}
-
-// storeError counts a failed operation on the database when metrics count
-// them (outbox.StoreErrorMetrics).
-func storeError(metrics outbox.Metrics, topic, operation string) {
-	if m, ok := metrics.(outbox.StoreErrorMetrics); ok {
-		m.StoreError(topic, operation)
-	}
-}
-
-// scheduleFor makes the cold paths of the topics of events this process
-// committed with a DeliverAfter ahead claim when each comes due, as for a
-// retry: an ordered subscription names its aggregate.
-func (s *Subscriber) scheduleFor(events []outbox.Envelope) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, e := range events {
-		var aggregate outbox.Aggregate
-		if s.cfg.Ordered && e.AggregateID != "" {
-			aggregate = outbox.AggregateOf(e)
-		}
-		for _, sub := range s.subs[e.Topic] {
-			sub.scheduleClaim(e.DeliverAfter, aggregate)
-		}
 	}
 }
 

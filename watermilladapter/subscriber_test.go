@@ -11,13 +11,18 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/wmoutbox/wmoutbox/outbox"
+	"github.com/wmoutbox/wmoutbox/outbox/outboxdriver"
 	"github.com/wmoutbox/wmoutbox/outbox/postgres"
 	"github.com/wmoutbox/wmoutbox/watermilladapter"
 )
 
+// noDriver is a driver never called: the configuration or the request
+// fails first.
+type noDriver struct{ outboxdriver.Driver[pgx.Tx] }
+
 func TestNewSubscriberRejectsBadConfig(t *testing.T) {
 	t.Parallel()
-	store := struct{ outbox.Store }{} // never called: the configuration fails first
+	store := storeOn(t, noDriver{}, nil)
 	for name, cfg := range map[string]watermilladapter.SubscriberConfig{
 		"WorkerCount":                        {WorkerCount: -1},
 		"HotQueueCapacity":                   {HotQueueCapacity: -1},
@@ -29,9 +34,9 @@ func TestNewSubscriberRejectsBadConfig(t *testing.T) {
 		"SkipRecent":                         {SkipRecent: -time.Second},
 		"DrainTimeout":                       {DrainTimeout: -time.Second},
 		"BacklogInterval":                    {BacklogInterval: -time.Second},
-		"owner":                              {Owner: strings.Repeat("o", outbox.MaxOwnerLen+1)},
-		"owner with a NUL":                   {Owner: "relay\x00"},
-		"owner not UTF-8":                    {Owner: "relay\xff"},
+		"Owner":                              {Owner: strings.Repeat("o", 129)},
+		"Owner with a NUL":                   {Owner: "relay\x00"},
+		"Owner not UTF-8":                    {Owner: "relay\xff"},
 		"BatchSize above the stores' limit":  {BatchSize: 20000},
 		"LockTimeout below the minimum":      {LockTimeout: time.Millisecond},
 		"RetryPolicy base":                   {RetryPolicy: outbox.Backoff{Base: -time.Second}},
@@ -46,16 +51,16 @@ func TestNewSubscriberRejectsBadConfig(t *testing.T) {
 			require.Nil(t, sub)
 		})
 	}
-	_, err := watermilladapter.NewSubscriber(nil, watermilladapter.SubscriberConfig{})
+	_, err := watermilladapter.NewSubscriber[pgx.Tx](nil, watermilladapter.SubscriberConfig{})
 	require.ErrorIs(t, err, outbox.ErrInvalidRequest)
 	var noStore *postgres.Store
 	_, err = watermilladapter.NewSubscriber(noStore, watermilladapter.SubscriberConfig{})
-	require.ErrorIs(t, err, outbox.ErrInvalidRequest, "a typed nil is no store either")
+	require.ErrorIs(t, err, outbox.ErrInvalidRequest, "a nil store of a dialect")
 }
 
 func TestSubscribeRefusesAnEmptyTopic(t *testing.T) {
 	t.Parallel()
-	sub, err := watermilladapter.NewSubscriber(struct{ outbox.Store }{}, watermilladapter.SubscriberConfig{})
+	sub, err := watermilladapter.NewSubscriber(storeOn(t, noDriver{}, nil), watermilladapter.SubscriberConfig{})
 	require.NoError(t, err)
 	defer sub.Close()
 	_, err = sub.Subscribe(t.Context(), "")
@@ -66,7 +71,7 @@ func TestSubscribeRefusesAnEmptyTopic(t *testing.T) {
 // the event on a topic the caller never named.
 func TestPublishRefusesAnEmptyTopicAndNilMessages(t *testing.T) {
 	t.Parallel()
-	pub, err := watermilladapter.NewPublisher(struct{ outbox.TxStore[pgx.Tx] }{}, watermilladapter.PublisherConfig{OwnTransaction: true})
+	pub, err := watermilladapter.NewPublisher(storeOn(t, noDriver{}, nil), watermilladapter.PublisherConfig{OwnTransaction: true})
 	require.NoError(t, err)
 	msg := message.NewMessage(watermill.NewUUID(), []byte(`{}`))
 	msg.Metadata.Set(watermilladapter.MetadataEventType, "OrderPlaced")
@@ -75,13 +80,14 @@ func TestPublishRefusesAnEmptyTopicAndNilMessages(t *testing.T) {
 
 	// An invalid envelope's error names its message and the topic.
 	tooLong := message.NewMessage(watermill.NewUUID(), []byte(`{}`))
-	tooLong.Metadata.Set(watermilladapter.MetadataEventType, strings.Repeat("t", outbox.MaxEventTypeLen+1))
+	tooLong.Metadata.Set(watermilladapter.MetadataEventType, strings.Repeat("t", 129))
 	err = pub.WithTx(struct{ pgx.Tx }{}).Publish("orders", msg, tooLong) // refused before any statement
 	require.ErrorIs(t, err, outbox.ErrInvalidEnvelope)
 	require.ErrorContains(t, err, "publish message "+tooLong.UUID+" to orders")
 }
 
 func TestNewPublisherRejectsNoStore(t *testing.T) {
+	t.Parallel()
 	_, err := watermilladapter.NewPublisher[pgx.Tx](nil, watermilladapter.PublisherConfig{})
 	require.ErrorIs(t, err, outbox.ErrInvalidRequest)
 	var noStore *postgres.Store

@@ -293,7 +293,7 @@ func (e *emails) count(ids map[string]bool) (distinct, total int) {
 
 // demo is the same on every store: the CQRS wiring, the commands, and the
 // checks.
-func demo[Tx any](ctx context.Context, store outbox.TxStore[Tx], db shop[Tx], commands []PlaceOrder) error {
+func demo[Tx any](ctx context.Context, store *outbox.Store[Tx], db shop[Tx], commands []PlaceOrder) error {
 	logger := watermill.NopLogger{}
 	marshaler := cqrs.JSONMarshaler{GenerateName: cqrs.StructName}
 

@@ -40,6 +40,7 @@ import (
 
 	outboxmw "github.com/wmoutbox/wmoutbox/middleware"
 	"github.com/wmoutbox/wmoutbox/outbox"
+	"github.com/wmoutbox/wmoutbox/outbox/outboxdriver"
 	"github.com/wmoutbox/wmoutbox/outbox/postgres"
 	"github.com/wmoutbox/wmoutbox/watermilladapter"
 )
@@ -365,8 +366,9 @@ func newEvents(first, n int, prefix string) []outbox.Envelope {
 }
 
 // writeAndClaim writes n events and claims them for the crashing relay in
-// the same transaction (store.Claim on a store whose database is the
-// transaction), and returns their ids and the time of the claim.
+// the same transaction, with the claim a relay makes (the driver's Claim,
+// on a store whose database is the transaction), and returns their ids and
+// the time of the claim.
 func writeAndClaim(ctx context.Context, pool *pgxpool.Pool, cfg postgres.Config, writer *outbox.Writer[pgx.Tx], n int) (map[string]bool, time.Time, error) {
 	ids := make(map[string]bool, n)
 	var claimedAt time.Time
@@ -379,7 +381,8 @@ func writeAndClaim(ctx context.Context, pool *pgxpool.Pool, cfg postgres.Config,
 			return err
 		}
 		claimedAt = time.Now()
-		claimed, err := crashing.Claim(ctx, outbox.ClaimRequest{Owner: crashedOwner, LockTimeout: lease, Limit: n, Topics: []string{topic}})
+		claimed, err := crashing.Driver().Claim(ctx, &outboxdriver.ClaimParams{Owner: crashedOwner, Topic: topic,
+			Now: claimedAt, CreatedBefore: claimedAt, LockedUntil: claimedAt.Add(lease), Limit: n})
 		if err != nil {
 			return fmt.Errorf("claim: %w", err)
 		}

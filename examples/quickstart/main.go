@@ -198,7 +198,7 @@ type order struct {
 
 // relay is the same on every store: the business writes, the outbox relay
 // forwarding to Kafka, and an independent consumer checking what arrived.
-func relay[Tx any](ctx context.Context, store outbox.TxStore[Tx], createOrder func(context.Context, Tx, order) error, brokers []string, orders int) error {
+func relay[Tx any](ctx context.Context, store *outbox.Store[Tx], createOrder func(context.Context, Tx, order) error, brokers []string, orders int) error {
 	sub, err := watermilladapter.NewSubscriber(store, watermilladapter.SubscriberConfig{})
 	if err != nil {
 		return err
@@ -276,7 +276,7 @@ func relay[Tx any](ctx context.Context, store outbox.TxStore[Tx], createOrder fu
 
 // eventState says where the outbox has an event: its status, attempts and
 // last error, which tell why it did not arrive.
-func eventState(ctx context.Context, store outbox.Store, id string) string {
+func eventState[Tx any](ctx context.Context, store *outbox.Store[Tx], id string) string {
 	e, err := store.Get(ctx, id)
 	if err != nil {
 		return "cannot read event " + id + ": " + err.Error()

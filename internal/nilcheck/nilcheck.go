@@ -1,6 +1,7 @@
 // Package nilcheck tells whether a value handed to a constructor or a write
-// is really there: an interface holding a nil pointer (a *postgres.Store
-// never set, a nil *sql.Tx) compares unequal to nil but fails at first use.
+// as an interface is really there: an interface holding a nil pointer (a
+// *postgres.Store never set, a nil *sql.Tx) compares unequal to nil but
+// fails at first use; and whether two such values are the same.
 package nilcheck
 
 import "reflect"
@@ -16,4 +17,16 @@ func Is(v any) bool {
 		return rv.IsNil()
 	}
 	return false
+}
+
+// Same reports whether a and b are the same value, such as one
+// transaction found in two contexts. Values of a type that cannot be
+// compared are never the same.
+func Same(a, b any) (same bool) {
+	defer func() {
+		if recover() != nil {
+			same = false
+		}
+	}()
+	return a == b
 }

@@ -25,3 +25,25 @@ func TestIs(t *testing.T) {
 		}
 	}
 }
+
+func TestSame(t *testing.T) {
+	tx, other := &sql.Tx{}, &sql.Tx{}
+	tests := []struct {
+		name string
+		a, b any
+		want bool
+	}{
+		{"same pointer", tx, tx, true},
+		{"other pointer", tx, other, false},
+		{"equal values", "tx", "tx", true},
+		{"other types", tx, "tx", false},
+		{"both nil", nil, nil, true},
+		{"incomparable", []int{1}, []int{1}, false},
+		{"incomparable in a struct", struct{ s []int }{}, struct{ s []int }{}, false},
+	}
+	for _, tt := range tests {
+		if got := Same(tt.a, tt.b); got != tt.want {
+			t.Errorf("%s: Same = %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}

@@ -1,7 +1,8 @@
 // Package relaytest starts a whole outbox relay for tests: a PostgreSQL
 // store, a watermilladapter Subscriber and Publisher (the subscriber as hot
 // path), and a Watermill router running handlers behind
-// middleware.RecordErrors.
+// middleware.RecordErrors; and waits for what the relay does, on the
+// system clock or on a clocktest.Clock that the test moves.
 package relaytest
 
 import (
@@ -16,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/wmoutbox/wmoutbox/internal/clocktest"
 	outboxmw "github.com/wmoutbox/wmoutbox/middleware"
 	"github.com/wmoutbox/wmoutbox/outbox/postgres"
 	"github.com/wmoutbox/wmoutbox/watermilladapter"
@@ -43,6 +45,15 @@ func Start(t *testing.T, pool *pgxpool.Pool, cfg watermilladapter.SubscriberConf
 	return StartStore(t, pool, postgres.Config{}, cfg, hs, mw...)
 }
 
+// StartOnClock is Start with clock as the store's and the subscriber's
+// clock: every wait of the relay (polls, cooldowns, the settler's linger,
+// leases, DrainTimeout) ends when the test moves the clock past it.
+func StartOnClock(t *testing.T, pool *pgxpool.Pool, clock *clocktest.Clock, cfg watermilladapter.SubscriberConfig, hs Handlers, mw ...message.HandlerMiddleware) *Relay {
+	t.Helper()
+	cfg.Clock = clock
+	return StartStore(t, pool, postgres.Config{Clock: clock}, cfg, hs, mw...)
+}
+
 // StartStore is Start with a store configured by storeCfg.
 func StartStore(t *testing.T, pool *pgxpool.Pool, storeCfg postgres.Config, cfg watermilladapter.SubscriberConfig, hs Handlers, mw ...message.HandlerMiddleware) *Relay {
 	t.Helper()
@@ -65,8 +76,33 @@ func StartStore(t *testing.T, pool *pgxpool.Pool, storeCfg postgres.Config, cfg 
 	if len(hs) > 0 {
 		RunRouter(t, router)
 	}
-	t.Cleanup(func() { require.NoError(t, sub.Close()) })
+	clock, _ := cfg.Clock.(*clocktest.Clock)
+	t.Cleanup(func() { require.NoError(t, Close(t, sub, clock)) })
 	return r
+}
+
+// Close closes sub and returns what Close returns. With a clock, it moves
+// the clock on while Close waits, no faster than real time, so that what
+// Close waits for on it (DrainTimeout for a handler that never answers, at
+// the end of a test that failed halfway) ends, while the statements it
+// sends get as long as on the system clock.
+func Close(t *testing.T, sub *watermilladapter.Subscriber, clock *clocktest.Clock) error {
+	t.Helper()
+	closed := make(chan error, 1)
+	go func() { closed <- sub.Close() }()
+	if clock == nil {
+		return <-closed
+	}
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-closed:
+			return err
+		case <-tick.C:
+			clock.Advance(time.Millisecond)
+		}
+	}
 }
 
 // RunRouter runs router until the end of the test, and returns once it
@@ -117,11 +153,37 @@ func (r *Relay) inTx(t *testing.T, topic string, msgs []*message.Message, fail e
 // Eventually waits for cond, failing the test after WaitLimit.
 func Eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(WaitLimit)
+	AdvanceUntil(t, nil, 0, what, cond)
+}
+
+// AdvanceUntil waits for cond, moving clock forward by step between two
+// looks, and fails the test after WaitLimit in real time; with a nil
+// clock, it only waits. Keep step well below the leases and timeouts that
+// must not run out meanwhile: time passes in steps of it while the relay
+// works.
+func AdvanceUntil(t *testing.T, clock *clocktest.Clock, step time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.NewTimer(WaitLimit)
+	defer deadline.Stop()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
 	for !cond() {
-		if time.Now().After(deadline) {
+		if clock != nil {
+			clock.Advance(step)
+		}
+		select {
+		case <-tick.C:
+		case <-deadline.C:
 			t.Fatalf("timed out waiting for %s", what)
 		}
-		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// WaitForTimer waits until a goroutine waits on clock for d, failing the
+// test after WaitLimit.
+func WaitForTimer(t *testing.T, clock *clocktest.Clock, d time.Duration) {
+	t.Helper()
+	if !clock.WaitForTimer(d, WaitLimit) {
+		t.Fatalf("nothing waits for %s; the clock's timers: %v", d, clock.Armed())
 	}
 }

@@ -1,7 +1,7 @@
-// Package sqlcodec is what the database/sql stores (SQLite, MySQL) share:
-// how they store what the database cannot take as it is (times as unix
-// microseconds, lists as one JSON array), the values of an event's row
-// in the order both insert them, the scan of the event columns in the
+// Package sqlcodec is what the database/sql drivers (SQLite, MySQL)
+// share: how they store what the database cannot take as it is (times as
+// unix microseconds, lists as one JSON array), the values of an event's
+// row in the order both insert them, the scan of the event columns in the
 // order both select them, and the reads and writes that differ between
 // them in their SQL alone.
 package sqlcodec
@@ -17,6 +17,7 @@ import (
 	"github.com/wmoutbox/wmoutbox/internal/ident"
 	"github.com/wmoutbox/wmoutbox/internal/migrationfiles"
 	"github.com/wmoutbox/wmoutbox/outbox"
+	"github.com/wmoutbox/wmoutbox/outbox/outboxdriver"
 )
 
 // Micros is the stored form of a time: unix microseconds, the resolution of
@@ -25,6 +26,15 @@ func Micros(t time.Time) int64 { return t.UnixMicro() }
 
 // Stored is t as it reads back once stored: to the microsecond, in UTC.
 func Stored(t time.Time) time.Time { return time.UnixMicro(Micros(t)).UTC() }
+
+// AppliedAt is the stored time at which a migration is recorded applied:
+// clock's time, or the system's when clock is nil.
+func AppliedAt(clock outbox.Clock) int64 {
+	if clock == nil {
+		return Micros(time.Now())
+	}
+	return Micros(clock.Now())
+}
 
 // fromMicros reads a nullable stored time; NULL is the zero time.
 func fromMicros(v sql.NullInt64) time.Time {
@@ -52,18 +62,9 @@ func HexIDs(ids []string) string {
 	return string(append(b, ']'))
 }
 
-// Strings encodes values as a JSON array.
-func Strings(values []string) string {
-	b, err := json.Marshal(values)
-	if err != nil {
-		panic(err) // a []string always encodes
-	}
-	return string(b)
-}
-
-// statusRow is one outcome as the stores' status statements read it from
-// JSON. Absent fields read as NULL.
-type statusRow struct {
+// outcomeRow is one outcome as the drivers' status statements read it
+// from JSON. Absent fields read as NULL.
+type outcomeRow struct {
 	ID     string `json:"id"` // hex, as in HexIDs
 	Status int    `json:"status"`
 	Spent  int    `json:"spent"`
@@ -72,97 +73,77 @@ type statusRow struct {
 	Before *int   `json:"before,omitempty"` // failed attempts the row must have; nil: unchecked
 }
 
-// StatusUpdates encodes outcomes other than DONE as the JSON array of
-// {"id" (hex), "status", "spent", "next_at", "error", "before"} objects
-// that the stores' status statements apply: status 0 is a deferral, spent
-// 1 a failed attempt, before the failed attempts the row must have. An
-// outcome without an error, next time or attempt count leaves the field
-// out, which the statements read as NULL.
-func StatusUpdates(updates []outbox.StatusUpdate) (string, error) {
-	rows := make([]statusRow, len(updates))
-	for i, u := range updates {
-		rows[i] = statusRow{ID: hex.EncodeToString([]byte(u.ID)), Status: int(u.Status), Error: outbox.CutError(u.Error)}
-		if u.AttemptSpent() {
+// Outcomes encodes outcomes as the JSON array of {"id" (hex), "status",
+// "spent", "next_at", "error", "before"} objects that the drivers' status
+// statements apply: status 0 is a deferral, spent 1 a failed attempt,
+// before the failed attempts the row must have. An outcome without an
+// error, next time or attempt check leaves the field out, which the
+// statements read as NULL.
+func Outcomes(outcomes []outboxdriver.Outcome) string {
+	rows := make([]outcomeRow, len(outcomes))
+	for i := range outcomes {
+		o := &outcomes[i]
+		rows[i] = outcomeRow{ID: hex.EncodeToString([]byte(o.ID)), Status: int(o.Status), Error: o.Error}
+		if o.AttemptSpent {
 			rows[i].Spent = 1
 		}
-		if !u.NextAt.IsZero() {
-			next := Micros(u.NextAt)
-			rows[i].NextAt = &next
+		if !o.NextAt.IsZero() {
+			rows[i].NextAt = new(Micros(o.NextAt))
 		}
-		if attempts, checked := u.AttemptsBefore(); checked {
-			rows[i].Before = &attempts
+		if o.AttemptsChecked {
+			rows[i].Before = new(o.AttemptsBefore)
 		}
 	}
 	batch, err := json.Marshal(rows)
 	if err != nil {
-		return "", err
+		panic(err) // strings and numbers always encode
 	}
-	return string(batch), nil
+	return string(batch)
 }
 
-// Querier is what QueryEvents runs on: *sql.DB, *sql.Conn or *sql.Tx.
+// Querier is what QueryRows runs on: *sql.DB, *sql.Conn or *sql.Tx.
 type Querier interface {
 	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
 }
 
-// ScanEvents scans rows of the stores' event columns: event_id,
-// event_type, topic, aggregate_type, aggregate_id, tenant_id, payload,
-// payload_json, headers, status, attempts, occurred_at, available_at,
-// created_at, updated_at, done_at, last_error, locked_by, locked_at,
-// locked_until, the nullable text columns selected as empty for NULL. A row
-// whose headers cannot be decoded comes back with Malformed set instead of
-// failing the batch. It closes rows.
-func ScanEvents(rows *sql.Rows) ([]outbox.Event, error) {
-	events, _, err := scanEvents(rows, false)
-	return events, err
+// ScanRowsWithKeys scans rows of the drivers' event columns and one more,
+// an integer key of the row, and returns the rows and the keys, in the
+// rows' order (see QueryRows for the event columns). It closes rows.
+func ScanRowsWithKeys(rows *sql.Rows) ([]outboxdriver.Row, []int64, error) {
+	return scanRows(rows, true)
 }
 
-// ScanEventsWithKeys is ScanEvents for rows that have one more column, an
-// integer key of the row, and returns the keys too, in the rows' order.
-func ScanEventsWithKeys(rows *sql.Rows) ([]outbox.Event, []int64, error) {
-	return scanEvents(rows, true)
-}
-
-func scanEvents(rows *sql.Rows, withKey bool) ([]outbox.Event, []int64, error) {
+func scanRows(rows *sql.Rows, withKey bool) ([]outboxdriver.Row, []int64, error) {
 	defer rows.Close()
 	var (
-		events []outbox.Event
+		result []outboxdriver.Row
 		keys   []int64
 	)
 	for rows.Next() {
 		var (
-			e                                     outbox.Event
-			payload, headers                      []byte
-			isJSON                                bool
-			status                                int16
+			r                                     outboxdriver.Row
+			headers                               []byte
 			occurred, available, created, updated int64
 			doneAt, lockedAt, lockedUntil         sql.NullInt64
-			eventType, aggType                    string
 			key                                   int64
 		)
-		dest := []any{&e.ID, &eventType, &e.Topic, &aggType, &e.AggregateID, &e.TenantID,
-			&payload, &isJSON, &headers, &status, &e.Attempts, &occurred, &available,
-			&created, &updated, &doneAt, &e.LastError, &e.LockedBy, &lockedAt, &lockedUntil}
+		dest := []any{&r.ID, &r.Type, &r.Topic, &r.AggregateType, &r.AggregateID, &r.TenantID,
+			&r.Payload, &r.PayloadJSON, &headers, &r.Status, &r.Attempts, &occurred, &available,
+			&created, &updated, &doneAt, &r.LastError, &r.LockedBy, &lockedAt, &lockedUntil}
 		if withKey {
 			dest = append(dest, &key)
 		}
 		if err := rows.Scan(dest...); err != nil {
 			return nil, nil, err
 		}
-		e.Type, e.AggregateType, e.Status = outbox.EventType(eventType), outbox.AggregateType(aggType), outbox.Status(status)
-		if payload == nil {
-			payload = []byte{}
+		if r.Payload == nil {
+			r.Payload = []byte{}
 		}
-		if isJSON {
-			e.PayloadJSON = payload
-		} else {
-			e.PayloadBytes = payload
-		}
-		e.OccurredAt, e.AvailableAt = time.UnixMicro(occurred).UTC(), time.UnixMicro(available).UTC()
-		e.CreatedAt, e.UpdatedAt = time.UnixMicro(created).UTC(), time.UnixMicro(updated).UTC()
-		e.DoneAt, e.LockedAt, e.LockedUntil = fromMicros(doneAt), fromMicros(lockedAt), fromMicros(lockedUntil)
-		e.Headers, e.Malformed = outbox.DecodeHeaders(headers)
-		events = append(events, e)
+		r.Headers = string(headers)
+		r.OccurredAt, r.AvailableAt = time.UnixMicro(occurred).UTC(), time.UnixMicro(available).UTC()
+		r.CreatedAt, r.UpdatedAt = time.UnixMicro(created).UTC(), time.UnixMicro(updated).UTC()
+		r.DoneAt, r.LockedAt, r.LockedUntil = fromMicros(doneAt), fromMicros(lockedAt), fromMicros(lockedUntil)
+		result = append(result, r)
 		if withKey {
 			keys = append(keys, key)
 		}
@@ -170,42 +151,26 @@ func scanEvents(rows *sql.Rows, withKey bool) ([]outbox.Event, []int64, error) {
 	if err := rows.Err(); err != nil {
 		return nil, nil, err
 	}
-	return events, keys, nil
+	return result, keys, nil
 }
 
-// InsertValues returns the values of e's row as both stores insert it,
-// written at now, claimed by lease if claiming: event_id, event_type,
-// topic, aggregate_type, aggregate_id, tenant_id (NULL for none),
-// payload, payload_json, headers (NULL for none), occurred_at,
-// available_at (DeliverAfter, or now), created_at, updated_at, locked_by,
-// locked_at, locked_until (NULL unless claiming); and the size of its
-// payload and headers.
-func InsertValues(e *outbox.Envelope, claiming bool, lease outbox.Lease, now time.Time) (values []any, size int, err error) {
-	headers, err := outbox.EncodeHeaders(e.Headers)
-	if err != nil {
-		return nil, 0, err
-	}
-	var headerText any // NULL
-	if headers != nil {
-		headerText = string(headers)
-	}
-	payload := e.Payload()
-	if payload == nil {
-		payload = []byte{}
-	}
-	available := now
-	if e.DeliverAfter.After(now) {
-		available = e.DeliverAfter
-	}
+// InsertValues returns the values of r's row as both drivers insert it,
+// written by p: event_id, event_type, topic, aggregate_type,
+// aggregate_id, tenant_id (NULL for none), payload, payload_json, headers
+// (NULL for none), occurred_at, available_at, created_at, updated_at
+// (p.Now), locked_by, locked_at, locked_until (p's lease for a claimed
+// row, NULL otherwise); and the size of its payload and headers.
+func InsertValues(r *outboxdriver.InsertRow, p *outboxdriver.InsertParams) (values []any, size int) {
 	var claim [3]any // NULL
-	if claiming {
-		claim = [3]any{lease.Owner, Micros(now), Micros(now.Add(lease.Duration))}
+	if r.Claimed {
+		claim = [3]any{p.Owner, Micros(p.Now), Micros(p.LockedUntil)}
 	}
+	now := Micros(p.Now)
 	return []any{
-		e.ID, string(e.Type), e.Topic, string(e.AggregateType), NullIfEmpty(e.AggregateID), NullIfEmpty(e.TenantID),
-		payload, e.IsJSON(), headerText, Micros(e.OccurredAt), Micros(available),
-		Micros(now), Micros(now), claim[0], claim[1], claim[2],
-	}, len(payload) + len(headers), nil
+		r.ID, r.Type, r.Topic, r.AggregateType, NullIfEmpty(r.AggregateID), NullIfEmpty(r.TenantID),
+		r.Payload, r.PayloadJSON, NullIfEmpty(r.Headers), Micros(r.OccurredAt), Micros(r.AvailableAt),
+		now, now, claim[0], claim[1], claim[2],
+	}, len(r.Payload) + len(r.Headers)
 }
 
 // NullIfEmpty is s as a parameter, NULL when s is empty: an absent value,
@@ -233,39 +198,42 @@ func ScanColumn[T any](rows *sql.Rows) ([]T, error) {
 	return values, rows.Err()
 }
 
-// QueryEvents runs query, which selects the event columns (see
-// ScanEvents), on q.
-func QueryEvents(ctx context.Context, q Querier, query string, args ...any) ([]outbox.Event, error) {
+// QueryRows runs query on q and returns the rows it selects: the drivers'
+// event columns, event_id, event_type, topic, aggregate_type,
+// aggregate_id, tenant_id, payload, payload_json, headers, status,
+// attempts, occurred_at, available_at, created_at, updated_at, done_at,
+// last_error, locked_by, locked_at, locked_until, the nullable text
+// columns selected as empty for NULL. The headers come back as stored, ""
+// for NULL: the engine decodes them.
+func QueryRows(ctx context.Context, q Querier, query string, args ...any) ([]outboxdriver.Row, error) {
 	rows, err := q.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, err
 	}
-	return ScanEvents(rows)
+	result, _, err := scanRows(rows, false)
+	return result, err
 }
 
-// The reads and writes below are the same in every database/sql store but
-// for their SQL; table names the store and its table in their errors
+// The reads and writes below are the same in every database/sql driver
+// but for their SQL; table names the driver and its table in their errors
 // ("mysql: table outbox_event").
 
-// Get reads the event with the given id with query, which takes the id;
-// [outbox.ErrNotFound] when there is none.
-func Get(ctx context.Context, q Querier, table, query, id string) (outbox.Event, error) {
-	events, err := QueryEvents(ctx, q, query, id)
+// Get reads the row of event id with query, which takes the id, and
+// reports false when there is none.
+func Get(ctx context.Context, q Querier, table, query, id string) (outboxdriver.Row, bool, error) {
+	rows, err := QueryRows(ctx, q, query, id)
 	if err != nil {
-		return outbox.Event{}, fmt.Errorf("%s: get %s: %w", table, id, err)
+		return outboxdriver.Row{}, false, fmt.Errorf("%s: get %s: %w", table, id, err)
 	}
-	if len(events) == 0 {
-		return outbox.Event{}, fmt.Errorf("%w: %s", outbox.ErrNotFound, id)
+	if len(rows) == 0 {
+		return outboxdriver.Row{}, false, nil
 	}
-	return events[0], nil
+	return rows[0], true, nil
 }
 
 // Existing returns those of ids that have a row, read in tx with one, a
 // query that takes one id, or many, which takes HexIDs(ids).
 func Existing(ctx context.Context, tx *sql.Tx, table, one, many string, ids []string) ([]string, error) {
-	if tx == nil {
-		return nil, outbox.ErrNoTransaction
-	}
 	if len(ids) == 0 {
 		return nil, nil
 	}
@@ -299,15 +267,10 @@ func Backlog(ctx context.Context, db *sql.DB, table, query, topic string) (int64
 
 // MarkProcessed records in tx that consumer processed event id at, with
 // insert, which takes the three and writes no row for a record that
-// exists, and reports whether it wrote one (see [outbox.Inbox]); inbox
-// names the store and its inbox table in errors.
+// exists, and reports whether it wrote one (see
+// [outboxdriver.Driver.MarkProcessed]); inbox names the driver and its
+// inbox table in errors.
 func MarkProcessed(ctx context.Context, tx *sql.Tx, inbox, insert, consumer, id string, at time.Time) (bool, error) {
-	if tx == nil {
-		return false, outbox.ErrNoTransaction
-	}
-	if err := outbox.ValidateProcessed(consumer, id); err != nil {
-		return false, err
-	}
 	var n int64
 	res, err := tx.ExecContext(ctx, insert, consumer, id, Micros(at))
 	if err == nil {
@@ -319,25 +282,12 @@ func MarkProcessed(ctx context.Context, tx *sql.Tx, inbox, insert, consumer, id 
 	return n == 1, nil
 }
 
-// TopicVariant picks, of a statement's variants by topic filter (all
-// topics, one, several), the one for topics, and its parameter: none, the
-// topic, or the topics as a JSON array of strings.
-func TopicVariant(variants [3]string, topics []string) (string, any) {
-	switch len(topics) {
-	case 0:
-		return variants[0], nil
-	case 1:
-		return variants[1], topics[0]
-	}
-	return variants[2], Strings(topics)
-}
-
-// DeadFilter is f as the parameters of the stores' dead-event filters:
+// DeadFilter is f as the parameters of the drivers' dead-event filters:
 // ids (HexIDs), event type, topic, died before (unix microseconds), each
 // NULL when f does not filter by it. The ids of a non-nil empty IDs are
 // "[]", which matches no event.
-func DeadFilter(f outbox.DeadFilter) []any {
-	params := []any{nil, NullIfEmpty(string(f.EventType)), NullIfEmpty(f.Topic), nil}
+func DeadFilter(f outboxdriver.DeadFilter) []any {
+	params := []any{nil, NullIfEmpty(f.EventType), NullIfEmpty(f.Topic), nil}
 	if f.IDs != nil {
 		params[0] = HexIDs(f.IDs)
 	}
@@ -347,14 +297,14 @@ func DeadFilter(f outbox.DeadFilter) []any {
 	return params
 }
 
-// Table is a validated outbox table's names, as a database/sql store
+// Table is a validated outbox table's names, as a database/sql driver
 // uses them in statements and errors.
 type Table struct {
 	Name       string
 	Quoted     string
 	Inbox      string // the inbox table, quoted
-	Label      string // the store and table, for errors
-	InboxLabel string // the store and inbox table, for errors
+	Label      string // the driver and table, for errors
+	InboxLabel string // the driver and inbox table, for errors
 }
 
 // NewTable validates name ([ident.ValidateTable], invalid the error it

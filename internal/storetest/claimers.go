@@ -3,16 +3,39 @@ package storetest
 import (
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/wmoutbox/wmoutbox/outbox"
+	"github.com/wmoutbox/wmoutbox/outbox/outboxdriver"
 )
 
-// Claimer is one of several relays claiming at the same time.
+// Claimer is one of several relays claiming at the same time: Params run
+// on Driver. Params.Topic and Params.Owner are required; zero times are
+// those of each claim, on the system clock (now, nothing recent left out,
+// a lease of [DefaultLease]), and a zero Limit is 100.
 type Claimer struct {
-	Store   outbox.Store
-	Request outbox.ClaimRequest
+	Driver outboxdriver.Executor
+	Params outboxdriver.ClaimParams
+}
+
+// params returns c's claim at the time it runs.
+func (c *Claimer) params() *outboxdriver.ClaimParams {
+	p := c.Params
+	now := time.Now()
+	if p.Now.IsZero() {
+		p.Now = now
+	}
+	if p.CreatedBefore.IsZero() {
+		p.CreatedBefore = now
+	}
+	if p.LockedUntil.IsZero() {
+		p.LockedUntil = now.Add(DefaultLease)
+	}
+	if p.Limit == 0 {
+		p.Limit = 100
+	}
+	return &p
 }
 
 // ClaimConcurrently starts every claimer at once; each claims until it
@@ -27,11 +50,12 @@ func ClaimConcurrently(t *testing.T, claimers []Claimer, want []string, retry fu
 	retries := make([]int, len(claimers))
 	ready := make(chan struct{})
 	var wg sync.WaitGroup
-	for i, c := range claimers {
+	for i := range claimers {
+		c := &claimers[i]
 		wg.Go(func() {
 			<-ready
 			for {
-				batch, err := c.Store.Claim(t.Context(), c.Request)
+				batch, err := c.Driver.Claim(t.Context(), c.params())
 				if err != nil && retry != nil && retry(err) {
 					retries[i]++
 					continue

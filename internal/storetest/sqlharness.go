@@ -14,7 +14,7 @@ import (
 // SQLHarness is the harness of a database/sql store on db, whose default
 // outbox table is migrated: newStore builds a store of the dialect with
 // the given clock, configured to delete delivered events or not.
-func SQLHarness(t *testing.T, db *sql.DB, newStore func(clock outbox.Clock, deleteDone bool) (outbox.TxStore[*sql.Tx], error)) Harness[*sql.Tx] {
+func SQLHarness(t *testing.T, db *sql.DB, newStore func(clock outbox.Clock, deleteDone bool) (*outbox.Store[*sql.Tx], error)) Harness[*sql.Tx] {
 	clock := clocktest.New(Start)
 	store, err := newStore(clock, false)
 	require.NoError(t, err)
@@ -24,7 +24,7 @@ func SQLHarness(t *testing.T, db *sql.DB, newStore func(clock outbox.Clock, dele
 		Store:      store,
 		DeleteDone: deleteDone,
 		Clock:      clock,
-		Tx: outbox.TxFuncs[*sql.Tx]{
+		Tx: TxFuncs[*sql.Tx]{
 			Begin:    func(ctx context.Context) (*sql.Tx, error) { return db.BeginTx(ctx, nil) },
 			Commit:   func(_ context.Context, tx *sql.Tx) error { return tx.Commit() },
 			Rollback: func(_ context.Context, tx *sql.Tx) error { return tx.Rollback() },

@@ -1,7 +1,15 @@
-// Package storetest is the conformance suite of the outbox stores: every
-// behaviour of [outbox.TxStore] that does not depend on the dialect, run
-// against a real database. Each dialect's tests call [Run] with a
-// [Harness] on a fresh database per test. Tests only.
+// Package storetest is the conformance suite of the store dialects: every
+// behaviour of an [outboxdriver.Driver] that does not depend on the
+// dialect, run against a real database. Events are written and read as
+// users do, through an [outbox.Store] and an [outbox.Writer]; the relay's
+// statements (claims, releases, outcomes, purge batches) run on the
+// store's driver with the parameters the relay would prepare. Each
+// dialect's tests call [Run] with a [Harness] on a fresh database per
+// test. Tests only.
+//
+// What the engine does before a driver sees a request (validation,
+// defaults, splitting a batch of outcomes, sorting claims) is tested with
+// the engine, not here.
 package storetest
 
 import (
@@ -18,7 +26,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/wmoutbox/wmoutbox/internal/clocktest"
+	"github.com/wmoutbox/wmoutbox/internal/codec"
 	"github.com/wmoutbox/wmoutbox/outbox"
+	"github.com/wmoutbox/wmoutbox/outbox/outboxdriver"
 )
 
 // Start is the time the harness clock must start at.
@@ -28,15 +38,15 @@ var Start = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 // table, and what the suite needs to look behind it.
 type Harness[Tx any] struct {
 	// Store is the store under test; its clock is Clock.
-	Store outbox.TxStore[Tx]
+	Store *outbox.Store[Tx]
 	// DeleteDone is a store of the same dialect on the same table and
 	// clock, configured to delete delivered events.
-	DeleteDone outbox.Store
+	DeleteDone *outbox.Store[Tx]
 	// Clock is the store's clock, set to [Start].
 	Clock *clocktest.Clock
 	// Tx begins, commits and rolls back a transaction the test owns, on
 	// the store's database.
-	Tx outbox.TxFuncs[Tx]
+	Tx TxFuncs[Tx]
 	// Exec runs a statement without arguments in tx.
 	Exec func(ctx context.Context, tx Tx, sql string) error
 	// Count returns the number of rows in the outbox table.
@@ -44,6 +54,13 @@ type Harness[Tx any] struct {
 	// CorruptHeaders stores headers that are valid JSON but not an object
 	// of strings, {"a": 1}, in the row of event id.
 	CorruptHeaders func(t *testing.T, id string)
+}
+
+// TxFuncs begin, commit and roll back a transaction of type Tx.
+type TxFuncs[Tx any] struct {
+	Begin    func(ctx context.Context) (Tx, error)
+	Commit   func(ctx context.Context, tx Tx) error
+	Rollback func(ctx context.Context, tx Tx) error
 }
 
 // Run runs the suite, each test in parallel on the harness newHarness
@@ -55,16 +72,14 @@ func Run[Tx any](t *testing.T, newHarness func(t *testing.T) Harness[Tx]) {
 	}{
 		{"RollbackLeavesNoRowCommitLeavesOne", testRollbackLeavesNoRowCommitLeavesOne[Tx]},
 		{"WriteInCallerOwnedTransaction", testWriteInCallerOwnedTransaction[Tx]},
-		{"WriteWithoutTransactionFailsFast", testWriteWithoutTransactionFailsFast[Tx]},
 		{"AfterCommitHooksRunOnlyOnCommitInOrder", testAfterCommitHooksRunOnlyOnCommitInOrder[Tx]},
-		{"HotPathHookReceivesCommittedEvents", testHotPathHookReceivesCommittedEvents[Tx]},
+		{"HotPathReceivesCommittedEventsWrittenClaimed", testHotPathReceivesCommittedEventsWrittenClaimed[Tx]},
 		{"HotPathTakesOnlyWhatSavepointsKept", testHotPathTakesOnlyWhatSavepointsKept[Tx]},
 		{"InsertRoundTripsEveryField", testInsertRoundTripsEveryField[Tx]},
 		{"InsertBatches", testInsertBatches[Tx]},
-		{"PayloadSizeBoundary", testPayloadSizeBoundary[Tx]},
+		{"PayloadOfTheLargestSize", testPayloadOfTheLargestSize[Tx]},
 		{"DuplicateEventID", testDuplicateEventID[Tx]},
 		{"StatusTransitions", testStatusTransitions[Tx]},
-		{"UpdateStatusDoneOrLastUpdatePerEventWins", testUpdateStatusDoneOrLastUpdatePerEventWins[Tx]},
 		{"StaleOutcomesChangeNothing", testStaleOutcomesChangeNothing[Tx]},
 		{"OutcomeWrittenTwiceCountsOnce", testOutcomeWrittenTwiceCountsOnce[Tx]},
 		{"DeleteDoneDeletesOnlyDeliveredEvents", testDeleteDoneDeletesOnlyDeliveredEvents[Tx]},
@@ -76,15 +91,14 @@ func Run[Tx any](t *testing.T, newHarness func(t *testing.T) Harness[Tx]) {
 		{"ClaimEndKeepsDueOrder", testClaimEndKeepsDueOrder[Tx]},
 		{"ClaimSkipsRecentEvents", testClaimSkipsRecentEvents[Tx]},
 		{"ClaimByTopic", testClaimByTopic[Tx]},
-		{"ClaimRejectsBadRequests", testClaimRejectsBadRequests[Tx]},
-		{"ClaimReturnsDueOrderNotIDOrder", testClaimReturnsDueOrderNotIDOrder[Tx]},
+		{"ClaimTakesTheEarliestDueFirst", testClaimTakesTheEarliestDueFirst[Tx]},
 		{"ClaimCursorCoversTheBacklogOnce", testClaimCursorCoversTheBacklogOnce[Tx]},
 		{"OrderedClaimTakesOneEventPerAggregateInWriteOrder", testOrderedClaimTakesOneEventPerAggregateInWriteOrder[Tx]},
-		{"OrderedClaimByTopics", testOrderedClaimByTopics[Tx]},
+		{"OrderedClaimKeepsTopicsApart", testOrderedClaimKeepsTopicsApart[Tx]},
 		{"OrderedClaimOfNamedAggregates", testOrderedClaimOfNamedAggregates[Tx]},
 		{"DeadEventsQueryCountReplay", testDeadEventsQueryCountReplay[Tx]},
 		{"EmptyIDListMatchesNoDeadEvent", testEmptyIDListMatchesNoDeadEvent[Tx]},
-		{"ReplayDeadRefusesAFilterThatRestrictsNothing", testReplayDeadRefusesAFilterThatRestrictsNothing[Tx]},
+		{"ReplayEveryDeadEvent", testReplayEveryDeadEvent[Tx]},
 		{"PurgeDeletesOnlyOldTerminalRows", testPurgeDeletesOnlyOldTerminalRows[Tx]},
 		{"MalformedHeadersDoNotBreakTheBatch", testMalformedHeadersDoNotBreakTheBatch[Tx]},
 		{"BatchReadsEqualSingleReads", testBatchReadsEqualSingleReads[Tx]},
@@ -92,7 +106,7 @@ func Run[Tx any](t *testing.T, newHarness func(t *testing.T) Harness[Tx]) {
 		{"Backlog", testBacklog[Tx]},
 		{"InboxRecordsOncePerConsumer", testInboxRecordsOncePerConsumer[Tx]},
 		{"InboxWaitsForAnOpenTransaction", testInboxWaitsForAnOpenTransaction[Tx]},
-		{"InboxRefusesBadInput", testInboxRefusesBadInput[Tx]},
+		{"InboxTakesNamesAtTheLimits", testInboxTakesNamesAtTheLimits[Tx]},
 		{"InboxPurge", testInboxPurge[Tx]},
 	}
 	for _, tt := range tests {
@@ -105,6 +119,7 @@ func Run[Tx any](t *testing.T, newHarness func(t *testing.T) Harness[Tx]) {
 
 type fixture[Tx any] struct {
 	Harness[Tx]
+	driver outboxdriver.Driver[Tx]
 	writer *outbox.Writer[Tx]
 }
 
@@ -112,18 +127,23 @@ func newFixture[Tx any](t *testing.T, newHarness func(t *testing.T) Harness[Tx])
 	t.Helper()
 	h := newHarness(t)
 	require.Equal(t, Start, h.Clock.Now(), "the harness clock starts at storetest.Start")
-	writer, err := outbox.NewWriter(h.Store, outbox.WriterConfig{Clock: h.Clock})
+	writer, err := outbox.NewWriter(h.Store, outbox.WriterConfig{})
 	require.NoError(t, err)
-	return &fixture[Tx]{Harness: h, writer: writer}
+	return &fixture[Tx]{Harness: h, driver: h.Store.Driver(), writer: writer}
 }
 
 // write commits events in one transaction and returns their ids.
 func (f *fixture[Tx]) write(t *testing.T, events ...outbox.Envelope) []string {
 	t.Helper()
+	return f.writeWith(t, f.writer, events...)
+}
+
+func (f *fixture[Tx]) writeWith(t *testing.T, w *outbox.Writer[Tx], events ...outbox.Envelope) []string {
+	t.Helper()
 	var ids []string
 	err := f.Store.InTx(t.Context(), func(ctx context.Context, tx Tx) error {
 		var err error
-		ids, err = f.writer.Write(ctx, tx, events...)
+		ids, err = w.Write(ctx, tx, events...)
 		return err
 	})
 	require.NoError(t, err)
@@ -137,11 +157,129 @@ func (f *fixture[Tx]) get(t *testing.T, id string) outbox.Event {
 	return e
 }
 
-func (f *fixture[Tx]) claim(t *testing.T, req outbox.ClaimRequest) []string {
+// getRow returns the driver's row of id.
+func (f *fixture[Tx]) getRow(t *testing.T, id string) outboxdriver.Row {
 	t.Helper()
-	events, err := f.Store.Claim(t.Context(), req)
+	r, found, err := f.driver.Get(t.Context(), id)
 	require.NoError(t, err)
-	return IDs(events)
+	require.True(t, found, id)
+	return r
+}
+
+// request is a claim as a relay makes it; the fixture turns it into the
+// driver's parameters at the clock's time.
+type request struct {
+	Owner string
+	// Topic defaults to JSONEvent's, OrderCreated.
+	Topic string
+	// Limit defaults to 100.
+	Limit int
+	// Lease defaults to DefaultLease.
+	Lease      time.Duration
+	SkipRecent time.Duration
+	Ordered    bool
+	Aggregates []outboxdriver.Aggregate
+	// Cursor, when set, makes each claim start after the previous one, as
+	// the relay's claims of a backlog do.
+	Cursor *cursor
+}
+
+// cursor is where the previous claim of a run ended; the zero value
+// starts from the earliest due row.
+type cursor struct{ at *outboxdriver.Position }
+
+func (c *cursor) reset() { c.at = nil }
+
+func (f *fixture[Tx]) params(req request) *outboxdriver.ClaimParams {
+	now := f.Clock.Now()
+	p := ClaimParams(req.Owner, req.Topic, req.Limit, now)
+	if p.Topic == "" {
+		p.Topic = string(JSONEvent(0).Type)
+	}
+	if p.Limit == 0 {
+		p.Limit = 100
+	}
+	if req.Lease != 0 {
+		p.LockedUntil = now.Add(req.Lease)
+	}
+	p.CreatedBefore = now.Add(-req.SkipRecent)
+	p.Ordered, p.Aggregates = req.Ordered, req.Aggregates
+	if req.Cursor != nil {
+		p.After = req.Cursor.at
+	}
+	return p
+}
+
+// claimRows runs req and returns the rows in due order, moving its cursor
+// past them.
+func (f *fixture[Tx]) claimRows(t *testing.T, req request) []outboxdriver.Row {
+	t.Helper()
+	rows := Claim(t, f.driver, f.params(req))
+	if at := SortClaimed(rows, req.Ordered); at != nil && req.Cursor != nil {
+		req.Cursor.at = at
+	}
+	return rows
+}
+
+// claim runs req and returns the ids claimed, in due order.
+func (f *fixture[Tx]) claim(t *testing.T, req request) []string {
+	t.Helper()
+	return IDs(f.claimRows(t, req))
+}
+
+// markDone records ids delivered, at the clock's time.
+func (f *fixture[Tx]) markDone(t *testing.T, ids ...string) int64 {
+	t.Helper()
+	return f.markDoneBy(t, f.driver, ids...)
+}
+
+func (f *fixture[Tx]) markDoneBy(t *testing.T, d outboxdriver.Executor, ids ...string) int64 {
+	t.Helper()
+	n, err := d.MarkDone(t.Context(), outboxdriver.MarkDoneParams{Now: f.Clock.Now(), IDs: ids})
+	require.NoError(t, err)
+	return n
+}
+
+// record records outcomes reported by owner, at the clock's time.
+func (f *fixture[Tx]) record(t *testing.T, owner string, outcomes ...outboxdriver.Outcome) int64 {
+	t.Helper()
+	return f.recordBy(t, f.driver, owner, outcomes...)
+}
+
+func (f *fixture[Tx]) recordBy(t *testing.T, d outboxdriver.Executor, owner string, outcomes ...outboxdriver.Outcome) int64 {
+	t.Helper()
+	n, err := d.RecordOutcomes(t.Context(), outboxdriver.RecordOutcomesParams{Now: f.Clock.Now(), Owner: owner, Outcomes: outcomes})
+	require.NoError(t, err)
+	return n
+}
+
+// release ends owner's leases on ids.
+func (f *fixture[Tx]) release(t *testing.T, owner string, ids ...string) int64 {
+	t.Helper()
+	n, err := f.driver.Release(t.Context(), outboxdriver.ReleaseParams{Owner: owner, IDs: ids})
+	require.NoError(t, err)
+	return n
+}
+
+// retry is a failed delivery of id that makes it RETRY, due at next.
+func retry(id string, next time.Time, err string) outboxdriver.Outcome {
+	return outboxdriver.Outcome{ID: id, Status: int16(outbox.StatusRetry), AttemptSpent: true, NextAt: next, Error: err}
+}
+
+// dead is a failed delivery of id that makes it DEAD.
+func dead(id, err string) outboxdriver.Outcome {
+	return outboxdriver.Outcome{ID: id, Status: int16(outbox.StatusDead), AttemptSpent: true, Error: err}
+}
+
+// deferral makes id due again at next, keeping its status and attempts.
+func deferral(id string, next time.Time, err string) outboxdriver.Outcome {
+	return outboxdriver.Outcome{ID: id, NextAt: next, Error: err}
+}
+
+// checked is o applying only while its row has before failed attempts.
+func checked(o outboxdriver.Outcome, before int) outboxdriver.Outcome {
+	o.AttemptsChecked, o.AttemptsBefore = true, before
+	return o
 }
 
 // JSONEvent is an OrderCreated event whose JSON payload has spacing a JSON
@@ -161,13 +299,49 @@ func JSONEvents(n int, topic string) []outbox.Envelope {
 	return events
 }
 
-// IDs returns the ids of events, in order.
-func IDs(events []outbox.Event) []string {
-	out := make([]string, len(events))
-	for i, e := range events {
-		out[i] = e.ID
-	}
-	return out
+// HotPath is a relay's hot path that takes every event, under Owner's
+// lease of Lease (none: the writer's default), and records what it is
+// handed. Without an Owner, a writer hands it nothing.
+type HotPath struct {
+	Owner string
+	Lease time.Duration
+	mu    sync.Mutex
+	got   []outbox.Envelope
+}
+
+var _ outbox.HotPath = (*HotPath)(nil)
+
+// HotLease implements [outbox.HotPath].
+func (h *HotPath) HotLease() (string, time.Duration) { return h.Owner, h.Lease }
+
+// TakesHot implements [outbox.HotPath]: every topic.
+func (h *HotPath) TakesHot(string) bool { return true }
+
+// Committed implements [outbox.HotPath]; it records nothing.
+func (h *HotPath) Committed([]outbox.Envelope) {}
+
+// DeliverHot implements [outbox.HotPath].
+func (h *HotPath) DeliverHot(_ context.Context, events []outbox.Envelope, _ time.Duration) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.got = append(h.got, events...)
+}
+
+// Delivered returns the events handed over so far, in order.
+func (h *HotPath) Delivered() []outbox.Envelope {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.got)
+}
+
+// hotWriter returns a writer whose hot path, owned by owner, takes every
+// event.
+func (f *fixture[Tx]) hotWriter(t *testing.T, owner string, lease time.Duration) (*outbox.Writer[Tx], *HotPath) {
+	t.Helper()
+	hot := &HotPath{Owner: owner, Lease: lease}
+	w, err := outbox.NewWriter(f.Store, outbox.WriterConfig{HotPath: hot})
+	require.NoError(t, err)
+	return w, hot
 }
 
 func testRollbackLeavesNoRowCommitLeavesOne[Tx any](t *testing.T, f *fixture[Tx]) {
@@ -200,16 +374,6 @@ func testWriteInCallerOwnedTransaction[Tx any](t *testing.T, f *fixture[Tx]) {
 	require.NoError(t, err)
 	require.NoError(t, f.Tx.Rollback(ctx, tx))
 	require.Equal(t, 1, f.Count(t))
-}
-
-func testWriteWithoutTransactionFailsFast[Tx any](t *testing.T, f *fixture[Tx]) {
-	var none Tx
-	_, err := f.writer.Write(t.Context(), none, JSONEvent(1))
-	require.ErrorIs(t, err, outbox.ErrNoTransaction)
-	_, err = f.Store.Insert(t.Context(), none, nil, []outbox.Envelope{JSONEvent(1)}, outbox.Lease{})
-	require.ErrorIs(t, err, outbox.ErrNoTransaction)
-	_, err = f.Store.Kept(t.Context(), none, 1, []string{"any"})
-	require.ErrorIs(t, err, outbox.ErrNoTransaction)
 }
 
 func testAfterCommitHooksRunOnlyOnCommitInOrder[Tx any](t *testing.T, f *fixture[Tx]) {
@@ -247,61 +411,49 @@ func testAfterCommitHooksRunOnlyOnCommitInOrder[Tx any](t *testing.T, f *fixture
 	require.Empty(t, got)
 }
 
-func testHotPathHookReceivesCommittedEvents[Tx any](t *testing.T, f *fixture[Tx]) {
-	var got []outbox.Envelope
-	writer, err := outbox.NewWriter(f.Store, outbox.WriterConfig{
-		Clock:        f.Clock,
-		ClaimOwner:   "relay-a",
-		ClaimTimeout: time.Minute,
-		AfterCommit: func(_ context.Context, events []outbox.Envelope, _ time.Duration) error {
-			got = append(got, events...)
-			return nil
-		},
-	})
-	require.NoError(t, err)
+// The rows a hot path takes are written leased to it, due at once; a
+// delayed event is written as any other. Another relay leaves the leased
+// row alone until its lease ends.
+func testHotPathReceivesCommittedEventsWrittenClaimed[Tx any](t *testing.T, f *fixture[Tx]) {
+	writer, hot := f.hotWriter(t, "relay-a", time.Minute)
 	delayed := JSONEvent(2)
 	delayed.DeliverAfter = Start.Add(time.Hour)
-	var written []string
-	require.NoError(t, f.Store.InTx(t.Context(), func(ctx context.Context, tx Tx) error {
-		written, err = writer.Write(ctx, tx, JSONEvent(1), delayed)
-		return err
-	}))
+	written := f.writeWith(t, writer, JSONEvent(1), delayed)
+	got := hot.Delivered()
 	require.Len(t, got, 1)
 	require.Equal(t, written[0], got[0].ID)
 
-	hot, cold := f.get(t, written[0]), f.get(t, written[1])
-	require.Equal(t, "relay-a", hot.LockedBy, "hot-path rows are written claimed by the writing relay")
-	require.Equal(t, Start, hot.LockedAt.UTC())
-	require.Equal(t, Start.Add(time.Minute), hot.LockedUntil.UTC(), "due again for others when the lease ends")
-	require.Equal(t, Start, hot.AvailableAt.UTC(), "due now, under the writer's lease")
+	hotRow, cold := f.get(t, written[0]), f.get(t, written[1])
+	require.Equal(t, "relay-a", hotRow.LockedBy, "hot-path rows are written claimed by the writing relay")
+	require.Equal(t, Start, hotRow.LockedAt.UTC())
+	require.Equal(t, Start.Add(time.Minute), hotRow.LockedUntil.UTC(), "due again for others when the lease ends")
+	require.Equal(t, Start, hotRow.AvailableAt.UTC(), "due now, under the writer's lease")
+	require.Equal(t, outbox.StatusNew, hotRow.Status)
+	require.Zero(t, hotRow.Attempts)
 	require.Empty(t, cold.LockedBy, "delayed rows are never pre-claimed")
 	require.True(t, cold.LockedAt.IsZero())
 	require.True(t, cold.LockedUntil.IsZero())
 	require.Equal(t, delayed.DeliverAfter, cold.AvailableAt.UTC())
 
-	req := outbox.ClaimRequest{Owner: "relay-b", LockTimeout: time.Minute}
+	req := request{Owner: "relay-b", Lease: time.Minute}
 	require.Empty(t, f.claim(t, req), "another relay leaves the hot row alone while the claim is fresh")
 	f.Clock.Advance(time.Minute)
 	require.Equal(t, written[:1], f.claim(t, req), "the claim of a relay that died expires")
 }
 
+// namedRow is an event's row as the engine prepares it, with payload as
+// its bytes.
+func namedRow(payload string) outboxdriver.InsertRow {
+	return outboxdriver.InsertRow{ID: outbox.NewID(), Type: "Named", Topic: "Named", AggregateType: string(outbox.GlobalAggregate),
+		Payload: []byte(payload), OccurredAt: Start, AvailableAt: Start}
+}
+
 // Rows written while a savepoint is open are the savepoint's, whatever
-// transaction they were written through: the store marks such writes,
-// and the hot path receives them only if the savepoint, and any it was
-// in, was released.
+// transaction they were written through: the driver marks such writes,
+// and tells which it kept, so that the hot path receives them only if the
+// savepoint, and any it was in, was released.
 func testHotPathTakesOnlyWhatSavepointsKept[Tx any](t *testing.T, f *fixture[Tx]) {
-	var got []string
-	writer, err := outbox.NewWriter(f.Store, outbox.WriterConfig{
-		Clock: f.Clock,
-		AfterCommit: func(_ context.Context, events []outbox.Envelope, _ time.Duration) error {
-			for _, e := range events {
-				got = append(got, string(e.Payload()))
-			}
-			return nil
-		},
-	})
-	require.NoError(t, err)
-	event := func(name string) outbox.Envelope { return outbox.NewBytes("Named", []byte(name)) }
+	writer, hot := f.hotWriter(t, "relay-a", time.Minute)
 	exec := func(ctx context.Context, tx Tx, sqls ...string) {
 		for _, sql := range sqls {
 			require.NoError(t, f.Exec(ctx, tx, sql))
@@ -310,26 +462,26 @@ func testHotPathTakesOnlyWhatSavepointsKept[Tx any](t *testing.T, f *fixture[Tx]
 	write := func(ctx context.Context, tx Tx, names ...string) {
 		events := make([]outbox.Envelope, len(names))
 		for i, name := range names {
-			events[i] = event(name)
+			events[i] = outbox.NewBytes("Named", []byte(name))
 		}
 		_, err := writer.Write(ctx, tx, events...)
 		require.NoError(t, err)
 	}
 	var (
-		mark, coldMark     uint64
-		keptOpen, keptGone []string
+		mark, coldMark, topMark uint64
+		keptOpen, keptGone      []string
 	)
 	require.NoError(t, f.Store.InTx(t.Context(), func(ctx context.Context, tx Tx) error {
 		exec(ctx, tx, "SAVEPOINT a")
 		write(ctx, tx, "rolled back")
-		hot, err := outbox.Prepare([]outbox.Envelope{event("inserted in a savepoint")}, Start)
+		row := namedRow("inserted in a savepoint")
+		var err error
+		mark, err = f.driver.Insert(ctx, tx, &outboxdriver.InsertParams{Rows: []outboxdriver.InsertRow{row}, Now: Start, Mark: true})
 		require.NoError(t, err)
-		mark, err = f.Store.Insert(ctx, tx, hot, nil, outbox.Lease{})
-		require.NoError(t, err)
-		keptOpen, err = f.Store.Kept(ctx, tx, mark, []string{hot[0].ID})
+		keptOpen, err = f.driver.Kept(ctx, tx, mark, []string{row.ID})
 		require.NoError(t, err)
 		exec(ctx, tx, "ROLLBACK TO SAVEPOINT a")
-		keptGone, err = f.Store.Kept(ctx, tx, mark, []string{hot[0].ID})
+		keptGone, err = f.driver.Kept(ctx, tx, mark, []string{row.ID})
 		require.NoError(t, err)
 		exec(ctx, tx, "RELEASE SAVEPOINT a")
 
@@ -340,17 +492,29 @@ func testHotPathTakesOnlyWhatSavepointsKept[Tx any](t *testing.T, f *fixture[Tx]
 		exec(ctx, tx, "SAVEPOINT c", "SAVEPOINT d")
 		write(ctx, tx, "released into a savepoint rolled back")
 		exec(ctx, tx, "RELEASE SAVEPOINT d", "ROLLBACK TO SAVEPOINT c", "RELEASE SAVEPOINT c")
-		cold, err := outbox.Prepare([]outbox.Envelope{event("cold")}, Start)
+		coldMark, err = f.driver.Insert(ctx, tx, &outboxdriver.InsertParams{Rows: []outboxdriver.InsertRow{namedRow("cold")}, Now: Start})
 		require.NoError(t, err)
-		coldMark, err = f.Store.Insert(ctx, tx, nil, cold, outbox.Lease{})
-		return err
+		top := namedRow("top level, asked for its mark")
+		topMark, err = f.driver.Insert(ctx, tx, &outboxdriver.InsertParams{Rows: []outboxdriver.InsertRow{top}, Now: Start, Mark: true})
+		require.NoError(t, err)
+		if topMark != 0 {
+			// The driver cannot tell: it must find the row kept.
+			kept, err := f.driver.Kept(ctx, tx, topMark, []string{top.ID})
+			require.NoError(t, err)
+			require.Equal(t, []string{top.ID}, kept, "a row of the top-level transaction is kept")
+		}
+		return nil
 	}))
 	require.NotZero(t, mark, "a write in a savepoint is marked")
 	require.Len(t, keptOpen, 1, "kept while its savepoint is open")
 	require.Empty(t, keptGone, "not kept once its savepoint rolled back")
-	require.Zero(t, coldMark, "a write with no hot event needs no mark")
+	require.Zero(t, coldMark, "a write that asks for no mark gets none")
+	var got []string
+	for _, e := range hot.Delivered() {
+		got = append(got, string(e.Payload()))
+	}
 	require.Equal(t, []string{"top level", "released one", "released two"}, got)
-	require.Equal(t, 4, f.Count(t))
+	require.Equal(t, 5, f.Count(t))
 }
 
 func testInsertRoundTripsEveryField[Tx any](t *testing.T, f *fixture[Tx]) {
@@ -390,6 +554,7 @@ func testInsertRoundTripsEveryField[Tx any](t *testing.T, f *fixture[Tx]) {
 	require.Empty(t, e.LastError)
 	require.Empty(t, e.LockedBy)
 	require.True(t, e.LockedAt.IsZero())
+	require.True(t, e.LockedUntil.IsZero())
 	require.NoError(t, e.Malformed)
 
 	r := f.get(t, got[1])
@@ -400,7 +565,10 @@ func testInsertRoundTripsEveryField[Tx any](t *testing.T, f *fixture[Tx]) {
 	require.Empty(t, r.AggregateID)
 	require.Empty(t, r.TenantID)
 	require.Nil(t, r.Headers)
+	row := f.getRow(t, got[1])
+	require.Empty(t, row.Headers, "no headers are stored as NULL, read back as \"\"")
 
+	require.NotNil(t, f.getRow(t, got[2]).Payload, "an empty payload is read back empty, not nil")
 	require.NotNil(t, f.get(t, got[2]).PayloadBytes)
 	require.Empty(t, f.get(t, got[2]).PayloadBytes)
 }
@@ -422,17 +590,10 @@ func testInsertBatches[Tx any](t *testing.T, f *fixture[Tx]) {
 	}
 }
 
-func testPayloadSizeBoundary[Tx any](t *testing.T, f *fixture[Tx]) {
+func testPayloadOfTheLargestSize[Tx any](t *testing.T, f *fixture[Tx]) {
 	exact := bytes.Repeat([]byte{'x'}, outbox.MaxPayloadSize)
 	id := f.write(t, outbox.NewBytes("Big", exact))[0]
 	require.Equal(t, exact, f.get(t, id).PayloadBytes)
-
-	err := f.Store.InTx(t.Context(), func(ctx context.Context, tx Tx) error {
-		_, err := f.writer.Write(ctx, tx, JSONEvent(1), outbox.NewBytes("Big", append(exact, 'x')))
-		return err
-	})
-	require.ErrorIs(t, err, outbox.ErrInvalidEnvelope)
-	require.Equal(t, 1, f.Count(t), "nothing of the rejected batch written")
 }
 
 func testDuplicateEventID[Tx any](t *testing.T, f *fixture[Tx]) {
@@ -464,12 +625,7 @@ func testDuplicateEventID[Tx any](t *testing.T, f *fixture[Tx]) {
 
 	// The same with a hot path, whose events are written claimed and the
 	// others not: the duplicate among the others undoes the claimed ones.
-	hotWriter, err := outbox.NewWriter(f.Store, outbox.WriterConfig{
-		Clock:       f.Clock,
-		ClaimOwner:  "relay-a",
-		AfterCommit: func(context.Context, []outbox.Envelope, time.Duration) error { return nil },
-	})
-	require.NoError(t, err)
+	hotWriter, _ := f.hotWriter(t, "relay-a", time.Minute)
 	delayed := e
 	delayed.DeliverAfter = Start.Add(time.Hour)
 	commitErr = f.Store.InTx(ctx, func(ctx context.Context, tx Tx) error {
@@ -481,22 +637,20 @@ func testDuplicateEventID[Tx any](t *testing.T, f *fixture[Tx]) {
 }
 
 func testStatusTransitions[Tx any](t *testing.T, f *fixture[Tx]) {
-	ctx := t.Context()
 	written := f.write(t, JSONEvent(1), JSONEvent(2), JSONEvent(3), JSONEvent(4))
-	done, retried, dead, deferred := written[0], written[1], written[2], written[3]
-	require.Len(t, f.claim(t, outbox.ClaimRequest{Owner: "me"}), 4)
+	done, retried, died, deferred := written[0], written[1], written[2], written[3]
+	require.Len(t, f.claim(t, request{Owner: "me"}), 4)
 
 	f.Clock.Advance(time.Second)
 	now := f.Clock.Now()
-	long := strings.Repeat("é", 5000)
-	n, err := f.Store.UpdateStatus(ctx, "me",
-		outbox.Done(done),
-		outbox.Retry(retried, now.Add(time.Minute), errors.New(long)),
-		outbox.Dead(dead, errors.New("poison")),
-		outbox.Defer(deferred, now.Add(time.Hour), nil),
-	)
-	require.NoError(t, err)
-	require.EqualValues(t, 4, n)
+	// The longest error the engine stores, in characters of two bytes.
+	long := strings.Repeat("é", codec.MaxErrorLen)
+	require.EqualValues(t, 1, f.markDone(t, done))
+	require.EqualValues(t, 3, f.record(t, "me",
+		retry(retried, now.Add(time.Minute), long),
+		dead(died, "poison"),
+		deferral(deferred, now.Add(time.Hour), ""),
+	))
 
 	e := f.get(t, done)
 	require.Equal(t, outbox.StatusDone, e.Status)
@@ -505,19 +659,23 @@ func testStatusTransitions[Tx any](t *testing.T, f *fixture[Tx]) {
 	require.Zero(t, e.Attempts)
 	require.Empty(t, e.LockedBy)
 	require.True(t, e.LockedAt.IsZero())
+	require.True(t, e.LockedUntil.IsZero())
 
 	e = f.get(t, retried)
 	require.Equal(t, outbox.StatusRetry, e.Status)
 	require.Equal(t, 1, e.Attempts)
 	require.Equal(t, now.Add(time.Minute), e.AvailableAt.UTC())
-	require.Equal(t, strings.Repeat("é", outbox.MaxErrorLen), e.LastError, "5000-char error stored cut to 4000")
+	require.Equal(t, now, e.UpdatedAt.UTC())
+	require.Equal(t, long, e.LastError, "an error of 4000 characters stored whole")
 	require.Empty(t, e.LockedBy)
+	require.True(t, e.LockedUntil.IsZero())
 	require.True(t, e.DoneAt.IsZero())
 
-	e = f.get(t, dead)
+	e = f.get(t, died)
 	require.Equal(t, outbox.StatusDead, e.Status)
 	require.Equal(t, 1, e.Attempts)
 	require.Equal(t, "poison", e.LastError)
+	require.Equal(t, Start, e.AvailableAt.UTC(), "an outcome without a next time keeps the due time")
 	require.Empty(t, e.LockedBy)
 
 	e = f.get(t, deferred)
@@ -527,67 +685,49 @@ func testStatusTransitions[Tx any](t *testing.T, f *fixture[Tx]) {
 	require.Empty(t, e.LastError, "a deferral without a reason writes no error")
 	require.Empty(t, e.LockedBy)
 
-	// Idempotence, and DONE is final.
+	// Idempotence, and DONE is final, for its owner or from no owner: the
+	// DONE row holds no claim that would stop an outcome.
 	f.Clock.Advance(time.Second)
-	n, err = f.Store.UpdateStatus(ctx, "me", outbox.Done(done), outbox.Retry(done, now, errors.New("late")), outbox.Dead(done, nil))
-	require.NoError(t, err)
-	require.Zero(t, n)
+	require.Zero(t, f.markDone(t, done))
+	for _, owner := range []string{"me", ""} {
+		for _, late := range []outboxdriver.Outcome{retry(done, now, "late"), dead(done, "late"), deferral(done, now, "late")} {
+			require.Zero(t, f.record(t, owner, late), "status %d from %q on a DONE row", late.Status, owner)
+		}
+	}
 	e = f.get(t, done)
 	require.Equal(t, outbox.StatusDone, e.Status)
+	require.Zero(t, e.Attempts)
 	require.Equal(t, now, e.DoneAt.UTC(), "a DONE row is never rewritten")
 	require.Equal(t, now, e.UpdatedAt.UTC())
-	// Nor by an outcome alone in its batch, from no owner: the DONE row
-	// holds no claim that would stop it.
-	for _, late := range []outbox.StatusUpdate{
-		outbox.Retry(done, now, errors.New("late")), outbox.Dead(done, errors.New("late")), outbox.Defer(done, now, nil),
-	} {
-		n, err = f.Store.UpdateStatus(ctx, "", late)
-		require.NoError(t, err)
-		require.Zero(t, n, "%v from no owner on a DONE row", late.Status)
-		e = f.get(t, done)
-		require.Equal(t, outbox.StatusDone, e.Status)
-		require.Zero(t, e.Attempts)
-		require.Equal(t, now, e.DoneAt.UTC())
-		require.Empty(t, e.LastError)
-	}
+	require.Empty(t, e.LastError)
 
 	// The relay's claim ended with its first outcome: the same RETRY sent
 	// again (a statement retried after a timeout) spends no second attempt.
-	n, err = f.Store.UpdateStatus(ctx, "me", outbox.Retry(retried, now.Add(2*time.Minute), errors.New("again")))
-	require.NoError(t, err)
-	require.Zero(t, n)
+	require.Zero(t, f.record(t, "me", retry(retried, now.Add(2*time.Minute), "again")))
 	require.Equal(t, 1, f.get(t, retried).Attempts)
 	// Without an owner, an outcome applies to any event under no lease.
-	n, err = f.Store.UpdateStatus(ctx, "", outbox.Retry(retried, now.Add(2*time.Minute), errors.New("again")))
-	require.NoError(t, err)
-	require.EqualValues(t, 1, n)
+	require.EqualValues(t, 1, f.record(t, "", retry(retried, now.Add(2*time.Minute), "again")))
 	e = f.get(t, retried)
 	require.Equal(t, 2, e.Attempts)
 	require.Equal(t, "again", e.LastError)
+	// An error of "" keeps the one stored.
+	require.EqualValues(t, 1, f.record(t, "", retry(retried, now.Add(2*time.Minute), "")))
+	e = f.get(t, retried)
+	require.Equal(t, 3, e.Attempts)
+	require.Equal(t, "again", e.LastError)
 
-	// A DONE ignores an error and a next time (StatusUpdate's docs).
-	n, err = f.Store.UpdateStatus(ctx, "me",
-		outbox.StatusUpdate{ID: retried, Status: outbox.StatusDone, Error: "ignored", NextAt: now.Add(time.Hour)})
-	require.NoError(t, err)
-	require.EqualValues(t, 1, n)
+	// A DONE after failures, whoever holds the row.
+	doneAt := f.Clock.Now()
+	require.EqualValues(t, 1, f.markDone(t, retried))
 	e = f.get(t, retried)
 	require.Equal(t, outbox.StatusDone, e.Status)
-	require.Equal(t, 2, e.Attempts, "a success spends no attempt")
+	require.Equal(t, doneAt, e.DoneAt.UTC())
+	require.Equal(t, 3, e.Attempts, "a success spends no attempt")
 	require.Equal(t, "again", e.LastError, "the last failure stays readable after success")
 	require.Equal(t, now.Add(2*time.Minute), e.AvailableAt.UTC(), "a success keeps the due time")
 
-	_, err = f.Store.UpdateStatus(ctx, "me", outbox.StatusUpdate{ID: dead, Status: outbox.StatusRetry})
-	require.ErrorIs(t, err, outbox.ErrInvalidRequest)
-	n, err = f.Store.UpdateStatus(ctx, "me", outbox.Done("no-such-event"))
-	require.NoError(t, err)
-	require.Zero(t, n)
-	n, err = f.Store.UpdateStatus(ctx, "me")
-	require.NoError(t, err)
-	require.Zero(t, n)
-	for _, owner := range []string{"bad\x00owner", "bad\xffowner", strings.Repeat("o", outbox.MaxOwnerLen+1)} {
-		_, err = f.Store.UpdateStatus(ctx, owner, outbox.Done(retried))
-		require.ErrorIs(t, err, outbox.ErrInvalidRequest, "owner %q", owner)
-	}
+	require.Zero(t, f.markDone(t, "no-such-event"))
+	require.Zero(t, f.record(t, "me", retry("no-such-event", now, "x")))
 }
 
 // An outcome counts only from the relay that holds the event: a relay
@@ -595,23 +735,20 @@ func testStatusTransitions[Tx any](t *testing.T, f *fixture[Tx]) {
 // event went DEAD, must not clear the other's lease, revive the event, or
 // spend its attempts. DONE is the exception: the event was delivered.
 func testStaleOutcomesChangeNothing[Tx any](t *testing.T, f *fixture[Tx]) {
-	ctx := t.Context()
 	written := f.write(t, JSONEvent(1), JSONEvent(2), JSONEvent(3), JSONEvent(4))
-	retried, dead, deferred, delivered := written[0], written[1], written[2], written[3]
-	require.Len(t, f.claim(t, outbox.ClaimRequest{Owner: "slow", LockTimeout: time.Minute}), 4)
+	retried, died, deferred, delivered := written[0], written[1], written[2], written[3]
+	require.Len(t, f.claim(t, request{Owner: "slow", Lease: time.Minute}), 4)
 	f.Clock.Advance(2 * time.Minute)
-	require.Len(t, f.claim(t, outbox.ClaimRequest{Owner: "b", LockTimeout: time.Minute}), 4)
+	require.Len(t, f.claim(t, request{Owner: "b", Lease: time.Minute}), 4)
 
 	now := f.Clock.Now()
-	late := []outbox.StatusUpdate{
-		outbox.Retry(retried, now.Add(time.Hour), errors.New("late")),
-		outbox.Dead(dead, errors.New("late")),
-		outbox.Defer(deferred, now.Add(time.Hour), errors.New("late")),
+	late := []outboxdriver.Outcome{
+		retry(retried, now.Add(time.Hour), "late"),
+		dead(died, "late"),
+		deferral(deferred, now.Add(time.Hour), "late"),
 	}
 	for _, owner := range []string{"slow", ""} {
-		n, err := f.Store.UpdateStatus(ctx, owner, late...)
-		require.NoError(t, err)
-		require.Zero(t, n, "outcomes from %q while b's lease runs", owner)
+		require.Zero(t, f.record(t, owner, late...), "outcomes from %q while b's lease runs", owner)
 	}
 	for _, id := range written[:3] {
 		e := f.get(t, id)
@@ -623,16 +760,13 @@ func testStaleOutcomesChangeNothing[Tx any](t *testing.T, f *fixture[Tx]) {
 	}
 
 	// DEAD stays DEAD until replayed, whoever sends a late outcome.
-	n, err := f.Store.UpdateStatus(ctx, "b", outbox.Dead(dead, errors.New("poison")))
-	require.NoError(t, err)
-	require.EqualValues(t, 1, n)
+	require.EqualValues(t, 1, f.record(t, "b", dead(died, "poison")))
 	for _, owner := range []string{"b", "slow", ""} {
-		n, err = f.Store.UpdateStatus(ctx, owner, outbox.Retry(dead, now, errors.New("late")),
-			outbox.Defer(dead, now, nil), outbox.Dead(dead, errors.New("late")))
-		require.NoError(t, err)
-		require.Zero(t, n, "outcomes from %q after DEAD", owner)
+		for _, o := range []outboxdriver.Outcome{retry(died, now, "late"), deferral(died, now, ""), dead(died, "late")} {
+			require.Zero(t, f.record(t, owner, o), "status %d from %q after DEAD", o.Status, owner)
+		}
 	}
-	e := f.get(t, dead)
+	e := f.get(t, died)
 	require.Equal(t, outbox.StatusDead, e.Status)
 	require.Equal(t, 1, e.Attempts)
 	require.Equal(t, "poison", e.LastError)
@@ -641,23 +775,15 @@ func testStaleOutcomesChangeNothing[Tx any](t *testing.T, f *fixture[Tx]) {
 	// relay claimed the event since; without an owner, so does any lease
 	// that ran out.
 	f.Clock.Advance(2 * time.Minute)
-	n, err = f.Store.UpdateStatus(ctx, "slow", late[0])
-	require.NoError(t, err)
-	require.Zero(t, n, "b claimed it after slow")
-	n, err = f.Store.UpdateStatus(ctx, "b", late[0])
-	require.NoError(t, err)
-	require.EqualValues(t, 1, n, "b's own lease, run out")
-	n, err = f.Store.UpdateStatus(ctx, "", late[2])
-	require.NoError(t, err)
-	require.EqualValues(t, 1, n, "no running lease")
+	require.Zero(t, f.record(t, "slow", late[0]), "b claimed it after slow")
+	require.EqualValues(t, 1, f.record(t, "b", late[0]), "b's own lease, run out")
+	require.EqualValues(t, 1, f.record(t, "", late[2]), "no running lease")
 	require.Equal(t, now.Add(time.Hour), f.get(t, deferred).AvailableAt.UTC())
 
 	// A late success is recorded: the event was delivered.
-	n, err = f.Store.UpdateStatus(ctx, "slow", outbox.Done(delivered), outbox.Done(dead))
-	require.NoError(t, err)
-	require.EqualValues(t, 2, n)
+	require.EqualValues(t, 2, f.markDone(t, delivered, died))
 	require.Equal(t, outbox.StatusDone, f.get(t, delivered).Status)
-	require.Equal(t, outbox.StatusDone, f.get(t, dead).Status)
+	require.Equal(t, outbox.StatusDone, f.get(t, died).Status)
 }
 
 // An outcome that says which attempt it reports applies once: written
@@ -665,34 +791,27 @@ func testStaleOutcomesChangeNothing[Tx any](t *testing.T, f *fixture[Tx]) {
 // counts the attempt twice nor ends the claim its owner has made since.
 // One that does not say is applied as before.
 func testOutcomeWrittenTwiceCountsOnce[Tx any](t *testing.T, f *fixture[Tx]) {
-	ctx := t.Context()
 	written := f.write(t, JSONEvent(1), JSONEvent(2), JSONEvent(3))
-	retried, dead, unchecked := written[0], written[1], written[2]
-	require.Len(t, f.claim(t, outbox.ClaimRequest{Owner: "me", LockTimeout: time.Minute}), 3)
+	retried, died, unchecked := written[0], written[1], written[2]
+	require.Len(t, f.claim(t, request{Owner: "me", Lease: time.Minute}), 3)
 	now := f.Clock.Now()
-	failed := errors.New("failed")
-	outcomes := []outbox.StatusUpdate{
-		outbox.Decide(retried, 1, failed, outbox.Backoff{Base: time.Second, Max: time.Second, MaxAttempts: 5}, now),
-		outbox.Decide(dead, 1, outbox.Permanent(failed), nil, now),
-		outbox.Retry(unchecked, now, failed),
+	outcomes := []outboxdriver.Outcome{
+		checked(retry(retried, now.Add(time.Second), "failed"), 0),
+		checked(dead(died, "failed"), 0),
+		retry(unchecked, now, "failed"),
 	}
-	require.Equal(t, 1, outcomes[0].Attempt)
-	n, err := f.Store.UpdateStatus(ctx, "me", outcomes...)
-	require.NoError(t, err)
-	require.EqualValues(t, 3, n)
+	require.EqualValues(t, 3, f.record(t, "me", outcomes...))
 
 	f.Clock.Advance(2 * time.Second)
 	require.ElementsMatch(t, []string{retried, unchecked},
-		f.claim(t, outbox.ClaimRequest{Owner: "me", LockTimeout: time.Minute}), "due again, and claimed again by me")
-	n, err = f.Store.UpdateStatus(ctx, "me", outcomes...)
-	require.NoError(t, err)
-	require.EqualValues(t, 1, n, "only the outcome that does not say its attempt is applied again")
+		f.claim(t, request{Owner: "me", Lease: time.Minute}), "due again, and claimed again by me")
+	require.EqualValues(t, 1, f.record(t, "me", outcomes...), "only the outcome that does not say its attempt is applied again")
 
 	e := f.get(t, retried)
 	require.Equal(t, outbox.StatusRetry, e.Status)
 	require.Equal(t, 1, e.Attempts, "one failure, counted once")
 	require.Equal(t, "me", e.LockedBy, "the newer claim holds")
-	e = f.get(t, dead)
+	e = f.get(t, died)
 	require.Equal(t, outbox.StatusDead, e.Status)
 	require.Equal(t, 1, e.Attempts)
 	e = f.get(t, unchecked)
@@ -700,64 +819,34 @@ func testOutcomeWrittenTwiceCountsOnce[Tx any](t *testing.T, f *fixture[Tx]) {
 	require.Empty(t, e.LockedBy)
 
 	// The next attempt's outcome is recorded.
-	next := outbox.Decide(retried, 2, failed, outbox.Backoff{Base: time.Second, Max: time.Second, MaxAttempts: 5}, now)
-	n, err = f.Store.UpdateStatus(ctx, "me", next)
-	require.NoError(t, err)
-	require.EqualValues(t, 1, n)
+	require.EqualValues(t, 1, f.record(t, "me", checked(retry(retried, now.Add(time.Second), "failed"), 1)))
 	require.Equal(t, 2, f.get(t, retried).Attempts)
-
-	_, err = f.Store.UpdateStatus(ctx, "me", outbox.StatusUpdate{ID: retried, Status: outbox.StatusDead, Attempt: -1})
-	require.ErrorIs(t, err, outbox.ErrInvalidRequest)
-}
-
-func testUpdateStatusDoneOrLastUpdatePerEventWins[Tx any](t *testing.T, f *fixture[Tx]) {
-	id := f.write(t, JSONEvent(1))[0]
-	n, err := f.Store.UpdateStatus(t.Context(), "",
-		outbox.Retry(id, Start.Add(time.Minute), errors.New("first")), outbox.Dead(id, errors.New("second")))
-	require.NoError(t, err)
-	require.EqualValues(t, 1, n)
-	e := f.get(t, id)
-	require.Equal(t, outbox.StatusDead, e.Status)
-	require.Equal(t, 1, e.Attempts)
-	require.Equal(t, "second", e.LastError)
-
-	// A DONE is final in a batch as in the table: a nack of a second
-	// delivery in the same batch does not make a delivered event pending.
-	id = f.write(t, JSONEvent(2))[0]
-	n, err = f.Store.UpdateStatus(t.Context(), "",
-		outbox.Done(id), outbox.Retry(id, Start.Add(time.Minute), errors.New("second delivery failed")))
-	require.NoError(t, err)
-	require.EqualValues(t, 1, n)
-	require.Equal(t, outbox.StatusDone, f.get(t, id).Status)
 }
 
 // A store configured to delete delivered events deletes the rows of DONE
-// outcomes, records every other outcome as usual, and leaves rows that
-// were DONE already alone.
+// outcomes, RETRY ones included, records every other outcome as usual,
+// and leaves rows that were DONE already alone.
 func testDeleteDoneDeletesOnlyDeliveredEvents[Tx any](t *testing.T, f *fixture[Tx]) {
 	ctx := t.Context()
+	del := f.DeleteDone.Driver()
 	written := f.write(t, JSONEvent(1), JSONEvent(2), JSONEvent(3), JSONEvent(4), JSONEvent(5), JSONEvent(6))
-	delivered, retried, dead, deferred, doneBefore, lateSuccess := written[0], written[1], written[2], written[3], written[4], written[5]
-	require.Len(t, f.claim(t, outbox.ClaimRequest{Owner: "me"}), 6)
-	n, err := f.Store.UpdateStatus(ctx, "me", outbox.Done(doneBefore))
-	require.NoError(t, err)
-	require.EqualValues(t, 1, n)
+	delivered, retried, died, deferred, doneBefore, lateSuccess := written[0], written[1], written[2], written[3], written[4], written[5]
+	require.Len(t, f.claim(t, request{Owner: "me"}), 6)
+	require.EqualValues(t, 1, f.markDone(t, doneBefore))
+	require.EqualValues(t, 1, f.recordBy(t, del, "me", retry(lateSuccess, Start, "first")))
 
 	f.Clock.Advance(time.Second)
 	now := f.Clock.Now()
-	n, err = f.DeleteDone.UpdateStatus(ctx, "me",
-		outbox.Done(delivered),
-		outbox.Retry(retried, now.Add(time.Minute), errors.New("refused")),
-		outbox.Dead(dead, errors.New("poison")),
-		outbox.Defer(deferred, now.Add(time.Hour), nil),
-		outbox.Done(doneBefore),
-		outbox.Retry(lateSuccess, now, errors.New("first")), outbox.Done(lateSuccess),
-	)
-	require.NoError(t, err)
-	require.EqualValues(t, 5, n, "one row deleted for each DONE outcome, one updated for each other; the DONE row untouched")
+	require.EqualValues(t, 2, f.markDoneBy(t, del, delivered, doneBefore, lateSuccess),
+		"one row deleted for each DONE outcome; the DONE row untouched")
+	require.EqualValues(t, 3, f.recordBy(t, del, "me",
+		retry(retried, now.Add(time.Minute), "refused"),
+		dead(died, "poison"),
+		deferral(deferred, now.Add(time.Hour), ""),
+	))
 	require.Equal(t, 4, f.Count(t))
 	for _, id := range []string{delivered, lateSuccess} {
-		_, err = f.DeleteDone.Get(ctx, id)
+		_, err := f.DeleteDone.Get(ctx, id)
 		require.ErrorIs(t, err, outbox.ErrNotFound, "a delivered event is deleted")
 	}
 
@@ -767,7 +856,7 @@ func testDeleteDoneDeletesOnlyDeliveredEvents[Tx any](t *testing.T, f *fixture[T
 	require.Equal(t, "refused", e.LastError)
 	require.Equal(t, now.Add(time.Minute), e.AvailableAt.UTC())
 	require.Empty(t, e.LockedBy)
-	e = f.get(t, dead)
+	e = f.get(t, died)
 	require.Equal(t, outbox.StatusDead, e.Status)
 	require.Equal(t, "poison", e.LastError)
 	e = f.get(t, deferred)
@@ -778,16 +867,10 @@ func testDeleteDoneDeletesOnlyDeliveredEvents[Tx any](t *testing.T, f *fixture[T
 	require.Equal(t, Start, e.DoneAt.UTC())
 
 	// Recording again is harmless, and only DONE outcomes delete.
-	n, err = f.DeleteDone.UpdateStatus(ctx, "me", outbox.Done(delivered), outbox.Done(doneBefore))
-	require.NoError(t, err)
-	require.Zero(t, n)
-	n, err = f.DeleteDone.UpdateStatus(ctx, "", outbox.Retry(retried, now, errors.New("again")))
-	require.NoError(t, err)
-	require.EqualValues(t, 1, n)
+	require.Zero(t, f.markDoneBy(t, del, delivered, doneBefore))
+	require.EqualValues(t, 1, f.recordBy(t, del, "", retry(retried, now, "again")))
 	require.Equal(t, 2, f.get(t, retried).Attempts)
-	n, err = f.DeleteDone.UpdateStatus(ctx, "me", outbox.Done(retried), outbox.Done(dead))
-	require.NoError(t, err)
-	require.EqualValues(t, 2, n)
+	require.EqualValues(t, 2, f.markDoneBy(t, del, retried, died))
 	require.Equal(t, 2, f.Count(t), "the deferred event and the DONE row are left")
 }
 
@@ -797,7 +880,7 @@ func testDelayedEventsInvisibleUntilDue[Tx any](t *testing.T, f *fixture[Tx]) {
 	id := f.write(t, delayed)[0]
 	require.Equal(t, delayed.DeliverAfter, f.get(t, id).AvailableAt.UTC())
 
-	req := outbox.ClaimRequest{Owner: "me"}
+	req := request{Owner: "me"}
 	require.Empty(t, f.claim(t, req))
 	f.Clock.Advance(9 * time.Second)
 	require.Empty(t, f.claim(t, req))
@@ -807,11 +890,10 @@ func testDelayedEventsInvisibleUntilDue[Tx any](t *testing.T, f *fixture[Tx]) {
 
 func testRetryAndDeferredDueAgainAtNextTime[Tx any](t *testing.T, f *fixture[Tx]) {
 	written := f.write(t, JSONEvent(1), JSONEvent(2))
-	_, err := f.Store.UpdateStatus(t.Context(), "",
-		outbox.Retry(written[0], Start.Add(time.Second), errors.New("down")),
-		outbox.Defer(written[1], Start.Add(2*time.Second), nil))
-	require.NoError(t, err)
-	req := outbox.ClaimRequest{Owner: "me"}
+	require.EqualValues(t, 2, f.record(t, "",
+		retry(written[0], Start.Add(time.Second), "down"),
+		deferral(written[1], Start.Add(2*time.Second), "")))
+	req := request{Owner: "me"}
 	require.Empty(t, f.claim(t, req))
 	f.Clock.Advance(time.Second)
 	require.Equal(t, written[:1], f.claim(t, req))
@@ -821,29 +903,27 @@ func testRetryAndDeferredDueAgainAtNextTime[Tx any](t *testing.T, f *fixture[Tx]
 }
 
 func testClaimLocksAndExpires[Tx any](t *testing.T, f *fixture[Tx]) {
-	ctx := t.Context()
 	written := f.write(t, JSONEvent(1), JSONEvent(2), JSONEvent(3))
 
-	a, err := f.Store.Claim(ctx, outbox.ClaimRequest{Owner: "a", Limit: 2, LockTimeout: 30 * time.Second})
-	require.NoError(t, err)
+	a := f.claimRows(t, request{Owner: "a", Limit: 2, Lease: 30 * time.Second})
 	require.Equal(t, written[:2], IDs(a), "due order, limit honoured")
-	for _, e := range a {
-		require.Equal(t, "a", e.LockedBy)
-		require.Equal(t, Start, e.LockedAt.UTC())
-		require.Equal(t, Start.Add(30*time.Second), e.LockedUntil.UTC(), "the lease end")
-		require.Equal(t, Start, e.AvailableAt.UTC(), "a claim leaves the due time alone")
-		require.Equal(t, e, f.get(t, e.ID), "the claim returns the rows as stored")
+	for _, r := range a {
+		require.Equal(t, "a", r.LockedBy)
+		require.Equal(t, Start, r.LockedAt.UTC())
+		require.Equal(t, Start.Add(30*time.Second), r.LockedUntil.UTC(), "the lease end")
+		require.Equal(t, Start, r.AvailableAt.UTC(), "a claim leaves the due time alone")
+		require.Equal(t, r, f.getRow(t, r.ID), "the claim returns the rows as stored")
 	}
-	b := f.claim(t, outbox.ClaimRequest{Owner: "b", LockTimeout: 30 * time.Second})
+	b := f.claim(t, request{Owner: "b", Lease: 30 * time.Second})
 	require.Equal(t, written[2:], b, "fresh claims are not taken")
 
 	f.Clock.Advance(29 * time.Second)
-	require.Empty(t, f.claim(t, outbox.ClaimRequest{Owner: "c", LockTimeout: 30 * time.Second}),
+	require.Empty(t, f.claim(t, request{Owner: "c", Lease: 30 * time.Second}),
 		"claims younger than the lock timeout hold")
 
 	f.Clock.Advance(time.Second)
-	c := f.claim(t, outbox.ClaimRequest{Owner: "c", LockTimeout: 30 * time.Second})
-	require.ElementsMatch(t, written, c, "expired claims are taken over")
+	c := f.claim(t, request{Owner: "c", Lease: 30 * time.Second})
+	require.Equal(t, written, c, "expired claims are taken over")
 	e := f.get(t, written[0])
 	require.Equal(t, "c", e.LockedBy)
 	require.Equal(t, Start.Add(30*time.Second), e.LockedAt.UTC())
@@ -853,230 +933,80 @@ func testClaimLocksAndExpires[Tx any](t *testing.T, f *fixture[Tx]) {
 }
 
 func testReleaseLetsOthersClaimAtOnce[Tx any](t *testing.T, f *fixture[Tx]) {
-	ctx := t.Context()
 	written := f.write(t, JSONEvent(1), JSONEvent(2))
-	require.Len(t, f.claim(t, outbox.ClaimRequest{Owner: "a"}), 2)
+	require.Len(t, f.claim(t, request{Owner: "a"}), 2)
 
-	n, err := f.Store.Release(ctx, "not-the-owner", written)
-	require.NoError(t, err)
-	require.Zero(t, n)
-	n, err = f.Store.Release(ctx, "a", nil)
-	require.NoError(t, err)
-	require.Zero(t, n)
+	require.Zero(t, f.release(t, "not-the-owner", written...))
+	require.Zero(t, f.release(t, "a"))
 	f.Clock.Advance(time.Second)
-	n, err = f.Store.Release(ctx, "a", written[:1])
-	require.NoError(t, err)
-	require.EqualValues(t, 1, n)
+	require.EqualValues(t, 1, f.release(t, "a", written[:1]...))
 
 	e := f.get(t, written[0])
 	require.Empty(t, e.LockedBy)
 	require.True(t, e.LockedAt.IsZero())
 	require.True(t, e.LockedUntil.IsZero())
 	require.Equal(t, Start, e.AvailableAt.UTC(), "due at once, at the time it was due before")
-	require.Equal(t, written[:1], f.claim(t, outbox.ClaimRequest{Owner: "b"}))
+	require.Equal(t, written[:1], f.claim(t, request{Owner: "b"}))
 
-	_, err = f.Store.UpdateStatus(ctx, "a", outbox.Done(written[1]))
-	require.NoError(t, err)
-	n, err = f.Store.Release(ctx, "a", written[1:])
-	require.NoError(t, err)
-	require.Zero(t, n, "finished events have no claim to release")
+	require.EqualValues(t, 1, f.markDone(t, written[1]))
+	require.Zero(t, f.release(t, "a", written[1:]...), "finished events have no claim to release")
 }
 
 // A relay started again under its owner hands back the claims its earlier
 // run held on its topic: only those, made before it started, and pending.
 func testReleaseOwnedHandsBackAnEarlierRunsClaims[Tx any](t *testing.T, f *fixture[Tx]) {
-	ctx := t.Context()
 	orders := f.write(t, JSONEvents(4, "orders")...)
 	other := f.write(t, JSONEvents(1, "billing")...)
-	require.Len(t, f.claim(t, outbox.ClaimRequest{Owner: "relay-1", Limit: 2, Topics: []string{"orders"}}), 2)
-	require.Len(t, f.claim(t, outbox.ClaimRequest{Owner: "relay-2", Limit: 1, Topics: []string{"orders"}}), 1)
-	require.Len(t, f.claim(t, outbox.ClaimRequest{Owner: "relay-1", Topics: []string{"billing"}}), 1)
-	_, err := f.Store.UpdateStatus(ctx, "relay-1", outbox.Done(orders[1]))
-	require.NoError(t, err)
+	require.Len(t, f.claim(t, request{Owner: "relay-1", Limit: 2, Topic: "orders"}), 2)
+	require.Len(t, f.claim(t, request{Owner: "relay-2", Limit: 1, Topic: "orders"}), 1)
+	require.Len(t, f.claim(t, request{Owner: "relay-1", Topic: "billing"}), 1)
+	require.EqualValues(t, 1, f.markDone(t, orders[1]))
 	restarted := f.Clock.Advance(time.Second)
 	f.Clock.Advance(time.Second)
-	require.Len(t, f.claim(t, outbox.ClaimRequest{Owner: "relay-1", Topics: []string{"orders"}}), 1, "the restarted run's own claim")
+	require.Len(t, f.claim(t, request{Owner: "relay-1", Topic: "orders"}), 1, "the restarted run's own claim")
 
-	for _, bad := range [][2]string{{"", "orders"}, {"relay-1", ""}} {
-		_, err := f.Store.ReleaseOwned(ctx, bad[0], bad[1], restarted)
-		require.ErrorIs(t, err, outbox.ErrInvalidRequest)
-	}
-	n, err := f.Store.ReleaseOwned(ctx, "relay-1", "orders", restarted)
+	n, err := f.driver.ReleaseOwned(t.Context(), outboxdriver.ReleaseOwnedParams{Owner: "relay-1", Topic: "orders", ClaimedBefore: restarted})
 	require.NoError(t, err)
 	require.EqualValues(t, 1, n, "the earlier run's pending claim on orders, not its DONE event, relay-2's, billing's or the new run's")
 	e := f.get(t, orders[0])
 	require.Empty(t, e.LockedBy)
+	require.True(t, e.LockedUntil.IsZero())
 	require.Equal(t, Start, e.AvailableAt.UTC(), "due at once, at the time it was due before")
 	require.Equal(t, "relay-2", f.get(t, orders[2]).LockedBy)
 	require.Equal(t, "relay-1", f.get(t, orders[3]).LockedBy)
 	require.Equal(t, "relay-1", f.get(t, other[0]).LockedBy)
-	require.Equal(t, orders[:1], f.claim(t, outbox.ClaimRequest{Owner: "relay-3", Topics: []string{"orders"}}))
+	require.Equal(t, orders[:1], f.claim(t, request{Owner: "relay-3", Topic: "orders"}))
 }
 
 // An event whose claim ends, released or run out, is due again where it
 // was in due order, ahead of events that became due while it was claimed.
 func testClaimEndKeepsDueOrder[Tx any](t *testing.T, f *fixture[Tx]) {
-	ctx := t.Context()
 	first := f.write(t, JSONEvent(1), JSONEvent(2))
-	require.Equal(t, first, f.claim(t, outbox.ClaimRequest{Owner: "a", LockTimeout: time.Minute}))
+	require.Equal(t, first, f.claim(t, request{Owner: "a", Lease: time.Minute}))
 	f.Clock.Advance(time.Second)
 	later := f.write(t, JSONEvent(3))
 	f.Clock.Advance(time.Second)
 
-	n, err := f.Store.Release(ctx, "a", first[1:])
-	require.NoError(t, err)
-	require.EqualValues(t, 1, n)
-	require.Equal(t, first[1:], f.claim(t, outbox.ClaimRequest{Owner: "b", Limit: 1}),
+	require.EqualValues(t, 1, f.release(t, "a", first[1:]...))
+	require.Equal(t, first[1:], f.claim(t, request{Owner: "b", Limit: 1}),
 		"the released event comes before the one written after it")
-	_, err = f.Store.UpdateStatus(ctx, "b", outbox.Done(first[1]))
-	require.NoError(t, err)
+	require.EqualValues(t, 1, f.markDone(t, first[1]))
 
 	f.Clock.Advance(time.Minute)
-	require.Equal(t, []string{first[0], later[0]}, f.claim(t, outbox.ClaimRequest{Owner: "c"}),
+	require.Equal(t, first[:1], f.claim(t, request{Owner: "c", Limit: 1}),
 		"so does the event whose lease ran out")
+	require.Equal(t, later, f.claim(t, request{Owner: "c"}))
 }
 
 func testClaimSkipsRecentEvents[Tx any](t *testing.T, f *fixture[Tx]) {
 	old := f.write(t, JSONEvent(1))
 	f.Clock.Advance(time.Second)
-	f.write(t, JSONEvent(2))
+	recent := f.write(t, JSONEvent(2))
 
-	polled, err := f.Store.PollPending(t.Context(), outbox.PollRequest{SkipRecent: 500 * time.Millisecond})
-	require.NoError(t, err)
-	require.Equal(t, old, IDs(polled), "poll honours skip-recent")
-	require.Empty(t, f.get(t, old[0]).LockedBy, "poll does not claim")
-
-	require.Equal(t, old, f.claim(t, outbox.ClaimRequest{Owner: "me", SkipRecent: time.Second}))
-	require.Equal(t, "me", f.get(t, old[0]).LockedBy)
-
-	polled, err = f.Store.PollPending(t.Context(), outbox.PollRequest{})
-	require.NoError(t, err)
-	require.Len(t, polled, 1, "a claimed event is not due while its lease runs")
-	require.NotEqual(t, old[0], polled[0].ID)
-}
-
-func testOrderedClaimTakesOneEventPerAggregateInWriteOrder[Tx any](t *testing.T, f *fixture[Tx]) {
-	ctx := t.Context()
-	mk := func(id, topic, aggregateType, aggregateID string) outbox.Envelope {
-		e := JSONEvent(0)
-		e.ID, e.Topic, e.AggregateType, e.AggregateID = id, topic, outbox.AggregateType(aggregateType), aggregateID
-		return e
-	}
-	// One transaction each, in this order. The ids of order 1's events run
-	// backwards: write order decides, not the id, which orders the claim.
-	f.write(t, mk("o1-first", "orders", "Order", "1"))
-	f.write(t, mk("b-order2", "orders", "Order", "2"))
-	f.write(t, mk("a-no-aggregate", "orders", "Order", ""))
-	f.write(t, mk("c-customer1", "orders", "Customer", "1"))
-	f.write(t, mk("d-shipping", "shipping", "Order", "1"))
-	f.write(t, mk("o1-second", "orders", "Order", "1"))
-	f.write(t, mk("o1-a-third", "orders", "Order", "1"))
-
-	lease := time.Minute
-	req := outbox.ClaimRequest{Owner: "r", LockTimeout: lease, Topics: []string{"orders"}, Ordered: true}
-	claim := func(msg string, want ...string) {
-		t.Helper()
-		require.ElementsMatch(t, want, f.claim(t, req), msg)
-	}
-	claim("the first event of each aggregate; one without an aggregate id is not ordered",
-		"o1-first", "b-order2", "a-no-aggregate", "c-customer1")
-	claim("an event in flight holds back the rest of its aggregate")
-
-	update := func(u outbox.StatusUpdate) {
-		t.Helper()
-		n, err := f.Store.UpdateStatus(ctx, "r", u)
-		require.NoError(t, err)
-		require.EqualValues(t, 1, n)
-	}
-	for _, id := range []string{"b-order2", "a-no-aggregate", "c-customer1"} {
-		update(outbox.Done(id))
-	}
-	retry := outbox.Retry("o1-first", Start.Add(time.Minute), errors.New("broker down"))
-	retry.Attempt = 1
-	update(retry)
-	claim("so does one waiting for its retry")
-	f.Clock.Advance(time.Minute)
-	claim("the retry comes first", "o1-first")
-	dead := outbox.Dead("o1-first", errors.New("poison"))
-	dead.Attempt = 2
-	update(dead)
-	claim("a DEAD event holds back the rest of its aggregate")
-	n, err := f.Store.ReplayDead(ctx, outbox.DeadFilter{IDs: []string{"o1-first"}})
-	require.NoError(t, err)
-	require.EqualValues(t, 1, n)
-	claim("until it is replayed, and delivered first", "o1-first")
-	update(outbox.Done("o1-first"))
-	claim("then the next in write order", "o1-second")
-	f.Clock.Advance(lease)
-	claim("a lease run out gives the same event again", "o1-second")
-	update(outbox.Done("o1-second"))
-	claim("then the next", "o1-a-third")
-
-	req.Topics, req.Ordered = []string{"shipping"}, false
-	f.write(t, mk("e-shipping", "shipping", "Order", "1"))
-	claim("an unordered claim takes every due event", "d-shipping", "e-shipping")
-}
-
-// An ordered claim that names aggregates takes the first event of each
-// when it is due, and never an event that waits for an earlier one of its
-// aggregate. Stores that do not narrow such claims may take the first
-// events of other aggregates too.
-func testOrderedClaimOfNamedAggregates[Tx any](t *testing.T, f *fixture[Tx]) {
-	mk := func(id, aggregateType, aggregateID string) outbox.Envelope {
-		e := JSONEvent(0)
-		e.ID, e.Topic, e.AggregateType, e.AggregateID = id, "orders", outbox.AggregateType(aggregateType), aggregateID
-		return e
-	}
-	for _, e := range []outbox.Envelope{mk("o1-first", "Order", "1"), mk("o2-first", "Order", "2"),
-		mk("c1-first", "Customer", "1"), mk("o1-second", "Order", "1")} {
-		f.write(t, e)
-	}
-	order1 := outbox.Aggregate{Topic: "orders", Type: "Order", ID: "1"}
-	req := outbox.ClaimRequest{Owner: "r", Topics: []string{"orders"}, Ordered: true, Aggregates: []outbox.Aggregate{order1}}
-	heads := []string{"o1-first", "o2-first", "c1-first"}
-	claimed := f.claim(t, req)
-	require.Contains(t, claimed, "o1-first")
-	require.Subset(t, heads, claimed, "only first events")
-	claimed = append(claimed, f.claim(t, req)...)
-	require.NotContains(t, claimed, "o1-second", "the first event of its aggregate is in flight")
-	n, err := f.Store.UpdateStatus(t.Context(), "r", outbox.Done("o1-first"))
-	require.NoError(t, err)
-	require.EqualValues(t, 1, n)
-	require.Contains(t, f.claim(t, req), "o1-second", "the next once the first is DONE")
-
-	for name, bad := range map[string]outbox.ClaimRequest{
-		"unordered":       {Owner: "r", Aggregates: []outbox.Aggregate{order1}},
-		"no aggregate id": {Owner: "r", Ordered: true, Aggregates: []outbox.Aggregate{{Topic: "orders", Type: "Order"}}},
-		"another topic":   {Owner: "r", Ordered: true, Topics: []string{"shipping"}, Aggregates: []outbox.Aggregate{order1}},
-		"more than limit": {Owner: "r", Ordered: true, Limit: 1, Aggregates: []outbox.Aggregate{order1, order1}},
-	} {
-		_, err := f.Store.Claim(t.Context(), bad)
-		require.ErrorIs(t, err, outbox.ErrInvalidRequest, name)
-	}
-}
-
-// Ordered claims of several topics, or of every topic, keep each topic's
-// aggregates apart: the same aggregate in two topics is two sequences.
-func testOrderedClaimByTopics[Tx any](t *testing.T, f *fixture[Tx]) {
-	mk := func(id, topic string) outbox.Envelope {
-		e := JSONEvent(0)
-		e.ID, e.Topic, e.AggregateType, e.AggregateID = id, topic, "Order", "1"
-		return e
-	}
-	for _, e := range []outbox.Envelope{mk("x1", "x"), mk("y1", "y"), mk("z1", "z"), mk("x2", "x"), mk("y2", "y"), mk("z2", "z")} {
-		f.write(t, e)
-	}
-	req := outbox.ClaimRequest{Owner: "r", Ordered: true}
-	req.Topics = []string{"x", "y"}
-	require.ElementsMatch(t, []string{"x1", "y1"}, f.claim(t, req))
-	req.Topics = nil
-	require.ElementsMatch(t, []string{"z1"}, f.claim(t, req), "every topic: the first of z's aggregate")
-	n, err := f.Store.UpdateStatus(t.Context(), "r", outbox.Done("x1"), outbox.Done("z1"))
-	require.NoError(t, err)
-	require.EqualValues(t, 2, n)
-	require.ElementsMatch(t, []string{"x2", "z2"}, f.claim(t, req))
-	req.Topics = []string{"y", "w"}
-	require.Empty(t, f.claim(t, req), "y2 waits for y1")
+	require.Equal(t, old, f.claim(t, request{Owner: "me", SkipRecent: time.Second}), "written no later than a second ago")
+	require.Empty(t, f.claim(t, request{Owner: "you", SkipRecent: 500 * time.Millisecond}),
+		"the recent event is left out, the old one is leased")
+	require.Equal(t, recent, f.claim(t, request{Owner: "you"}))
 }
 
 func testClaimByTopic[Tx any](t *testing.T, f *fixture[Tx]) {
@@ -1087,54 +1017,32 @@ func testClaimByTopic[Tx any](t *testing.T, f *fixture[Tx]) {
 	}
 	written := f.write(t, mk("a"), mk("b"), mk("c"), mk("a"))
 
-	polled, err := f.Store.PollPending(t.Context(), outbox.PollRequest{Topics: []string{"a", "b"}})
-	require.NoError(t, err)
-	require.Equal(t, []string{written[0], written[1], written[3]}, IDs(polled))
-	polled, err = f.Store.PollPending(t.Context(), outbox.PollRequest{Topics: []string{"c"}})
-	require.NoError(t, err)
-	require.Equal(t, []string{written[2]}, IDs(polled))
-
-	require.Equal(t, []string{written[0], written[3]}, f.claim(t, outbox.ClaimRequest{Owner: "x", Topics: []string{"a"}}))
-	require.Equal(t, []string{written[1]}, f.claim(t, outbox.ClaimRequest{Owner: "x", Topics: []string{"b", "zzz"}}))
-	require.Equal(t, []string{written[2]}, f.claim(t, outbox.ClaimRequest{Owner: "x"}))
+	require.Empty(t, f.claim(t, request{Owner: "x", Topic: "zzz"}))
+	require.Equal(t, []string{written[0], written[3]}, f.claim(t, request{Owner: "x", Topic: "a"}))
+	require.Equal(t, []string{written[1]}, f.claim(t, request{Owner: "x", Topic: "b"}))
+	require.Equal(t, []string{written[2]}, f.claim(t, request{Owner: "x", Topic: "c"}))
 }
 
-func testClaimRejectsBadRequests[Tx any](t *testing.T, f *fixture[Tx]) {
-	ctx := t.Context()
-	f.write(t, JSONEvent(1))
-	_, err := f.Store.Claim(ctx, outbox.ClaimRequest{})
-	require.ErrorIs(t, err, outbox.ErrInvalidRequest)
-	_, err = f.Store.Claim(ctx, outbox.ClaimRequest{Owner: "x", Limit: -1})
-	require.ErrorIs(t, err, outbox.ErrInvalidRequest)
-	_, err = f.Store.PollPending(ctx, outbox.PollRequest{SkipRecent: -time.Second})
-	require.ErrorIs(t, err, outbox.ErrInvalidRequest)
-	_, err = f.Store.QueryDead(ctx, outbox.DeadQuery{Limit: -1})
-	require.ErrorIs(t, err, outbox.ErrInvalidRequest)
-	require.Len(t, f.claim(t, outbox.ClaimRequest{Owner: "x"}), 1, "a rejected request claims nothing")
-}
-
-func testClaimReturnsDueOrderNotIDOrder[Tx any](t *testing.T, f *fixture[Tx]) {
+// A claim takes the earliest due rows first: a retried event is due after
+// a newer one that came due before it, whatever their ids.
+func testClaimTakesTheEarliestDueFirst[Tx any](t *testing.T, f *fixture[Tx]) {
 	older := f.write(t, JSONEvent(1))[0]
 	f.Clock.Advance(time.Second)
 	newer := f.write(t, JSONEvent(2))[0]
-	_, err := f.Store.UpdateStatus(t.Context(), "", outbox.Retry(older, f.Clock.Now().Add(time.Second), errors.New("down")))
-	require.NoError(t, err)
+	require.EqualValues(t, 1, f.record(t, "", retry(older, f.Clock.Now().Add(time.Second), "down")))
 	f.Clock.Advance(2 * time.Second)
 
-	polled, err := f.Store.PollPending(t.Context(), outbox.PollRequest{})
-	require.NoError(t, err)
-	require.Equal(t, []string{newer, older}, IDs(polled), "poll too")
-	require.Equal(t, []string{newer, older}, f.claim(t, outbox.ClaimRequest{Owner: "me"}),
-		"the retried event is due after the newer one")
+	require.Equal(t, []string{newer}, f.claim(t, request{Owner: "me", Limit: 1}), "the retried event is due after the newer one")
+	require.Equal(t, []string{older}, f.claim(t, request{Owner: "me", Limit: 1}))
 }
 
 // A run of claims that share a cursor takes every event once, in due
 // order; an event that became due behind the cursor is claimed once the
-// cursor is reset (a store may or may not take it before).
+// cursor is reset (a driver may or may not take it before).
 func testClaimCursorCoversTheBacklogOnce[Tx any](t *testing.T, f *fixture[Tx]) {
 	written := f.write(t, JSONEvent(1), JSONEvent(2), JSONEvent(3), JSONEvent(4), JSONEvent(5))
-	var cursor outbox.ClaimCursor
-	req := outbox.ClaimRequest{Owner: "me", Limit: 2, Cursor: &cursor}
+	cur := &cursor{}
+	req := request{Owner: "me", Limit: 2, Cursor: cur}
 	var claimed []string
 	for range 3 {
 		claimed = append(claimed, f.claim(t, req)...)
@@ -1143,12 +1051,109 @@ func testClaimCursorCoversTheBacklogOnce[Tx any](t *testing.T, f *fixture[Tx]) {
 	require.Empty(t, f.claim(t, req))
 
 	// Released at the time it was first due: behind the cursor.
-	n, err := f.Store.Release(t.Context(), "me", written[:1])
+	require.EqualValues(t, 1, f.release(t, "me", written[:1]...))
+	cur.reset()
+	require.Equal(t, written[:1], f.claim(t, req))
+}
+
+// orderedEvent is an event of topic and aggregate, with id.
+func orderedEvent(id, topic, aggregateType, aggregateID string) outbox.Envelope {
+	e := JSONEvent(0)
+	e.ID, e.Topic, e.AggregateType, e.AggregateID = id, topic, outbox.AggregateType(aggregateType), aggregateID
+	return e
+}
+
+func testOrderedClaimTakesOneEventPerAggregateInWriteOrder[Tx any](t *testing.T, f *fixture[Tx]) {
+	// One transaction each, in this order. The ids of order 1's events run
+	// backwards: write order decides, not the id, which orders the claim.
+	f.write(t, orderedEvent("o1-first", "orders", "Order", "1"))
+	f.write(t, orderedEvent("b-order2", "orders", "Order", "2"))
+	f.write(t, orderedEvent("a-no-aggregate", "orders", "Order", ""))
+	f.write(t, orderedEvent("c-customer1", "orders", "Customer", "1"))
+	f.write(t, orderedEvent("d-shipping", "shipping", "Order", "1"))
+	f.write(t, orderedEvent("o1-second", "orders", "Order", "1"))
+	f.write(t, orderedEvent("o1-a-third", "orders", "Order", "1"))
+
+	lease := time.Minute
+	req := request{Owner: "r", Lease: lease, Topic: "orders", Ordered: true}
+	claim := func(msg string, want ...string) {
+		t.Helper()
+		require.ElementsMatch(t, want, f.claim(t, req), msg)
+	}
+	claim("the first event of each aggregate; one without an aggregate id is not ordered",
+		"o1-first", "b-order2", "a-no-aggregate", "c-customer1")
+	claim("an event in flight holds back the rest of its aggregate")
+
+	record := func(o outboxdriver.Outcome) {
+		t.Helper()
+		require.EqualValues(t, 1, f.record(t, "r", o))
+	}
+	done := func(id string) {
+		t.Helper()
+		require.EqualValues(t, 1, f.markDone(t, id))
+	}
+	for _, id := range []string{"b-order2", "a-no-aggregate", "c-customer1"} {
+		done(id)
+	}
+	record(checked(retry("o1-first", Start.Add(time.Minute), "broker down"), 0))
+	claim("so does one waiting for its retry")
+	f.Clock.Advance(time.Minute)
+	claim("the retry comes first", "o1-first")
+	record(checked(dead("o1-first", "poison"), 1))
+	claim("a DEAD event holds back the rest of its aggregate")
+	n, err := f.Store.ReplayDead(t.Context(), outbox.DeadFilter{IDs: []string{"o1-first"}})
 	require.NoError(t, err)
 	require.EqualValues(t, 1, n)
-	cursor.Reset()
-	require.True(t, cursor.IsZero())
-	require.Equal(t, written[:1], f.claim(t, req))
+	claim("until it is replayed, and delivered first", "o1-first")
+	done("o1-first")
+	claim("then the next in write order", "o1-second")
+	f.Clock.Advance(lease)
+	claim("a lease run out gives the same event again", "o1-second")
+	done("o1-second")
+	claim("then the next", "o1-a-third")
+
+	req.Topic, req.Ordered = "shipping", false
+	f.write(t, orderedEvent("e-shipping", "shipping", "Order", "1"))
+	claim("an unordered claim takes every due event", "d-shipping", "e-shipping")
+}
+
+// The same aggregate in two topics is two sequences.
+func testOrderedClaimKeepsTopicsApart[Tx any](t *testing.T, f *fixture[Tx]) {
+	for _, id := range []string{"x1", "y1", "x2", "y2"} {
+		f.write(t, orderedEvent(id, id[:1], "Order", "1"))
+	}
+	req := request{Owner: "r", Ordered: true}
+	claim := func(topic string) []string {
+		t.Helper()
+		req.Topic = topic
+		return f.claim(t, req)
+	}
+	require.Equal(t, []string{"x1"}, claim("x"))
+	require.Equal(t, []string{"y1"}, claim("y"), "the first of y's aggregate, though x's is in flight")
+	require.EqualValues(t, 1, f.markDone(t, "x1"))
+	require.Equal(t, []string{"x2"}, claim("x"))
+	require.Empty(t, claim("y"), "y2 waits for y1")
+}
+
+// An ordered claim that names aggregates takes the first event of each
+// when it is due, and never an event that waits for an earlier one of its
+// aggregate. Drivers that do not narrow such claims may take the first
+// events of other aggregates too.
+func testOrderedClaimOfNamedAggregates[Tx any](t *testing.T, f *fixture[Tx]) {
+	for _, e := range []outbox.Envelope{orderedEvent("o1-first", "orders", "Order", "1"), orderedEvent("o2-first", "orders", "Order", "2"),
+		orderedEvent("c1-first", "orders", "Customer", "1"), orderedEvent("o1-second", "orders", "Order", "1")} {
+		f.write(t, e)
+	}
+	order1 := outboxdriver.Aggregate{Topic: "orders", Type: "Order", ID: "1"}
+	req := request{Owner: "r", Topic: "orders", Ordered: true, Aggregates: []outboxdriver.Aggregate{order1}}
+	heads := []string{"o1-first", "o2-first", "c1-first"}
+	claimed := f.claim(t, req)
+	require.Contains(t, claimed, "o1-first")
+	require.Subset(t, heads, claimed, "only first events")
+	claimed = append(claimed, f.claim(t, req)...)
+	require.NotContains(t, claimed, "o1-second", "the first event of its aggregate is in flight")
+	require.EqualValues(t, 1, f.markDone(t, "o1-first"))
+	require.Contains(t, f.claim(t, req), "o1-second", "the next once the first is DONE")
 }
 
 func testDeadEventsQueryCountReplay[Tx any](t *testing.T, f *fixture[Tx]) {
@@ -1157,11 +1162,9 @@ func testDeadEventsQueryCountReplay[Tx any](t *testing.T, f *fixture[Tx]) {
 		return outbox.Envelope{Type: typ, Topic: topic, PayloadJSON: []byte(`{}`)}
 	}
 	written := f.write(t, mk("A", "t1"), mk("A", "t2"), mk("B", "t1"), mk("A", "t1"), mk("A", "t1"))
-	_, err := f.Store.UpdateStatus(ctx, "", outbox.Dead(written[0], errors.New("e0")), outbox.Dead(written[1], errors.New("e1")))
-	require.NoError(t, err)
+	require.EqualValues(t, 2, f.record(t, "", dead(written[0], "e0"), dead(written[1], "e1")))
 	f.Clock.Advance(time.Hour)
-	_, err = f.Store.UpdateStatus(ctx, "", outbox.Dead(written[2], errors.New("e2")), outbox.Dead(written[3], errors.New("e3")))
-	require.NoError(t, err)
+	require.EqualValues(t, 2, f.record(t, "", dead(written[2], "e2"), dead(written[3], "e3")))
 	// written[4] stays NEW.
 
 	count := func(filter outbox.DeadFilter) int64 {
@@ -1195,9 +1198,13 @@ func testDeadEventsQueryCountReplay[Tx any](t *testing.T, f *fixture[Tx]) {
 	require.Equal(t, "e2", page[0].LastError)
 	require.Equal(t, 1, page[0].Attempts)
 	require.Equal(t, outbox.StatusDead, page[0].Status)
+	require.Equal(t, f.get(t, page[0].ID), page[0], "a query reads rows as Get does")
 	page, err = f.Store.QueryDead(ctx, outbox.DeadQuery{DeadFilter: outbox.DeadFilter{IDs: written[1:2], Topic: "t2"}})
 	require.NoError(t, err)
 	require.Equal(t, written[1:2], IDs(page))
+	page, err = f.Store.QueryDead(ctx, outbox.DeadQuery{DeadFilter: outbox.DeadFilter{DiedBefore: Start.Add(time.Minute)}})
+	require.NoError(t, err)
+	require.Equal(t, written[:2], IDs(page))
 
 	f.Clock.Advance(time.Minute)
 	n, err := f.Store.ReplayDead(ctx, outbox.DeadFilter{EventType: "A", Topic: "t1"})
@@ -1209,9 +1216,11 @@ func testDeadEventsQueryCountReplay[Tx any](t *testing.T, f *fixture[Tx]) {
 	require.Equal(t, "e0", e.LastError, "replay keeps the error as history")
 	require.Equal(t, f.Clock.Now(), e.AvailableAt.UTC())
 	require.Equal(t, f.Clock.Now(), e.UpdatedAt.UTC())
+	require.True(t, e.DoneAt.IsZero())
+	require.Empty(t, e.LockedBy)
 	require.EqualValues(t, 2, count(outbox.DeadFilter{}))
 
-	require.ElementsMatch(t, []string{written[0], written[3], written[4]}, f.claim(t, outbox.ClaimRequest{Owner: "me"}),
+	require.ElementsMatch(t, []string{written[0], written[3], written[4]}, f.claim(t, request{Owner: "me", Topic: "t1"}),
 		"replayed events are due again")
 }
 
@@ -1219,12 +1228,11 @@ func testDeadEventsQueryCountReplay[Tx any](t *testing.T, f *fixture[Tx]) {
 func (f *fixture[Tx]) writeDead(t *testing.T, n int) []string {
 	t.Helper()
 	written := f.write(t, JSONEvents(n, "")...)
-	updates := make([]outbox.StatusUpdate, len(written))
+	outcomes := make([]outboxdriver.Outcome, len(written))
 	for i, id := range written {
-		updates[i] = outbox.Dead(id, errors.New("dead"))
+		outcomes[i] = dead(id, "dead")
 	}
-	_, err := f.Store.UpdateStatus(t.Context(), "", updates...)
-	require.NoError(t, err)
+	require.EqualValues(t, n, f.record(t, "", outcomes...))
 	return written
 }
 
@@ -1261,17 +1269,15 @@ func testEmptyIDListMatchesNoDeadEvent[Tx any](t *testing.T, f *fixture[Tx]) {
 	f.requireDead(t, written)
 }
 
-func testReplayDeadRefusesAFilterThatRestrictsNothing[Tx any](t *testing.T, f *fixture[Tx]) {
+// Every DEAD event, replayed on purpose: a filter of DiedBefore alone.
+func testReplayEveryDeadEvent[Tx any](t *testing.T, f *fixture[Tx]) {
 	ctx := t.Context()
 	written := f.writeDead(t, 3)
-
-	n, err := f.Store.ReplayDead(ctx, outbox.DeadFilter{})
-	require.ErrorIs(t, err, outbox.ErrInvalidRequest)
-	require.ErrorContains(t, err, "DiedBefore: time.Now()", "the error says how to replay everything")
-	require.Zero(t, n)
+	n, err := f.Store.ReplayDead(ctx, outbox.DeadFilter{DiedBefore: f.Clock.Now()})
+	require.NoError(t, err)
+	require.Zero(t, n, "none died before now")
 	f.requireDead(t, written)
 
-	// Everything, on purpose.
 	f.Clock.Advance(time.Second)
 	n, err = f.Store.ReplayDead(ctx, outbox.DeadFilter{DiedBefore: f.Clock.Now()})
 	require.NoError(t, err)
@@ -1279,32 +1285,33 @@ func testReplayDeadRefusesAFilterThatRestrictsNothing[Tx any](t *testing.T, f *f
 	n, err = f.Store.CountDead(ctx, outbox.DeadFilter{})
 	require.NoError(t, err)
 	require.Zero(t, n)
-	require.ElementsMatch(t, written, f.claim(t, outbox.ClaimRequest{Owner: "me"}), "replayed events are due again")
+	require.Equal(t, written, f.claim(t, request{Owner: "me"}), "replayed events are due again")
 }
 
 func testPurgeDeletesOnlyOldTerminalRows[Tx any](t *testing.T, f *fixture[Tx]) {
 	ctx := t.Context()
 	written := f.write(t, JSONEvents(25, "")...)
-	var updates []outbox.StatusUpdate
-	for _, id := range written[:10] {
-		updates = append(updates, outbox.Done(id))
-	}
+	require.EqualValues(t, 10, f.markDone(t, written[:10]...))
+	var failed []outboxdriver.Outcome
 	for _, id := range written[10:15] {
-		updates = append(updates, outbox.Dead(id, errors.New("dead")))
+		failed = append(failed, dead(id, "dead"))
 	}
 	for _, id := range written[15:20] {
-		updates = append(updates, outbox.Retry(id, Start.Add(time.Hour), errors.New("retry")))
+		failed = append(failed, retry(id, Start.Add(time.Hour), "retry"))
 	}
-	_, err := f.Store.UpdateStatus(ctx, "", updates...)
-	require.NoError(t, err)
+	require.EqualValues(t, 10, f.record(t, "", failed...))
 	f.Clock.Advance(48 * time.Hour)
 	// Recently finished rows are kept.
-	_, err = f.Store.UpdateStatus(ctx, "", outbox.Done(written[20]), outbox.Dead(written[21], nil))
-	require.NoError(t, err)
+	require.EqualValues(t, 1, f.markDone(t, written[20]))
+	require.EqualValues(t, 1, f.record(t, "", dead(written[21], "")))
 
-	n, err := f.Store.Purge(ctx, outbox.PurgeRequest{OlderThan: 24 * time.Hour, BatchSize: 4, Statuses: []outbox.Status{outbox.StatusDone}})
+	n, err := f.driver.PurgeBatch(ctx, outboxdriver.PurgeParams{Statuses: []int16{int16(outbox.StatusDone)},
+		Before: f.Clock.Now().Add(-24 * time.Hour), Limit: 4})
 	require.NoError(t, err)
-	require.EqualValues(t, 10, n, "old DONE rows only, in batches of 4")
+	require.EqualValues(t, 4, n, "one batch, of its limit")
+	n, err = f.Store.Purge(ctx, outbox.PurgeRequest{OlderThan: 24 * time.Hour, BatchSize: 4, Statuses: []outbox.Status{outbox.StatusDone}})
+	require.NoError(t, err)
+	require.EqualValues(t, 6, n, "the other old DONE rows only, in batches of 4")
 	n, err = f.Store.Purge(ctx, outbox.PurgeRequest{OlderThan: 24 * time.Hour, BatchSize: 4})
 	require.NoError(t, err)
 	require.EqualValues(t, 5, n, "then the old DEAD rows")
@@ -1315,24 +1322,26 @@ func testPurgeDeletesOnlyOldTerminalRows[Tx any](t *testing.T, f *fixture[Tx]) {
 	n, err = f.Store.Purge(ctx, outbox.PurgeRequest{OlderThan: 24 * time.Hour, BatchSize: 5})
 	require.NoError(t, err)
 	require.Zero(t, n, "nothing left to purge")
-
-	_, err = f.Store.Purge(ctx, outbox.PurgeRequest{})
-	require.ErrorIs(t, err, outbox.ErrInvalidRequest)
-	_, err = f.Store.Purge(ctx, outbox.PurgeRequest{OlderThan: time.Hour, Statuses: []outbox.Status{outbox.StatusNew}})
-	require.ErrorIs(t, err, outbox.ErrInvalidRequest)
 }
 
+// A claim returns a row whose headers do not decode with the others, and
+// its headers as stored: the relay, which decodes them, marks it DEAD.
 func testMalformedHeadersDoNotBreakTheBatch[Tx any](t *testing.T, f *fixture[Tx]) {
 	written := f.write(t, JSONEvent(1), JSONEvent(2), JSONEvent(3))
 	f.CorruptHeaders(t, written[1])
 
-	claimed, err := f.Store.Claim(t.Context(), outbox.ClaimRequest{Owner: "me"})
-	require.NoError(t, err)
+	claimed := f.claimRows(t, request{Owner: "me"})
 	require.Equal(t, written, IDs(claimed))
-	require.NoError(t, claimed[0].Malformed)
-	require.Error(t, claimed[1].Malformed)
-	require.Equal(t, "me", claimed[1].LockedBy, "a malformed event is claimed like any other")
-	require.NoError(t, claimed[2].Malformed)
+	for i, r := range claimed {
+		require.NoError(t, r.Malformed, "the driver reads the row")
+		_, err := codec.DecodeHeaders(r.Headers)
+		if i == 1 {
+			require.Error(t, err, "headers %q", r.Headers)
+			require.Equal(t, "me", r.LockedBy, "a malformed event is claimed like any other")
+		} else {
+			require.NoError(t, err)
+		}
+	}
 
 	e, err := f.Store.Get(t.Context(), written[1])
 	require.NoError(t, err, "Get reports a malformed row in the event, not as an error")
@@ -1340,43 +1349,40 @@ func testMalformedHeadersDoNotBreakTheBatch[Tx any](t *testing.T, f *fixture[Tx]
 }
 
 // testBatchReadsEqualSingleReads reads rows that differ in every optional
-// column in one batch, one after another: a store that decodes a batch with
-// state carried from row to row must not let a row keep its predecessor's
-// values.
+// column in one batch, one after another: a driver that decodes a batch
+// with state carried from row to row must not let a row keep its
+// predecessor's values.
 func testBatchReadsEqualSingleReads[Tx any](t *testing.T, f *fixture[Tx]) {
-	ctx := t.Context()
 	full := JSONEvent(1)
 	full.AggregateType, full.AggregateID, full.TenantID = "Order", "order-1", "tenant-1"
 	full.Headers = map[string]string{"traceparent": "00-abc-def-01"}
 	other := outbox.NewBytes("Blob", []byte{0, 1, 2})
+	other.Topic = string(full.Type) // the claim's topic, which full has by default
 	other.AggregateType, other.AggregateID, other.TenantID = "Invoice", "invoice-2", "tenant-2"
 	other.Headers = map[string]string{"k": "v"}
-	written := f.write(t, full, outbox.NewBytes("Bare", []byte{9}), other, JSONEvent(4))
-	req := outbox.ClaimRequest{Owner: "me", LockTimeout: time.Minute}
-	require.Len(t, f.claim(t, req), 4)
-	_, err := f.Store.UpdateStatus(ctx, "me",
-		outbox.Retry(written[0], f.Clock.Now(), errors.New("first failure")),
-		outbox.Retry(written[2], f.Clock.Now(), nil))
-	require.NoError(t, err)
+	bare := outbox.NewBytes("Bare", []byte{9})
+	bare.Topic = other.Topic
+	written := f.write(t, full, bare, other, JSONEvent(4))
+	require.Len(t, f.claim(t, request{Owner: "me", Lease: time.Minute}), 4)
+	require.EqualValues(t, 2, f.record(t, "me",
+		retry(written[0], f.Clock.Now(), "first failure"),
+		retry(written[2], f.Clock.Now(), "")))
 	f.Clock.Advance(2 * time.Minute) // the other two come due again, still marked as claimed by me
 
-	requireEachAsRead := func(batch []outbox.Event) {
-		t.Helper()
-		require.ElementsMatch(t, written, IDs(batch))
-		for _, e := range batch {
-			require.Equal(t, f.get(t, e.ID), e)
-		}
+	claimed := f.claimRows(t, request{Owner: "you"})
+	require.ElementsMatch(t, written, IDs(claimed))
+	for _, r := range claimed {
+		require.Equal(t, f.getRow(t, r.ID), r)
 	}
-	polled, err := f.Store.PollPending(ctx, outbox.PollRequest{})
-	require.NoError(t, err)
-	requireEachAsRead(polled)
-	claimed, err := f.Store.Claim(ctx, outbox.ClaimRequest{Owner: "you"})
-	require.NoError(t, err)
-	requireEachAsRead(claimed)
+	require.Equal(t, "first failure", f.getRow(t, written[0]).LastError)
+	require.Empty(t, f.getRow(t, written[2]).LastError)
 }
 
 func testGetUnknownEvent[Tx any](t *testing.T, f *fixture[Tx]) {
-	_, err := f.Store.Get(t.Context(), "nope")
+	_, found, err := f.driver.Get(t.Context(), "nope")
+	require.NoError(t, err)
+	require.False(t, found)
+	_, err = f.Store.Get(t.Context(), "nope")
 	require.ErrorIs(t, err, outbox.ErrNotFound)
 }
 
@@ -1392,32 +1398,24 @@ func testBacklog[Tx any](t *testing.T, f *fixture[Tx]) {
 	written := f.write(t, scheduled, JSONEvent(1))
 	f.Clock.Advance(time.Minute)
 	f.write(t, JSONEvent(2), JSONEvent(3))
-	_, err = f.Store.UpdateStatus(ctx, "", outbox.Done(written[1]))
-	require.NoError(t, err)
+	require.EqualValues(t, 1, f.markDone(t, written[1]))
+	require.Len(t, f.claim(t, request{Owner: "me", Limit: 1}), 1)
 	n, oldest, err = f.Store.Backlog(ctx, "OrderCreated")
 	require.NoError(t, err)
-	require.EqualValues(t, 3, n, "DONE rows are not backlog; scheduled ones are")
+	require.EqualValues(t, 3, n, "DONE rows are not backlog; scheduled and claimed ones are")
 	require.Equal(t, Start.Add(time.Minute), oldest.UTC(), "the earliest due, not the earliest written")
 	n, _, err = f.Store.Backlog(ctx, "other")
 	require.NoError(t, err)
 	require.Zero(t, n, "per topic")
 }
 
-func (f *fixture[Tx]) inbox(t *testing.T) outbox.Inbox[Tx] {
-	t.Helper()
-	inbox, ok := any(f.Store).(outbox.Inbox[Tx])
-	require.True(t, ok, "the store keeps an inbox")
-	return inbox
-}
-
 // markProcessed records id for consumer in a transaction of its own and
 // reports whether it was new.
 func (f *fixture[Tx]) markProcessed(t *testing.T, consumer, id string) bool {
 	t.Helper()
-	inbox := f.inbox(t)
 	var first bool
-	require.NoError(t, inbox.InTx(t.Context(), func(ctx context.Context, tx Tx) (err error) {
-		first, err = inbox.MarkProcessed(ctx, tx, consumer, id)
+	require.NoError(t, f.Store.InTx(t.Context(), func(ctx context.Context, tx Tx) (err error) {
+		first, err = f.Store.MarkProcessed(ctx, tx, consumer, id)
 		return err
 	}))
 	return first
@@ -1431,10 +1429,9 @@ func testInboxRecordsOncePerConsumer[Tx any](t *testing.T, f *fixture[Tx]) {
 	require.False(t, f.markProcessed(t, "billing", "event-1"), "recorded already")
 	require.True(t, f.markProcessed(t, "shipping", "event-1"), "another consumer")
 
-	inbox := f.inbox(t)
 	failed := errors.New("the handler failed")
-	err := inbox.InTx(t.Context(), func(ctx context.Context, tx Tx) error {
-		first, err := inbox.MarkProcessed(ctx, tx, "billing", "event-2")
+	err := f.Store.InTx(t.Context(), func(ctx context.Context, tx Tx) error {
+		first, err := f.Store.MarkProcessed(ctx, tx, "billing", "event-2")
 		require.NoError(t, err)
 		require.True(t, first)
 		return failed
@@ -1447,7 +1444,7 @@ func testInboxRecordsOncePerConsumer[Tx any](t *testing.T, f *fixture[Tx]) {
 // transaction, and finds the event processed if it commits, new if it
 // rolls back.
 func testInboxWaitsForAnOpenTransaction[Tx any](t *testing.T, f *fixture[Tx]) {
-	inbox := f.inbox(t)
+	inbox := f.Store
 	for _, commit := range []bool{true, false} {
 		id := map[bool]string{true: "committed", false: "rolled-back"}[commit]
 		holding, release := make(chan struct{}), make(chan struct{})
@@ -1492,25 +1489,12 @@ func testInboxWaitsForAnOpenTransaction[Tx any](t *testing.T, f *fixture[Tx]) {
 	}
 }
 
-func testInboxRefusesBadInput[Tx any](t *testing.T, f *fixture[Tx]) {
-	inbox := f.inbox(t)
-	var none Tx
-	_, err := inbox.MarkProcessed(t.Context(), none, "billing", "event-1")
-	require.ErrorIs(t, err, outbox.ErrNoTransaction)
-	for _, bad := range [][2]string{
-		{"", "event-1"}, {"billing", ""}, {strings.Repeat("é", outbox.MaxConsumerLen+1), "event-1"},
-		{"billing", "event\x00"}, {"billing", strings.Repeat("e", outbox.MaxProcessedIDLen+1)}, {"billing", "\xff"},
-	} {
-		err := inbox.InTx(t.Context(), func(ctx context.Context, tx Tx) error {
-			_, err := inbox.MarkProcessed(ctx, tx, bad[0], bad[1])
-			return err
-		})
-		require.ErrorIs(t, err, outbox.ErrInvalidRequest, "%q", bad)
-	}
-	require.True(t, f.markProcessed(t, strings.Repeat("é", outbox.MaxConsumerLen), strings.Repeat("e", outbox.MaxProcessedIDLen)),
-		"at the limits, in characters")
-	_, err = inbox.PurgeProcessed(t.Context(), 0)
-	require.ErrorIs(t, err, outbox.ErrInvalidRequest)
+// The longest consumer and event id the engine takes, in characters of
+// two bytes for the consumer, are stored.
+func testInboxTakesNamesAtTheLimits[Tx any](t *testing.T, f *fixture[Tx]) {
+	consumer, id := strings.Repeat("é", codec.MaxConsumerLen), strings.Repeat("e", codec.MaxProcessedIDLen)
+	require.True(t, f.markProcessed(t, consumer, id), "at the limits, in characters")
+	require.False(t, f.markProcessed(t, consumer, id), "and recorded whole")
 }
 
 // Records older than the retention go, and their events are new again;
@@ -1522,9 +1506,14 @@ func testInboxPurge[Tx any](t *testing.T, f *fixture[Tx]) {
 	f.Clock.Advance(48 * time.Hour)
 	require.True(t, f.markProcessed(t, "billing", "young"))
 
-	n, err := f.inbox(t).PurgeProcessed(t.Context(), 24*time.Hour)
+	n, err := f.driver.PurgeProcessedBatch(t.Context(), outboxdriver.PurgeParams{Before: f.Clock.Now().Add(-24 * time.Hour), Limit: 2})
 	require.NoError(t, err)
-	require.EqualValues(t, 3, n)
-	require.True(t, f.markProcessed(t, "billing", "old-1"), "purged: new again")
+	require.EqualValues(t, 2, n, "one batch, of its limit")
+	n, err = f.Store.PurgeProcessed(t.Context(), 24*time.Hour)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n)
+	for _, id := range []string{"old-1", "old-2", "old-3"} {
+		require.True(t, f.markProcessed(t, "billing", id), "purged: new again")
+	}
 	require.False(t, f.markProcessed(t, "billing", "young"), "kept")
 }

@@ -9,15 +9,25 @@ import (
 
 	mysqldriver "github.com/go-sql-driver/mysql"
 
+	"github.com/wmoutbox/wmoutbox/internal/storetest"
 	"github.com/wmoutbox/wmoutbox/internal/testmysql"
 	"github.com/wmoutbox/wmoutbox/outbox"
 	"github.com/wmoutbox/wmoutbox/outbox/mysql"
+	"github.com/wmoutbox/wmoutbox/outbox/outboxdriver"
 )
 
 // benchPayload is the ≈300-byte JSON event of the benchmarks.
 var benchPayload = []byte(`{"orderId":"9f1c2e4a-7b3d-4c5e-8f6a-1b2c3d4e5f60","customerId":"c-1029384756",` +
 	`"items":[{"sku":"SKU-000123","qty":2,"price":"19.99"},{"sku":"SKU-004567","qty":1,"price":"149.00"}],` +
 	`"currency":"EUR","total":"188.98","shipping":{"method":"express","country":"DE"},"createdAt":"2026-11-22T05:00:00Z"}`)
+
+// discardHot is a hot path that takes every event and drops it.
+type discardHot struct{}
+
+func (discardHot) HotLease() (string, time.Duration)                            { return "bench", 0 }
+func (discardHot) TakesHot(string) bool                                         { return true }
+func (discardHot) DeliverHot(context.Context, []outbox.Envelope, time.Duration) {}
+func (discardHot) Committed([]outbox.Envelope)                                  {}
 
 // benchStore returns a store on a fresh database, its DSN set to
 // interpolate parameters or not, and a writer configured by cfg.
@@ -56,8 +66,7 @@ func BenchmarkWrite(b *testing.B) {
 			b.Run(fmt.Sprintf("interpolateParams=%v/hot=%v", interpolate, hot), func(b *testing.B) {
 				var cfg outbox.WriterConfig
 				if hot {
-					cfg.ClaimOwner = "bench"
-					cfg.AfterCommit = func(context.Context, []outbox.Envelope, time.Duration) error { return nil }
+					cfg.HotPath = discardHot{}
 				}
 				store, writer := benchStore(b, interpolate, cfg)
 				event := outbox.NewJSON("OrderCreated", benchPayload)
@@ -78,8 +87,9 @@ func BenchmarkWrite(b *testing.B) {
 }
 
 // BenchmarkClaimAndMarkDone is the relay's cold path: claim 100 due events
-// (a transaction of four statements) and record them DONE in one
-// statement; the backlog is written again, untimed, when it runs out.
+// (a transaction of four statements), following the cursor, and record
+// them DONE in one statement; the backlog is written again, untimed, when
+// it runs out.
 func BenchmarkClaimAndMarkDone(b *testing.B) {
 	store, writer := benchStore(b, true, outbox.WriterConfig{})
 	events := make([]outbox.Envelope, 1000)
@@ -87,18 +97,21 @@ func BenchmarkClaimAndMarkDone(b *testing.B) {
 		events[i] = outbox.NewJSON("OrderCreated", benchPayload)
 	}
 	ctx := b.Context()
-	var cursor outbox.ClaimCursor
-	req := outbox.ClaimRequest{Owner: "bench", Limit: 100, Topics: []string{"OrderCreated"}, Cursor: &cursor}
+	driver := store.Driver()
+	var after *outboxdriver.Position
 	delivered := 0
 	b.ReportAllocs()
 	for b.Loop() {
-		claimed, err := store.Claim(ctx, req)
+		now := time.Now()
+		p := &outboxdriver.ClaimParams{Owner: "bench", Topic: "OrderCreated", Now: now, CreatedBefore: now,
+			LockedUntil: now.Add(time.Minute), Limit: 100, After: after}
+		claimed, err := driver.Claim(ctx, p)
 		if err != nil {
 			b.Fatal(err)
 		}
 		if len(claimed) == 0 {
 			b.StopTimer()
-			cursor.Reset()
+			after = nil
 			err := store.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
 				_, err := writer.Write(ctx, tx, events...)
 				return err
@@ -109,11 +122,12 @@ func BenchmarkClaimAndMarkDone(b *testing.B) {
 			b.StartTimer()
 			continue
 		}
-		done := make([]outbox.StatusUpdate, len(claimed))
-		for i, e := range claimed {
-			done[i] = outbox.Done(e.ID)
+		after = storetest.SortClaimed(claimed, false)
+		done := make([]string, len(claimed))
+		for i := range claimed {
+			done[i] = claimed[i].ID
 		}
-		if _, err := store.UpdateStatus(ctx, req.Owner, done...); err != nil {
+		if _, err := driver.MarkDone(ctx, outboxdriver.MarkDoneParams{Now: time.Now(), IDs: done}); err != nil {
 			b.Fatal(err)
 		}
 		delivered += len(claimed)

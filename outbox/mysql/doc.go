@@ -2,8 +2,8 @@
 // database/sql and github.com/go-sql-driver/mysql, on InnoDB: for MariaDB
 // 10.6 or later, where its tests run (10.11: the stores' conformance suite
 // and Watermill's universal Pub/Sub suite among them), and written to
-// MySQL 8.0's syntax too, which no test has run against yet. It behaves
-// as the PostgreSQL store
+// MySQL 8.0's syntax too, which no test has run against yet. Its [Store]
+// is an [outbox.Store] for *sql.Tx and behaves as the PostgreSQL one
 // ([github.com/wmoutbox/wmoutbox/outbox/postgres]) does, call for call;
 // what differs is described below.
 //
@@ -21,15 +21,17 @@
 //
 // With interpolateParams=true the driver sends a statement with its values
 // in one round trip, where it otherwise prepares it first: a business
-// transaction writing one event took 0.49 ms against 0.70 ms, and 0.65 ms
-// against 0.90 ms with a hot path (BenchmarkWrite, medians of three runs
-// on MariaDB 10.11). The store needs no other DSN setting: its times are integers, so parseTime and loc do not matter.
+// transaction that writes one event is markedly faster, with or without a
+// hot path (BenchmarkWrite measures it; the bench report, bench/README.md,
+// has the numbers). The store needs no other DSN setting: its times are
+// integers, so parseTime and loc do not matter.
 //
 // # Writing events
 //
-// Events are written in the business transaction. [Store.InTx] (or [InTx])
-// begins it, runs your function, commits, and then runs the after-commit
-// hooks: the hot path of a relay in the same process.
+// Events are written in the business transaction. [outbox.Store.InTx]
+// begins it, at the server's isolation level, runs your function,
+// commits, and then runs the after-commit hooks: the hot path of a relay
+// in the same process.
 //
 //	err := store.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
 //		if _, err := tx.ExecContext(ctx, `INSERT INTO orders ...`); err != nil {
@@ -40,22 +42,23 @@
 //	})
 //
 // A transaction you begin and commit yourself works too: pass its *sql.Tx
-// to [outbox.Writer.Write]; delivery then falls to the poller. A batch is
-// written whole or not at all: in one statement for up to 1,000 events
-// and 4 MiB, and beyond that in several, whose rows are deleted again when
-// a later one fails. After a failed write the transaction goes on, as a
-// MySQL transaction does after a statement the server rolled back alone
-// (a duplicate id, a lock wait timeout), except after a deadlock (or a
-// lock wait timeout with innodb_rollback_on_timeout set), with which
+// to [outbox.Writer.Write]; delivery then falls to the relays' claims. A
+// batch is written whole or not at all: in one statement for up to 1,000
+// events and 4 MiB, and beyond that in several, whose rows are deleted
+// again when a later one fails. After a failed write the transaction goes
+// on, as a MySQL transaction does after a statement the server rolled back
+// alone (a duplicate id, a lock wait timeout), except after a deadlock (or
+// a lock wait timeout with innodb_rollback_on_timeout set), with which
 // InnoDB rolls back the whole transaction: the session's next statements
 // would then commit one by one. The write returns
 // [ErrTransactionRolledBack] and the store ends the *sql.Tx too, so that
 // the statements after it fail with sql.ErrTxDone rather than commit
-// alone, and [InTx] returns the error. Run the whole transaction again.
+// alone, and InTx returns the error instead of committing. Run the whole
+// transaction again.
 //
 // MySQL cannot tell whether a savepoint holds a write, so a write with hot
 // events costs one more query before its commit, which asks which of its
-// events are still there ([Store.Kept]).
+// events are still there.
 //
 // # The table
 //
@@ -80,33 +83,28 @@
 //
 // # Claims
 //
-// [Store.Claim] is one READ COMMITTED transaction: SELECT ... FOR UPDATE
-// SKIP LOCKED takes due rows in due order, passing over those other claims
-// hold, and an UPDATE records the lease in locked_by, locked_at and
-// locked_until, as in the PostgreSQL store. READ COMMITTED locks no gap
-// of the due index, which would hold back writers' inserts until the claim
-// commits. With an [outbox.ClaimCursor], a claim starts after the last row
-// of the previous one: InnoDB keeps the due index entries of the rows in
-// flight, and of finished rows until it purges them, and a claim from the
-// start of the topic passes over all of them.
-//
-// A claim of one topic reads the due index in order, stops at its limit,
-// and locks only the rows it takes. The index gives no order across
-// topics: a claim of several topics, or of all, first reads and sorts the
-// due rows of those topics without locking them, then locks the first of
-// them by primary key, as many at a time as it still lacks, so that it
-// too locks only what it takes. Relays claim one topic at a time.
+// A relay (watermilladapter's Subscriber) claims the due events of one
+// topic at a time, in one READ COMMITTED transaction: SELECT ... FOR
+// UPDATE SKIP LOCKED reads the topic's due rows in due order through the
+// due index, stops at the claim's limit and locks only the rows it takes,
+// passing over those other claims hold; an UPDATE then records the lease
+// in locked_by, locked_at and locked_until, as in the PostgreSQL store.
+// READ COMMITTED locks no gap of the due index, which would hold back
+// writers' inserts until the claim commits. An unordered claim starts
+// after the last row of the relay's previous one: InnoDB keeps the due
+// index entries of the rows in flight, and of finished rows until it
+// purges them, and a claim from the start of the topic passes over all of
+// them.
 //
 // An ordered claim takes an event only when no earlier event of its
 // aggregate is NEW, RETRY or DEAD: three probes of the aggregate index,
 // each reading one entry, whatever the aggregate's DONE history. Like the
 // SQLite store, and unlike the PostgreSQL one, it goes in due order and
-// passes over the events waiting behind the first of their aggregate: a
-// claim that found its one claimable event behind 10,000 waiting ones read
-// 10,017 rows and index entries, in 16 ms, on MariaDB 10.11 (whose
-// subquery cache answers the probes of one aggregate once). Keep
-// aggregates' queues short, or use PostgreSQL, where a claim walks the
-// aggregates instead.
+// passes over the events waiting behind the first of their aggregate, so
+// that its cost grows with the length of the aggregates' queues (MariaDB's
+// subquery cache answers the probes of one aggregate once; the bench
+// report has figures). Keep aggregates' queues short, or use PostgreSQL,
+// where a claim walks the aggregates instead.
 //
 // Outcomes, releases and deletions of a batch are one statement each,
 // which joins the batch's ids (a JSON array) to the table one index lookup

@@ -9,12 +9,13 @@ import (
 	"github.com/wmoutbox/wmoutbox/internal/testmysql"
 	"github.com/wmoutbox/wmoutbox/outbox"
 	"github.com/wmoutbox/wmoutbox/outbox/mysql"
+	"github.com/wmoutbox/wmoutbox/watermilladapter"
 )
 
 const OrderCreated outbox.EventType = "OrderCreated"
 
 // An order and its event commit together; the rolled-back one leaves
-// nothing behind. A relay then claims the event and records its delivery.
+// nothing behind. A relay then delivers the event and records it DONE.
 func Example() {
 	ctx := context.Background()
 	dsn, drop := testmysql.ForExample() // "app:secret@tcp(db:3306)/shop?interpolateParams=true" in a service
@@ -61,18 +62,25 @@ func Example() {
 	fmt.Println(placeOrder("order-1", false))
 	fmt.Println(placeOrder("order-2", true))
 
-	// A relay's cold path: claim due events, deliver, record the outcome.
-	events, err := store.Claim(ctx, outbox.ClaimRequest{Owner: "relay-1", Topics: []string{string(OrderCreated)}})
+	// A relay delivers the event: here a Subscriber read directly; in a
+	// service, the Watermill router's handler, which forwards it.
+	sub, err := watermilladapter.NewSubscriber(store, watermilladapter.SubscriberConfig{})
 	if err != nil {
 		panic(err)
 	}
-	for _, e := range events {
-		fmt.Printf("deliver %s %s/%s %s\n", e.Type, e.AggregateType, e.AggregateID, e.PayloadJSON)
-		if _, err := store.UpdateStatus(ctx, "relay-1", outbox.Done(e.ID)); err != nil {
-			panic(err)
-		}
+	messages, err := sub.Subscribe(ctx, string(OrderCreated))
+	if err != nil {
+		panic(err)
 	}
-	done, err := store.Get(ctx, events[0].ID)
+	msg := <-messages
+	md := msg.Metadata
+	fmt.Printf("deliver %s %s/%s %s\n", md.Get(watermilladapter.MetadataEventType),
+		md.Get(watermilladapter.MetadataAggregateType), md.Get(watermilladapter.MetadataAggregateID), msg.Payload)
+	msg.Ack()
+	if err := sub.Close(); err != nil { // records the outcomes of what it delivered
+		panic(err)
+	}
+	done, err := store.Get(ctx, md.Get(watermilladapter.MetadataEventID))
 	if err != nil {
 		panic(err)
 	}

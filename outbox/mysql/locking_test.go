@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"database/sql/driver"
-	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -19,7 +18,20 @@ import (
 	"github.com/wmoutbox/wmoutbox/internal/testmysql"
 	"github.com/wmoutbox/wmoutbox/outbox"
 	"github.com/wmoutbox/wmoutbox/outbox/mysql"
+	"github.com/wmoutbox/wmoutbox/outbox/outboxdriver"
 )
+
+// statusDead is the status code of a DEAD outcome.
+const statusDead = int16(outbox.StatusDead)
+
+// recordOutcomes records outcomes reported by owner, as a relay does, and
+// checks that want rows changed.
+func recordOutcomes(t *testing.T, store *mysql.Store, owner string, want int64, outcomes ...outboxdriver.Outcome) {
+	t.Helper()
+	n, err := store.Driver().RecordOutcomes(t.Context(), outboxdriver.RecordOutcomesParams{Now: time.Now(), Owner: owner, Outcomes: outcomes})
+	require.NoError(t, err)
+	require.Equal(t, want, n)
+}
 
 // pausingDB is a database whose connections, while it is armed, stop
 // before the next statement that contains marker until the test lets it go
@@ -188,8 +200,8 @@ func TestDeadFilterOfBlankTopicOrTypeMatchesOnlyThose(t *testing.T) {
 	_, store, writer := storeWithWriter(t)
 	ctx := t.Context()
 	ids := writeEvents(t, store, writer, 2) // topic "orders", type OrderCreated
-	_, err := store.UpdateStatus(ctx, "", outbox.Dead(ids[0], nil), outbox.Dead(ids[1], nil))
-	require.NoError(t, err)
+	recordOutcomes(t, store, "", 2, outboxdriver.Outcome{ID: ids[0], Status: statusDead, AttemptSpent: true},
+		outboxdriver.Outcome{ID: ids[1], Status: statusDead, AttemptSpent: true})
 
 	for _, f := range []outbox.DeadFilter{{Topic: " "}, {EventType: " "}, {Topic: "  "}} {
 		n, err := store.ReplayDead(ctx, f)
@@ -224,8 +236,9 @@ func TestBlankAggregateAndTenantIDsAreKept(t *testing.T) {
 		ids, err = writer.Write(ctx, tx, events...)
 		return err
 	}))
-	claimed, err := store.Claim(ctx, outbox.ClaimRequest{Owner: "relay", Ordered: true})
-	require.NoError(t, err)
+	p := storetest.ClaimParams("relay", "orders", 100, now())
+	p.Ordered = true
+	claimed := storetest.Claim(t, store.Driver(), p)
 	require.Equal(t, ids[:1], storetest.IDs(claimed), "an ordered claim takes the aggregate's first event alone")
 
 	got, err := store.Get(ctx, ids[0])
@@ -234,10 +247,9 @@ func TestBlankAggregateAndTenantIDsAreKept(t *testing.T) {
 	require.Equal(t, "  ", got.TenantID, "tenant id")
 }
 
-// TestBlankOwnerAndErrorAreNotEmpty: UpdateStatus from owner " "
-// applies only to events " " claimed; owner "" is the one that holds no
-// claim. And an outcome's error " " is stored; only "" keeps the previous
-// last_error. Before sqlUpdateStatus took no owner and no error as NULL,
+// TestBlankOwnerAndErrorAreNotEmpty: outcomes from owner " " apply only
+// to events " " claimed; owner "" is the one that holds no claim. And an
+// outcome's error " " is stored; only "" keeps the previous last_error. Before sqlUpdateStatus took no owner and no error as NULL,
 // it compared them with the empty string in collations that pad with
 // spaces, where " " equals it.
 func TestBlankOwnerAndErrorAreNotEmpty(t *testing.T) {
@@ -246,20 +258,19 @@ func TestBlankOwnerAndErrorAreNotEmpty(t *testing.T) {
 	ctx := t.Context()
 	ids := writeEvents(t, store, writer, 2)
 
+	retry := func(id, err string) outboxdriver.Outcome {
+		return outboxdriver.Outcome{ID: id, Status: int16(outbox.StatusRetry), AttemptSpent: true, NextAt: time.Now(), Error: err}
+	}
 	t.Run("owner", func(t *testing.T) {
-		n, err := store.UpdateStatus(ctx, " ", outbox.Retry(ids[0], time.Now(), errors.New("boom")))
-		require.NoError(t, err)
-		require.Zero(t, n, `owner " " never claimed the event`)
+		recordOutcomes(t, store, " ", 0, retry(ids[0], "boom"))
 		e, err := store.Get(ctx, ids[0])
 		require.NoError(t, err)
 		require.Equal(t, outbox.StatusNew, e.Status)
 		require.Zero(t, e.Attempts)
 	})
 	t.Run("error", func(t *testing.T) {
-		_, err := store.UpdateStatus(ctx, "", outbox.Retry(ids[1], time.Now(), errors.New("first")))
-		require.NoError(t, err)
-		_, err = store.UpdateStatus(ctx, "", outbox.Retry(ids[1], time.Now(), errors.New(" ")))
-		require.NoError(t, err)
+		recordOutcomes(t, store, "", 1, retry(ids[1], "first"))
+		recordOutcomes(t, store, "", 1, retry(ids[1], " "))
 		e, err := store.Get(ctx, ids[1])
 		require.NoError(t, err)
 		require.Equal(t, 2, e.Attempts)
@@ -307,52 +318,48 @@ func TestPurgeProcessedPassesOverOpenConsumers(t *testing.T) {
 	require.EqualValues(t, 2, n)
 }
 
-// TestClaimOfSeveralTopicsLocksOnlyWhatItTakes: Claim "locks up to
-// req.Limit due events". A claim of all topics, or of several, stopped
-// inside its transaction (before its lease is written) holds 3 of 20 due
-// events; a concurrent claim must get 3 of the 17 others, as on
-// PostgreSQL. A claim that read its topics' due rows with FOR UPDATE, to
-// sort them (the due index leads with the topic, so only a claim of one
-// topic reads it in due order), locked them all, and READ COMMITTED
-// releases only the rows that fail the WHERE, not those the LIMIT drops:
-// the concurrent claim skipped them all and came back empty. Claims of
-// several topics now pick their rows without locking them first
-// (sqlCandidates).
-func TestClaimOfSeveralTopicsLocksOnlyWhatItTakes(t *testing.T) {
+// TestClaimLocksOnlyWhatItTakes: a claim "leases up to p.Limit due rows".
+// A claim stopped inside its transaction (before its lease is written)
+// holds 3 of 20 due events; a concurrent claim must get 3 of the 17
+// others, as on PostgreSQL. READ COMMITTED releases only the rows that
+// fail the WHERE, not those the LIMIT drops: a claim whose locking read
+// went through more due rows than it takes (a claim of several topics,
+// which the due index does not give in due order, did, until such claims
+// picked their rows without locking them first) held them all, and the
+// concurrent claim skipped them and came back empty. A claim reads its
+// topic's due rows in order through the due index and stops at its limit.
+func TestClaimLocksOnlyWhatItTakes(t *testing.T) {
 	t.Parallel()
-	for _, topics := range [][]string{nil, {"orders", "payments"}} {
-		t.Run(fmt.Sprint(topics), func(t *testing.T) {
-			t.Parallel()
-			p := openPausing(t, testmysql.DSN(t), "SET o.locked_by = ?")
-			store, err := mysql.NewStore(p.DB, mysql.Config{})
-			require.NoError(t, err)
-			writer, err := outbox.NewWriter(store, outbox.WriterConfig{})
-			require.NoError(t, err)
-			ctx := t.Context()
-			writeEvents(t, store, writer, 20)
+	p := openPausing(t, testmysql.DSN(t), "SET o.locked_by = ?")
+	store, err := mysql.NewStore(p.DB, mysql.Config{})
+	require.NoError(t, err)
+	writer, err := outbox.NewWriter(store, outbox.WriterConfig{})
+	require.NoError(t, err)
+	ctx := t.Context()
+	writeEvents(t, store, writer, 20)
 
-			reached, resume := p.arm()
-			defer resume()
-			type result struct {
-				events []outbox.Event
-				err    error
-			}
-			held := make(chan result, 1)
-			go func() {
-				events, err := store.Claim(ctx, outbox.ClaimRequest{Owner: "a", Limit: 3, Topics: topics})
-				held <- result{events, err}
-			}()
-			await(t, reached, "the first claim's lease")
+	reached, resume := p.arm()
+	defer resume()
+	held := make(chan claimResult, 1)
+	go func() {
+		rows, err := store.Driver().Claim(ctx, storetest.ClaimParams("a", "orders", 3, now()))
+		held <- claimResult{rows, err}
+	}()
+	await(t, reached, "the first claim's lease")
 
-			other, err := store.Claim(ctx, outbox.ClaimRequest{Owner: "b", Limit: 3, Topics: topics})
-			resume()
-			r := await(t, held, "the first claim")
-			require.NoError(t, r.err)
-			require.Len(t, r.events, 3)
-			require.NoError(t, err)
-			require.Len(t, other, 3, "17 due events were free, but the first claim held them all")
-		})
-	}
+	other, err := store.Driver().Claim(ctx, storetest.ClaimParams("b", "orders", 3, now()))
+	resume()
+	r := await(t, held, "the first claim")
+	require.NoError(t, r.err)
+	require.Len(t, r.rows, 3)
+	require.NoError(t, err)
+	require.Len(t, other, 3, "17 due events were free, but the first claim held them all")
+}
+
+// claimResult is what a claim run in a goroutine returned.
+type claimResult struct {
+	rows []outboxdriver.Row
+	err  error
 }
 
 // TestOutcomeDuringAClaimDoesNotDeadlock: a relay whose lease ran
@@ -370,31 +377,31 @@ func TestOutcomeDuringAClaimDoesNotDeadlock(t *testing.T) {
 	clock := clocktest.New(storetest.Start)
 	store, err := mysql.NewStore(p.DB, mysql.Config{Clock: clock})
 	require.NoError(t, err)
-	writer, err := outbox.NewWriter(store, outbox.WriterConfig{Clock: clock})
+	writer, err := outbox.NewWriter(store, outbox.WriterConfig{})
 	require.NoError(t, err)
 	ctx := t.Context()
 	id := writeEvents(t, store, writer, 1)[0]
-	claimed, err := store.Claim(ctx, outbox.ClaimRequest{Owner: "slow", LockTimeout: time.Minute})
-	require.NoError(t, err)
-	require.Len(t, claimed, 1)
+	leased := func(owner string) *outboxdriver.ClaimParams {
+		p := storetest.ClaimParams(owner, "orders", 100, clock.Now())
+		p.LockedUntil = clock.Now().Add(time.Minute)
+		return p
+	}
+	require.Len(t, storetest.Claim(t, store.Driver(), leased("slow")), 1)
 	clock.Advance(2 * time.Minute) // slow's lease runs out
 
 	reached, resume := p.arm()
 	defer resume()
-	type result struct {
-		events []outbox.Event
-		err    error
-	}
-	claim := make(chan result, 1)
+	claim := make(chan claimResult, 1)
 	go func() {
-		events, err := store.Claim(ctx, outbox.ClaimRequest{Owner: "fast", LockTimeout: time.Minute})
-		claim <- result{events, err}
+		rows, err := store.Driver().Claim(ctx, leased("fast"))
+		claim <- claimResult{rows, err}
 	}()
 	await(t, reached, "the claim's lease")
 
 	outcome := make(chan error, 1)
 	go func() {
-		_, err := store.UpdateStatus(ctx, "slow", outbox.Done(id))
+		// slow's DONE, which applies whoever holds the event.
+		_, err := store.Driver().MarkDone(ctx, outboxdriver.MarkDoneParams{Now: clock.Now(), IDs: []string{id}})
 		outcome <- err
 	}()
 	// Let the claim go on once the outcome waits for its row lock.
@@ -413,7 +420,7 @@ func TestOutcomeDuringAClaimDoesNotDeadlock(t *testing.T) {
 	err = await(t, outcome, "the outcome")
 	require.NoError(t, r.err, "the claim")
 	require.NoError(t, err, "the outcome")
-	require.Equal(t, []string{id}, storetest.IDs(r.events))
+	require.Equal(t, []string{id}, storetest.IDs(r.rows))
 	e, err := store.Get(ctx, id)
 	require.NoError(t, err)
 	require.Equal(t, outbox.StatusDone, e.Status)

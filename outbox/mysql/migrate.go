@@ -3,7 +3,7 @@ package mysql
 import (
 	"context"
 	"database/sql"
-	"database/sql/driver"
+	sqldriver "database/sql/driver"
 	"embed"
 	"fmt"
 	"strings"
@@ -73,7 +73,7 @@ func Migrate(ctx context.Context, db *sql.DB, cfg Config) error {
 		// The lock is the session's: a connection that cannot release it
 		// is closed rather than returned to the pool still holding it.
 		if _, err := conn.ExecContext(context.WithoutCancel(ctx), sqlUnlock, lock); err != nil {
-			_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+			_ = conn.Raw(func(any) error { return sqldriver.ErrBadConn })
 		}
 	}()
 	return t.migrate(ctx, conn, migrations, cfg)
@@ -87,7 +87,6 @@ func (t *table) migrate(ctx context.Context, conn *sql.Conn, migrations []Migrat
 	if err := conn.QueryRowContext(ctx, t.sql.migrationVersion, t.Name).Scan(&applied); err != nil {
 		return fmt.Errorf("mysql: migrate: read version: %w", err)
 	}
-	clock := outbox.ClockOrSystem(cfg.Clock)
 	for _, m := range migrations {
 		if m.Version <= applied {
 			continue
@@ -97,7 +96,7 @@ func (t *table) migrate(ctx context.Context, conn *sql.Conn, migrations []Migrat
 				return fmt.Errorf("mysql: migrate %s to version %d (%s): %w", t.Name, m.Version, m.Name, err)
 			}
 		}
-		if _, err := conn.ExecContext(ctx, t.sql.recordMigration, t.Name, m.Version, m.Name, sqlcodec.Micros(clock.Now())); err != nil {
+		if _, err := conn.ExecContext(ctx, t.sql.recordMigration, t.Name, m.Version, m.Name, sqlcodec.AppliedAt(cfg.Clock)); err != nil {
 			return fmt.Errorf("mysql: migrate: record version %d: %w", m.Version, err)
 		}
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/wmoutbox/wmoutbox/internal/testmysql"
 	"github.com/wmoutbox/wmoutbox/outbox"
 	"github.com/wmoutbox/wmoutbox/outbox/mysql"
+	"github.com/wmoutbox/wmoutbox/outbox/outboxdriver"
 )
 
 func TestConfigRejectsBadIdentifiers(t *testing.T) {
@@ -82,14 +83,13 @@ func TestMigrateIsIdempotentAndConcurrent(t *testing.T) {
 	clock := clocktest.New(storetest.Start)
 	store, err := mysql.NewStore(db, mysql.Config{Table: "events", Clock: clock})
 	require.NoError(t, err)
-	writer, err := outbox.NewWriter(store, outbox.WriterConfig{Clock: clock})
+	writer, err := outbox.NewWriter(store, outbox.WriterConfig{})
 	require.NoError(t, err)
 	require.NoError(t, store.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		_, err := writer.Write(ctx, tx, storetest.JSONEvent(1))
 		return err
 	}))
-	claimed, err := store.Claim(ctx, outbox.ClaimRequest{Owner: "me"})
-	require.NoError(t, err)
+	claimed := storetest.Claim(t, store.Driver(), storetest.ClaimParams("me", "OrderCreated", 100, clock.Now()))
 	require.Len(t, claimed, 1)
 	require.Zero(t, count(t, db, "outbox_event"), "the configured table is used, not the default one")
 	require.Equal(t, 1, count(t, db, "events"))
@@ -188,8 +188,7 @@ func TestKeysCompareByteForByte(t *testing.T) {
 		return err
 	}))
 	for _, e := range []outbox.Envelope{a, spaced} {
-		claimed, err := store.Claim(ctx, outbox.ClaimRequest{Owner: "me", Topics: []string{e.Topic}})
-		require.NoError(t, err)
+		claimed := storetest.Claim(t, store.Driver(), storetest.ClaimParams("me", e.Topic, 100, now()))
 		require.Equal(t, []string{e.ID}, storetest.IDs(claimed), "topic %q", e.Topic)
 		got, err := store.Get(ctx, e.ID)
 		require.NoError(t, err)
@@ -211,17 +210,15 @@ func TestClaimPassesOverLockedRows(t *testing.T) {
 	_, err = holder.ExecContext(ctx, `SELECT 1 FROM outbox_event WHERE event_id = ? FOR UPDATE`, written[0])
 	require.NoError(t, err)
 
-	req := outbox.ClaimRequest{Owner: "me", Limit: 10, LockTimeout: time.Minute, Topics: []string{"orders"}}
+	p := storetest.ClaimParams("me", "orders", 10, now())
 	waitAtMost, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	events, err := store.Claim(waitAtMost, req)
+	rows, err := store.Driver().Claim(waitAtMost, p)
 	require.NoError(t, err, "the claim waited for the locked row")
-	require.ElementsMatch(t, written[1:], storetest.IDs(events))
+	require.ElementsMatch(t, written[1:], storetest.IDs(rows))
 
 	require.NoError(t, holder.Rollback())
-	events, err = store.Claim(ctx, req)
-	require.NoError(t, err)
-	require.Equal(t, written[:1], storetest.IDs(events), "the row once its lock is gone")
+	require.Equal(t, written[:1], storetest.IDs(storetest.Claim(t, store.Driver(), p)), "the row once its lock is gone")
 }
 
 // TestPurgePassesOverLockedRows: rows another transaction holds locked do
@@ -234,15 +231,12 @@ func TestPurgePassesOverLockedRows(t *testing.T) {
 	clock := clocktest.New(storetest.Start)
 	store, err := mysql.NewStore(db, mysql.Config{Clock: clock})
 	require.NoError(t, err)
-	writer, err := outbox.NewWriter(store, outbox.WriterConfig{Clock: clock})
+	writer, err := outbox.NewWriter(store, outbox.WriterConfig{})
 	require.NoError(t, err)
 	written := writeEvents(t, store, writer, 6)
-	updates := make([]outbox.StatusUpdate, len(written))
-	for i, id := range written {
-		updates[i] = outbox.Done(id)
-	}
-	_, err = store.UpdateStatus(ctx, "", updates...)
+	n, err := store.Driver().MarkDone(ctx, outboxdriver.MarkDoneParams{Now: clock.Now(), IDs: written})
 	require.NoError(t, err)
+	require.EqualValues(t, 6, n)
 	clock.Advance(48 * time.Hour)
 
 	holder, err := db.BeginTx(ctx, nil)
@@ -254,7 +248,7 @@ func TestPurgePassesOverLockedRows(t *testing.T) {
 	purge := outbox.PurgeRequest{OlderThan: 24 * time.Hour, BatchSize: 3}
 	waitAtMost, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	n, err := store.Purge(waitAtMost, purge)
+	n, err = store.Purge(waitAtMost, purge)
 	require.NoError(t, err, "the purge waited for the locked rows")
 	require.EqualValues(t, 4, n, "a full batch, then a short one of the last free row")
 	require.NoError(t, holder.Rollback())
@@ -286,27 +280,23 @@ func TestOrderedClaimReadsNoDoneHistory(t *testing.T) {
 		ids, err = writer.Write(ctx, tx, events...)
 		return err
 	}))
-	done := make([]outbox.StatusUpdate, history)
-	for i := range done {
-		done[i] = outbox.Done(ids[i])
-	}
-	_, err := store.UpdateStatus(ctx, "", done...)
-	require.NoError(t, err)
-	_, err = db.ExecContext(ctx, "ANALYZE TABLE outbox_event")
+	markDone(t, store, ids[:history])
+	_, err := db.ExecContext(ctx, "ANALYZE TABLE outbox_event")
 	require.NoError(t, err)
 
+	p := storetest.ClaimParams("me", "orders", 100, now())
+	p.Ordered = true
 	before := handlerReads(t, db)
-	claimed, err := store.Claim(ctx, outbox.ClaimRequest{Owner: "me", Topics: []string{"orders"}, Ordered: true})
-	require.NoError(t, err)
+	claimed := storetest.Claim(t, store.Driver(), p)
 	reads := handlerReads(t, db) - before
 	require.Equal(t, []string{ids[history]}, storetest.IDs(claimed), "the first waiting event, alone")
 	t.Logf("an ordered claim read %d rows and index entries", reads)
 	require.Less(t, reads, int64(100), "the claim read the aggregate's DONE history")
 }
 
-// TestClaimCursorSkipsWhatLiesBehindIt: with a cursor, a claim starts its
-// scan after the previous claim's last row instead of passing over the
-// rows in flight again.
+// TestClaimCursorSkipsWhatLiesBehindIt: with a cursor (the position of the
+// previous claim's last row, ClaimParams.After), a claim starts its scan
+// after that row instead of passing over the rows in flight again.
 func TestClaimCursorSkipsWhatLiesBehindIt(t *testing.T) {
 	t.Parallel()
 	db, store, writer := storeWithWriter(t)
@@ -315,22 +305,18 @@ func TestClaimCursorSkipsWhatLiesBehindIt(t *testing.T) {
 	writeEvents(t, store, writer, 3000)
 	_, err := db.ExecContext(ctx, "ANALYZE TABLE outbox_event")
 	require.NoError(t, err)
-	var cursor outbox.ClaimCursor
-	req := outbox.ClaimRequest{Owner: "me", Limit: 2900, Topics: []string{"orders"}, Cursor: &cursor}
-	_, err = store.Claim(ctx, req)
-	require.NoError(t, err)
-	req.Limit = 10
+	p := storetest.ClaimParams("me", "orders", 2900, now())
+	p.After = storetest.SortClaimed(storetest.Claim(t, store.Driver(), p), false)
+	p.Limit = 10
 
 	before := handlerReads(t, db)
-	claimed, err := store.Claim(ctx, req)
-	require.NoError(t, err)
+	claimed := storetest.Claim(t, store.Driver(), p)
 	withCursor := handlerReads(t, db) - before
 	require.Len(t, claimed, 10)
 
-	cursor.Reset()
+	p.After = nil
 	before = handlerReads(t, db)
-	claimed, err = store.Claim(ctx, req)
-	require.NoError(t, err)
+	claimed = storetest.Claim(t, store.Driver(), p)
 	fromStart := handlerReads(t, db) - before
 	require.Len(t, claimed, 10)
 	t.Logf("index entries read: %d after the cursor, %d from the start", withCursor, fromStart)
@@ -350,8 +336,9 @@ func TestOrderedClaimTreatsAnEmptyAggregateIDAsNone(t *testing.T) {
 			payload, occurred_at, available_at, created_at, updated_at) VALUES (?, 'T', 't', 'Order', '', x'00', 0, 0, 0, 0)`, id)
 		require.NoError(t, err)
 	}
-	claimed, err := store.Claim(ctx, outbox.ClaimRequest{Owner: "relay", Ordered: true})
-	require.NoError(t, err)
+	p := storetest.ClaimParams("relay", "t", 100, now())
+	p.Ordered = true
+	claimed := storetest.Claim(t, store.Driver(), p)
 	require.Equal(t, []string{"e1", "e2"}, storetest.IDs(claimed))
 	for _, e := range claimed {
 		require.Empty(t, e.AggregateID)

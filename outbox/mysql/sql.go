@@ -39,7 +39,7 @@ const (
 	sqlUnlock = `SELECT RELEASE_LOCK(?)`
 )
 
-// eventColumns is what every read returns, in the order sqlcodec.ScanEvents
+// eventColumns is what every read returns, in the order sqlcodec.QueryRows
 // expects.
 const eventColumns = `event_id, event_type, topic, aggregate_type,
     coalesce(aggregate_id, ''), coalesce(tenant_id, ''), payload, payload_json, headers,
@@ -91,58 +91,31 @@ const (
 
 const sqlGet = `SELECT ` + eventColumns + ` FROM {table} WHERE event_id = ?`
 
-// The due condition shared by claim and poll, after the topic filter's
-// parameter: now, written-before (skip-recent), now. A claimed row is not
-// due until its lease ends (locked_until). pending leads the due index:
-// the rows of a topic that wait, in due order.
-const sqlDue = `pending = 1 {topics} AND available_at <= ? AND created_at <= ?
-    AND (locked_until IS NULL OR locked_until <= ?)`
-
 // sqlClaim locks up to LIMIT due rows of one topic, in due order, for the
-// claim's transaction, which leases them (sqlLease) and commits. SKIP
-// LOCKED lets concurrent claimers pass each other's rows; after the
-// commit, locked_until keeps them out of every claim until the lease runs
-// out. The transaction is READ COMMITTED, so that the scan locks no gap of
+// claim's transaction, which leases them (sqlLease) and commits.
+// Parameters: the topic, now, written-before (skip-recent), now, then
+// {cursor}'s, then the limit. A claimed row is not due until its lease
+// ends (locked_until). pending leads the due index: the rows of a topic
+// that wait, in due order. SKIP LOCKED lets concurrent claimers pass
+// each other's rows; after the commit, locked_until keeps them out of
+// every claim until the lease runs out. The transaction is READ COMMITTED, so that the scan locks no gap of
 // the due index, which would hold back the inserts of writers, and
 // releases at once the rows it reads and does not take (those in flight).
 // The due index gives one topic's rows in due order, so that the scan
 // stops at LIMIT and locks no row it does not take.
 //
 // {cursor} starts the scan after the last row of the previous claim (see
-// outbox.ClaimCursor): the due index keeps the entries of the rows in
+// outboxdriver.Position): the due index keeps the entries of the rows in
 // flight, and of rows whose outcome was recorded until InnoDB purges them.
 // {ordered} passes over the events that must wait for an earlier one of
 // their aggregate (see orderedHead). Each row comes with its seq, by which
 // sqlLease finds it.
 const sqlClaim = `
 SELECT ` + eventColumns + `, seq FROM {table} AS t
-WHERE ` + sqlDue + ` {cursor} {ordered}
+WHERE pending = 1 AND topic = ? AND available_at <= ? AND created_at <= ?
+    AND (locked_until IS NULL OR locked_until <= ?) {cursor} {ordered}
 ORDER BY available_at, event_id
 LIMIT ?
-FOR UPDATE SKIP LOCKED`
-
-// sqlCandidates picks the rows a claim of several topics, or of all, is
-// to take: the index gives no order across topics, and a locking read
-// would lock every due row of the topics to sort them, so that concurrent
-// claims found none. This read locks nothing; it reads and sorts the due
-// rows of the topics (a claim of one topic does not), and returns the seqs
-// of the first LIMIT of them, in due order, for sqlClaimCandidates.
-const sqlCandidates = `
-SELECT seq FROM {table} AS t
-WHERE ` + sqlDue + ` {ordered}
-ORDER BY available_at, event_id
-LIMIT ?`
-
-// sqlClaimCandidates locks the candidates ({seqs}: a ? for each) that are
-// still due and no other claim holds, by primary key: parameters the
-// seqs, then those of sqlDue without a topic. The claim locks as many
-// candidates at a time as it still lacks, in due order, so that it locks
-// no row it does not take; sqlCandidates picks twice its limit, for those
-// that concurrent claims take first. A claim that runs out of candidates
-// takes fewer rows than are due.
-const sqlClaimCandidates = `
-SELECT ` + eventColumns + `, seq FROM {table} AS t
-WHERE seq IN ({seqs}) AND ` + sqlDue + ` {ordered}
 FOR UPDATE SKIP LOCKED`
 
 // cursorAfter is sqlClaim's {cursor} with a cursor: after its due time
@@ -192,21 +165,6 @@ UPDATE JSON_TABLE(?, '$[*]' COLUMNS (seq bigint PATH '$')) AS claimed
     STRAIGHT_JOIN {table} AS o FORCE INDEX (PRIMARY) ON o.seq = claimed.seq
 SET o.locked_by = ?, o.locked_at = ?, o.locked_until = ?`
 
-const sqlPoll = `
-SELECT ` + eventColumns + ` FROM {table}
-WHERE ` + sqlDue + `
-ORDER BY available_at, event_id
-LIMIT ?`
-
-// Topic filters for sqlDue, with their parameter first in the statement.
-// One topic gets plain equality so the due index serves the order too;
-// several come as a JSON array of strings.
-const (
-	topicsAny  = ``
-	topicsOne  = `AND topic = ?`
-	topicsMany = `AND topic IN (SELECT topics.topic FROM JSON_TABLE(?, '$[*]' COLUMNS (topic varchar(255) PATH '$')) AS topics)`
-)
-
 // sqlRelease ends an owner's claims: parameters ids (JSON), owner. The
 // rows are due again in their place.
 const sqlRelease = `
@@ -227,11 +185,11 @@ WHERE pending = 1 AND topic = ? AND locked_by = ? AND locked_at < ?`
 const sqlReleaseOwned = sqlRelease + ` AND o.locked_at < ?`
 
 // sqlUpdateStatus applies a batch of RETRY, DEAD and deferral outcomes
-// given as the JSON array of sqlcodec.StatusUpdates: status 0 keeps the
+// given as the JSON array of sqlcodec.Outcomes: status 0 keeps the
 // current status (a deferral). DONE rows are never touched. An outcome
 // needs a pending row that the owner still holds or, from no owner, one
-// under no running lease (see outbox.Store.UpdateStatus; no owner is
-// NULL), and, where it says how many failed attempts the row has before
+// under no running lease (see outboxdriver.Outcome; no owner is NULL),
+// and, where it says how many failed attempts the row has before
 // it ("before"), that many; an outcome without an error (none in the
 // JSON) keeps last_error. The rows are joined as in sqlRowsOfIDs.
 // Parameters: the batch, now, owner, owner, now. Every assignment reads
@@ -351,12 +309,9 @@ type statements struct {
 	existing, existingOne, get       string
 	lease, release, updateStatus     string
 	ownedClaims, releaseOwned        string
-	markDone, deleteDone             string       // deleteDone empty unless Config.DeleteDone
-	claim                            [2]string    // of one topic, by ordered (0, 1)
-	claimAfter                       string       // of one topic, unordered, with a cursor
-	candidates                       [2][2]string // by ordered, then topic filter: any, many
-	claimCandidates                  [2]string    // by ordered; {seqs} left for the batch
-	poll                             [3]string    // by topic filter: any, one, many
+	markDone, deleteDone             string    // deleteDone empty unless Config.DeleteDone
+	claim                            [2]string // by ordered (0, 1)
+	claimAfter                       string    // unordered, with a cursor
 	queryDead, countDead, replayDead string
 	backlog                          string
 	purgePick, purgeDelete           string
@@ -398,25 +353,13 @@ func renderStatements(quoted, idIndex, dueIndex, inbox, migrations string, delet
 		s.deleteDone = r.Replace(sqlDeleteDone)
 	}
 	for ordered, head := range []string{"", orderedHeads()} {
-		claim := strings.NewReplacer("{topics}", topicsOne, "{ordered}", head).Replace(sqlClaim)
+		claim := strings.Replace(sqlClaim, "{ordered}", head, 1)
 		s.claim[ordered] = r.Replace(strings.Replace(claim, "{cursor}", "", 1))
 		if ordered == 0 {
 			s.claimAfter = r.Replace(strings.Replace(claim, "{cursor}", cursorAfter, 1))
 		}
-		for i, filter := range []string{topicsAny, topicsMany} {
-			s.candidates[ordered][i] = r.Replace(strings.NewReplacer("{topics}", filter, "{ordered}", head).Replace(sqlCandidates))
-		}
-		s.claimCandidates[ordered] = r.Replace(strings.NewReplacer("{topics}", topicsAny, "{ordered}", head).Replace(sqlClaimCandidates))
-	}
-	for i, filter := range []string{topicsAny, topicsOne, topicsMany} {
-		s.poll[i] = r.Replace(strings.Replace(sqlPoll, "{topics}", filter, 1))
 	}
 	return s
-}
-
-// claimOf returns s.claimCandidates[ordered] for n seqs.
-func (s *statements) claimOf(ordered, n int) string {
-	return strings.Replace(s.claimCandidates[ordered], "{seqs}", strings.Repeat("?, ", n-1)+"?", 1)
 }
 
 // insert returns sqlInsert for n rows.

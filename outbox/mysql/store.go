@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -21,6 +20,7 @@ import (
 	"github.com/wmoutbox/wmoutbox/internal/ident"
 	"github.com/wmoutbox/wmoutbox/internal/sqlcodec"
 	"github.com/wmoutbox/wmoutbox/outbox"
+	"github.com/wmoutbox/wmoutbox/outbox/outboxdriver"
 )
 
 // DefaultTable is the outbox table's name when [Config.Table] is empty.
@@ -44,31 +44,35 @@ type Config struct {
 	// pg_, and not wmoutbox_migration, where [Migrate] records the
 	// migrations; otherwise [ErrInvalidIdentifier].
 	Table string
-	// Clock stamps created/updated/done times and decides what is due.
-	// Default [outbox.SystemClock].
+	// Clock stamps the times the store and its writers write (created,
+	// updated, done, replayed) and the cutoff of purges; give a relay on
+	// the store the same clock (SubscriberConfig.Clock), which decides
+	// what is due. Default [outbox.SystemClock].
 	Clock outbox.Clock
-	// Logger receives after-commit hook failures of [Store.InTx]. Default
-	// slog.Default().
+	// Logger receives after-commit hook failures of
+	// [outbox.Store.InTx]. Default slog.Default().
 	Logger *slog.Logger
 	// DeleteDone deletes an event's row once it is delivered, instead of
-	// keeping it with status DONE until a [Store.Purge]. Default false.
-	// The table then holds only pending and DEAD events, and the record of
-	// what was delivered and when (done_at) is gone. RETRY and DEAD are
-	// recorded as always. Rows already DONE are left to Purge.
+	// keeping it with status DONE until an [outbox.Store.Purge]. Default
+	// false. The table then holds only pending and DEAD events, and the
+	// record of what was delivered and when (done_at) is gone. RETRY and
+	// DEAD are recorded as always. Rows already DONE are left to Purge.
 	DeleteDone bool
 }
 
 // Store is the MySQL outbox store on database/sql with
-// github.com/go-sql-driver/mysql: an [outbox.TxStore] for *sql.Tx. It is
-// safe for concurrent use.
-type Store struct {
-	db     *sql.DB
-	clock  outbox.Clock
-	logger *slog.Logger
-	t      *table
+// github.com/go-sql-driver/mysql: an [outbox.Store] for *sql.Tx, made by
+// [NewStore]. It is safe for concurrent use.
+type Store = outbox.Store[*sql.Tx]
+
+// driver runs the store's statements on db: the [outboxdriver.Driver] of
+// MySQL.
+type driver struct {
+	db *sql.DB
+	t  *table
 }
 
-var _ outbox.TxStore[*sql.Tx] = (*Store)(nil)
+var _ outboxdriver.Driver[*sql.Tx] = (*driver)(nil)
 
 // table is a validated table's names and the SQL rendered for it.
 type table struct {
@@ -90,9 +94,16 @@ func newTable(cfg Config) (*table, error) {
 func quote(name string) string { return "`" + name + "`" }
 
 // NewStore returns a store on db, a database opened with the "mysql"
-// driver of github.com/go-sql-driver/mysql. Claims, status updates and
-// operator queries run on db; inserts run in the transaction given to
-// [Store.Insert]. It does not touch the database: run [Migrate] first.
+// driver of github.com/go-sql-driver/mysql. Claims, outcomes and operator
+// queries run on db; events are written in the transactions given to an
+// [outbox.Writer] or a Publisher. It does not touch the database: run
+// [Migrate] first.
+//
+// The transactions [outbox.Store.InTx] begins are at the server's
+// isolation level. A deadlock makes MySQL roll back the whole
+// transaction: when a write of the store in one meets it, the store ends
+// the *sql.Tx too (see [ErrTransactionRolledBack]), and InTx returns that
+// error instead of committing, even if fn returned nil.
 func NewStore(db *sql.DB, cfg Config) (*Store, error) {
 	if db == nil {
 		return nil, fmt.Errorf("%w: mysql store needs a database", outbox.ErrInvalidRequest)
@@ -101,47 +112,35 @@ func NewStore(db *sql.DB, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Store{db: db, clock: outbox.ClockOrSystem(cfg.Clock), logger: cmp.Or(cfg.Logger, slog.Default()), t: t}, nil
+	return outbox.NewStore[*sql.Tx](&driver{db: db, t: t}, outbox.StoreConfig{Clock: cfg.Clock, Logger: cfg.Logger})
 }
 
-// InTx runs fn in a transaction on the store's database, commits, and then
-// runs the after-commit hooks registered during fn (see [outbox.RunInTx]).
-// It returns fn's error, the begin or commit error, the error of a check
-// before the commit, or ctx's cause when ctx ended before the commit.
-func (s *Store) InTx(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) error {
-	return InTx(ctx, s.db, s.logger, fn)
+// Begin implements [outboxdriver.Driver].
+func (d *driver) Begin(ctx context.Context) (*sql.Tx, error) { return d.db.BeginTx(ctx, nil) }
+
+// Commit implements [outboxdriver.Driver]. It refuses a transaction that
+// MySQL rolled back under a write of the store, with that write's error:
+// the store ended it then.
+func (d *driver) Commit(_ context.Context, tx *sql.Tx) error {
+	if err := rolledBack(tx); err != nil {
+		return err
+	}
+	return tx.Commit()
 }
 
-// InTx runs fn in a transaction begun on db, at the server's isolation
-// level, as [outbox.RunInTx] does: commit when fn returns nil, roll back
-// otherwise, and after a commit run the hooks fn registered with
-// [outbox.AfterCommit]; their failures go to logger (nil: slog.Default()).
-// The context given to fn carries tx, so an outbox Watermill publisher
-// given that context writes in it.
-//
-// A deadlock makes MySQL roll back the whole transaction. When a write of
-// the store in fn meets one, the store ends the *sql.Tx too (see
-// [ErrTransactionRolledBack]), and InTx returns that error instead of
-// committing, even if fn returned nil.
-func InTx(ctx context.Context, db *sql.DB, logger *slog.Logger, fn func(ctx context.Context, tx *sql.Tx) error) error {
-	return outbox.RunInTx(ctx, outbox.TxFuncs[*sql.Tx]{
-		Begin: func(ctx context.Context) (*sql.Tx, error) { return db.BeginTx(ctx, nil) },
-		Commit: func(_ context.Context, tx *sql.Tx) error {
-			if err := rolledBack(tx); err != nil {
-				return err // and tx was rolled back when it was met
-			}
-			return tx.Commit()
-		},
-		Rollback: func(_ context.Context, tx *sql.Tx) error { return tx.Rollback() },
-	}, logger, fn)
-}
+// Rollback implements [outboxdriver.Driver].
+func (d *driver) Rollback(_ context.Context, tx *sql.Tx) error { return tx.Rollback() }
+
+// Outer implements [outboxdriver.Driver]: nil, the store beginning
+// transactions of its own.
+func (d *driver) Outer() any { return nil }
 
 // rolledBackTxs holds the transactions in which a statement of the store
 // made MySQL roll the transaction back, with that statement's error
 // (wrapped in ErrTransactionRolledBack): weak.Pointer[sql.Tx] to error.
 // The store ended those *sql.Tx, which refuse every statement with
 // sql.ErrTxDone; this is for the error to say why, in the store's later
-// writes in them and in InTx's commit. An entry goes when its
+// writes in them and in Commit. An entry goes when its
 // transaction is garbage.
 var rolledBackTxs sync.Map
 
@@ -212,44 +211,33 @@ const (
 	erLockDeadlock    = 1213
 )
 
-// Insert implements [outbox.Inserter]: one statement for a batch of up to
-// 1,000 events and 4 MiB, which InnoDB applies whole or not at all; a
-// larger batch takes a statement for each such part, and when one fails,
-// the rows of those before are deleted again, so that tx holds the whole
-// batch or none of it (a MySQL transaction, unlike a PostgreSQL one, goes
-// on after most failed statements; after a deadlock, see
-// [ErrTransactionRolledBack]). Events must come from [outbox.Prepare]
-// (the [outbox.Writer] does this).
+// Insert implements [outboxdriver.Driver]: one statement for a batch of
+// up to 1,000 events and 4 MiB, which InnoDB applies whole or not at all;
+// a larger batch takes a statement for each such part, and when one
+// fails, the rows of those before are deleted again, so that tx holds the
+// whole batch or none of it (a MySQL transaction, unlike a PostgreSQL one,
+// goes on after most failed statements; after a deadlock, see
+// [ErrTransactionRolledBack]).
 //
 // MySQL cannot tell whether a savepoint opened on tx (a SAVEPOINT
-// statement) holds the rows, so Insert marks every write with hot events
-// as one in a savepoint: a [outbox.Writer] looks them up before the
-// commit with [Store.Kept].
-func (s *Store) Insert(ctx context.Context, tx *sql.Tx, hot, cold []outbox.Envelope, lease outbox.Lease) (savepoint uint64, err error) {
-	if tx == nil {
-		return 0, outbox.ErrNoTransaction
-	}
-	if len(hot)+len(cold) == 0 {
+// statement) holds the rows, so with p.Mark Insert returns a mark for
+// every write: the engine looks the rows up before the commit with Kept.
+func (d *driver) Insert(ctx context.Context, tx *sql.Tx, p *outboxdriver.InsertParams) (savepoint uint64, err error) {
+	if len(p.Rows) == 0 {
 		return 0, nil
-	}
-	if lease.Duration <= 0 {
-		lease.Duration = outbox.DefaultLockTimeout
 	}
 	if err := rolledBack(tx); err != nil {
 		return 0, err
 	}
-	rows, err := insertRows(hot, cold, lease, s.clock.Now())
-	if err != nil {
-		return 0, err
-	}
+	rows := insertRows(p)
 	var inserted []string // the ids of the statements that succeeded
 	for len(rows) > 0 {
 		n := statementRows(rows)
-		if err := s.insertStatement(ctx, tx, rows[:n]); err != nil {
+		if err := d.insertStatement(ctx, tx, rows[:n]); err != nil {
 			if rolledBack(tx) != nil {
 				return 0, err // and with the transaction, its rows
 			}
-			if undoErr := s.undoInsert(ctx, tx, inserted); undoErr != nil {
+			if undoErr := d.undoInsert(ctx, tx, inserted); undoErr != nil {
 				err = errors.Join(err, undoErr)
 			}
 			return 0, err
@@ -259,7 +247,7 @@ func (s *Store) Insert(ctx context.Context, tx *sql.Tx, hot, cold []outbox.Envel
 		}
 		rows = rows[n:]
 	}
-	if len(hot) > 0 {
+	if p.Mark {
 		savepoint = 1
 	}
 	return savepoint, nil
@@ -272,17 +260,14 @@ type insertRow struct {
 	size   int // of the payload and headers, in bytes
 }
 
-// insertRows returns the rows of an Insert written at now.
-func insertRows(hot, cold []outbox.Envelope, lease outbox.Lease, now time.Time) ([]insertRow, error) {
-	rows := make([]insertRow, 0, len(hot)+len(cold))
-	for e, claiming := range outbox.InsertRows(hot, cold, lease) {
-		params, size, err := sqlcodec.InsertValues(e, claiming, lease, now)
-		if err != nil {
-			return nil, err
-		}
-		rows = append(rows, insertRow{id: e.ID, params: params, size: size})
+// insertRows returns the rows of p as sqlInsert's parameters.
+func insertRows(p *outboxdriver.InsertParams) []insertRow {
+	rows := make([]insertRow, len(p.Rows))
+	for i := range p.Rows {
+		params, size := sqlcodec.InsertValues(&p.Rows[i], p)
+		rows[i] = insertRow{id: p.Rows[i].ID, params: params, size: size}
 	}
-	return rows, nil
+	return rows
 }
 
 // statementRows returns how many of rows, at least one, the next insert
@@ -299,86 +284,88 @@ func statementRows(rows []insertRow) int {
 
 // insertStatement writes rows with one statement, which InnoDB applies
 // whole or not at all.
-func (s *Store) insertStatement(ctx context.Context, tx *sql.Tx, rows []insertRow) error {
+func (d *driver) insertStatement(ctx context.Context, tx *sql.Tx, rows []insertRow) error {
 	params := make([]any, 0, len(rows)*insertValuesParams)
 	for _, r := range rows {
 		params = append(params, r.params...)
 	}
-	_, err := tx.ExecContext(ctx, s.t.sql.insert(len(rows)), params...)
+	_, err := tx.ExecContext(ctx, d.t.sql.insert(len(rows)), params...)
 	err = failedIn(ctx, tx, err)
 	if isUniqueViolation(err) {
-		return fmt.Errorf("mysql: insert into %s: %w: %w", s.t.Name, outbox.ErrDuplicateEvent, err)
+		return fmt.Errorf("mysql: insert into %s: %w: %w", d.t.Name, outbox.ErrDuplicateEvent, err)
 	}
 	if err != nil {
-		return fmt.Errorf("mysql: insert into %s: %w", s.t.Name, err)
+		return fmt.Errorf("mysql: insert into %s: %w", d.t.Name, err)
 	}
 	return nil
 }
 
 // undoInsert deletes the rows of ids that an Insert wrote in tx before one
 // of its statements failed.
-func (s *Store) undoInsert(ctx context.Context, tx *sql.Tx, ids []string) error {
+func (d *driver) undoInsert(ctx context.Context, tx *sql.Tx, ids []string) error {
 	if len(ids) == 0 {
 		return nil
 	}
-	_, err := tx.ExecContext(context.WithoutCancel(ctx), s.t.sql.undoInsert, sqlcodec.HexIDs(ids))
+	_, err := tx.ExecContext(context.WithoutCancel(ctx), d.t.sql.undoInsert, sqlcodec.HexIDs(ids))
 	if err = failedIn(ctx, tx, err); err != nil {
 		return fmt.Errorf("mysql: undo the first %d rows of a failed insert: %w", len(ids), err)
 	}
 	return nil
 }
 
-// Kept implements [outbox.Inserter]: those of ids that have a row, one
+// Kept implements [outboxdriver.Driver]: those of ids that have a row, one
 // query by the event id index. An id written again after its savepoint
 // rolled back counts as kept, the row being the later write's: give events
-// ids of their own, as [outbox.Prepare] does, when you roll back to
+// ids of their own, as the [outbox.Writer] does, when you roll back to
 // savepoints and write again.
-func (s *Store) Kept(ctx context.Context, tx *sql.Tx, _ uint64, ids []string) ([]string, error) {
+func (d *driver) Kept(ctx context.Context, tx *sql.Tx, _ uint64, ids []string) ([]string, error) {
 	if err := rolledBack(tx); err != nil {
 		return nil, err
 	}
-	existing, err := sqlcodec.Existing(ctx, tx, s.t.Label, s.t.sql.existingOne, s.t.sql.existing, ids)
+	existing, err := sqlcodec.Existing(ctx, tx, d.t.Label, d.t.sql.existingOne, d.t.sql.existing, ids)
 	return existing, failedIn(ctx, tx, err)
 }
 
-// Get implements [outbox.Store].
-func (s *Store) Get(ctx context.Context, id string) (outbox.Event, error) {
-	return sqlcodec.Get(ctx, s.db, s.t.Label, s.t.sql.get, id)
+// Get implements [outboxdriver.Executor].
+func (d *driver) Get(ctx context.Context, id string) (outboxdriver.Row, bool, error) {
+	return sqlcodec.Get(ctx, d.db, d.t.Label, d.t.sql.get, id)
 }
 
-// Claim implements [outbox.Store]: in one READ COMMITTED transaction, it
-// locks due rows with FOR UPDATE SKIP LOCKED and records the lease in them
-// (see sqlClaim). A claim of one topic reads them in due order and follows
-// req.Cursor when it is unordered; a claim of several topics, or of all,
-// picks its rows first without locking them (sqlCandidates) and leaves the
-// cursor alone, as ordered claims do, which start from the earliest due
-// event and pass over the events that wait for an earlier one of their
-// aggregate.
-func (s *Store) Claim(ctx context.Context, req outbox.ClaimRequest) ([]outbox.Event, error) {
-	req, err := req.Normalize()
-	if err != nil {
-		return nil, err
+// Claim implements [outboxdriver.Executor]: in one READ COMMITTED
+// transaction, it locks due rows of p.Topic in due order with FOR UPDATE
+// SKIP LOCKED (see sqlClaim) and records the lease in them by primary key
+// (sqlLease). An unordered claim starts after p.After; an ordered one
+// starts from the earliest due row, passes over the rows that wait for an
+// earlier one of their aggregate, and ignores p.After and p.Aggregates.
+func (d *driver) Claim(ctx context.Context, p *outboxdriver.ClaimParams) ([]outboxdriver.Row, error) {
+	query := d.t.sql.claim[0]
+	now := sqlcodec.Micros(p.Now)
+	args := []any{p.Topic, now, sqlcodec.Micros(p.CreatedBefore), now}
+	switch {
+	case p.Ordered:
+		query = d.t.sql.claim[1]
+	case p.After != nil:
+		query = d.t.sql.claimAfter
+		at := sqlcodec.Micros(p.After.DueAt)
+		args = append(args, at, at, p.After.ID)
 	}
-	now := s.clock.Now()
-	due := []any{sqlcodec.Micros(now), sqlcodec.Micros(now.Add(-req.SkipRecent)), sqlcodec.Micros(now)}
-	until := now.Add(req.LockTimeout)
-	var events []outbox.Event
-	err = s.readCommitted(ctx, func(tx *sql.Tx) error {
-		var seqs []int64
-		var err error
-		if len(req.Topics) == 1 {
-			events, seqs, err = s.claimTopic(ctx, tx, req, due)
-		} else {
-			events, seqs, err = s.claimCandidates(ctx, tx, req, due)
+	args = append(args, p.Limit)
+	var claimed []outboxdriver.Row
+	err := d.readCommitted(ctx, func(tx *sql.Tx) error {
+		rows, err := tx.QueryContext(ctx, query, args...)
+		if err != nil {
+			return err
 		}
-		if err != nil || len(events) == 0 {
+		var seqs []int64
+		claimed, seqs, err = sqlcodec.ScanRowsWithKeys(rows)
+		if err != nil || len(claimed) == 0 {
 			return err
 		}
 		list, err := json.Marshal(seqs)
 		if err != nil {
 			return err
 		}
-		if _, err := tx.ExecContext(ctx, s.t.sql.lease, string(list), req.Owner, sqlcodec.Micros(now), sqlcodec.Micros(until)); err != nil {
+		if _, err := tx.ExecContext(ctx, d.t.sql.lease, string(list), p.Owner, now, sqlcodec.Micros(p.LockedUntil)); err != nil {
 			return fmt.Errorf("record the lease: %w", err)
 		}
 		return nil
@@ -386,187 +373,92 @@ func (s *Store) Claim(ctx context.Context, req outbox.ClaimRequest) ([]outbox.Ev
 	if err != nil {
 		return nil, fmt.Errorf("mysql: claim: %w", err)
 	}
-	if len(events) == 0 {
-		return nil, nil
+	lockedAt, lockedUntil := sqlcodec.Stored(p.Now), sqlcodec.Stored(p.LockedUntil)
+	for i := range claimed {
+		r := &claimed[i]
+		r.LockedBy, r.LockedAt, r.LockedUntil = p.Owner, lockedAt, lockedUntil
 	}
-	for i := range events {
-		e := &events[i]
-		e.LockedBy, e.LockedAt, e.LockedUntil = req.Owner, sqlcodec.Stored(now), sqlcodec.Stored(until)
-	}
-	if len(req.Topics) == 1 && !req.Ordered && req.Cursor != nil {
-		*req.Cursor = outbox.CursorAt(events[len(events)-1])
-	}
-	return events, nil
+	return claimed, nil
 }
 
-// claimTopic locks the due rows of req's one topic, in due order (sqlClaim).
-func (s *Store) claimTopic(ctx context.Context, tx *sql.Tx, req outbox.ClaimRequest, due []any) ([]outbox.Event, []int64, error) {
-	query := s.t.sql.claim[0]
-	args := append([]any{req.Topics[0]}, due...)
-	switch {
-	case req.Ordered:
-		query = s.t.sql.claim[1]
-	case !req.Cursor.IsZero():
-		query = s.t.sql.claimAfter
-		at := sqlcodec.Micros(req.Cursor.DueAt)
-		args = append(args, at, at, req.Cursor.ID)
-	}
-	return queryClaimed(ctx, tx, query, append(args, req.Limit)...)
-}
-
-// claimCandidates locks the due rows of req's topics (all when it names
-// none) that sqlCandidates picks, and returns them in due order, and
-// their seqs.
-func (s *Store) claimCandidates(ctx context.Context, tx *sql.Tx, req outbox.ClaimRequest, due []any) ([]outbox.Event, []int64, error) {
-	ordered, filter := 0, 0
-	if req.Ordered {
-		ordered = 1
-	}
-	var args []any
-	if len(req.Topics) > 1 {
-		filter = 1
-		args = append(args, sqlcodec.Strings(req.Topics))
-	}
-	rows, err := tx.QueryContext(ctx, s.t.sql.candidates[ordered][filter], append(append(args, due...), 2*req.Limit)...)
-	if err != nil {
-		return nil, nil, fmt.Errorf("pick rows: %w", err)
-	}
-	candidates, err := sqlcodec.ScanColumn[int64](rows)
-	if err != nil {
-		return nil, nil, fmt.Errorf("pick rows: %w", err)
-	}
-	var (
-		events []outbox.Event
-		seqs   []int64
-	)
-	for len(candidates) > 0 && len(events) < req.Limit {
-		n := min(req.Limit-len(events), len(candidates))
-		args = args[:0]
-		for _, seq := range candidates[:n] {
-			args = append(args, seq)
-		}
-		got, gotSeqs, err := queryClaimed(ctx, tx, s.t.sql.claimOf(ordered, n), append(args, due...)...)
-		if err != nil {
-			return nil, nil, err
-		}
-		events, seqs = append(events, got...), append(seqs, gotSeqs...)
-		candidates = candidates[n:]
-	}
-	// Each batch comes in seq order; the lease takes seqs in any order.
-	slices.SortFunc(events, outbox.CompareDue)
-	return events, seqs, nil
-}
-
-// queryClaimed runs a claim's locking read, which selects the event
-// columns and seq.
-func queryClaimed(ctx context.Context, tx *sql.Tx, query string, args ...any) ([]outbox.Event, []int64, error) {
-	rows, err := tx.QueryContext(ctx, query, args...)
-	if err != nil {
-		return nil, nil, err
-	}
-	return sqlcodec.ScanEventsWithKeys(rows)
-}
-
-// PollPending implements [outbox.Store].
-func (s *Store) PollPending(ctx context.Context, req outbox.PollRequest) ([]outbox.Event, error) {
-	req, err := req.Normalize()
-	if err != nil {
-		return nil, err
-	}
-	now := s.clock.Now()
-	query, topicArg := sqlcodec.TopicVariant(s.t.sql.poll, req.Topics)
-	var args []any
-	if topicArg != nil {
-		args = append(args, topicArg)
-	}
-	args = append(args, sqlcodec.Micros(now), sqlcodec.Micros(now.Add(-req.SkipRecent)), sqlcodec.Micros(now), req.Limit)
-	return queryEvents(ctx, s.db, "poll", query, args...)
-}
-
-// Release implements [outbox.Store].
-func (s *Store) Release(ctx context.Context, owner string, ids []string) (int64, error) {
-	if len(ids) == 0 {
+// Release implements [outboxdriver.Executor].
+func (d *driver) Release(ctx context.Context, p outboxdriver.ReleaseParams) (int64, error) {
+	if len(p.IDs) == 0 {
 		return 0, nil
 	}
-	return s.exec(ctx, fmt.Sprintf("release %d claims", len(ids)), s.t.sql.release, sqlcodec.HexIDs(ids), owner)
+	return d.exec(ctx, fmt.Sprintf("release %d claims", len(p.IDs)), d.t.sql.release, sqlcodec.HexIDs(p.IDs), p.Owner)
 }
 
-// ReleaseOwned implements [outbox.Store]: a read of the claims' ids, then
-// the release of those of them that owner still holds under a claim made
-// before claimedBefore.
-func (s *Store) ReleaseOwned(ctx context.Context, owner, topic string, claimedBefore time.Time) (int64, error) {
-	if err := outbox.ValidateReleaseOwned(owner, topic); err != nil {
-		return 0, err
-	}
-	rows, err := s.db.QueryContext(ctx, s.t.sql.ownedClaims, topic, owner, sqlcodec.Micros(claimedBefore))
+// ReleaseOwned implements [outboxdriver.Executor]: a read of the claims'
+// ids, then the release of those of them that p.Owner still holds under a
+// claim made before p.ClaimedBefore.
+func (d *driver) ReleaseOwned(ctx context.Context, p outboxdriver.ReleaseOwnedParams) (int64, error) {
+	before := sqlcodec.Micros(p.ClaimedBefore)
+	rows, err := d.db.QueryContext(ctx, d.t.sql.ownedClaims, p.Topic, p.Owner, before)
 	var ids []string
 	if err == nil {
 		ids, err = sqlcodec.ScanColumn[string](rows)
 	}
 	if err != nil {
-		return 0, fmt.Errorf("mysql: find the claims of %s on %s: %w", owner, topic, err)
+		return 0, fmt.Errorf("mysql: find the claims of %s on %s: %w", p.Owner, p.Topic, err)
 	}
 	if len(ids) == 0 {
 		return 0, nil
 	}
-	return s.exec(ctx, fmt.Sprintf("release the claims of %s on %s", owner, topic), s.t.sql.releaseOwned,
-		sqlcodec.HexIDs(ids), owner, sqlcodec.Micros(claimedBefore))
+	return d.exec(ctx, fmt.Sprintf("release the claims of %s on %s", p.Owner, p.Topic), d.t.sql.releaseOwned,
+		sqlcodec.HexIDs(ids), p.Owner, before)
 }
 
-// UpdateStatus implements [outbox.Store]: one statement for the DONE
-// outcomes of the batch (deleting their rows under [Config.DeleteDone])
-// and one for the rest. Of several updates of one id, a DONE wins, else
-// the last (see [outbox.PrepareUpdates]).
-func (s *Store) UpdateStatus(ctx context.Context, owner string, updates ...outbox.StatusUpdate) (int64, error) {
-	recordDone := func(ids []string) (int64, error) {
-		now := sqlcodec.Micros(s.clock.Now())
-		query, args := s.t.sql.markDone, []any{sqlcodec.HexIDs(ids), now, now}
-		if s.t.sql.deleteDone != "" {
-			query, args = s.t.sql.deleteDone, []any{sqlcodec.HexIDs(ids)}
-		}
-		return s.exec(ctx, fmt.Sprintf("record %d events done", len(ids)), query, args...)
+// MarkDone implements [outboxdriver.Executor] in one statement, deleting
+// the rows under [Config.DeleteDone].
+func (d *driver) MarkDone(ctx context.Context, p outboxdriver.MarkDoneParams) (int64, error) {
+	if len(p.IDs) == 0 {
+		return 0, nil
 	}
-	return outbox.RecordOutcomes(owner, updates, recordDone, func(updates []outbox.StatusUpdate) (int64, error) {
-		batch, err := sqlcodec.StatusUpdates(updates)
-		if err != nil {
-			return 0, fmt.Errorf("mysql: update status of %d events: %w", len(updates), err)
-		}
-		now, ownerOrNull := sqlcodec.Micros(s.clock.Now()), sqlcodec.NullIfEmpty(owner)
-		return s.exec(ctx, fmt.Sprintf("update status of %d events", len(updates)), s.t.sql.updateStatus, batch, now, ownerOrNull, ownerOrNull, now)
-	})
+	now := sqlcodec.Micros(p.Now)
+	query, args := d.t.sql.markDone, []any{sqlcodec.HexIDs(p.IDs), now, now}
+	if d.t.sql.deleteDone != "" {
+		query, args = d.t.sql.deleteDone, []any{sqlcodec.HexIDs(p.IDs)}
+	}
+	return d.exec(ctx, fmt.Sprintf("record %d events done", len(p.IDs)), query, args...)
 }
 
-// QueryDead implements [outbox.Store].
-func (s *Store) QueryDead(ctx context.Context, q outbox.DeadQuery) ([]outbox.Event, error) {
-	q, err := q.Normalize()
+// RecordOutcomes implements [outboxdriver.Executor] in one statement.
+func (d *driver) RecordOutcomes(ctx context.Context, p outboxdriver.RecordOutcomesParams) (int64, error) {
+	if len(p.Outcomes) == 0 {
+		return 0, nil
+	}
+	now, owner := sqlcodec.Micros(p.Now), sqlcodec.NullIfEmpty(p.Owner)
+	return d.exec(ctx, fmt.Sprintf("update status of %d events", len(p.Outcomes)), d.t.sql.updateStatus,
+		sqlcodec.Outcomes(p.Outcomes), now, owner, owner, now)
+}
+
+// QueryDead implements [outboxdriver.Executor].
+func (d *driver) QueryDead(ctx context.Context, p outboxdriver.QueryDeadParams) ([]outboxdriver.Row, error) {
+	rows, err := sqlcodec.QueryRows(ctx, d.db, d.t.sql.queryDead, append(deadArgs(p.Filter), p.After, p.Limit)...)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("mysql: query dead events: %w", err)
 	}
-	return queryEvents(ctx, s.db, "query dead events", s.t.sql.queryDead, append(deadArgs(q.DeadFilter), q.After, q.Limit)...)
+	return rows, nil
 }
 
-// CountDead implements [outbox.Store].
-func (s *Store) CountDead(ctx context.Context, f outbox.DeadFilter) (int64, error) {
+// CountDead implements [outboxdriver.Executor].
+func (d *driver) CountDead(ctx context.Context, f outboxdriver.DeadFilter) (int64, error) {
 	var n int64
-	if err := s.db.QueryRowContext(ctx, s.t.sql.countDead, deadArgs(f)...).Scan(&n); err != nil {
+	if err := d.db.QueryRowContext(ctx, d.t.sql.countDead, deadArgs(f)...).Scan(&n); err != nil {
 		return 0, fmt.Errorf("mysql: count dead events: %w", err)
 	}
 	return n, nil
 }
 
-// ReplayDead implements [outbox.Store]. It refuses a filter that restricts
-// nothing ([outbox.DeadFilter.ValidateReplay]); DiedBefore: time.Now()
-// replays every DEAD event.
-func (s *Store) ReplayDead(ctx context.Context, f outbox.DeadFilter) (int64, error) {
-	if err := f.ValidateReplay(); err != nil {
-		return 0, err
-	}
-	now := sqlcodec.Micros(s.clock.Now())
-	return s.exec(ctx, "replay dead events", s.t.sql.replayDead, append([]any{now, now}, deadArgs(f)...)...)
+// ReplayDead implements [outboxdriver.Executor].
+func (d *driver) ReplayDead(ctx context.Context, p outboxdriver.ReplayDeadParams) (int64, error) {
+	now := sqlcodec.Micros(p.Now)
+	return d.exec(ctx, "replay dead events", d.t.sql.replayDead, append([]any{now, now}, deadArgs(p.Filter)...)...)
 }
 
 // deadArgs are the parameters of sqlDeadFilter, each twice.
-func deadArgs(f outbox.DeadFilter) []any {
+func deadArgs(f outboxdriver.DeadFilter) []any {
 	params := make([]any, 0, 8)
 	for _, p := range sqlcodec.DeadFilter(f) {
 		params = append(params, p, p)
@@ -574,42 +466,38 @@ func deadArgs(f outbox.DeadFilter) []any {
 	return params
 }
 
-// Backlog implements [outbox.Store].
-func (s *Store) Backlog(ctx context.Context, topic string) (int64, time.Time, error) {
-	return sqlcodec.Backlog(ctx, s.db, s.t.Label, s.t.sql.backlog, topic)
+// Backlog implements [outboxdriver.Executor].
+func (d *driver) Backlog(ctx context.Context, topic string) (int64, time.Time, error) {
+	return sqlcodec.Backlog(ctx, d.db, d.t.Label, d.t.sql.backlog, topic)
 }
 
-// Purge implements [outbox.Store]. Each batch is a READ COMMITTED
+// PurgeBatch implements [outboxdriver.Executor] in a READ COMMITTED
 // transaction that locks the rows it deletes with SKIP LOCKED: rows other
-// transactions hold are left to the next purge, and a batch they make
-// short ends this one.
-func (s *Store) Purge(ctx context.Context, req outbox.PurgeRequest) (int64, error) {
-	req, err := req.Normalize()
-	if err != nil {
-		return 0, err
+// transactions hold are passed over.
+func (d *driver) PurgeBatch(ctx context.Context, p outboxdriver.PurgeParams) (int64, error) {
+	if len(p.Statuses) == 0 {
+		return 0, nil
 	}
 	// sqlPurgePick takes two statuses: the one asked for twice, or both.
-	statuses := [2]int{int(req.Statuses[0]), int(req.Statuses[0])}
-	for _, st := range req.Statuses {
-		if int(st) != statuses[0] {
-			statuses[1] = int(st)
+	statuses := [2]int16{p.Statuses[0], p.Statuses[0]}
+	for _, st := range p.Statuses {
+		if st != statuses[0] {
+			statuses[1] = st
 		}
 	}
-	cutoff := sqlcodec.Micros(s.clock.Now().Add(-req.OlderThan))
-	return outbox.PurgeInBatches(req.BatchSize, func(deleted int64) (int64, error) {
-		n, err := s.deleteLocked(ctx, s.t.sql.purgePick, []any{statuses[0], statuses[1], cutoff, req.BatchSize}, s.t.sql.purgeDelete)
-		if err != nil {
-			return 0, fmt.Errorf("mysql: purge after %d rows: %w", deleted, err)
-		}
-		return n, nil
-	})
+	pick := []any{statuses[0], statuses[1], sqlcodec.Micros(p.Before), p.Limit}
+	n, err := d.deleteLocked(ctx, d.t.sql.purgePick, pick, d.t.sql.purgeDelete)
+	if err != nil {
+		return 0, fmt.Errorf("mysql: purge %s: %w", d.t.Name, err)
+	}
+	return n, nil
 }
 
 // deleteLocked deletes, in a READ COMMITTED transaction of its own, the
 // rows that pick locks (with SKIP LOCKED), whose keys it returns as JSON
 // values, one a row; remove gets them as one JSON array.
-func (s *Store) deleteLocked(ctx context.Context, pick string, pickArgs []any, remove string) (deleted int64, err error) {
-	err = s.readCommitted(ctx, func(tx *sql.Tx) error {
+func (d *driver) deleteLocked(ctx context.Context, pick string, pickArgs []any, remove string) (deleted int64, err error) {
+	err = d.readCommitted(ctx, func(tx *sql.Tx) error {
 		rows, err := tx.QueryContext(ctx, pick, pickArgs...)
 		if err != nil {
 			return err
@@ -632,8 +520,8 @@ func (s *Store) deleteLocked(ctx context.Context, pick string, pickArgs []any, r
 // when fn returns nil: the isolation of claims and purges, whose scans
 // then lock no gap of an index, which would hold back the inserts of
 // writers (of events, or of inbox records).
-func (s *Store) readCommitted(ctx context.Context, fn func(tx *sql.Tx) error) error {
-	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+func (d *driver) readCommitted(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	tx, err := d.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	if err != nil {
 		return err
 	}
@@ -648,8 +536,8 @@ func (s *Store) readCommitted(ctx context.Context, fn func(tx *sql.Tx) error) er
 
 // exec runs one write statement and returns how many rows it changed; op
 // names it in errors.
-func (s *Store) exec(ctx context.Context, op, query string, args ...any) (int64, error) {
-	res, err := s.db.ExecContext(ctx, query, args...)
+func (d *driver) exec(ctx context.Context, op, query string, args ...any) (int64, error) {
+	res, err := d.db.ExecContext(ctx, query, args...)
 	if err != nil {
 		return 0, fmt.Errorf("mysql: %s: %w", op, err)
 	}
@@ -658,16 +546,6 @@ func (s *Store) exec(ctx context.Context, op, query string, args ...any) (int64,
 		return 0, fmt.Errorf("mysql: %s: %w", op, err)
 	}
 	return n, nil
-}
-
-// queryEvents runs a statement returning eventColumns; op names it in
-// errors.
-func queryEvents(ctx context.Context, q sqlcodec.Querier, op, query string, args ...any) ([]outbox.Event, error) {
-	events, err := sqlcodec.QueryEvents(ctx, q, query, args...)
-	if err != nil {
-		return nil, fmt.Errorf("mysql: %s: %w", op, err)
-	}
-	return events, nil
 }
 
 // isUniqueViolation reports a duplicate event id.

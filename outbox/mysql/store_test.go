@@ -1,7 +1,6 @@
 package mysql_test
 
 import (
-	"context"
 	"database/sql"
 	"fmt"
 	"testing"
@@ -13,6 +12,7 @@ import (
 	"github.com/wmoutbox/wmoutbox/internal/testmysql"
 	"github.com/wmoutbox/wmoutbox/outbox"
 	"github.com/wmoutbox/wmoutbox/outbox/mysql"
+	"github.com/wmoutbox/wmoutbox/outbox/outboxdriver"
 )
 
 // storeWithWriter returns a store on a new migrated database and a writer
@@ -40,14 +40,15 @@ func TestStore(t *testing.T) {
 	t.Parallel()
 	storetest.Run(t, func(t *testing.T) storetest.Harness[*sql.Tx] {
 		db := testmysql.New(t)
-		return storetest.SQLHarness(t, db, func(clock outbox.Clock, deleteDone bool) (outbox.TxStore[*sql.Tx], error) {
+		return storetest.SQLHarness(t, db, func(clock outbox.Clock, deleteDone bool) (*outbox.Store[*sql.Tx], error) {
 			return mysql.NewStore(db, mysql.Config{Clock: clock, DeleteDone: deleteDone})
 		})
 	})
 }
 
-// TestConcurrentClaimersGetDisjointSets runs 8 claimers on one *sql.DB
-// (so on several connections) against 2,000 due rows at the same time.
+// TestConcurrentClaimersGetDisjointSets runs 8 claimers of one topic on
+// one *sql.DB (so on several connections) against 2,000 due rows at the
+// same time.
 func TestConcurrentClaimersGetDisjointSets(t *testing.T) {
 	t.Parallel()
 	for _, ordered := range []bool{false, true} {
@@ -55,19 +56,11 @@ func TestConcurrentClaimersGetDisjointSets(t *testing.T) {
 			t.Parallel()
 			const rows, claimers = 2000, 8
 			_, store, writer := storeWithWriter(t)
-			ctx := t.Context()
-			var written []string
-			require.NoError(t, store.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
-				var err error
-				written, err = writer.Write(ctx, tx, storetest.JSONEvents(rows, "orders")...)
-				return err
-			}))
+			written := writeEvents(t, store, writer, rows)
 			claims := make([]storetest.Claimer, claimers)
 			for i := range claims {
-				claims[i] = storetest.Claimer{Store: store, Request: outbox.ClaimRequest{Owner: fmt.Sprint("claimer-", i), Limit: 25, Ordered: ordered}}
-				if i%2 == 0 {
-					claims[i].Request.Topics = []string{"orders"} // the due index, or a scan of all topics
-				}
+				claims[i] = storetest.Claimer{Driver: store.Driver(),
+					Params: outboxdriver.ClaimParams{Owner: fmt.Sprint("claimer-", i), Topic: "orders", Limit: 25, Ordered: ordered}}
 			}
 			storetest.ClaimConcurrently(t, claims, written, nil)
 		})
@@ -84,21 +77,28 @@ func TestReleaseOwnedReadsOnlyTheTopicsPendingRows(t *testing.T) {
 	ctx := t.Context()
 	const history = 3000
 	ids := writeEvents(t, store, writer, history+2)
-	done := make([]outbox.StatusUpdate, history)
-	for i := range done {
-		done[i] = outbox.Done(ids[i])
-	}
-	_, err := store.UpdateStatus(ctx, "", done...)
-	require.NoError(t, err)
-	claimed, err := store.Claim(ctx, outbox.ClaimRequest{Owner: "me", Topics: []string{"orders"}})
-	require.NoError(t, err)
+	markDone(t, store, ids[:history])
+	claimed := storetest.Claim(t, store.Driver(), storetest.ClaimParams("me", "orders", 100, now()))
 	require.Len(t, claimed, 2)
-	_, err = db.ExecContext(ctx, "ANALYZE TABLE outbox_event")
+	_, err := db.ExecContext(ctx, "ANALYZE TABLE outbox_event")
 	require.NoError(t, err)
 
 	before := handlerReads(t, db)
-	n, err := store.ReleaseOwned(ctx, "me", "orders", time.Now().Add(time.Hour))
+	n, err := store.Driver().ReleaseOwned(ctx, outboxdriver.ReleaseOwnedParams{Owner: "me", Topic: "orders",
+		ClaimedBefore: time.Now().Add(time.Hour)})
 	require.NoError(t, err)
 	require.EqualValues(t, 2, n)
 	require.Less(t, handlerReads(t, db)-before, int64(100), "rows and index entries read, with %d delivered events in the table", history)
+}
+
+// now is the time as the table keeps it, to the microsecond: what a
+// driver returns of the times it was given.
+func now() time.Time { return time.Now().Truncate(time.Microsecond) }
+
+// markDone records the events of ids delivered, as a relay does.
+func markDone(t *testing.T, store *mysql.Store, ids []string) {
+	t.Helper()
+	n, err := store.Driver().MarkDone(t.Context(), outboxdriver.MarkDoneParams{Now: time.Now(), IDs: ids})
+	require.NoError(t, err)
+	require.EqualValues(t, len(ids), n)
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/wmoutbox/wmoutbox/internal/storetest"
 	"github.com/wmoutbox/wmoutbox/internal/testdb"
 	"github.com/wmoutbox/wmoutbox/outbox"
+	"github.com/wmoutbox/wmoutbox/outbox/outboxdriver"
 	"github.com/wmoutbox/wmoutbox/outbox/postgres"
 )
 
@@ -45,15 +46,15 @@ func TestClaimOfNamedAggregatesReadsOnlyThem(t *testing.T) {
 	walked := aggregateIndexReads(t, conn, postgres.ClaimStatement(store, false, true), append(lease, "orders")...)
 	require.GreaterOrEqual(t, walked, heldBack, "the walk reads the first event of every aggregate")
 
-	named := []outbox.Aggregate{{Topic: "orders", Type: "Order", ID: "live"}, {Topic: "orders", Type: "Order", ID: "held-7"}}
-	topics, types, aggIDs := postgres.TextArray{"orders", "orders"}, postgres.TextArray{"Order", "Order"}, postgres.TextArray{"live", "held-7"}
-	read := aggregateIndexReads(t, conn, postgres.ClaimHeadsStatement(store), append(lease, topics, types, aggIDs)...)
+	named := []outboxdriver.Aggregate{{Topic: "orders", Type: "Order", ID: "live"}, {Topic: "orders", Type: "Order", ID: "held-7"}}
+	types, aggIDs := postgres.TextArray{"Order", "Order"}, postgres.TextArray{"live", "held-7"}
+	read := aggregateIndexReads(t, conn, postgres.ClaimHeadsStatement(store), append(lease, "orders", types, aggIDs)...)
 	require.Equal(t, len(named), read, "one descent per aggregate named")
 
-	claimed, err := store.Claim(t.Context(), outbox.ClaimRequest{Owner: "me", Topics: []string{"orders"}, Ordered: true, Aggregates: named})
-	require.NoError(t, err)
-	require.Len(t, claimed, 1, "the first event of the live aggregate; the other is due tomorrow")
-	require.Equal(t, ids[heldBack], claimed[0].ID)
+	p := storetest.ClaimParams("me", "orders", 100, time.Now())
+	p.Ordered, p.Aggregates = true, named
+	claimed := claimIDs(t, store, p)
+	require.Equal(t, ids[heldBack:heldBack+1], claimed, "the first event of the live aggregate; the other is due tomorrow")
 }
 
 // aggregateIndexReads runs sql under EXPLAIN ANALYZE, in a transaction it
@@ -106,10 +107,10 @@ func TestClaimOfNamedAggregatesTakesOnlyThem(t *testing.T) {
 	commit(t, store, mk("other", "o-2"), mk("x1", ""), mk("x2", ""), mk("of-x1", "x1"), mk("of-x2", "x2"))
 	_, err = pool.Exec(t.Context(), `UPDATE outbox_event SET aggregate_id = '' WHERE event_id = 'x2'`)
 	require.NoError(t, err)
-	claimed, err := store.Claim(t.Context(), outbox.ClaimRequest{Owner: "me", Topics: []string{"orders"}, Ordered: true,
-		Aggregates: []outbox.Aggregate{{Topic: "orders", Type: "Order", ID: "x1"}, {Topic: "orders", Type: "Order", ID: "x2"}}})
-	require.NoError(t, err)
-	require.ElementsMatch(t, []string{"of-x1", "of-x2"}, storetest.IDs(claimed))
+	p := storetest.ClaimParams("me", "orders", 100, time.Now())
+	p.Ordered = true
+	p.Aggregates = []outboxdriver.Aggregate{{Topic: "orders", Type: "Order", ID: "x1"}, {Topic: "orders", Type: "Order", ID: "x2"}}
+	require.ElementsMatch(t, []string{"of-x1", "of-x2"}, claimIDs(t, store, p))
 }
 
 // commit writes events in one transaction and returns their ids.

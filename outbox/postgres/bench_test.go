@@ -8,8 +8,10 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/wmoutbox/wmoutbox/internal/storetest"
 	"github.com/wmoutbox/wmoutbox/internal/testdb"
 	"github.com/wmoutbox/wmoutbox/outbox"
+	"github.com/wmoutbox/wmoutbox/outbox/outboxdriver"
 	"github.com/wmoutbox/wmoutbox/outbox/postgres"
 )
 
@@ -82,11 +84,11 @@ func benchClaimAndMarkDone(b *testing.B, perEvent bool) {
 	const batch = 100
 	store, writer := benchStore(b)
 	events := benchEvents(1000)
-	req := outbox.ClaimRequest{Owner: "bench", Limit: batch, Topics: []string{"OrderCreated"}}
+	p := benchClaim(batch, false)
 	delivered := 0
 	b.ReportAllocs()
 	for b.Loop() {
-		n := claimAndMarkDone(b, store, req, perEvent)
+		n := claimAndMarkDone(b, store, p, false, perEvent)
 		if n == 0 {
 			b.StopTimer()
 			writeBacklog(b, store, writer, events, len(events))
@@ -97,28 +99,53 @@ func benchClaimAndMarkDone(b *testing.B, perEvent bool) {
 	b.ReportMetric(float64(delivered)/b.Elapsed().Seconds(), "events/s")
 }
 
-// claimAndMarkDone claims one batch and records it DONE, in one statement
-// or one per event, and returns how many events it claimed.
-func claimAndMarkDone(b *testing.B, store *postgres.Store, req outbox.ClaimRequest, perEvent bool) int {
-	ctx := b.Context()
-	claimed, err := store.Claim(ctx, req)
+// benchClaim is the relay's claim of up to limit due events, at the time
+// claim sets.
+func benchClaim(limit int, ordered bool) *outboxdriver.ClaimParams {
+	p := storetest.ClaimParams("bench", "OrderCreated", limit, time.Now())
+	p.Ordered = ordered
+	return p
+}
+
+// claim runs p at the time it is called and returns the rows, in due
+// order as the relay sorts them; with after, it moves p.After past them,
+// as the relay's cursor does.
+func claim(b *testing.B, store *postgres.Store, p *outboxdriver.ClaimParams, after bool) []outboxdriver.Row {
+	now := time.Now()
+	p.Now, p.CreatedBefore, p.LockedUntil = now, now, now.Add(storetest.DefaultLease)
+	rows, err := store.Driver().Claim(b.Context(), p)
 	if err != nil {
 		b.Fatal(err)
 	}
-	done := make([]outbox.StatusUpdate, len(claimed))
-	for i, e := range claimed {
-		done[i] = outbox.Done(e.ID)
+	if at := storetest.SortClaimed(rows, p.Ordered); at != nil && after {
+		p.After = at
 	}
+	return rows
+}
+
+// claimAndMarkDone claims one batch, following the cursor in p or not,
+// and records it DONE, in one statement or one per event, and returns how
+// many events it claimed.
+func claimAndMarkDone(b *testing.B, store *postgres.Store, p *outboxdriver.ClaimParams, follow, perEvent bool) int {
+	claimed := claim(b, store, p, follow)
+	ids := storetest.IDs(claimed)
 	if perEvent {
-		for _, u := range done {
-			if _, err := store.UpdateStatus(ctx, req.Owner, u); err != nil {
-				b.Fatal(err)
-			}
+		for _, id := range ids {
+			markDoneBench(b, store, id)
 		}
-	} else if _, err := store.UpdateStatus(ctx, req.Owner, done...); err != nil {
-		b.Fatal(err)
+	} else if len(ids) > 0 {
+		markDoneBench(b, store, ids...)
 	}
 	return len(claimed)
+}
+
+// markDoneBench records ids DONE, as the relay does.
+func markDoneBench(b *testing.B, store *postgres.Store, ids ...string) int64 {
+	n, err := store.Driver().MarkDone(b.Context(), outboxdriver.MarkDoneParams{Now: time.Now(), IDs: ids})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return n
 }
 
 // writeBacklog commits n events, in transactions of len(events).
@@ -161,13 +188,9 @@ func benchClaimBacklog(b *testing.B, withCursor, ordered bool) {
 			writeBacklog(b, store, writer, events, len(events))
 		}
 		b.StartTimer()
-		var cursor outbox.ClaimCursor
-		req := outbox.ClaimRequest{Owner: "bench", Limit: batch, Topics: []string{"OrderCreated"}, Ordered: ordered}
-		if withCursor {
-			req.Cursor = &cursor
-		}
+		p := benchClaim(batch, ordered)
 		for {
-			n := claimAndMarkDone(b, store, req, false)
+			n := claimAndMarkDone(b, store, p, withCursor, false)
 			if n == 0 {
 				break
 			}
@@ -202,11 +225,10 @@ func benchOrderedNotDue(b *testing.B, aggregates int) {
 		}
 		writeBacklog(b, store, writer, events, len(events))
 	}
-	req := outbox.ClaimRequest{Owner: "bench", Limit: 100, Topics: []string{"OrderCreated"}, Ordered: true}
+	p := benchClaim(100, true)
 	for b.Loop() {
-		claimed, err := store.Claim(b.Context(), req)
-		if err != nil || len(claimed) != 0 {
-			b.Fatalf("claimed %d events (%v) due tomorrow", len(claimed), err)
+		if claimed := claim(b, store, p, false); len(claimed) != 0 {
+			b.Fatalf("claimed %d events due tomorrow", len(claimed))
 		}
 	}
 }
@@ -214,29 +236,38 @@ func benchOrderedNotDue(b *testing.B, aggregates int) {
 func benchOrderedBehind(b *testing.B, behind int) {
 	store, writer := benchStore(b)
 	writeBacklog(b, store, writer, benchEvents(min(behind, 1000)), behind)
-	req := outbox.ClaimRequest{Owner: "bench", Limit: 100, Topics: []string{"OrderCreated"}, Ordered: true}
-	if claimed, err := store.Claim(b.Context(), req); err != nil || len(claimed) != 1 {
-		b.Fatalf("the first claim took %d events (%v), want the first of the aggregate", len(claimed), err)
+	p := benchClaim(100, true)
+	if claimed := claim(b, store, p, false); len(claimed) != 1 {
+		b.Fatalf("the first claim took %d events, want the first of the aggregate", len(claimed))
 	}
 	for b.Loop() {
-		claimed, err := store.Claim(b.Context(), req)
-		if err != nil || len(claimed) != 0 {
-			b.Fatalf("claimed %d events (%v) while the first is in flight", len(claimed), err)
+		if claimed := claim(b, store, p, false); len(claimed) != 0 {
+			b.Fatalf("claimed %d events while the first is in flight", len(claimed))
 		}
 	}
 }
 
-// BenchmarkReadEvents reads a batch of 200 pending events, to show what
-// decoding a claimed batch costs per event apart from the claim's writes.
+// BenchmarkReadEvents reads a batch of 200 DEAD events, to show what
+// decoding a batch costs per event apart from a claim's writes: the rows
+// of a claim and of a dead-event query are read alike.
 func BenchmarkReadEvents(b *testing.B) {
 	const batch = 200
 	store, writer := benchStore(b)
 	events := benchEvents(batch)
 	writeBacklog(b, store, writer, events, batch)
-	req := outbox.PollRequest{Limit: batch}
+	claimed := claim(b, store, benchClaim(batch, false), false)
+	outcomes := make([]outboxdriver.Outcome, len(claimed))
+	for i := range claimed {
+		outcomes[i] = outboxdriver.Outcome{ID: claimed[i].ID, Status: int16(outbox.StatusDead), AttemptSpent: true, Error: "dead"}
+	}
+	n, err := store.Driver().RecordOutcomes(b.Context(), outboxdriver.RecordOutcomesParams{Now: time.Now(), Owner: "bench", Outcomes: outcomes})
+	if err != nil || n != batch {
+		b.Fatalf("killed %d of %d: %v", n, batch, err)
+	}
+	p := outboxdriver.QueryDeadParams{Limit: batch}
 	b.ReportAllocs()
 	for b.Loop() {
-		read, err := store.PollPending(b.Context(), req)
+		read, err := store.Driver().QueryDead(b.Context(), p)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -249,28 +280,24 @@ func BenchmarkReadEvents(b *testing.B) {
 }
 
 // BenchmarkRecordDone records a claimed batch of 1000 events DONE in one
-// UpdateStatus call, the settler's statement after a drain's deliveries;
+// MarkDone call, the settler's statement after a drain's deliveries;
 // only the recording is timed.
 func BenchmarkRecordDone(b *testing.B) {
 	const batch = 1000
 	store, writer := benchStore(b)
 	events := benchEvents(batch)
-	req := outbox.ClaimRequest{Owner: "bench", Limit: batch, Topics: []string{"OrderCreated"}}
+	p := benchClaim(batch, false)
 	b.ReportAllocs()
 	for b.Loop() {
 		b.StopTimer()
 		writeBacklog(b, store, writer, events, batch)
-		claimed, err := store.Claim(b.Context(), req)
-		if err != nil || len(claimed) != batch {
-			b.Fatalf("claimed %d of %d: %v", len(claimed), batch, err)
-		}
-		done := make([]outbox.StatusUpdate, batch)
-		for i, e := range claimed {
-			done[i] = outbox.Done(e.ID)
+		ids := storetest.IDs(claim(b, store, p, false))
+		if len(ids) != batch {
+			b.Fatalf("claimed %d of %d", len(ids), batch)
 		}
 		b.StartTimer()
-		if n, err := store.UpdateStatus(b.Context(), req.Owner, done...); err != nil || n != batch {
-			b.Fatalf("recorded %d of %d: %v", n, batch, err)
+		if n := markDoneBench(b, store, ids...); n != batch {
+			b.Fatalf("recorded %d of %d", n, batch)
 		}
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*batch), "ns/event")

@@ -23,9 +23,8 @@ import (
 // the new versions of its rows, so every claim is a heap-only update (no
 // index entry, no row version on another page). The events are of a usual
 // size (a 300-byte payload and the headers a Watermill message brings);
-// a claimed row is about 40 bytes longer than it was written, and with
-// rows much smaller than these a few per page find no room (1 in 10 with
-// 170-byte rows).
+// a claimed row is longer than it was written, by its lease columns, and
+// with rows much smaller than these some find no room on their page.
 func TestClaimsAreHeapOnlyUpdates(t *testing.T) {
 	t.Parallel()
 	const backlog = 2000
@@ -56,12 +55,10 @@ func TestClaimsAreHeapOnlyUpdates(t *testing.T) {
 	defer func() { _ = tx.Rollback(t.Context()) }()
 	inTx, err := postgres.NewStore(tx, postgres.Config{})
 	require.NoError(t, err)
-	var cursor outbox.ClaimCursor
-	req := outbox.ClaimRequest{Owner: "relay-a", Limit: 500, Topics: []string{"orders"}, Cursor: &cursor}
+	p := storetest.ClaimParams("relay-a", "orders", 500, time.Now())
 	claimed := 0
 	for {
-		events, err := inTx.Claim(t.Context(), req)
-		require.NoError(t, err)
+		events := follow(t, inTx, p)
 		if len(events) == 0 {
 			break
 		}
@@ -142,20 +139,18 @@ func TestUpgradeOrdersEventsWrittenBefore(t *testing.T) {
 	require.NoError(t, err)
 	newer := storetest.JSONEvent(0)
 	newer.ID, newer.Topic, newer.AggregateType, newer.AggregateID = "0-newer", "orders", "Order", "1"
-	writer, err := outbox.NewWriter(store, outbox.WriterConfig{Clock: clock})
+	writer, err := outbox.NewWriter(store, outbox.WriterConfig{})
 	require.NoError(t, err)
 	require.NoError(t, store.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
 		_, err := writer.Write(ctx, tx, newer)
 		return err
 	}))
 
-	req := outbox.ClaimRequest{Owner: "r", Ordered: true}
 	for _, want := range []string{"z-first", "a-second", "0-newer"} {
-		claimed, err := store.Claim(ctx, req)
-		require.NoError(t, err)
-		require.Equal(t, []string{want}, storetest.IDs(claimed))
-		_, err = store.UpdateStatus(ctx, "r", outbox.Done(want))
-		require.NoError(t, err)
+		p := storetest.ClaimParams("r", "orders", 100, clock.Now())
+		p.Ordered = true
+		require.Equal(t, []string{want}, claimIDs(t, store, p))
+		require.EqualValues(t, 1, markDone(t, store, clock.Now(), want))
 	}
 	var unnumbered bool
 	require.NoError(t, pool.QueryRow(ctx, `SELECT seq IS NULL FROM ordered_outbox WHERE event_id = 'done'`).Scan(&unnumbered))

@@ -15,6 +15,7 @@ import (
 	"github.com/wmoutbox/wmoutbox/internal/storetest"
 	"github.com/wmoutbox/wmoutbox/internal/testdb"
 	"github.com/wmoutbox/wmoutbox/outbox"
+	"github.com/wmoutbox/wmoutbox/outbox/outboxdriver"
 	"github.com/wmoutbox/wmoutbox/outbox/postgres"
 )
 
@@ -27,21 +28,19 @@ func TestClaimCursorSkipsWhatLiesBehindIt(t *testing.T) {
 	require.NoError(t, err)
 	written := writeEvents(t, store, 3)
 
-	var cursor outbox.ClaimCursor
-	req := outbox.ClaimRequest{Owner: "me", Limit: 2, Topics: []string{"orders"}, Cursor: &cursor}
-	require.Equal(t, written[:2], claimIDs(t, store, req))
-	require.Equal(t, written[1], cursor.ID, "the cursor is at the last event claimed")
-	require.Equal(t, storetest.Start, cursor.DueAt.UTC())
+	p := storetest.ClaimParams("me", "orders", 2, storetest.Start)
+	require.Equal(t, written[:2], follow(t, store, p))
+	require.Equal(t, written[1], p.After.ID, "the cursor is at the last event claimed")
+	require.Equal(t, storetest.Start, p.After.DueAt.UTC())
 
-	n, err := store.Release(t.Context(), "me", written[:1])
+	n, err := store.Driver().Release(t.Context(), outboxdriver.ReleaseParams{Owner: "me", IDs: written[:1]})
 	require.NoError(t, err)
 	require.EqualValues(t, 1, n)
-	require.Equal(t, written[2:], claimIDs(t, store, req), "the released event lies behind the cursor")
-	require.Empty(t, claimIDs(t, store, req))
-	require.Equal(t, written[2], cursor.ID, "an empty claim leaves the cursor where it was")
+	require.Equal(t, written[2:], follow(t, store, p), "the released event lies behind the cursor")
+	require.Empty(t, follow(t, store, p))
 
-	cursor.Reset()
-	require.Equal(t, written[:1], claimIDs(t, store, req))
+	p.After = nil
+	require.Equal(t, written[:1], follow(t, store, p))
 }
 
 // TestClaimPlan: the cursor is where the due index scan starts, not a
@@ -132,15 +131,34 @@ func writeEvents(t *testing.T, store *postgres.Store, n int) []string {
 	return ids
 }
 
-func claimIDs(t *testing.T, store *postgres.Store, req outbox.ClaimRequest) []string {
+// claimIDs runs p on store's driver and returns the ids claimed, in due
+// order.
+func claimIDs(t *testing.T, store *postgres.Store, p *outboxdriver.ClaimParams) []string {
 	t.Helper()
-	events, err := store.Claim(t.Context(), req)
+	return storetest.IDs(storetest.Claim(t, store.Driver(), p))
+}
+
+// follow is claimIDs for a claim that follows a cursor, as the relay's
+// claims of a backlog do: it moves p.After past the rows claimed.
+func follow(t *testing.T, store *postgres.Store, p *outboxdriver.ClaimParams) []string {
+	t.Helper()
+	rows := storetest.Claim(t, store.Driver(), p)
+	if at := storetest.SortClaimed(rows, p.Ordered); at != nil {
+		p.After = at
+	}
+	return storetest.IDs(rows)
+}
+
+// markDone records ids delivered at now.
+func markDone(t *testing.T, store *postgres.Store, now time.Time, ids ...string) int64 {
+	t.Helper()
+	n, err := store.Driver().MarkDone(t.Context(), outboxdriver.MarkDoneParams{Now: now, IDs: ids})
 	require.NoError(t, err)
-	return storetest.IDs(events)
+	return n
 }
 
 // Under a linguistic collation the due index orders ids as the collation
-// does, not byte by byte as Go compares them (outbox.CompareDue): "B2"
+// does, not byte by byte as Go compares them (as the relay sorts): "B2"
 // sorts after "a1" in the index and before it in Go. Events due at the
 // same time, whose order is their ids', are still each claimed once, and
 // no claim that follows the cursor passes over one: a claim's last event
@@ -156,7 +174,7 @@ func TestClaimCursorUnderALinguisticCollation(t *testing.T) {
 	_, err = pool.Exec(t.Context(), `ALTER TABLE outbox_event ALTER COLUMN event_id TYPE varchar(36) COLLATE "und-x-icu"`)
 	require.NoError(t, err)
 
-	writer, err := outbox.NewWriter(store, outbox.WriterConfig{Clock: clock})
+	writer, err := outbox.NewWriter(store, outbox.WriterConfig{})
 	require.NoError(t, err)
 	events := storetest.JSONEvents(5, "orders")
 	for i, id := range []string{"e5", "D4", "c3", "B2", "a1"} {
@@ -167,13 +185,12 @@ func TestClaimCursorUnderALinguisticCollation(t *testing.T) {
 		return err
 	}))
 
-	var cursor outbox.ClaimCursor
-	req := outbox.ClaimRequest{Owner: "me", Limit: 2, Topics: []string{"orders"}, Cursor: &cursor}
-	require.Equal(t, []string{"B2", "a1"}, claimIDs(t, store, req), "the index's first two, in Go's order")
-	require.Equal(t, "a1", cursor.ID)
-	require.Equal(t, []string{"D4", "c3"}, claimIDs(t, store, req))
-	require.Equal(t, []string{"e5"}, claimIDs(t, store, req))
-	require.Empty(t, claimIDs(t, store, req))
+	p := storetest.ClaimParams("me", "orders", 2, storetest.Start)
+	require.Equal(t, []string{"B2", "a1"}, follow(t, store, p), "the index's first two, in Go's order")
+	require.Equal(t, "a1", p.After.ID)
+	require.Equal(t, []string{"D4", "c3"}, follow(t, store, p))
+	require.Equal(t, []string{"e5"}, follow(t, store, p))
+	require.Empty(t, follow(t, store, p))
 }
 
 // Ordered claims that follow a cursor take the aggregates in turn: each
@@ -200,19 +217,17 @@ func TestOrderedClaimCursorTakesAggregatesInTurn(t *testing.T) {
 		return err
 	}))
 
-	var cursor outbox.ClaimCursor
-	req := outbox.ClaimRequest{Owner: "me", Limit: 2, Topics: []string{"orders"}, Ordered: true, Cursor: &cursor}
-	require.ElementsMatch(t, []string{"a1", "b1"}, claimIDs(t, store, req))
-	require.Equal(t, "b", cursor.AggregateID, "the cursor is at the last aggregate claimed")
-	require.ElementsMatch(t, []string{"c1", "keyless"}, claimIDs(t, store, req), "after it, the keyless event last")
-	require.Empty(t, claimIDs(t, store, req))
+	p := storetest.ClaimParams("me", "orders", 2, storetest.Start)
+	p.Ordered = true
+	require.ElementsMatch(t, []string{"a1", "b1"}, follow(t, store, p))
+	require.Equal(t, "b", p.After.Key, "the cursor is at the last aggregate claimed")
+	require.ElementsMatch(t, []string{"c1", "keyless"}, follow(t, store, p), "after it, the keyless event last")
+	require.Empty(t, follow(t, store, p))
 
-	n, err := store.UpdateStatus(t.Context(), "me", outbox.Done("a1"), outbox.Done("c1"))
-	require.NoError(t, err)
-	require.EqualValues(t, 2, n)
-	require.Empty(t, claimIDs(t, store, req), "a2 and c2 lie behind the cursor")
-	cursor.Reset()
-	require.ElementsMatch(t, []string{"a2", "c2"}, claimIDs(t, store, req))
+	require.EqualValues(t, 2, markDone(t, store, storetest.Start, "a1", "c1"))
+	require.Empty(t, follow(t, store, p), "a2 and c2 lie behind the cursor")
+	p.After = nil
+	require.ElementsMatch(t, []string{"a2", "c2"}, follow(t, store, p))
 }
 
 // An empty aggregate id (written by another program; this package writes
@@ -231,9 +246,9 @@ func TestOrderedClaimTreatsAnEmptyAggregateIDAsNone(t *testing.T) {
 			VALUES ($1, 'T', 'orders', 'Order', '', '\x00', $2, $2, $2, $2)`, id, storetest.Start)
 		require.NoError(t, err)
 	}
-	var cursor outbox.ClaimCursor
-	req := outbox.ClaimRequest{Owner: "r", Ordered: true, Limit: 1, Cursor: &cursor}
-	require.Equal(t, []string{"e1"}, claimIDs(t, store, req))
-	require.Equal(t, []string{"e2"}, claimIDs(t, store, req), "the cursor passed e1 alone")
-	require.Empty(t, claimIDs(t, store, req))
+	p := storetest.ClaimParams("r", "orders", 1, storetest.Start)
+	p.Ordered = true
+	require.Equal(t, []string{"e1"}, follow(t, store, p))
+	require.Equal(t, []string{"e2"}, follow(t, store, p), "the cursor passed e1 alone")
+	require.Empty(t, follow(t, store, p))
 }

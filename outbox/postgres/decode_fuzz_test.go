@@ -26,7 +26,7 @@ VALUES ($1, $2, $3, $4, nullif($5, ''), nullif($6, ''), $7, $8, $9::jsonb, $10, 
 // FuzzStoredRow stores arbitrary rows with SQL, any values the columns'
 // types accept, and reads them through the store: see
 // [storetest.CheckStoredRow]. The headers column is jsonb, so what is
-// checked against outbox.DecodeHeaders is PostgreSQL's text of it.
+// decoded as the engine decodes headers is PostgreSQL's text of it.
 func FuzzStoredRow(f *testing.F) {
 	seeds := []storetest.StoredRow{
 		{ID: "01JGOOD", EventType: "OrderCreated", Topic: "orders", AggregateType: "Order", AggregateID: "o-1", TenantID: "t",

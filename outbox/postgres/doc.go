@@ -11,11 +11,16 @@
 //	store, err := postgres.NewStore(pool, postgres.Config{})
 //	writer, err := outbox.NewWriter(store, outbox.WriterConfig{})
 //
+// A [Store] is an [outbox.Store] for pgx.Tx: it begins transactions
+// ([outbox.Store.InTx]), answers operators' queries on dead events, purges
+// old rows and keeps the inbox. A relay (watermilladapter's Subscriber)
+// delivers the events on the same store.
+//
 // # Writing events
 //
-// Events are written in the business transaction. [Store.InTx] (or
-// [InTx]) begins it, runs your function, commits, and then runs the
-// after-commit hooks: the hot path of a relay in the same process.
+// Events are written in the business transaction. [outbox.Store.InTx]
+// begins it, runs your function, commits, and then runs the after-commit
+// hooks: the hot path of a relay in the same process.
 //
 //	err := store.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
 //		if _, err := tx.Exec(ctx, `INSERT INTO orders ...`); err != nil {
@@ -25,15 +30,17 @@
 //		return err
 //	})
 //
-// The transaction InTx begins on a pool sends its BEGIN just before your
-// first statement and the event with the COMMIT: three round trips for
-// this transaction, where one statement at a time takes four, and one for
-// a transaction that writes events alone. An event's insert error (a
-// duplicate id) therefore comes from the statement after it or the
-// commit; see [InTx].
+// The transaction InTx begins on a pool or a connection sends its BEGIN
+// with your first statement and the event with the COMMIT, so that the
+// event costs the transaction no round trip of its own, and a transaction
+// that writes events alone is one round trip. An event's insert error (a
+// duplicate id) therefore comes from the statement after it or from the
+// commit; [NewStore] says what else such a transaction does.
 //
 // A transaction you begin and commit yourself works too: pass its pgx.Tx to
-// [outbox.Writer.Write]; delivery then falls to the poller.
+// [outbox.Writer.Write]; delivery then falls to the relays' claims. To
+// write in a savepoint of a transaction you hold, make a store on it:
+// postgres.NewStore(tx, cfg), whose InTx opens a savepoint in tx.
 //
 // # The table
 //
@@ -47,22 +54,23 @@
 // Three partial indexes serve the relay and operators: due rows by (topic,
 // available_at, event_id) for the claim, terminal rows by (status, updated_at)
 // for dead-event queries and purge, and (migration 4) the rows not yet DONE by
-// aggregate, for ordered claims. A claim across all topics cannot use the due
-// index for its order: relays claim per topic.
+// aggregate, for ordered claims. Relays claim one topic at a time, which
+// the due index serves in its order.
 //
-// DONE rows stay until [Store.Purge] deletes them, as the record of what
-// was delivered and when. With [Config.DeleteDone] a delivered event's row
-// is deleted instead: recording DONE then writes no second row version
-// and no index entries, the table holds only pending and DEAD events, and
-// delivered events are gone from [Store.Get] and from SQL.
+// DONE rows stay until [outbox.Store.Purge] deletes them, as the record of
+// what was delivered and when. With [Config.DeleteDone] a delivered
+// event's row is deleted instead: recording DONE then writes no second row
+// version and no index entries, the table holds only pending and DEAD
+// events, and delivered events are gone from [outbox.Store.Get] and from
+// SQL.
 //
 // # Claims
 //
-// [Store.Claim] takes due rows with FOR UPDATE SKIP LOCKED and records the
-// claim as a lease in locked_by, locked_at and locked_until, so that
+// A relay's claim takes due rows with FOR UPDATE SKIP LOCKED and records
+// it as a lease in locked_by, locked_at and locked_until, so that
 // concurrent relays never take the same row while its lease runs, and a
-// lease that ran out (a relay that died) is taken over. Status updates and
-// [Store.Release] clear it.
+// lease that ran out (a relay that died) is taken over. Recording an
+// outcome, or handing the claim back, clears it.
 //
 // A claim writes no column that an index holds, and the table's fill factor
 // (50, migration 2) leaves every page room for one more version of each of
@@ -73,30 +81,32 @@
 // whole row logged. The price of the fill factor is disk: pages written
 // since migration 2 hold half the rows they could, and the claim's and the
 // outcome's row versions use the rest; a table that keeps DONE rows for
-// long takes more space for them (the README's Migrations section has
-// figures, and how to go back to fill factor 100).
+// long takes more space for them (the README's Migrations section says
+// how much, and how to go back to fill factor 100).
 //
 // The due index keeps an entry for every claimed row (the row stays due
 // in its place, under a lease) and, until a vacuum, for every row whose
 // outcome was recorded. A drain that started every claim from the earliest
-// due entry would walk over all of them: the k-th claim of a backlog would
-// cost O(k). With an [outbox.ClaimCursor] the index scan starts after the
-// last row the previous claim took (a row comparison on (available_at,
+// due entry would walk over all of them, each claim of a backlog costing
+// more than the one before. The relay's claims of a backlog follow a
+// cursor ([outboxdriver.Position]): the index scan starts after the last
+// row the previous claim took (a row comparison on (available_at,
 // event_id), which the index serves), so every claim costs the same.
+// Ordered claims walk the aggregate index in the same way, one aggregate
+// at a time from the last one the previous claim took.
 //
 // # Waking relays in other processes
 //
 // A relay claims the events another process commits at its next poll. A
-// [Notifier] in the writing process (its Notify handed to the publisher,
-// or called from the writer's Committed hook with [outbox.Topics] of the
-// events) and a [Listener] in each relay
-// ([Listen], usually waking a Subscriber) make that immediate. The notifier
-// sends pg_notify after the business commit, from a short transaction of
-// its own that does not wait for the disk: PostgreSQL serialises the
-// commits of transactions that notified on one lock for the whole server,
-// which no business transaction then takes. A lost notification (a failed
-// send, a listener reconnecting) costs a poll interval, never an event.
-// Both sides must name the table alike ([Channel]).
+// [Notifier] in the writing process (its Notify given to the publisher's
+// or the writer's Notify) and a [Listener] in each relay ([Listen],
+// usually waking a Subscriber) make that immediate. The notifier sends
+// pg_notify after the business commit, from a short transaction of its
+// own that does not wait for the disk: PostgreSQL serialises the commits
+// of transactions that notified on one lock for the whole server, which
+// no business transaction then takes. A lost notification (a failed send,
+// a listener reconnecting) costs a poll interval, never an event. Both
+// sides must name the table alike ([Channel]).
 //
 // # Names and safety
 //

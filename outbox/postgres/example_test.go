@@ -6,18 +6,20 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/wmoutbox/wmoutbox/internal/testdb"
 	"github.com/wmoutbox/wmoutbox/outbox"
 	"github.com/wmoutbox/wmoutbox/outbox/postgres"
+	"github.com/wmoutbox/wmoutbox/watermilladapter"
 )
 
 const OrderCreated outbox.EventType = "OrderCreated"
 
 // An order and its event commit together; the rolled-back one leaves
-// nothing behind. A relay then claims the event and records its delivery.
+// nothing behind. A relay then delivers the event and records its Ack.
 func Example() {
 	url, drop := testdb.ForExample()
 	defer drop()
@@ -64,18 +66,25 @@ func Example() {
 	fmt.Println(placeOrder("order-1", false))
 	fmt.Println(placeOrder("order-2", true))
 
-	// A relay's cold path: claim due events, deliver, record the outcome.
-	events, err := store.Claim(ctx, outbox.ClaimRequest{Owner: "relay-1", Topics: []string{string(OrderCreated)}})
+	// A relay, in this process or another, delivers the event to its
+	// handler (usually a Watermill router's), and records the Ack.
+	sub, err := watermilladapter.NewSubscriber(store, watermilladapter.SubscriberConfig{})
 	if err != nil {
 		panic(err)
 	}
-	for _, e := range events {
-		fmt.Printf("deliver %s %s/%s %s\n", e.Type, e.AggregateType, e.AggregateID, e.PayloadJSON)
-		if _, err := store.UpdateStatus(ctx, "relay-1", outbox.Done(e.ID)); err != nil {
-			panic(err)
-		}
+	messages, err := sub.Subscribe(ctx, string(OrderCreated))
+	if err != nil {
+		panic(err)
 	}
-	done, err := store.Get(ctx, events[0].ID)
+	msg := <-messages
+	fmt.Printf("deliver %s %s/%s %s\n", msg.Metadata.Get(watermilladapter.MetadataEventType),
+		msg.Metadata.Get(watermilladapter.MetadataAggregateType), msg.Metadata.Get(watermilladapter.MetadataAggregateID), msg.Payload)
+	msg.Ack()
+	if err := sub.Close(); err != nil { // records the outcomes still pending
+		panic(err)
+	}
+
+	done, err := store.Get(ctx, msg.Metadata.Get(watermilladapter.MetadataEventID))
 	if err != nil {
 		panic(err)
 	}
@@ -93,9 +102,11 @@ func ExampleStore_ReplayDead() {
 	ctx := context.Background()
 	store, id, closeAll := storeWithOneEvent(ctx)
 	defer closeAll()
-	if _, err := store.UpdateStatus(ctx, "", outbox.Dead(id, errors.New("schema registry unreachable"))); err != nil {
-		panic(err)
-	}
+	// A handler fails the event for good: it is DEAD at once.
+	deliverOnce(ctx, store, func(msg *message.Message) {
+		watermilladapter.RecordError(msg, outbox.Permanent(errors.New("schema registry unreachable")))
+		msg.Nack()
+	})
 
 	n, _ := store.CountDead(ctx, outbox.DeadFilter{EventType: OrderCreated})
 	page, _ := store.QueryDead(ctx, outbox.DeadQuery{Limit: 10})
@@ -111,8 +122,8 @@ func ExampleStore_ReplayDead() {
 	e, _ := store.Get(ctx, id)
 	fmt.Println(replayed, e.Status, e.Attempts, e.LastError)
 	// Output:
-	// 1 1 schema registry unreachable
-	// 1 NEW 0 schema registry unreachable
+	// 1 1 permanent: schema registry unreachable
+	// 1 NEW 0 permanent: schema registry unreachable
 }
 
 // A retention job: delivered and dead events are kept, as the record of
@@ -123,11 +134,9 @@ func ExampleStore_ReplayDead() {
 // rows).
 func ExampleStore_Purge() {
 	ctx := context.Background()
-	store, id, closeAll := storeWithOneEvent(ctx)
+	store, _, closeAll := storeWithOneEvent(ctx)
 	defer closeAll()
-	if _, err := store.UpdateStatus(ctx, "", outbox.Done(id)); err != nil {
-		panic(err)
-	}
+	deliverOnce(ctx, store, func(msg *message.Message) { msg.Ack() })
 
 	retention := outbox.PurgeRequest{OlderThan: 30 * 24 * time.Hour} // DONE and DEAD, 1000 rows a batch
 	n, err := store.Purge(ctx, retention)
@@ -171,7 +180,8 @@ func ExampleNotifier() {
 	fmt.Println("listening, woken for:", <-woken)
 
 	// In the writer: a notifier, usually handed to the publisher as
-	// PublisherConfig.Notify, which calls it after each commit.
+	// PublisherConfig.Notify or to a writer as WriterConfig.Notify, which
+	// call it after each commit.
 	notifier, err := postgres.NewNotifier(pool, postgres.Config{})
 	if err != nil {
 		panic(err)
@@ -212,5 +222,22 @@ func storeWithOneEvent(ctx context.Context) (*postgres.Store, string, func()) {
 	return store, ids[0], func() {
 		pool.Close()
 		drop()
+	}
+}
+
+// deliverOnce hands the first OrderCreated event of store to handle, as
+// a relay delivers it, and returns once its outcome is recorded.
+func deliverOnce(ctx context.Context, store *postgres.Store, handle func(msg *message.Message)) {
+	sub, err := watermilladapter.NewSubscriber(store, watermilladapter.SubscriberConfig{})
+	if err != nil {
+		panic(err)
+	}
+	messages, err := sub.Subscribe(ctx, string(OrderCreated))
+	if err != nil {
+		panic(err)
+	}
+	handle(<-messages)
+	if err := sub.Close(); err != nil {
+		panic(err)
 	}
 }

@@ -17,19 +17,21 @@ func BeginPipeline(ctx context.Context, pool *pgxpool.Pool) (pgx.Tx, error) {
 // ClaimStatement is the claim SQL the store runs for one topic, with or
 // without a cursor, ordered or not, for tests that read its plan.
 func ClaimStatement(s *Store, withCursor, ordered bool) string {
-	variants := s.t.sql.claim
-	if withCursor {
-		variants = s.t.sql.claimAfter
+	sql := &s.Driver().(*driver).t.sql
+	switch {
+	case ordered && withCursor:
+		return sql.claimOrderedAfter
+	case ordered:
+		return sql.claimOrdered
+	case withCursor:
+		return sql.claimAfter
 	}
-	if ordered {
-		return variants[1][1]
-	}
-	return variants[0][1]
+	return sql.claim
 }
 
 // ClaimHeadsStatement is the claim SQL the store runs for the aggregates
 // an ordered claim names.
-func ClaimHeadsStatement(s *Store) string { return s.t.sql.claimHeads }
+func ClaimHeadsStatement(s *Store) string { return s.Driver().(*driver).t.sql.claimHeads }
 
 // ListenChecked is Listen with the liveness timing a test can wait for:
 // a quiet connection is checked every check, a check or a connection

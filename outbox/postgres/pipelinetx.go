@@ -11,12 +11,12 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// pipelineTx is the transaction [InTx] begins on a pool or a connection,
-// built to spend as few round trips as it can. It holds its BEGIN and the
-// store's inserts back until it sends something else, and sends them with
-// that in one round trip (pgx's [pgx.Batch.BeginTx]): with its COMMIT most
-// often, or just before a statement of the caller's, which goes on its
-// own, as pgx's Exec or Query sends it. An event costs its business
+// pipelineTx is the transaction [outbox.Store.InTx] begins on a pool or a
+// connection, built to spend as few round trips as it can. It holds its
+// BEGIN and the store's inserts back until it sends something else, and
+// sends them with that in one round trip (pgx's [pgx.Batch.BeginTx]): with
+// its COMMIT most often, or just before a statement of the caller's, which
+// goes on its own, as pgx's Exec or Query sends it. An event costs its business
 // transaction no round trip of its own, and a transaction that writes
 // events alone is one round trip. Statements still run in the order they
 // were made, so a later statement sees the events, and a savepoint rolled
@@ -27,7 +27,8 @@ import (
 // A hot event's insert tells an [outbox.Writer] whether a savepoint holds
 // it, which can roll back while the transaction commits. Held back, it
 // tells when it is sent, and until then stands in with a mark of its own,
-// which [Store.Kept] resolves (without a query when no savepoint held it).
+// which the driver's Kept resolves (without a query when no savepoint held
+// it).
 //
 // From a savepoint (opened through Begin, or by a statement that begins
 // with SAVEPOINT) on, events are written at once, as in any other
@@ -48,9 +49,9 @@ type pipelineTx struct {
 	ctx context.Context
 }
 
-// heldInsert is an insert of store's, waiting for the next statement.
+// heldInsert is an insert of driver's, waiting for the next statement.
 type heldInsert struct {
-	store   *Store
+	driver  *driver
 	sql     string
 	markSQL string // the same insert returning its savepoint mark; "" when none is asked for
 	args    []any
@@ -84,11 +85,11 @@ func beginPipeline(ctx context.Context, db DB) (_ pgx.Tx, ok bool, err error) {
 // hold keeps an insert back, or reports false when it must run at once.
 // With markSQL, the same insert returning its savepoint mark, hold returns
 // a stand-in for the mark.
-func (t *pipelineTx) hold(s *Store, sql, markSQL string, args []any) (mark uint64, ok bool) {
+func (t *pipelineTx) hold(d *driver, sql, markSQL string, args []any) (mark uint64, ok bool) {
 	if t.direct || t.ended {
 		return 0, false
 	}
-	h := heldInsert{store: s, sql: sql, markSQL: markSQL, args: args, mark: -1}
+	h := heldInsert{driver: d, sql: sql, markSQL: markSQL, args: args, mark: -1}
 	if markSQL != "" {
 		h.mark = len(t.marks)
 		t.marks = append(t.marks, 0)
@@ -178,14 +179,14 @@ func blame(err error, h *heldInsert, held []heldInsert) error {
 	if errors.As(err, &preparing) {
 		for _, h := range held {
 			if h.sql == preparing.SQL() || h.markSQL == preparing.SQL() {
-				return h.store.insertError(err)
+				return h.driver.insertError(err)
 			}
 		}
 		return err
 	}
 	var server *pgconn.PgError
 	if h != nil && errors.As(err, &server) {
-		return h.store.insertError(err)
+		return h.driver.insertError(err)
 	}
 	return err
 }

@@ -157,8 +157,8 @@ func TestInTxLaterStatementsSeeTheEvents(t *testing.T) {
 func TestInTxSavepointRolledBackBySQLTakesItsEvents(t *testing.T) {
 	t.Parallel()
 	pool := testdb.New(t)
-	hot := &hotRecorder{}
-	store, writer := storeAndWriter(t, pool, outbox.WriterConfig{ClaimOwner: "relay", AfterCommit: hot.hook})
+	hot := newHotRecorder()
+	store, writer := storeAndWriter(t, pool, outbox.WriterConfig{HotPath: hot})
 	exec := func(ctx context.Context, tx pgx.Tx, sql string) {
 		_, err := tx.Exec(ctx, sql)
 		require.NoError(t, err)
@@ -176,7 +176,7 @@ func TestInTxSavepointRolledBackBySQLTakesItsEvents(t *testing.T) {
 		exec(ctx, tx, "RELEASE SAVEPOINT another")
 		return nil
 	}))
-	require.Equal(t, []string{"kept before the savepoint", "released in another savepoint"}, hot.got)
+	require.Equal(t, []string{"kept before the savepoint", "released in another savepoint"}, hot.delivered())
 	var ids []string
 	rows, err := pool.Query(t.Context(), `SELECT event_id FROM outbox_event ORDER BY seq`)
 	require.NoError(t, err)
@@ -308,7 +308,7 @@ func orderCommittedWithItsEvent(t *testing.T, pool *pgxpool.Pool, hot *hotRecord
 	assert.Equal(t, 1, orders)
 	assert.Equal(t, 1, events, "the order committed without its event")
 	if events == 0 {
-		assert.Empty(t, hot.got, "the hot path was handed an event that was never committed")
+		assert.Empty(t, hot.delivered(), "the hot path was handed an event that was never committed")
 	}
 }
 
@@ -356,8 +356,8 @@ func TestInTxFirstStatementThatNeverLeftKeepsTheTransaction(t *testing.T) {
 func TestInTxStatementThatNeverLeftKeepsTheHeldEvents(t *testing.T) {
 	t.Parallel()
 	likePgx(t, queryModes, func(t *testing.T, pool *pgxpool.Pool, db postgres.DB) {
-		hot := &hotRecorder{}
-		store, writer := storeAndWriter(t, db, outbox.WriterConfig{AfterCommit: hot.hook})
+		hot := newHotRecorder()
+		store, writer := storeAndWriter(t, db, outbox.WriterConfig{HotPath: hot})
 		err := store.InTx(t.Context(), func(ctx context.Context, tx pgx.Tx) error {
 			if _, err := tx.Exec(ctx, `INSERT INTO orders (id) VALUES ('a')`); err != nil {
 				return err
@@ -383,8 +383,8 @@ func TestInTxStatementThatNeverLeftKeepsTheHeldEvents(t *testing.T) {
 func TestInTxOptionalStepWhoseDeadlinePassedKeepsTheHeldEvents(t *testing.T) {
 	t.Parallel()
 	likePgx(t, queryModes[:1], func(t *testing.T, pool *pgxpool.Pool, db postgres.DB) {
-		hot := &hotRecorder{}
-		store, writer := storeAndWriter(t, db, outbox.WriterConfig{AfterCommit: hot.hook})
+		hot := newHotRecorder()
+		store, writer := storeAndWriter(t, db, outbox.WriterConfig{HotPath: hot})
 		var stepErr error
 		err := store.InTx(t.Context(), func(ctx context.Context, tx pgx.Tx) error {
 			if _, err := tx.Exec(ctx, `INSERT INTO orders (id) VALUES ('a')`); err != nil {
@@ -395,7 +395,7 @@ func TestInTxOptionalStepWhoseDeadlinePassedKeepsTheHeldEvents(t *testing.T) {
 			}
 			optional, cancel := context.WithCancel(ctx)
 			cancel() // the deadline of the optional step passed already
-			stepErr = postgres.InTx(optional, tx, nil, func(ctx context.Context, sp pgx.Tx) error {
+			stepErr = savepoint(t, tx).InTx(optional, func(ctx context.Context, sp pgx.Tx) error {
 				_, err := sp.Exec(ctx, `SELECT 1`)
 				return err
 			})
@@ -543,8 +543,8 @@ func TestInTxFirstStatementRefusedAbortsTheTransaction(t *testing.T) {
 func TestInTxExecOfAnUnencodableArgumentKeepsTheTransaction(t *testing.T) {
 	t.Parallel()
 	likePgx(t, queryModes[:1], func(t *testing.T, pool *pgxpool.Pool, db postgres.DB) {
-		hot := &hotRecorder{}
-		store, writer := storeAndWriter(t, db, outbox.WriterConfig{AfterCommit: hot.hook})
+		hot := newHotRecorder()
+		store, writer := storeAndWriter(t, db, outbox.WriterConfig{HotPath: hot})
 		err := store.InTx(t.Context(), func(ctx context.Context, tx pgx.Tx) error {
 			if _, err := tx.Exec(ctx, `INSERT INTO orders (id) VALUES ($1)`, "a"); err != nil {
 				return err
@@ -560,7 +560,7 @@ func TestInTxExecOfAnUnencodableArgumentKeepsTheTransaction(t *testing.T) {
 		orders, events := committed(t, pool)
 		assert.Equal(t, 1, orders)
 		assert.Equal(t, 1, events)
-		assert.Equal(t, []string{"e1 one"}, hot.got)
+		assert.Equal(t, []string{"e1 one"}, hot.delivered())
 	})
 }
 
@@ -586,8 +586,8 @@ func TestInTxFirstExecOfAnUnencodableArgumentKeepsTheTransaction(t *testing.T) {
 func TestInTxRefusedPrepareAbortsTheTransaction(t *testing.T) {
 	t.Parallel()
 	likePgx(t, queryModes[:1], func(t *testing.T, pool *pgxpool.Pool, db postgres.DB) {
-		hot := &hotRecorder{}
-		store, writer := storeAndWriter(t, db, outbox.WriterConfig{AfterCommit: hot.hook})
+		hot := newHotRecorder()
+		store, writer := storeAndWriter(t, db, outbox.WriterConfig{HotPath: hot})
 		_ = store.InTx(t.Context(), func(ctx context.Context, tx pgx.Tx) error {
 			if _, err := writer.Write(ctx, tx, named("e1", "one")); err != nil {
 				return err
@@ -599,7 +599,7 @@ func TestInTxRefusedPrepareAbortsTheTransaction(t *testing.T) {
 		orders, events := committed(t, pool)
 		assert.Zero(t, orders+events, "pgx's transaction is aborted by the refused Prepare")
 		if events == 0 {
-			assert.Empty(t, hot.got)
+			assert.Empty(t, hot.delivered())
 		}
 	})
 }
@@ -635,7 +635,7 @@ func TestInTxConnHonoursTheDeadline(t *testing.T) {
 		if t.Name()[len(t.Name())-3:] == "pgx" {
 			db = plainPool{big}
 		}
-		_, writer := storeAndWriter(t, db, outbox.WriterConfig{})
+		store, writer := storeAndWriter(t, db, outbox.WriterConfig{})
 		other, err := big.Begin(t.Context())
 		require.NoError(t, err)
 		_, err = writer.Write(t.Context(), other, named("same", "other"))
@@ -645,7 +645,7 @@ func TestInTxConnHonoursTheDeadline(t *testing.T) {
 		ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
 		defer cancel()
 		start := time.Now()
-		_ = postgres.InTx(ctx, db, nil, func(ctx context.Context, tx pgx.Tx) error {
+		_ = store.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
 			if _, err := writer.Write(ctx, tx, named("same", "mine")); err != nil {
 				return err
 			}

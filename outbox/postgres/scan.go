@@ -2,63 +2,38 @@ package postgres
 
 import (
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
-	"github.com/wmoutbox/wmoutbox/outbox"
+	"github.com/wmoutbox/wmoutbox/outbox/outboxdriver"
 )
 
-// collectEvents scans rows of eventColumns. A row whose headers cannot be
-// decoded, or whose times are not times, comes back with Malformed set
+// collectRows scans rows of eventColumns, with room for capacity of
+// them. A row whose times are not times comes back with Malformed set
 // instead of failing the batch.
-func collectEvents(rows pgx.Rows) ([]outbox.Event, error) {
+func collectRows(rows pgx.Rows, capacity int) ([]outboxdriver.Row, error) {
 	defer rows.Close()
 	s := newEventScanner()
-	var events []outbox.Event
+	result := make([]outboxdriver.Row, 0, capacity)
 	for rows.Next() {
-		e, err := s.scan(rows)
+		r, err := s.scan(rows)
 		if err != nil {
 			return nil, err
 		}
-		events = append(events, e)
+		result = append(result, r)
 	}
-	return events, rows.Err()
-}
-
-// collectClaimed scans the rows of a claim of up to limit events, puts
-// them in due order and returns the position of the last.
-func collectClaimed(rows pgx.Rows, limit int, ordered bool) ([]outbox.Event, outbox.ClaimCursor, error) {
-	defer rows.Close()
-	s := newEventScanner()
-	claimed := make([]outbox.Event, 0, limit)
-	for rows.Next() {
-		e, err := s.scan(rows)
-		if err != nil {
-			return nil, outbox.ClaimCursor{}, err
-		}
-		claimed = append(claimed, e)
+	if err := rows.Err(); err != nil {
+		return nil, err
 	}
-	if err := rows.Err(); err != nil || len(claimed) == 0 {
-		return nil, outbox.ClaimCursor{}, err
-	}
-	// The order of the due index. A claim's rows usually come back in it
-	// already, which costs the sort little.
-	slices.SortFunc(claimed, outbox.CompareDue)
-	last := claimed[len(claimed)-1]
-	if ordered {
-		last = slices.MaxFunc(claimed, outbox.CompareAggregates)
-	}
-	return claimed, outbox.CursorAt(last), nil
+	return result, nil
 }
 
 // eventScanner scans rows of eventColumns. One scanner serves every row of
 // a result, which keeps a batch's decoding to a few allocations per event
 // (a claim decodes thousands a second): the destinations are allocated
-// once, a string equal to the previous row's keeps it, and headers are
-// decoded from the driver's buffer, uncopied.
+// once, and a string equal to the previous row's keeps it.
 type eventScanner struct {
 	id, eventType, topic, aggregateType, aggregateID,
 	tenantID, lastError, lockedBy repeated
@@ -80,47 +55,40 @@ func newEventScanner() *eventScanner {
 	return s
 }
 
-// scan reads the current row. The payload is the row's own copy.
-func (s *eventScanner) scan(rows pgx.Rows) (outbox.Event, error) {
+// scan reads the current row. The payload and headers are the row's own.
+func (s *eventScanner) scan(rows pgx.Rows) (outboxdriver.Row, error) {
+	s.payload = nil
 	if err := rows.Scan(s.dest...); err != nil {
-		return outbox.Event{}, err
+		return outboxdriver.Row{}, err
 	}
 	var notTime error
-	e := outbox.Event{
-		Envelope: outbox.Envelope{
-			ID:            string(s.id),
-			Type:          outbox.EventType(s.eventType),
-			Topic:         string(s.topic),
-			OccurredAt:    finite("occurred_at", s.occurredAt, &notTime),
-			AggregateType: outbox.AggregateType(s.aggregateType),
-			AggregateID:   string(s.aggregateID),
-			TenantID:      string(s.tenantID),
-		},
-		Status:      outbox.Status(s.status),
-		Attempts:    s.attempts,
-		AvailableAt: finite("available_at", s.availableAt, &notTime),
-		CreatedAt:   finite("created_at", s.createdAt, &notTime),
-		UpdatedAt:   finite("updated_at", s.updatedAt, &notTime),
-		DoneAt:      finite("done_at", s.doneAt, &notTime),
-		LastError:   string(s.lastError),
-		LockedBy:    string(s.lockedBy),
-		LockedAt:    finite("locked_at", s.lockedAt, &notTime),
-		LockedUntil: finite("locked_until", s.lockedUntil, &notTime),
+	r := outboxdriver.Row{
+		ID:            string(s.id),
+		Type:          string(s.eventType),
+		Topic:         string(s.topic),
+		AggregateType: string(s.aggregateType),
+		AggregateID:   string(s.aggregateID),
+		TenantID:      string(s.tenantID),
+		Payload:       s.payload,
+		PayloadJSON:   s.isJSON,
+		Status:        s.status,
+		Attempts:      s.attempts,
+		OccurredAt:    finite("occurred_at", s.occurredAt, &notTime),
+		AvailableAt:   finite("available_at", s.availableAt, &notTime),
+		CreatedAt:     finite("created_at", s.createdAt, &notTime),
+		UpdatedAt:     finite("updated_at", s.updatedAt, &notTime),
+		DoneAt:        finite("done_at", s.doneAt, &notTime),
+		LastError:     string(s.lastError),
+		LockedBy:      string(s.lockedBy),
+		LockedAt:      finite("locked_at", s.lockedAt, &notTime),
+		LockedUntil:   finite("locked_until", s.lockedUntil, &notTime),
 	}
-	payload := s.payload
-	if payload == nil {
-		payload = []byte{}
+	if r.Payload == nil {
+		r.Payload = []byte{}
 	}
-	if s.isJSON {
-		e.PayloadJSON = payload
-	} else {
-		e.PayloadBytes = payload
-	}
-	e.Headers, e.Malformed = outbox.DecodeHeaders(s.headers)
-	if e.Malformed == nil {
-		e.Malformed = notTime
-	}
-	return e, nil
+	r.Headers = string(s.headers) // a copy: the driver's buffer is reused
+	r.Malformed = notTime
+	return r, nil
 }
 
 // finite returns the time of ts, the zero time for NULL. PostgreSQL also

@@ -1,8 +1,6 @@
 package postgres
 
 import (
-	"fmt"
-	"strconv"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -95,7 +93,7 @@ const sqlKept = `SELECT pg_xact_status($1::text::xid8) = 'in progress'`
 
 const sqlGet = `SELECT ` + eventColumns + ` FROM {table} WHERE event_id = $1`
 
-// The due condition shared by claim and poll: $1 now, $2 written-before
+// The due condition of the claims: $1 now, $2 written-before
 // (skip-recent), {topics} the topic filter. A claimed row is not due until
 // its lease ends (locked_until). Rows claimed before migration 2 have no
 // locked_until: their claim moved available_at to the end of the lease.
@@ -112,7 +110,7 @@ const sqlDue = `status IN (0, 2) {topics} AND available_at <= $1 AND created_at 
 // the lease runs out. Claimed rows keep their due index entries, so a claim
 // that starts from the earliest due row passes over those in flight;
 // {cursor} starts the scan after the last row of the previous claim
-// instead (see outbox.ClaimCursor), which also skips the entries that
+// instead (see outboxdriver.Position), which also skips the entries that
 // earlier outcomes left until a vacuum.
 // Each row comes back with its due time, the claim's order; sorting the
 // batch in Go is cheaper than materialising it for an ORDER BY.
@@ -133,19 +131,9 @@ UPDATE {table} AS o SET locked_by = $5, locked_at = $1, locked_until = $3
 FROM due {async} WHERE o.ctid = due.ctid
 RETURNING ` + eventColumns
 
-const sqlPoll = `
-SELECT ` + eventColumns + ` FROM {table}
-WHERE ` + sqlDue + `
-ORDER BY available_at, event_id
-LIMIT $3`
-
-// Topic filters for sqlDue, in the parameter slot after the query's own.
-// One topic gets plain equality so the due index serves the order too.
-const (
-	topicsAny  = ``
-	topicsOne  = `AND topic = $%d`
-	topicsMany = `AND topic = ANY($%d::text[])`
-)
+// topicFilter is sqlDue's {topics}: the claim's topic, $6. Plain
+// equality, so that the due index serves the order too.
+const topicFilter = `AND topic = $6`
 
 // aggregateOrder is the order of the aggregate index (migration 4): by
 // topic and aggregate, byte by byte (COLLATE "C", which Go's string
@@ -206,18 +194,18 @@ FROM due {async} WHERE o.ctid = due.ctid
 RETURNING ` + eventColumns
 
 // sqlClaimHeads is sqlClaimOrdered for the aggregates a claim names
-// (outbox.ClaimRequest.Aggregates; $6 topics, $7 aggregate types, $8
-// aggregate ids): the first event of each is one descent of the aggregate
-// index, whatever holds back the other aggregates of the topic. Named
-// aggregates have an id: the index's keyless column is compared with a
-// false the planner cannot fold, since it would turn "= false" into an
+// (outboxdriver.ClaimParams.Aggregates; $6 the topic, $7 aggregate types,
+// $8 aggregate ids): the first event of each is one descent of the
+// aggregate index, whatever holds back the other aggregates of the topic.
+// Named aggregates have an id: the index's keyless column is compared with
+// a false the planner cannot fold, since it would turn "= false" into an
 // IS NOT NULL that the index does not hold, and scan the table.
 const sqlClaimHeads = `
 WITH heads AS (
-    SELECT h.* FROM unnest($6::text[], $7::text[], $8::text[]) AS a(topic, aggregate_type, aggregate_id),
+    SELECT h.* FROM unnest($7::text[], $8::text[]) AS a(aggregate_type, aggregate_id),
     LATERAL (
         SELECT ` + headColumns + ` FROM {table}
-        WHERE status <> 1 AND topic COLLATE "C" = a.topic AND aggregate_type COLLATE "C" = a.aggregate_type
+        WHERE status <> 1 AND topic COLLATE "C" = $6 AND aggregate_type COLLATE "C" = a.aggregate_type
             AND (nullif(aggregate_id, '') IS NULL) = (a.aggregate_id IS NULL)
             AND coalesce(nullif(aggregate_id, ''), event_id) COLLATE "C" = a.aggregate_id
         ORDER BY seq
@@ -225,25 +213,22 @@ WITH heads AS (
     ) AS h
 )` + sqlLeaseHeads
 
-// The walk's bounds in sqlClaimOrdered, by topic filter: where it starts
-// without a cursor, and where it stops. $%[1]d is the filter's parameter.
-// A topic compared alone is not a bound the row comparison can start the
-// index scan from, so that each step would walk the topic from its start.
-var orderedBounds = [3]struct{ start, within string }{
-	{},
-	{`AND topic COLLATE "C" = $%[1]d`, `WHERE next.topic = $%[1]d`},
-	{`AND topic COLLATE "C" >= (SELECT min(t COLLATE "C") FROM unnest($%[1]d::text[]) AS t)`,
-		`WHERE next.topic COLLATE "C" <= (SELECT max(t COLLATE "C") FROM unnest($%[1]d::text[]) AS t)`},
-}
+// The walk's bounds in sqlClaimOrdered: where it starts without a cursor
+// ({start}), and where it stops ({within}), the claim's topic $6. A topic
+// compared alone is not a bound the row comparison can start the index
+// scan from, so that each step would walk the topic from its start.
+const (
+	orderedStart  = `AND topic COLLATE "C" = $6`
+	orderedWithin = `WHERE next.topic = $6`
+)
 
 // orderedAfter is sqlClaimOrdered's {start} with a cursor: the aggregate
-// of the last event claimed, in the four parameter slots from $%[1]d.
-const orderedAfter = `AND (` + aggregateOrder + `) > ($%[1]d::text, $%[2]d::text, $%[3]d::boolean, $%[4]d::text)`
+// of the last event claimed, $7 to $10.
+const orderedAfter = `AND (` + aggregateOrder + `) > ($7::text, $8::text, $9::boolean, $10::text)`
 
-// cursorAfter is sqlClaim's {cursor} when a cursor is set: due time and id
-// in the two parameter slots after the topic filter's. A row comparison,
-// so that the due index starts the scan there.
-const cursorAfter = `AND (available_at, event_id) > ($%d::timestamptz, $%d::text)`
+// cursorAfter is sqlClaim's {cursor} when a cursor is set: due time $7 and
+// id $8. A row comparison, so that the due index starts the scan there.
+const cursorAfter = `AND (available_at, event_id) > ($7::timestamptz, $8::text)`
 
 // sqlRelease ends owner $2's claims; the rows are due again in their place.
 const sqlRelease = `
@@ -262,7 +247,7 @@ WHERE topic = $1 AND status IN (0, 2) AND locked_by = $2 AND locked_at < $3`
 // reported by owner $7: status 0 keeps the current status (a deferral). DONE
 // rows are never touched. An outcome needs a pending row that $7 still holds
 // or, from no owner, one under no running lease (see
-// outbox.Store.UpdateStatus; a claim from before migration 2 has no
+// outboxdriver.Outcome; a claim from before migration 2 has no
 // locked_until and runs until available_at), and, where it says how many
 // failed attempts the row has before it (attempts_before), that many. The row
 // lock an UPDATE takes makes the check see a concurrent claim or outcome once
@@ -376,10 +361,10 @@ type statements struct {
 	insertHot, insertOneHot          string
 	release, releaseOwned            string
 	updateStatus                     string
-	markDone, deleteDone             string       // deleteDone empty unless Config.DeleteDone
-	claim, claimAfter                [2][3]string // by ordered (0, 1), then topic filter; claimAfter with a cursor
+	markDone, deleteDone             string // deleteDone empty unless Config.DeleteDone
+	claim, claimAfter                string
+	claimOrdered, claimOrderedAfter  string
 	claimHeads                       string
-	poll                             [3]string // by topic filter: any, one, many
 	queryDead, countDead, replayDead string
 	backlog                          string
 	purge                            string
@@ -420,38 +405,13 @@ func renderStatements(schema, qualified, inbox string, synchronous, deleteDone b
 	if deleteDone {
 		s.deleteDone = r.Replace(sqlDeleteDone)
 	}
-	for i, filter := range []string{topicsAny, topicsOne, topicsMany} {
-		topics, next := withSlots(filter, 6)
-		after, _ := withSlots(cursorAfter, next)
-		claim := strings.ReplaceAll(strings.Replace(sqlClaim, "{topics}", topics, 1), "{o}", "o.")
-		s.claim[0][i] = r.Replace(strings.Replace(claim, "{cursor}", "", 1))
-		s.claimAfter[0][i] = r.Replace(strings.Replace(claim, "{cursor}", after, 1))
-		ordered := strings.ReplaceAll(strings.ReplaceAll(sqlClaimOrdered, "{topics}", topics), "{o}", "o.")
-		bounds := orderedBounds[i]
-		ordered = strings.Replace(ordered, "{within}", slotted(bounds.within, 6), 1)
-		s.claim[1][i] = r.Replace(strings.Replace(ordered, "{start}", slotted(bounds.start, 6), 1))
-		s.claimAfter[1][i] = r.Replace(strings.Replace(ordered, "{start}", fmt.Sprintf(orderedAfter, next, next+1, next+2, next+3), 1))
-		topics, _ = withSlots(filter, 4)
-		s.poll[i] = r.Replace(strings.Replace(sqlPoll, "{topics}", topics, 1))
-	}
-	s.claimHeads = r.Replace(strings.ReplaceAll(sqlClaimHeads, "{topics}", topicsAny))
+	claim := strings.ReplaceAll(strings.Replace(sqlClaim, "{topics}", topicFilter, 1), "{o}", "o.")
+	s.claim = r.Replace(strings.Replace(claim, "{cursor}", "", 1))
+	s.claimAfter = r.Replace(strings.Replace(claim, "{cursor}", cursorAfter, 1))
+	ordered := strings.ReplaceAll(strings.ReplaceAll(sqlClaimOrdered, "{topics}", topicFilter), "{o}", "o.")
+	ordered = strings.Replace(ordered, "{within}", orderedWithin, 1)
+	s.claimOrdered = r.Replace(strings.Replace(ordered, "{start}", orderedStart, 1))
+	s.claimOrderedAfter = r.Replace(strings.Replace(ordered, "{start}", orderedAfter, 1))
+	s.claimHeads = r.Replace(strings.ReplaceAll(sqlClaimHeads, "{topics}", ""))
 	return s
-}
-
-// slotted numbers the parameters of a bound that has any.
-func slotted(bound string, slot int) string {
-	if bound == "" {
-		return ""
-	}
-	return fmt.Sprintf(bound, slot)
-}
-
-// withSlots numbers the parameters of filter from slot on, and returns the
-// slot after its last.
-func withSlots(filter string, slot int) (string, int) {
-	for strings.Contains(filter, "%d") {
-		filter = strings.Replace(filter, "%d", strconv.Itoa(slot), 1)
-		slot++
-	}
-	return filter, slot
 }

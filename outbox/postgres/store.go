@@ -1,11 +1,9 @@
 package postgres
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"iter"
 	"log/slog"
 	"strconv"
 	"time"
@@ -17,6 +15,7 @@ import (
 	"github.com/wmoutbox/wmoutbox/internal/migrationfiles"
 	"github.com/wmoutbox/wmoutbox/internal/nilcheck"
 	"github.com/wmoutbox/wmoutbox/outbox"
+	"github.com/wmoutbox/wmoutbox/outbox/outboxdriver"
 )
 
 // DB is what the store needs of a database handle: *pgxpool.Pool,
@@ -41,8 +40,10 @@ type Config struct {
 	// [ValidateIdentifier] with at most 48 characters, and not be
 	// wmoutbox_migration, where [Migrate] records the migrations.
 	Table string
-	// Clock stamps created/updated/done times and decides what is due.
-	// Default [outbox.SystemClock].
+	// Clock stamps the times the store and its writers write (created,
+	// updated, done, replayed) and the cutoff of purges; give a relay on
+	// the store the same clock (SubscriberConfig.Clock), which decides
+	// what is due. Default [outbox.SystemClock].
 	Clock outbox.Clock
 	// SynchronousBookkeeping makes the relay's claims, releases and status
 	// updates wait for their commit to reach the disk, as PostgreSQL's
@@ -77,16 +78,18 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// Store is the PostgreSQL outbox store on pgx: an [outbox.TxStore] for
-// pgx.Tx. It is safe for concurrent use.
-type Store struct {
-	db     DB
-	clock  outbox.Clock
-	logger *slog.Logger
-	t      *table
+// Store is the PostgreSQL outbox store: an [outbox.Store] for pgx.Tx,
+// made by [NewStore]. It is safe for concurrent use.
+type Store = outbox.Store[pgx.Tx]
+
+// driver runs the store's statements on db: the
+// [outboxdriver.Driver] of PostgreSQL.
+type driver struct {
+	db DB
+	t  *table
 }
 
-var _ outbox.TxStore[pgx.Tx] = (*Store)(nil)
+var _ outboxdriver.Driver[pgx.Tx] = (*driver)(nil)
 
 // table is a validated table name and the SQL rendered for it.
 type table struct {
@@ -124,10 +127,30 @@ func newTable(cfg Config) (*table, error) {
 	return t, nil
 }
 
-// NewStore returns a store on db, usually a *pgxpool.Pool. Claims, status
-// updates and operator queries run on db; inserts run in the transaction
-// given to [Store.Insert]. It does not touch the database: run [Migrate]
-// first.
+// NewStore returns a store on db, usually a *pgxpool.Pool. Claims,
+// outcomes and operator queries run on db; events are written in the
+// transactions given to an [outbox.Writer] or a Publisher. It does not
+// touch the database: run [Migrate] first.
+//
+// When db is a *pgxpool.Pool or a *pgx.Conn, the transaction
+// [outbox.Store.InTx] begins spends as few round trips as it can: it holds
+// its BEGIN and the events written in it back until it sends something
+// else, and sends them with that in one round trip (pgx's
+// [pgx.Batch.BeginTx]): with the COMMIT most often, or just before a
+// statement of fn's, which goes on its own, as pgx sends it. An event then
+// costs its transaction no round trip of its own, and a transaction that
+// writes events alone takes one. Statements still run in the order fn made
+// them, so a query after an event sees it; but an event's insert error,
+// such as [outbox.ErrDuplicateEvent], is returned by the statement after
+// it, or by InTx from the commit. From a savepoint (tx.Begin, an InTx of a
+// store on tx, or a statement that begins with SAVEPOINT) on, events are
+// written at once, so that a write's error comes from the write, for the
+// savepoint to undo; and from a call of tx.Conn or tx.LargeObjects on,
+// whose statements tx does not see. tx is not a *pgxpool.Tx, and ends with
+// InTx: a later call fails with pgx.ErrTxClosed.
+//
+// When db is a pgx.Tx, InTx opens savepoints in it, and every statement of
+// the store runs in that transaction.
 func NewStore(db DB, cfg Config) (*Store, error) {
 	if nilcheck.Is(db) {
 		return nil, fmt.Errorf("%w: postgres store needs a database", outbox.ErrInvalidRequest)
@@ -141,112 +164,71 @@ func NewStore(db DB, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Store{db: db, clock: outbox.ClockOrSystem(cfg.Clock), logger: cmp.Or(cfg.Logger, slog.Default()), t: t}, nil
+	return outbox.NewStore[pgx.Tx](&driver{db: db, t: t}, outbox.StoreConfig{Clock: cfg.Clock, Logger: cfg.Logger})
 }
 
-// InTx runs fn in a transaction on the store's database, commits, and then
-// runs the after-commit hooks registered during fn (see [outbox.RunInTx]).
-// It returns fn's error, the begin or commit error, the error of a check
-// before the commit, or ctx's cause when ctx ended before the commit.
-func (s *Store) InTx(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx) error) error {
-	return InTx(ctx, s.db, s.logger, fn)
-}
-
-// InTx runs fn in a transaction begun on db as [outbox.RunInTx] does:
-// commit when fn returns nil, roll back otherwise, and after a commit run
-// the hooks fn registered with [outbox.AfterCommit]; their failures go to
-// logger (nil: slog.Default()). The context given to fn carries tx, so an
-// outbox Watermill publisher given that context writes in it.
-//
-// When db is a pgx.Tx, tx is a savepoint in it, and the hooks wait for
-// db's commit: they run after it when an InTx running db is in ctx, and
-// are not taken otherwise (the events then go to the pollers).
-//
-// When db is a *pgxpool.Pool or a *pgx.Conn, tx spends as few round trips
-// as it can: it holds its BEGIN and the events written in it back until it
-// sends something else, and sends them with that in one round trip (pgx's
-// [pgx.Batch.BeginTx]): with the COMMIT most often, or just before a
-// statement of fn's, which goes on its own, as pgx sends it. An event then
-// costs its transaction no round trip of its own, and a transaction that
-// writes events alone takes one. Statements still run in the order fn made them, so a
-// query after an event sees it; but an event's insert error, such as
-// [outbox.ErrDuplicateEvent], is returned by the statement after it, or by
-// InTx from the commit. From a savepoint (tx.Begin, a nested InTx, or a
-// statement that begins with SAVEPOINT) on, events are written at once,
-// so that a write's error comes from the write, for the savepoint to undo;
-// and from a call of tx.Conn or tx.LargeObjects on, whose statements tx
-// does not see. tx is not a *pgxpool.Tx, and ends with InTx: a later call
-// fails with pgx.ErrTxClosed.
-func InTx(ctx context.Context, db DB, logger *slog.Logger, fn func(ctx context.Context, tx pgx.Tx) error) error {
-	funcs := outbox.TxFuncs[pgx.Tx]{
-		Begin: func(ctx context.Context) (pgx.Tx, error) {
-			if tx, ok, err := beginPipeline(ctx, db); ok {
-				return tx, err
-			}
-			return db.Begin(ctx)
-		},
-		Commit:   func(ctx context.Context, tx pgx.Tx) error { return tx.Commit(ctx) },
-		Rollback: func(ctx context.Context, tx pgx.Tx) error { return tx.Rollback(ctx) },
+// Begin implements [outboxdriver.Driver].
+func (d *driver) Begin(ctx context.Context) (pgx.Tx, error) {
+	if tx, ok, err := beginPipeline(ctx, d.db); ok {
+		return tx, err
 	}
-	if outer, ok := db.(pgx.Tx); ok {
-		funcs.Within = outer
-	}
-	return outbox.RunInTx(ctx, funcs, logger, fn)
+	return d.db.Begin(ctx)
 }
 
-// Insert implements [outbox.Inserter]: one statement for any number of
-// events, run in tx, which with hot events also tells whether a savepoint
+// Commit implements [outboxdriver.Driver].
+func (d *driver) Commit(ctx context.Context, tx pgx.Tx) error { return tx.Commit(ctx) }
+
+// Rollback implements [outboxdriver.Driver].
+func (d *driver) Rollback(ctx context.Context, tx pgx.Tx) error { return tx.Rollback(ctx) }
+
+// Outer implements [outboxdriver.Driver]: db, when it is a transaction.
+func (d *driver) Outer() any {
+	if tx, ok := d.db.(pgx.Tx); ok {
+		return tx
+	}
+	return nil
+}
+
+// Insert implements [outboxdriver.Driver]: one statement for any number
+// of events, run in tx, which with p.Mark also tells whether a savepoint
 // holds the rows (from their xmin, which the writing role must be allowed
-// to read: GRANT SELECT (xmin) at least). Events must come from
-// [outbox.Prepare] (the [outbox.Writer] does this).
-func (s *Store) Insert(ctx context.Context, tx pgx.Tx, hot, cold []outbox.Envelope, lease outbox.Lease) (savepoint uint64, err error) {
-	if tx == nil {
-		return 0, outbox.ErrNoTransaction
-	}
-	if len(hot)+len(cold) == 0 {
+// to read: GRANT SELECT (xmin) at least).
+func (d *driver) Insert(ctx context.Context, tx pgx.Tx, p *outboxdriver.InsertParams) (savepoint uint64, err error) {
+	if len(p.Rows) == 0 {
 		return 0, nil
 	}
-	if lease.Duration <= 0 {
-		lease.Duration = outbox.DefaultLockTimeout
-	}
-	now := s.clock.Now()
 	var owner *string // nil: the rows are written unclaimed
-	if lease.Owner != "" {
-		owner = &lease.Owner
+	if p.Owner != "" {
+		owner = &p.Owner
 	}
-	until := now.Add(lease.Duration)
-	rows, withHot := outbox.InsertRows(hot, cold, lease), len(hot) > 0
-	if n := len(hot) + len(cold); n == 1 {
-		for e, claimed := range rows {
-			savepoint, err = s.insertOne(ctx, tx, e, claimed, withHot, now, owner, until)
-		}
+	if len(p.Rows) == 1 {
+		r := &p.Rows[0]
+		savepoint, err = d.run(ctx, tx, p.Mark, d.t.sql.insertOne, d.t.sql.insertOneHot, []any{p.Now, owner, r.ID, r.Type, r.Topic,
+			r.AggregateType, r.AggregateID, r.TenantID, r.Payload, r.PayloadJSON, nullIfEmpty(r.Headers), r.OccurredAt, r.AvailableAt, r.Claimed, p.LockedUntil})
 	} else {
-		savepoint, err = s.insertMany(ctx, tx, rows, n, withHot, now, owner, until)
+		savepoint, err = d.insertMany(ctx, tx, p, owner)
 	}
 	if err != nil {
-		return 0, s.insertError(err)
+		return 0, d.insertError(err)
 	}
 	return savepoint, nil
 }
 
 // insertError wraps the error of an insert, returned by Insert or, for an
 // insert a pipelineTx held back, by the statement it went with.
-func (s *Store) insertError(err error) error {
+func (d *driver) insertError(err error) error {
 	if isUniqueViolation(err) {
-		return fmt.Errorf("postgres: insert into %s: %w: %w", s.t.qualified, outbox.ErrDuplicateEvent, err)
+		return fmt.Errorf("postgres: insert into %s: %w: %w", d.t.qualified, outbox.ErrDuplicateEvent, err)
 	}
-	return fmt.Errorf("postgres: insert into %s: %w", s.t.qualified, err)
+	return fmt.Errorf("postgres: insert into %s: %w", d.t.qualified, err)
 }
 
-// Kept implements [outbox.Inserter]: all of ids when the savepoint that
-// wrote them is still part of tx (released, or still open), none when it
-// or one it was in rolled back. It asks the server about the
+// Kept implements [outboxdriver.Driver]: all of ids when the savepoint
+// that wrote them is still part of tx (released, or still open), none when
+// it or one it was in rolled back. It asks the server about the
 // subtransaction, not the table: an event id written again since, or
 // committed by another transaction, does not count.
-func (s *Store) Kept(ctx context.Context, tx pgx.Tx, savepoint uint64, ids []string) ([]string, error) {
-	if tx == nil {
-		return nil, outbox.ErrNoTransaction
-	}
+func (d *driver) Kept(ctx context.Context, tx pgx.Tx, savepoint uint64, ids []string) ([]string, error) {
 	if t, ok := tx.(*pipelineTx); ok {
 		if savepoint = t.savepointMark(savepoint); savepoint == 0 {
 			return ids, nil // written outside any savepoint
@@ -262,28 +244,15 @@ func (s *Store) Kept(ctx context.Context, tx pgx.Tx, savepoint uint64, ids []str
 	return ids, nil
 }
 
-// insertOne inserts e with sqlInsertOne: most business transactions write
-// one event, which takes scalars, not arrays. A claimed row is written
-// claimed by owner until until. With hot set it returns the savepoint
-// mark.
-func (s *Store) insertOne(ctx context.Context, tx pgx.Tx, e *outbox.Envelope, claimed, hot bool, now time.Time, owner *string, until time.Time) (savepoint uint64, err error) {
-	r, err := newRow(e, now)
-	if err != nil {
-		return 0, err
-	}
-	return s.run(ctx, tx, hot, s.t.sql.insertOne, s.t.sql.insertOneHot, []any{now, owner, e.ID, string(e.Type), e.Topic,
-		string(e.AggregateType), e.AggregateID, e.TenantID, e.Payload(), e.IsJSON(), r.headers, e.OccurredAt, r.available, claimed, until})
-}
-
 // run runs plain, or with hot set hot, the same insert returning the
 // savepoint mark.
-func (s *Store) run(ctx context.Context, tx pgx.Tx, hot bool, plain, hotSQL string, args []any) (savepoint uint64, err error) {
+func (d *driver) run(ctx context.Context, tx pgx.Tx, hot bool, plain, hotSQL string, args []any) (savepoint uint64, err error) {
 	if t, ok := tx.(*pipelineTx); ok {
 		markSQL := ""
 		if hot {
 			markSQL = hotSQL
 		}
-		if mark, held := t.hold(s, plain, markSQL, args); held {
+		if mark, held := t.hold(d, plain, markSQL, args); held {
 			return mark, nil
 		}
 	}
@@ -296,9 +265,9 @@ func (s *Store) run(ctx context.Context, tx pgx.Tx, hot bool, plain, hotSQL stri
 	return uint64(mark), err
 }
 
-// insertMany inserts the n rows with sqlInsert, one array per column,
-// claimed as insertOne claims.
-func (s *Store) insertMany(ctx context.Context, tx pgx.Tx, rows iter.Seq2[*outbox.Envelope, bool], n int, hot bool, now time.Time, owner *string, until time.Time) (savepoint uint64, err error) {
+// insertMany inserts p's rows with sqlInsert, one array per column.
+func (d *driver) insertMany(ctx context.Context, tx pgx.Tx, p *outboxdriver.InsertParams, owner *string) (savepoint uint64, err error) {
+	n := len(p.Rows)
 	var (
 		ids, types, topics, aggTypes, aggIDs, tenants = make(array[text], n), make(array[text], n), make(array[text], n), make(array[text], n), make(array[text], n), make(array[text], n)
 		payloads                                      = make(array[bytea], n)
@@ -306,256 +275,167 @@ func (s *Store) insertMany(ctx context.Context, tx pgx.Tx, rows iter.Seq2[*outbo
 		headers                                       = make([]*string, n)
 		occurred, available                           = make(array[timestamptz], n), make(array[timestamptz], n)
 	)
-	i := 0
-	for e, claim := range rows {
-		r, err := newRow(e, now)
-		if err != nil {
-			return 0, err
+	for i := range p.Rows {
+		r := &p.Rows[i]
+		ids[i], types[i], topics[i] = text(r.ID), text(r.Type), text(r.Topic)
+		aggTypes[i], aggIDs[i], tenants[i] = text(r.AggregateType), text(r.AggregateID), text(r.TenantID)
+		payloads[i], isJSON[i], claimed[i] = r.Payload, r.PayloadJSON, r.Claimed
+		occurred[i], available[i] = timestamptz(r.OccurredAt), timestamptz(r.AvailableAt)
+		if r.Headers != "" {
+			headers[i] = &r.Headers
 		}
-		ids[i], types[i], topics[i] = text(e.ID), text(e.Type), text(e.Topic)
-		aggTypes[i], aggIDs[i], tenants[i] = text(e.AggregateType), text(e.AggregateID), text(e.TenantID)
-		payloads[i], isJSON[i] = e.Payload(), e.IsJSON()
-		headers[i], occurred[i], available[i], claimed[i] = r.headers, timestamptz(e.OccurredAt), timestamptz(r.available), claim
-		i++
 	}
-	return s.run(ctx, tx, hot, s.t.sql.insert, s.t.sql.insertHot, []any{now, owner, ids, types, topics, aggTypes, aggIDs, tenants,
-		payloads, isJSON, headers, occurred, available, claimed, until})
+	return d.run(ctx, tx, p.Mark, d.t.sql.insert, d.t.sql.insertHot, []any{p.Now, owner, ids, types, topics, aggTypes, aggIDs, tenants,
+		payloads, isJSON, headers, occurred, available, claimed, p.LockedUntil})
 }
 
-// row is what the store computes for an event's row: its stored headers
-// (nil: NULL) and when it is due.
-type row struct {
-	headers   *string
-	available time.Time
+// nullIfEmpty is s as a parameter, NULL when it is empty.
+func nullIfEmpty(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
 }
 
-// newRow computes e's row.
-func newRow(e *outbox.Envelope, now time.Time) (row, error) {
-	var r row
-	h, err := outbox.EncodeHeaders(e.Headers)
-	if err != nil {
-		return r, err
+// Get implements [outboxdriver.Executor].
+func (d *driver) Get(ctx context.Context, id string) (outboxdriver.Row, bool, error) {
+	rows, err := d.queryRows(ctx, "get "+id, d.t.sql.get, id)
+	if err != nil || len(rows) == 0 {
+		return outboxdriver.Row{}, false, err
 	}
-	if h != nil {
-		text := string(h)
-		r.headers = &text
-	}
-	r.available = now
-	if e.DeliverAfter.After(now) {
-		r.available = e.DeliverAfter
-	}
-	return r, nil
+	return rows[0], true, nil
 }
 
-// Get implements [outbox.Store].
-func (s *Store) Get(ctx context.Context, id string) (outbox.Event, error) {
-	events, err := s.queryEvents(ctx, "get "+id, s.t.sql.get, id)
-	if err != nil {
-		return outbox.Event{}, err
-	}
-	if len(events) == 0 {
-		return outbox.Event{}, fmt.Errorf("%w: %s", outbox.ErrNotFound, id)
-	}
-	return events[0], nil
-}
-
-// Claim implements [outbox.Store] with FOR UPDATE SKIP LOCKED.
-func (s *Store) Claim(ctx context.Context, req outbox.ClaimRequest) ([]outbox.Event, error) {
-	req, err := req.Normalize()
-	if err != nil {
-		return nil, err
-	}
-	now := s.clock.Now()
-	ordered := 0
-	if req.Ordered {
-		ordered = 1
-	}
-	args := []any{now, now.Add(-req.SkipRecent), now.Add(req.LockTimeout), req.Limit, req.Owner}
-	if len(req.Aggregates) > 0 {
-		n := len(req.Aggregates)
-		topics, types, ids := make(array[text], n), make(array[text], n), make(array[text], n)
-		for i, a := range req.Aggregates {
-			topics[i], types[i], ids[i] = text(a.Topic), text(a.Type), text(a.ID)
+// Claim implements [outboxdriver.Executor] with FOR UPDATE SKIP LOCKED.
+func (d *driver) Claim(ctx context.Context, p *outboxdriver.ClaimParams) ([]outboxdriver.Row, error) {
+	args := []any{p.Now, p.CreatedBefore, p.LockedUntil, p.Limit, p.Owner, p.Topic}
+	var sql string
+	switch {
+	case len(p.Aggregates) > 0:
+		n := len(p.Aggregates)
+		types, ids := make(array[text], n), make(array[text], n)
+		for i, a := range p.Aggregates {
+			types[i], ids[i] = text(a.Type), text(a.ID)
 		}
-		events, _, err := s.claim(ctx, s.t.sql.claimHeads, req, append(args, topics, types, ids))
-		return events, err
+		sql, args = d.t.sql.claimHeads, append(args, types, ids)
+	case p.Ordered && p.After != nil:
+		sql, args = d.t.sql.claimOrderedAfter, append(args, p.After.Topic, p.After.AggregateType, p.After.Keyless, p.After.Key)
+	case p.Ordered:
+		sql = d.t.sql.claimOrdered
+	case p.After != nil:
+		sql, args = d.t.sql.claimAfter, append(args, p.After.DueAt, p.After.ID)
+	default:
+		sql = d.t.sql.claim
 	}
-	variants := s.t.sql.claim[ordered]
-	if !req.Cursor.IsZero() {
-		variants = s.t.sql.claimAfter[ordered]
+	rows, err := d.db.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: claim: %w", err)
 	}
-	sql, topicArg := topicVariant(variants, req.Topics)
-	if topicArg != nil {
-		args = append(args, topicArg)
+	claimed, err := collectRows(rows, p.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: claim: %w", err)
 	}
-	if c := req.Cursor; !c.IsZero() && req.Ordered {
-		keyless, key := outbox.AggregateKey(c.AggregateID, c.ID)
-		args = append(args, c.Topic, c.AggregateType, keyless, key)
-	} else if !c.IsZero() {
-		args = append(args, c.DueAt, c.ID)
-	}
-	events, last, err := s.claim(ctx, sql, req, args)
-	if req.Cursor != nil && len(events) > 0 {
-		*req.Cursor = last
-	}
-	return events, err
+	return claimed, nil
 }
 
-// claim runs a claim statement and returns the events it claimed, in due
-// order, and the cursor after them.
-func (s *Store) claim(ctx context.Context, sql string, req outbox.ClaimRequest, args []any) ([]outbox.Event, outbox.ClaimCursor, error) {
-	rows, err := s.db.Query(ctx, sql, args...)
+// Release implements [outboxdriver.Executor].
+func (d *driver) Release(ctx context.Context, p outboxdriver.ReleaseParams) (int64, error) {
+	tag, err := d.db.Exec(ctx, d.t.sql.release, p.IDs, p.Owner)
 	if err != nil {
-		return nil, outbox.ClaimCursor{}, fmt.Errorf("postgres: claim: %w", err)
-	}
-	events, last, err := collectClaimed(rows, req.Limit, req.Ordered)
-	if err != nil {
-		return nil, outbox.ClaimCursor{}, fmt.Errorf("postgres: claim: %w", err)
-	}
-	return events, last, nil
-}
-
-// PollPending implements [outbox.Store].
-func (s *Store) PollPending(ctx context.Context, req outbox.PollRequest) ([]outbox.Event, error) {
-	req, err := req.Normalize()
-	if err != nil {
-		return nil, err
-	}
-	now := s.clock.Now()
-	sql, topicArg := topicVariant(s.t.sql.poll, req.Topics)
-	args := []any{now, now.Add(-req.SkipRecent), req.Limit}
-	if topicArg != nil {
-		args = append(args, topicArg)
-	}
-	return s.queryEvents(ctx, "poll", sql, args...)
-}
-
-// topicVariant picks the statement for a topic filter and its argument.
-func topicVariant(variants [3]string, topics []string) (string, any) {
-	switch len(topics) {
-	case 0:
-		return variants[0], nil
-	case 1:
-		return variants[1], topics[0]
-	}
-	return variants[2], topics
-}
-
-// Release implements [outbox.Store].
-func (s *Store) Release(ctx context.Context, owner string, ids []string) (int64, error) {
-	if len(ids) == 0 {
-		return 0, nil
-	}
-	tag, err := s.db.Exec(ctx, s.t.sql.release, ids, owner)
-	if err != nil {
-		return 0, fmt.Errorf("postgres: release %d claims: %w", len(ids), err)
+		return 0, fmt.Errorf("postgres: release %d claims: %w", len(p.IDs), err)
 	}
 	return tag.RowsAffected(), nil
 }
 
-// ReleaseOwned implements [outbox.Store], in one statement.
-func (s *Store) ReleaseOwned(ctx context.Context, owner, topic string, claimedBefore time.Time) (int64, error) {
-	if err := outbox.ValidateReleaseOwned(owner, topic); err != nil {
-		return 0, err
-	}
-	tag, err := s.db.Exec(ctx, s.t.sql.releaseOwned, topic, owner, claimedBefore)
+// ReleaseOwned implements [outboxdriver.Executor], in one statement.
+func (d *driver) ReleaseOwned(ctx context.Context, p outboxdriver.ReleaseOwnedParams) (int64, error) {
+	tag, err := d.db.Exec(ctx, d.t.sql.releaseOwned, p.Topic, p.Owner, p.ClaimedBefore)
 	if err != nil {
-		return 0, fmt.Errorf("postgres: release the claims of %s on %s: %w", owner, topic, err)
+		return 0, fmt.Errorf("postgres: release the claims of %s on %s: %w", p.Owner, p.Topic, err)
 	}
 	return tag.RowsAffected(), nil
 }
 
-// UpdateStatus implements [outbox.Store]: one statement for the DONE
-// outcomes of the batch (deleting their rows under [Config.DeleteDone])
-// and one for the rest. Of several updates of one id, a DONE wins, else
-// the last (see [outbox.PrepareUpdates]).
-func (s *Store) UpdateStatus(ctx context.Context, owner string, updates ...outbox.StatusUpdate) (int64, error) {
-	recordDone := func(ids []string) (int64, error) {
-		idArray := textArray(ids)
-		query, args := s.t.sql.markDone, []any{s.clock.Now(), idArray}
-		if s.t.sql.deleteDone != "" {
-			query, args = s.t.sql.deleteDone, []any{idArray}
-		}
-		tag, err := s.db.Exec(ctx, query, args...)
-		if err != nil {
-			return 0, fmt.Errorf("postgres: record %d events done: %w", len(ids), err)
-		}
-		return tag.RowsAffected(), nil
+// MarkDone implements [outboxdriver.Executor], deleting the rows under
+// [Config.DeleteDone].
+func (d *driver) MarkDone(ctx context.Context, p outboxdriver.MarkDoneParams) (int64, error) {
+	ids := textArray(p.IDs)
+	query, args := d.t.sql.markDone, []any{p.Now, ids}
+	if d.t.sql.deleteDone != "" {
+		query, args = d.t.sql.deleteDone, []any{ids}
 	}
-	return outbox.RecordOutcomes(owner, updates, recordDone, func(updates []outbox.StatusUpdate) (int64, error) {
-		n := len(updates)
-		ids, statuses, spent := make(array[text], n), make([]int16, n), make([]int32, n)
-		nextAt, errs, before := make([]*time.Time, n), make(array[text], n), make([]*int32, n)
-		for i := range updates {
-			u := &updates[i] // not a copy: a copy's NextAt taken by address would be allocated for every event
-			ids[i], statuses[i], errs[i] = text(u.ID), int16(u.Status), text(outbox.CutError(u.Error))
-			if u.AttemptSpent() {
-				spent[i] = 1
-			}
-			if !u.NextAt.IsZero() {
-				nextAt[i] = &u.NextAt
-			}
-			if attempts, checked := u.AttemptsBefore(); checked {
-				before[i] = new(int32(attempts))
-			}
-		}
-		tag, err := s.db.Exec(ctx, s.t.sql.updateStatus, s.clock.Now(), ids, statuses, spent, nextAt, errs, owner, before)
-		if err != nil {
-			return 0, fmt.Errorf("postgres: update status of %d events: %w", n, err)
-		}
-		return tag.RowsAffected(), nil
-	})
-}
-
-// QueryDead implements [outbox.Store].
-func (s *Store) QueryDead(ctx context.Context, q outbox.DeadQuery) ([]outbox.Event, error) {
-	q, err := q.Normalize()
+	tag, err := d.db.Exec(ctx, query, args...)
 	if err != nil {
-		return nil, err
+		return 0, fmt.Errorf("postgres: record %d events done: %w", len(p.IDs), err)
 	}
-	return s.queryEvents(ctx, "query dead events", s.t.sql.queryDead, append(deadArgs(q.DeadFilter), q.After, q.Limit)...)
+	return tag.RowsAffected(), nil
 }
 
-// CountDead implements [outbox.Store].
-func (s *Store) CountDead(ctx context.Context, f outbox.DeadFilter) (int64, error) {
+// RecordOutcomes implements [outboxdriver.Executor] in one statement.
+func (d *driver) RecordOutcomes(ctx context.Context, p outboxdriver.RecordOutcomesParams) (int64, error) {
+	n := len(p.Outcomes)
+	ids, statuses, spent := make(array[text], n), make([]int16, n), make([]int32, n)
+	nextAt, errs, before := make([]*time.Time, n), make(array[text], n), make([]*int32, n)
+	for i := range p.Outcomes {
+		o := &p.Outcomes[i] // not a copy: a copy's NextAt taken by address would be allocated for every event
+		ids[i], statuses[i], errs[i] = text(o.ID), o.Status, text(o.Error)
+		if o.AttemptSpent {
+			spent[i] = 1
+		}
+		if !o.NextAt.IsZero() {
+			nextAt[i] = &o.NextAt
+		}
+		if o.AttemptsChecked {
+			before[i] = new(int32(o.AttemptsBefore))
+		}
+	}
+	tag, err := d.db.Exec(ctx, d.t.sql.updateStatus, p.Now, ids, statuses, spent, nextAt, errs, p.Owner, before)
+	if err != nil {
+		return 0, fmt.Errorf("postgres: update status of %d events: %w", n, err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// QueryDead implements [outboxdriver.Executor].
+func (d *driver) QueryDead(ctx context.Context, p outboxdriver.QueryDeadParams) ([]outboxdriver.Row, error) {
+	return d.queryRows(ctx, "query dead events", d.t.sql.queryDead, append(deadArgs(p.Filter), p.After, p.Limit)...)
+}
+
+// CountDead implements [outboxdriver.Executor].
+func (d *driver) CountDead(ctx context.Context, f outboxdriver.DeadFilter) (int64, error) {
 	var n int64
-	if err := s.db.QueryRow(ctx, s.t.sql.countDead, deadArgs(f)...).Scan(&n); err != nil {
+	if err := d.db.QueryRow(ctx, d.t.sql.countDead, deadArgs(f)...).Scan(&n); err != nil {
 		return 0, fmt.Errorf("postgres: count dead events: %w", err)
 	}
 	return n, nil
 }
 
-// ReplayDead implements [outbox.Store]. It refuses a filter that restricts
-// nothing ([outbox.DeadFilter.ValidateReplay]); DiedBefore: time.Now()
-// replays every DEAD event.
-func (s *Store) ReplayDead(ctx context.Context, f outbox.DeadFilter) (int64, error) {
-	if err := f.ValidateReplay(); err != nil {
-		return 0, err
-	}
-	tag, err := s.db.Exec(ctx, s.t.sql.replayDead, append(deadArgs(f), s.clock.Now())...)
+// ReplayDead implements [outboxdriver.Executor].
+func (d *driver) ReplayDead(ctx context.Context, p outboxdriver.ReplayDeadParams) (int64, error) {
+	tag, err := d.db.Exec(ctx, d.t.sql.replayDead, append(deadArgs(p.Filter), p.Now)...)
 	if err != nil {
 		return 0, fmt.Errorf("postgres: replay dead events: %w", err)
 	}
 	return tag.RowsAffected(), nil
 }
 
-func deadArgs(f outbox.DeadFilter) []any {
+func deadArgs(f outboxdriver.DeadFilter) []any {
 	var diedBefore *time.Time
 	if !f.DiedBefore.IsZero() {
 		diedBefore = &f.DiedBefore
 	}
 	// pgx sends nil IDs as NULL (no id filter) and empty ones as an empty
 	// array, which no event_id is in.
-	return []any{f.IDs, string(f.EventType), f.Topic, diedBefore}
+	return []any{f.IDs, f.EventType, f.Topic, diedBefore}
 }
 
-// Backlog implements [outbox.Store].
-func (s *Store) Backlog(ctx context.Context, topic string) (int64, time.Time, error) {
+// Backlog implements [outboxdriver.Executor].
+func (d *driver) Backlog(ctx context.Context, topic string) (int64, time.Time, error) {
 	var (
 		n      int64
 		oldest *time.Time
 	)
-	if err := s.db.QueryRow(ctx, s.t.sql.backlog, topic).Scan(&n, &oldest); err != nil {
+	if err := d.db.QueryRow(ctx, d.t.sql.backlog, topic).Scan(&n, &oldest); err != nil {
 		return 0, time.Time{}, fmt.Errorf("postgres: backlog of %s: %w", topic, err)
 	}
 	if oldest == nil {
@@ -564,38 +444,28 @@ func (s *Store) Backlog(ctx context.Context, topic string) (int64, time.Time, er
 	return n, *oldest, nil
 }
 
-// Purge implements [outbox.Store].
-func (s *Store) Purge(ctx context.Context, req outbox.PurgeRequest) (int64, error) {
-	req, err := req.Normalize()
+// PurgeBatch implements [outboxdriver.Executor]. It passes over rows that
+// another transaction holds locked.
+func (d *driver) PurgeBatch(ctx context.Context, p outboxdriver.PurgeParams) (int64, error) {
+	tag, err := d.db.Exec(ctx, d.t.sql.purge, p.Statuses, p.Before, p.Limit)
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("postgres: purge %s: %w", d.t.qualified, err)
 	}
-	statuses := make([]int16, len(req.Statuses))
-	for i, st := range req.Statuses {
-		statuses[i] = int16(st)
-	}
-	cutoff := s.clock.Now().Add(-req.OlderThan)
-	return outbox.PurgeInBatches(req.BatchSize, func(deleted int64) (int64, error) {
-		tag, err := s.db.Exec(ctx, s.t.sql.purge, statuses, cutoff, req.BatchSize)
-		if err != nil {
-			return 0, fmt.Errorf("postgres: purge after %d rows: %w", deleted, err)
-		}
-		return tag.RowsAffected(), nil
-	})
+	return tag.RowsAffected(), nil
 }
 
-// queryEvents runs a statement returning eventColumns; op names it in
+// queryRows runs a statement returning eventColumns; op names it in
 // errors.
-func (s *Store) queryEvents(ctx context.Context, op, sql string, args ...any) ([]outbox.Event, error) {
-	rows, err := s.db.Query(ctx, sql, args...)
+func (d *driver) queryRows(ctx context.Context, op, sql string, args ...any) ([]outboxdriver.Row, error) {
+	rows, err := d.db.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: %s: %w", op, err)
 	}
-	events, err := collectEvents(rows)
+	result, err := collectRows(rows, 0)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: %s: %w", op, err)
 	}
-	return events, nil
+	return result, nil
 }
 
 // isUniqueViolation reports a duplicate event id.

@@ -16,6 +16,7 @@ import (
 	"github.com/wmoutbox/wmoutbox/internal/storetest"
 	"github.com/wmoutbox/wmoutbox/internal/testdb"
 	"github.com/wmoutbox/wmoutbox/outbox"
+	"github.com/wmoutbox/wmoutbox/outbox/outboxdriver"
 	"github.com/wmoutbox/wmoutbox/outbox/postgres"
 )
 
@@ -60,7 +61,7 @@ func runConformance(t *testing.T, mode pgx.QueryExecMode, begin func(ctx context
 			Store:      store,
 			DeleteDone: deleteDone,
 			Clock:      clock,
-			Tx: outbox.TxFuncs[pgx.Tx]{
+			Tx: storetest.TxFuncs[pgx.Tx]{
 				Begin:    func(ctx context.Context) (pgx.Tx, error) { return begin(ctx, pool) },
 				Commit:   func(ctx context.Context, tx pgx.Tx) error { return tx.Commit(ctx) },
 				Rollback: func(ctx context.Context, tx pgx.Tx) error { return tx.Rollback(ctx) },
@@ -97,7 +98,7 @@ func TestSavepointWhoseContextEndedIsRolledBack(t *testing.T) {
 	var savepointErr error
 	require.NoError(t, store.InTx(t.Context(), func(ctx context.Context, tx pgx.Tx) error {
 		optional, cancel := context.WithCancel(ctx) // a deadline on an optional step
-		savepointErr = postgres.InTx(optional, tx, nil, func(ctx context.Context, sp pgx.Tx) error {
+		savepointErr = savepoint(t, tx).InTx(optional, func(ctx context.Context, sp pgx.Tx) error {
 			_, err := writer.Write(ctx, sp, storetest.JSONEvent(1))
 			cancel() // the deadline passes as the step returns
 			return err
@@ -125,24 +126,20 @@ func TestInsertMarksWritesInASavepoint(t *testing.T) {
 	defer func() { _ = tx.Rollback(context.Background()) }()
 	var ids []string
 	insert := func(n int) uint64 {
-		events := make([]outbox.Envelope, n)
-		for i := range events {
-			events[i] = storetest.JSONEvent(i)
-		}
-		prepared, err := outbox.Prepare(events, time.Now())
-		require.NoError(t, err)
-		hot := (n + 1) / 2
-		mark, err := store.Insert(t.Context(), tx, prepared[:hot], prepared[hot:], outbox.Lease{Owner: "relay"})
-		require.NoError(t, err)
+		now := time.Now()
+		p := &outboxdriver.InsertParams{Rows: insertRows(n, now), Now: now, Owner: "relay", LockedUntil: now.Add(time.Minute), Mark: true}
 		ids = nil
-		for _, e := range prepared[:hot] {
-			ids = append(ids, e.ID)
+		for i := range (n + 1) / 2 { // the hot ones, written claimed
+			p.Rows[i].Claimed = true
+			ids = append(ids, p.Rows[i].ID)
 		}
+		mark, err := store.Driver().Insert(t.Context(), tx, p)
+		require.NoError(t, err)
 		return mark
 	}
 	require.Zero(t, insert(1))
 	require.Zero(t, insert(3))
-	savepoint, err := tx.Begin(t.Context())
+	sp, err := tx.Begin(t.Context())
 	require.NoError(t, err)
 	one := insert(1)
 	require.NotZero(t, one, "written through the transaction, into its savepoint")
@@ -150,12 +147,12 @@ func TestInsertMarksWritesInASavepoint(t *testing.T) {
 	require.NoError(t, tx.QueryRow(t.Context(), `SELECT xmin::text::bigint FROM outbox_event WHERE event_id = $1`, ids[0]).Scan(&xmin))
 	require.Equal(t, xmin, one, "the subtransaction's id (this server is in its first epoch)")
 	require.Equal(t, one, insert(3), "one subtransaction")
-	kept, err := store.Kept(t.Context(), tx, one, ids)
+	kept, err := store.Driver().Kept(t.Context(), tx, one, ids)
 	require.NoError(t, err)
 	require.Equal(t, ids, kept)
-	require.NoError(t, savepoint.Commit(t.Context()))
+	require.NoError(t, sp.Commit(t.Context()))
 	require.Zero(t, insert(1), "the savepoint released")
-	kept, err = store.Kept(t.Context(), tx, one, []string{"a", "b"})
+	kept, err = store.Driver().Kept(t.Context(), tx, one, []string{"a", "b"})
 	require.NoError(t, err)
 	require.Equal(t, []string{"a", "b"}, kept, "released into the transaction")
 }
@@ -188,20 +185,39 @@ func TestSavepointMarkAcrossEpochs(t *testing.T) {
 	}
 }
 
-// hotRecorder is a writer's AfterCommit hook that records "id payload"
-// of what it gets.
-type hotRecorder struct {
-	mu  sync.Mutex
-	got []string
+// insertRows returns n rows of JSONEvent as the engine prepares them,
+// written and due at now.
+func insertRows(n int, now time.Time) []outboxdriver.InsertRow {
+	rows := make([]outboxdriver.InsertRow, n)
+	for i := range rows {
+		e := storetest.JSONEvent(i)
+		rows[i] = outboxdriver.InsertRow{ID: outbox.NewID(), Type: string(e.Type), Topic: string(e.Type),
+			AggregateType: string(outbox.GlobalAggregate), Payload: e.PayloadJSON, PayloadJSON: true, OccurredAt: now, AvailableAt: now}
+	}
+	return rows
 }
 
-func (h *hotRecorder) hook(_ context.Context, events []outbox.Envelope, _ time.Duration) error {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	for _, e := range events {
-		h.got = append(h.got, e.ID+" "+string(e.Payload()))
+// savepoint returns a store on tx, whose InTx opens a savepoint in it.
+func savepoint(t *testing.T, tx pgx.Tx) *postgres.Store {
+	t.Helper()
+	store, err := postgres.NewStore(tx, postgres.Config{})
+	require.NoError(t, err)
+	return store
+}
+
+// hotRecorder is a hot path that takes every event, written claimed by
+// its owner.
+type hotRecorder struct{ storetest.HotPath }
+
+func newHotRecorder() *hotRecorder { return &hotRecorder{storetest.HotPath{Owner: "relay"}} }
+
+// delivered returns "id payload" of each event handed over.
+func (h *hotRecorder) delivered() []string {
+	var got []string
+	for _, e := range h.Delivered() {
+		got = append(got, e.ID+" "+string(e.Payload()))
 	}
-	return nil
+	return got
 }
 
 func named(id, payload string) outbox.Envelope {
@@ -219,18 +235,18 @@ func TestHotPathTakesOnlyKeptWritesOfAnID(t *testing.T) {
 	pool := testdb.New(t)
 	store, err := postgres.NewStore(pool, postgres.Config{})
 	require.NoError(t, err)
-	hot := &hotRecorder{}
-	writer, err := outbox.NewWriter(store, outbox.WriterConfig{AfterCommit: hot.hook})
+	hot := newHotRecorder()
+	writer, err := outbox.NewWriter(store, outbox.WriterConfig{HotPath: hot})
 	require.NoError(t, err)
 	write := func(ctx context.Context, tx pgx.Tx, e outbox.Envelope) {
 		_, err := writer.Write(ctx, tx, e)
 		require.NoError(t, err)
 	}
 	rolledBack := func(ctx context.Context, tx pgx.Tx, e outbox.Envelope) {
-		savepoint, err := tx.Begin(ctx)
+		sp, err := tx.Begin(ctx)
 		require.NoError(t, err)
 		write(ctx, tx, e)
-		require.NoError(t, savepoint.Rollback(ctx))
+		require.NoError(t, sp.Rollback(ctx))
 	}
 	require.NoError(t, store.InTx(t.Context(), func(ctx context.Context, tx pgx.Tx) error {
 		rolledBack(ctx, tx, named("x", "rolled back"))
@@ -242,7 +258,7 @@ func TestHotPathTakesOnlyKeptWritesOfAnID(t *testing.T) {
 		}))
 		return nil
 	}))
-	require.Equal(t, []string{"y the other transaction's", "x written again"}, hot.got)
+	require.Equal(t, []string{"y the other transaction's", "x written again"}, hot.delivered())
 }
 
 // The check reads no table: serializable transactions that write events
@@ -252,15 +268,14 @@ func TestHotPathCheckAddsNoSerializationConflict(t *testing.T) {
 	pool := testdb.New(t)
 	store, err := postgres.NewStore(pool, postgres.Config{})
 	require.NoError(t, err)
-	noHook := func(context.Context, []outbox.Envelope, time.Duration) error { return nil }
-	writer, err := outbox.NewWriter(store, outbox.WriterConfig{AfterCommit: noHook})
+	writer, err := outbox.NewWriter(store, outbox.WriterConfig{HotPath: newHotRecorder()})
 	require.NoError(t, err)
 	inSavepoint := func(w *outbox.Writer[pgx.Tx], id string) func(ctx context.Context, tx pgx.Tx) error {
 		return func(ctx context.Context, tx pgx.Tx) error {
 			if _, err := tx.Exec(ctx, `SET TRANSACTION ISOLATION LEVEL SERIALIZABLE`); err != nil {
 				return err
 			}
-			return postgres.InTx(ctx, tx, nil, func(ctx context.Context, sp pgx.Tx) error {
+			return savepoint(t, tx).InTx(ctx, func(ctx context.Context, sp pgx.Tx) error {
 				_, err := w.Write(ctx, sp, named(id, id))
 				return err
 			})
@@ -272,7 +287,9 @@ func TestHotPathCheckAddsNoSerializationConflict(t *testing.T) {
 		checked, proceed, result := make(chan struct{}), make(chan struct{}), make(chan error, 1)
 		goOn = sync.OnceFunc(func() { close(proceed) })
 		t.Cleanup(goOn) // a failed test lets it commit too
-		w, err := outbox.NewWriter[pgx.Tx](&pausingStore{Store: store, checked: checked, goOn: proceed}, outbox.WriterConfig{AfterCommit: noHook})
+		pausing, err := outbox.NewStore[pgx.Tx](&pausingDriver{Driver: store.Driver(), checked: checked, goOn: proceed}, outbox.StoreConfig{})
+		require.NoError(t, err)
+		w, err := outbox.NewWriter(pausing, outbox.WriterConfig{HotPath: newHotRecorder()})
 		require.NoError(t, err)
 		go func() { result <- store.InTx(t.Context(), inSavepoint(w, id)) }()
 		select {
@@ -297,16 +314,16 @@ func TestHotPathCheckAddsNoSerializationConflict(t *testing.T) {
 	require.NoError(t, <-resultA)
 }
 
-// pausingStore is a store whose Kept, once done, waits for goOn.
-type pausingStore struct {
-	*postgres.Store
+// pausingDriver is a driver whose Kept, once done, waits for goOn.
+type pausingDriver struct {
+	outboxdriver.Driver[pgx.Tx]
 	checked, goOn chan struct{}
 }
 
-func (s *pausingStore) Kept(ctx context.Context, tx pgx.Tx, savepoint uint64, ids []string) ([]string, error) {
-	kept, err := s.Store.Kept(ctx, tx, savepoint, ids)
-	close(s.checked)
-	<-s.goOn
+func (d *pausingDriver) Kept(ctx context.Context, tx pgx.Tx, savepoint uint64, ids []string) ([]string, error) {
+	kept, err := d.Driver.Kept(ctx, tx, savepoint, ids)
+	close(d.checked)
+	<-d.goOn
 	return kept, err
 }
 
@@ -372,8 +389,8 @@ func claimConcurrently(t *testing.T, ordered bool) {
 	for i := range claims {
 		store, err := postgres.NewStore(conns[i], postgres.Config{})
 		require.NoError(t, err)
-		claims[i] = storetest.Claimer{Store: store, Request: outbox.ClaimRequest{
-			Owner: fmt.Sprint("claimer-", i), Limit: 100, Topics: []string{"orders"}, Ordered: ordered,
+		claims[i] = storetest.Claimer{Driver: store.Driver(), Params: outboxdriver.ClaimParams{
+			Owner: fmt.Sprint("claimer-", i), Limit: 100, Topic: "orders", Ordered: ordered,
 		}}
 	}
 	storetest.ClaimConcurrently(t, claims, written, nil)
@@ -433,15 +450,13 @@ func migrateConcurrently(t *testing.T, pool *pgxpool.Pool) {
 	clock := clocktest.New(storetest.Start)
 	store, err := postgres.NewStore(pool, postgres.Config{Schema: "billing", Table: "events", Clock: clock})
 	require.NoError(t, err)
-	writer, err := outbox.NewWriter(store, outbox.WriterConfig{Clock: clock})
+	writer, err := outbox.NewWriter(store, outbox.WriterConfig{})
 	require.NoError(t, err)
 	require.NoError(t, store.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
 		_, err := writer.Write(ctx, tx, storetest.JSONEvent(1))
 		return err
 	}))
-	claimed, err := store.Claim(ctx, outbox.ClaimRequest{Owner: "me"})
-	require.NoError(t, err)
-	require.Len(t, claimed, 1)
+	require.Len(t, claimIDs(t, store, storetest.ClaimParams("me", "OrderCreated", 100, clock.Now())), 1)
 	var inDefault int
 	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM outbox_event`).Scan(&inDefault))
 	require.Zero(t, inDefault, "the configured table is used, not the default one")
@@ -475,9 +490,7 @@ func TestBookkeepingCommitsAsynchronouslyUnlessAsked(t *testing.T) {
 		store, err := postgres.NewStore(struct{ postgres.DB }{tx}, postgres.Config{SynchronousBookkeeping: synchronous})
 		require.NoError(t, err)
 		require.Equal(t, "on", synchronousCommit(t, tx), "inserts commit as the caller's transaction does")
-		claimed, err := store.Claim(t.Context(), outbox.ClaimRequest{Owner: "relay"})
-		require.NoError(t, err)
-		require.Len(t, claimed, 1)
+		require.Len(t, claimIDs(t, store, storetest.ClaimParams("relay", "OrderCreated", 100, time.Now())), 1)
 		want := map[bool]string{false: "off", true: "on"}[synchronous]
 		require.Equal(t, want, synchronousCommit(t, tx), "after a claim")
 	}
@@ -492,13 +505,12 @@ func TestBookkeepingInTheCallersTransactionLeavesItDurable(t *testing.T) {
 	tx := beginWithEvent(t, pool)
 	store, err := postgres.NewStore(tx, postgres.Config{})
 	require.NoError(t, err)
-	claimed, err := store.Claim(t.Context(), outbox.ClaimRequest{Owner: "relay"})
-	require.NoError(t, err)
+	claimed := claimIDs(t, store, storetest.ClaimParams("relay", "OrderCreated", 100, time.Now()))
 	require.Len(t, claimed, 1)
-	_, err = store.Release(t.Context(), "relay", []string{claimed[0].ID})
+	n, err := store.Driver().Release(t.Context(), outboxdriver.ReleaseParams{Owner: "relay", IDs: claimed})
 	require.NoError(t, err)
-	_, err = store.UpdateStatus(t.Context(), "", outbox.Done(claimed[0].ID))
-	require.NoError(t, err)
+	require.EqualValues(t, 1, n)
+	require.EqualValues(t, 1, markDone(t, store, time.Now(), claimed...))
 	require.Equal(t, "on", synchronousCommit(t, tx), "after a claim, a release and an outcome")
 }
 
@@ -511,9 +523,8 @@ func beginWithEvent(t *testing.T, pool *pgxpool.Pool) pgx.Tx {
 	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
 	store, err := postgres.NewStore(pool, postgres.Config{})
 	require.NoError(t, err)
-	event, err := outbox.Prepare([]outbox.Envelope{storetest.JSONEvent(1)}, time.Now())
-	require.NoError(t, err)
-	_, err = store.Insert(t.Context(), tx, nil, event, outbox.Lease{})
+	now := time.Now()
+	_, err = store.Driver().Insert(t.Context(), tx, &outboxdriver.InsertParams{Rows: insertRows(1, now), Now: now})
 	require.NoError(t, err)
 	return tx
 }
@@ -538,16 +549,18 @@ func TestInfiniteTimesDoNotBreakTheBatch(t *testing.T) {
 	_, err = pool.Exec(t.Context(), `UPDATE outbox_event SET occurred_at = 'infinity' WHERE event_id = $1`, written[1])
 	require.NoError(t, err)
 
-	claimed, err := store.Claim(t.Context(), outbox.ClaimRequest{Owner: "me"})
-	require.NoError(t, err)
+	claimed := storetest.Claim(t, store.Driver(), storetest.ClaimParams("me", "orders", 100, time.Now()))
 	require.Equal(t, written, storetest.IDs(claimed))
 	require.NoError(t, claimed[0].Malformed)
 	require.EqualError(t, claimed[1].Malformed, "occurred_at is infinity, not a time")
 	require.NoError(t, claimed[2].Malformed)
+	e, err := store.Get(t.Context(), written[1])
+	require.NoError(t, err)
+	require.EqualError(t, e.Malformed, "occurred_at is infinity, not a time", "the store's event says why too")
 
 	_, err = pool.Exec(t.Context(), `UPDATE outbox_event SET done_at = '-infinity' WHERE event_id = $1`, written[2])
 	require.NoError(t, err)
-	e, err := store.Get(t.Context(), written[2])
+	e, err = store.Get(t.Context(), written[2])
 	require.NoError(t, err, "Get reports a malformed row in the event, not as an error")
 	require.EqualError(t, e.Malformed, "done_at is -infinity, not a time")
 }
@@ -628,17 +641,15 @@ func TestClaimPassesOverLockedRows(t *testing.T) {
 	_, err = holder.Exec(ctx, `SELECT 1 FROM outbox_event WHERE event_id = $1 FOR UPDATE`, written[0])
 	require.NoError(t, err)
 
-	req := outbox.ClaimRequest{Owner: "me", Limit: 10, LockTimeout: time.Minute}
+	p := storetest.ClaimParams("me", "orders", 10, storetest.Start)
 	waitAtMost, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	events, err := store.Claim(waitAtMost, req)
+	events, err := store.Driver().Claim(waitAtMost, p)
 	require.NoError(t, err, "the claim waited for the locked row")
 	require.ElementsMatch(t, written[1:], storetest.IDs(events))
 
 	require.NoError(t, holder.Rollback(ctx))
-	events, err = store.Claim(ctx, req)
-	require.NoError(t, err)
-	require.Equal(t, written[:1], storetest.IDs(events), "the row once its lock is gone")
+	require.Equal(t, written[:1], claimIDs(t, store, p), "the row once its lock is gone")
 }
 
 // TestPurgePassesOverLockedRows: rows another transaction holds locked do
@@ -652,12 +663,7 @@ func TestPurgePassesOverLockedRows(t *testing.T) {
 	store, err := postgres.NewStore(pool, postgres.Config{Clock: clock})
 	require.NoError(t, err)
 	written := writeEvents(t, store, 6)
-	updates := make([]outbox.StatusUpdate, len(written))
-	for i, id := range written {
-		updates[i] = outbox.Done(id)
-	}
-	_, err = store.UpdateStatus(ctx, "", updates...)
-	require.NoError(t, err)
+	require.EqualValues(t, 6, markDone(t, store, clock.Now(), written...))
 	clock.Advance(48 * time.Hour)
 
 	holder, err := pool.Begin(ctx)

@@ -12,6 +12,14 @@ import (
 	"github.com/wmoutbox/wmoutbox/outbox/sqlite"
 )
 
+// discardHot is a hot path that takes every event and drops it.
+type discardHot struct{}
+
+func (discardHot) HotLease() (string, time.Duration)                            { return "bench", 0 }
+func (discardHot) TakesHot(string) bool                                         { return true }
+func (discardHot) DeliverHot(context.Context, []outbox.Envelope, time.Duration) {}
+func (discardHot) Committed([]outbox.Envelope)                                  {}
+
 // BenchmarkWrite is one business transaction writing one event, with and
 // without a hot path: a hot write is looked up before its commit, since
 // SQLite cannot tell whether a savepoint holds it.
@@ -32,8 +40,7 @@ func BenchmarkWrite(b *testing.B) {
 			}
 			var cfg outbox.WriterConfig
 			if hot {
-				cfg.ClaimOwner = "bench"
-				cfg.AfterCommit = func(context.Context, []outbox.Envelope, time.Duration) error { return nil }
+				cfg.HotPath = discardHot{}
 			}
 			writer, err := outbox.NewWriter(store, cfg)
 			if err != nil {

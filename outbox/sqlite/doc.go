@@ -1,8 +1,9 @@
 // Package sqlite is the embedded store of the outbox: SQLite through
 // database/sql and modernc.org/sqlite (pure Go, no cgo), for programs and
-// demos that need no database server. It behaves as the PostgreSQL store
-// ([github.com/wmoutbox/wmoutbox/outbox/postgres]) does, call for call; what differs is what SQLite can
-// do at once, described below.
+// demos that need no database server. Its [Store] is an [outbox.Store]
+// for *sql.Tx and behaves as the PostgreSQL one
+// ([github.com/wmoutbox/wmoutbox/outbox/postgres]) does, call for call;
+// what differs is what SQLite can do at once, described below.
 //
 // # Setup
 //
@@ -17,7 +18,7 @@
 //
 // # Writing events
 //
-// Events are written in the business transaction. [Store.InTx] (or [InTx])
+// Events are written in the business transaction. [outbox.Store.InTx]
 // begins it, runs your function, commits, and then runs the after-commit
 // hooks: the hot path of a relay in the same process.
 //
@@ -30,17 +31,16 @@
 //	})
 //
 // A transaction you begin and commit yourself works too: pass its *sql.Tx
-// to [outbox.Writer.Write]; delivery then falls to the poller. A batch is
-// written whole or not at all: a failed row (a duplicate id, say) undoes
-// the rows of its batch written before it, and the transaction stays
-// usable, as SQLite transactions do after a failed statement.
+// to [outbox.Writer.Write]; delivery then falls to the relays' claims. A
+// batch is written whole or not at all: a failed row (a duplicate id, say)
+// undoes the rows of its batch written before it, and the transaction
+// stays usable, as SQLite transactions do after a failed statement.
 //
 // # The table
 //
-// One STRICT table (see the migrations folder), the
-// columns of the PostgreSQL table with SQLite types: the payload is a BLOB,
-// delivered byte for byte as written, with payload_json saying which kind
-// it is; headers are a JSON object in TEXT; times are INTEGER unix
+// One STRICT table (see the migrations folder), the columns of the
+// PostgreSQL table with SQLite types: the payload is a BLOB, delivered
+// byte for byte as written, with payload_json saying which kind it is; headers are a JSON object in TEXT; times are INTEGER unix
 // microseconds in UTC, so comparisons and ordering are exact (read them
 // with datetime(col / 1e6, 'unixepoch', 'subsec')). status holds
 // [outbox.Status] codes; attempts, last_error, updated_at and available_at
@@ -56,7 +56,9 @@
 // [Open]) to its commit. Keep transactions short. With WAL, readers never
 // wait for the writer.
 //
-// No FOR UPDATE SKIP LOCKED, and no need for it. A claim is one statement,
+// No FOR UPDATE SKIP LOCKED, and no need for it. A relay (watermilladapter's
+// Subscriber) claims the due events of one topic at a time, in one
+// statement,
 //
 //	UPDATE ... SET locked_by = ?, locked_at = ?, locked_until = ?
 //	WHERE event_id IN (SELECT ... ORDER BY available_at, event_id LIMIT ?)
@@ -68,22 +70,29 @@
 // depend on the DSN. The lease is the PostgreSQL store's: locked_by,
 // locked_at and locked_until record who claimed the rows, when, and until
 // when; they are due for nobody until the lease runs out (a relay that
-// died loses them then); [Store.Release] makes them due at once, in their
-// place; status updates clear the claim. Claims return events in due
-// order.
+// died loses them then); a relay that stops releases its claims, which
+// makes the events due at once, in their place; outcomes clear the claim.
+// The lease ends when the relay that asked for it expects: it is counted
+// from the moment the relay claimed, so a claim that waited for other
+// writers (below) holds its rows that much less, at most [BusyTimeout].
+// An ordered claim takes an event only when no earlier event of its
+// aggregate is NEW, RETRY or DEAD; like the MySQL store, and unlike the
+// PostgreSQL one, it goes in due order and passes over the events waiting
+// behind the first of their aggregate: keep aggregates' queues short.
 //
 // No fair lock queue. A connection that finds the write lock taken polls
 // for it with growing sleeps until the busy timeout, and a writer that
 // takes the lock again and again (a relay draining a backlog) can win
 // every poll of another until that one fails with SQLITE_BUSY. So within a
-// process the store queues the writers of each *sql.DB itself, first come
-// first served: [Store.Claim], [Store.UpdateStatus], [Store.Release],
-// [Store.ReplayDead], [Store.Purge], [Migrate] and the transactions of
-// [Store.InTx] and [InTx]. A writer that waits longer than [BusyTimeout] in
+// process the stores queue the writers of each *sql.DB themselves, first
+// come first served: the relays' claims, outcomes and releases,
+// [outbox.Store.ReplayDead], [outbox.Store.Purge],
+// [outbox.Store.PurgeProcessed], [Migrate] and the transactions of
+// [outbox.Store.InTx]. A writer that waits longer than [BusyTimeout] in
 // that queue fails with [ErrBusy]. Writes that bypass the queue (a
 // transaction you begin with db.BeginTx, another process) meet SQLite's
-// busy timeout instead; give business transactions to [Store.InTx] when
-// relays run in the same process.
+// busy timeout instead; give business transactions to
+// [outbox.Store.InTx] when relays run in the same process.
 //
 // No LISTEN/NOTIFY: relays learn of new rows from the hot path or by
 // polling.
@@ -111,9 +120,9 @@
 // Several connections are right: readers run in parallel with the writer.
 // db.SetMaxOpenConns(1) is not needed for the store; if you set it, a
 // query made while a transaction is open on the same *sql.DB (a store call
-// inside [Store.InTx], say) waits for the one connection, which never comes
-// back: a deadlock until the context ends. A store write inside
-// [Store.InTx]'s function cannot succeed in any case (the transaction is
+// inside [outbox.Store.InTx], say) waits for the one connection, which
+// never comes back: a deadlock until the context ends. A store write
+// inside InTx's function cannot succeed in any case (the transaction is
 // the writer until it commits): write through its tx, or after commit.
 //
 // Plain ":memory:" gives each connection its own empty database; [Open]

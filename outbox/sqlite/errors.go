@@ -11,12 +11,13 @@ var (
 	// database then.
 	ErrInvalidIdentifier = errors.New("sqlite: invalid identifier")
 
-	// ErrBusy is returned by a write of the store ([Store.Claim],
-	// [Store.UpdateStatus], [Store.InTx]...) that waited [BusyTimeout] for
-	// the other writers of this process on the same *sql.DB: the same
-	// condition as SQLite's own SQLITE_BUSY, which comes back as the
-	// driver's error when another process holds the lock. A store write
-	// made inside [Store.InTx]'s function, on the store's database, always
-	// ends so: the transaction is the one writer until it commits.
+	// ErrBusy is returned by a write of the store (a relay's claim or
+	// outcome, [outbox.Store.InTx], [outbox.Store.ReplayDead],
+	// [outbox.Store.Purge]...) that waited [BusyTimeout] for the other
+	// writers of this process on the same *sql.DB: the same condition as
+	// SQLite's own SQLITE_BUSY, which comes back as the driver's error
+	// when another process holds the lock. A store write made inside
+	// [outbox.Store.InTx]'s function, on the store's database, always ends
+	// so: the transaction is the one writer until it commits.
 	ErrBusy = errors.New("sqlite: database busy")
 )

@@ -16,7 +16,7 @@ import (
 // relay claiming in a loop can hold the lock at every poll of a business
 // transaction until that one gives up with SQLITE_BUSY. Writers that pass
 // through the gate find the lock free instead (unless another process or
-// a transaction begun outside [InTx] holds it).
+// a transaction begun outside [outbox.Store.InTx] holds it).
 type gate struct {
 	slot chan struct{}
 	wait time.Duration // how long enter waits: BusyTimeout

@@ -3,7 +3,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"database/sql/driver"
+	sqldriver "database/sql/driver"
 	"embed"
 	"fmt"
 
@@ -88,7 +88,7 @@ func (t *table) migrate(ctx context.Context, db execer, cfg Config) error {
 	if err := db.QueryRowContext(ctx, t.sql.migrationVersion, t.Name).Scan(&applied); err != nil {
 		return fmt.Errorf("sqlite: migrate: read version: %w", err)
 	}
-	now := outbox.ClockOrSystem(cfg.Clock).Now()
+	appliedAt := sqlcodec.AppliedAt(cfg.Clock)
 	for _, m := range migrations {
 		if m.Version <= applied {
 			continue
@@ -96,7 +96,7 @@ func (t *table) migrate(ctx context.Context, db execer, cfg Config) error {
 		if _, err := db.ExecContext(ctx, m.SQL); err != nil {
 			return fmt.Errorf("sqlite: migrate %s to version %d (%s): %w", t.Name, m.Version, m.Name, err)
 		}
-		if _, err := db.ExecContext(ctx, t.sql.recordMigration, t.Name, m.Version, m.Name, sqlcodec.Micros(now)); err != nil {
+		if _, err := db.ExecContext(ctx, t.sql.recordMigration, t.Name, m.Version, m.Name, appliedAt); err != nil {
 			return fmt.Errorf("sqlite: migrate: record version %d: %w", m.Version, err)
 		}
 	}
@@ -118,7 +118,7 @@ func immediate(ctx context.Context, conn *sql.Conn, fn func() error) error {
 			return
 		}
 		if _, err := conn.ExecContext(context.WithoutCancel(ctx), sqlRollback); err != nil {
-			_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+			_ = conn.Raw(func(any) error { return sqldriver.ErrBadConn })
 		}
 	}()
 	if err := fn(); err != nil {

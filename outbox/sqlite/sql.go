@@ -1,7 +1,6 @@
 package sqlite
 
 import (
-	"strconv"
 	"strings"
 
 	"github.com/wmoutbox/wmoutbox/internal/ident"
@@ -35,7 +34,8 @@ const (
 	sqlRollback       = `ROLLBACK`
 )
 
-// eventColumns is what every read returns, in the order scanEvents expects.
+// eventColumns is what every read returns, in the order sqlcodec.QueryRows
+// expects.
 const eventColumns = `event_id, event_type, topic, aggregate_type,
     coalesce(aggregate_id, ''), coalesce(tenant_id, ''), payload, payload_json, headers,
     status, attempts, occurred_at, available_at, created_at, updated_at, done_at,
@@ -72,16 +72,13 @@ const (
 
 const sqlGet = `SELECT ` + eventColumns + ` FROM {table} WHERE event_id = ?1`
 
-// The due condition shared by claim and poll: ?1 now, ?2 written-before
-// (skip-recent), {topics} the topic filter. A claimed row is not due until
-// its lease ends (locked_until). Rows claimed before migration 2 have no
-// locked_until: their claim moved available_at to the end of the lease.
-const sqlDue = `status IN (0, 2) {topics} AND available_at <= ?1 AND created_at <= ?2
-    AND (locked_until IS NULL OR locked_until <= ?1)`
-
-// sqlClaim records owner ?4's claim (locked_by, locked_at, locked_until ?5)
-// on up to ?3 due rows, taken in due order, and returns them, in no set
-// order.
+// sqlClaim records owner ?4's claim (locked_by, locked_at ?1,
+// locked_until ?5) on up to ?3 due rows of topic ?6, taken in due order,
+// and returns them, in no set order. A row is due at ?1 if it was written
+// by ?2 (skip-recent) and no lease runs on it (locked_until); rows claimed
+// before migration 2 have no locked_until: their claim moved available_at
+// to the end of the lease. Plain equality on the topic lets the due index
+// serve the order too.
 //
 // Being a write, this statement takes SQLite's write lock when it starts,
 // before it reads anything, waiting up to the busy timeout: claimers take
@@ -92,7 +89,8 @@ const sqlClaim = `
 UPDATE {table} SET locked_by = ?4, locked_at = ?1, locked_until = ?5
 WHERE event_id IN (
     SELECT event_id FROM {table} AS t
-    WHERE ` + sqlDue + ` {ordered}
+    WHERE status IN (0, 2) AND topic = ?6 AND available_at <= ?1 AND created_at <= ?2
+        AND (locked_until IS NULL OR locked_until <= ?1) {ordered}
     ORDER BY available_at, event_id
     LIMIT ?3
 )
@@ -104,28 +102,14 @@ RETURNING ` + eventColumns
 // than this package's, which the store reads back as none) always is.
 // Earlier is by rowid: the table has no INTEGER PRIMARY KEY, so each
 // insert takes a rowid above every row's in the table, and VACUUM, which
-// may renumber rows, copies them in rowid order. The aggregate index (migration 4) answers each
-// probe; its predicate is spelled out so that SQLite uses it.
+// may renumber rows, copies them in rowid order. The aggregate index
+// (migration 4) answers each probe; its predicate is spelled out so that
+// SQLite uses it.
 const orderedHead = `AND NOT EXISTS (
         SELECT 1 FROM {table} AS p
         WHERE p.topic = t.topic AND p.aggregate_type = t.aggregate_type AND p.aggregate_id = t.aggregate_id
             AND p.aggregate_id IS NOT NULL AND p.status <> 1 AND p.rowid < t.rowid
             AND t.aggregate_id <> '')`
-
-const sqlPoll = `
-SELECT ` + eventColumns + ` FROM {table}
-WHERE ` + sqlDue + `
-ORDER BY available_at, event_id
-LIMIT ?3`
-
-// Topic filters for sqlDue, in the parameter slot after the query's own.
-// One topic gets plain equality so the due index serves the order too;
-// several come as a JSON array.
-const (
-	topicsAny  = ``
-	topicsOne  = `AND topic = ?%d`
-	topicsMany = `AND topic IN (SELECT value FROM json_each(?%d))`
-)
 
 // sqlIDs reads the event ids of sqlcodec.HexIDs(ids) passed as ?1.
 const sqlIDs = `SELECT CAST(unhex(value) AS TEXT) FROM json_each(?1)`
@@ -146,7 +130,7 @@ WHERE topic = ?1 AND status IN (0, 2) AND locked_by = ?2 AND locked_at < ?3`
 // "spent", "next_at", "error", "before"} objects: status 0 keeps the current
 // status (a deferral). DONE rows are never touched. An outcome needs a pending
 // row that ?3 still holds or, from no owner, one under no running lease (see
-// outbox.Store.UpdateStatus; a claim from before migration 2 has no
+// outboxdriver.Outcome; a claim from before migration 2 has no
 // locked_until and runs until available_at), and, where it says how many
 // failed attempts the row has before it ("before"), that many.
 const sqlUpdateStatus = `
@@ -243,9 +227,8 @@ type statements struct {
 	insert, existing, existingOne, get string
 	release, releaseOwned              string
 	updateStatus                       string
-	markDone, deleteDone               string       // deleteDone empty unless Config.DeleteDone
-	claim                              [2][3]string // by ordered (0, 1), then topic filter
-	poll                               [3]string    // by topic filter: any, one, many
+	markDone, deleteDone               string    // deleteDone empty unless Config.DeleteDone
+	claim                              [2]string // by ordered (0, 1)
 	queryDead, countDead, replayDead   string
 	backlog                            string
 	purge                              string
@@ -277,19 +260,8 @@ func renderStatements(quoted, inbox string, deleteDone bool) statements {
 	if deleteDone {
 		s.deleteDone = r.Replace(sqlDeleteDone)
 	}
-	for i, filter := range []string{topicsAny, topicsOne, topicsMany} {
-		claim := strings.Replace(sqlClaim, "{topics}", withSlot(filter, 6), 1)
-		for ordered, head := range []string{"", orderedHead} {
-			s.claim[ordered][i] = r.Replace(strings.Replace(claim, "{ordered}", head, 1))
-		}
-		s.poll[i] = r.Replace(strings.Replace(sqlPoll, "{topics}", withSlot(filter, 4), 1))
+	for ordered, head := range []string{"", orderedHead} {
+		s.claim[ordered] = r.Replace(strings.Replace(sqlClaim, "{ordered}", head, 1))
 	}
 	return s
-}
-
-func withSlot(filter string, slot int) string {
-	if filter == topicsAny {
-		return ""
-	}
-	return strings.Replace(filter, "%d", strconv.Itoa(slot), 1)
 }

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"sync"
 	"time"
 
@@ -18,6 +17,7 @@ import (
 	"github.com/wmoutbox/wmoutbox/internal/ident"
 	"github.com/wmoutbox/wmoutbox/internal/sqlcodec"
 	"github.com/wmoutbox/wmoutbox/outbox"
+	"github.com/wmoutbox/wmoutbox/outbox/outboxdriver"
 )
 
 // DefaultTable is the outbox table's name when [Config.Table] is empty.
@@ -31,31 +31,35 @@ type Config struct {
 	// pg_, and not wmoutbox_migration, where [Migrate] records the
 	// migrations; otherwise [ErrInvalidIdentifier].
 	Table string
-	// Clock stamps created/updated/done times and decides what is due.
-	// Default [outbox.SystemClock].
+	// Clock stamps the times the store and its writers write (created,
+	// updated, done, replayed) and the cutoff of purges; give a relay on
+	// the store the same clock (SubscriberConfig.Clock), which decides
+	// what is due. Default [outbox.SystemClock].
 	Clock outbox.Clock
-	// Logger receives after-commit hook failures of [Store.InTx]. Default
-	// slog.Default().
+	// Logger receives after-commit hook failures of
+	// [outbox.Store.InTx]. Default slog.Default().
 	Logger *slog.Logger
 	// DeleteDone deletes an event's row once it is delivered, instead of
-	// keeping it with status DONE until a [Store.Purge]. Default false.
-	// The table then holds only pending and DEAD events, and the record of
-	// what was delivered and when (done_at) is gone. RETRY and DEAD are
-	// recorded as always. Rows already DONE are left to Purge.
+	// keeping it with status DONE until an [outbox.Store.Purge]. Default
+	// false. The table then holds only pending and DEAD events, and the
+	// record of what was delivered and when (done_at) is gone. RETRY and
+	// DEAD are recorded as always. Rows already DONE are left to Purge.
 	DeleteDone bool
 }
 
-// Store is the SQLite outbox store on database/sql: an [outbox.TxStore]
-// for *sql.Tx. It is safe for concurrent use.
-type Store struct {
-	db     *sql.DB
-	gate   *gate
-	clock  outbox.Clock
-	logger *slog.Logger
-	t      *table
+// Store is the SQLite outbox store on database/sql: an [outbox.Store] for
+// *sql.Tx, made by [NewStore]. It is safe for concurrent use.
+type Store = outbox.Store[*sql.Tx]
+
+// driver runs the store's statements on db, its writes through db's
+// gate: the [outboxdriver.Driver] of SQLite.
+type driver struct {
+	db   *sql.DB
+	gate *gate
+	t    *table
 }
 
-var _ outbox.TxStore[*sql.Tx] = (*Store)(nil)
+var _ outboxdriver.Driver[*sql.Tx] = (*driver)(nil)
 
 // table is a validated table's names and the SQL rendered for it.
 type table struct {
@@ -74,9 +78,18 @@ func newTable(cfg Config) (*table, error) {
 }
 
 // NewStore returns a store on db, a database opened with the "sqlite"
-// driver of modernc.org/sqlite, best with [Open]. Claims, status updates
-// and operator queries run on db; inserts run in the transaction given to
-// [Store.Insert]. It does not touch the database: run [Migrate] first.
+// driver of modernc.org/sqlite, best with [Open]. Claims, outcomes and
+// operator queries run on db; events are written in the transactions
+// given to an [outbox.Writer] or a Publisher. It does not touch the
+// database: run [Migrate] first.
+//
+// The transaction [outbox.Store.InTx] begins is a writer: it queues with
+// the store's writes on db in this process (those of every store on db),
+// and holds the write lock until it ends (from BEGIN on a database from
+// [Open], whose transactions are IMMEDIATE, which is what a transaction
+// that reads before it writes needs). A store write made in its function
+// on db (a claim, an outcome, a purge) waits for it, and fails with
+// [ErrBusy]: write through its tx instead.
 func NewStore(db *sql.DB, cfg Config) (*Store, error) {
 	if db == nil {
 		return nil, fmt.Errorf("%w: sqlite store needs a database", outbox.ErrInvalidRequest)
@@ -85,88 +98,65 @@ func NewStore(db *sql.DB, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Store{db: db, gate: gateOf(db), clock: outbox.ClockOrSystem(cfg.Clock), logger: cmp.Or(cfg.Logger, slog.Default()), t: t}, nil
+	return outbox.NewStore[*sql.Tx](&driver{db: db, gate: gateOf(db), t: t}, outbox.StoreConfig{Clock: cfg.Clock, Logger: cfg.Logger})
 }
 
-// InTx runs fn in a transaction on the store's database, commits, and then
-// runs the after-commit hooks registered during fn (see [outbox.RunInTx]).
-// It returns fn's error, the begin or commit error, the error of a check
-// before the commit, or ctx's cause when ctx ended before the commit.
-func (s *Store) InTx(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) error {
-	return InTx(ctx, s.db, s.logger, fn)
+// Begin implements [outboxdriver.Driver]: the transaction enters db's
+// gate, which it leaves when it ends.
+func (d *driver) Begin(ctx context.Context) (*sql.Tx, error) {
+	if err := d.gate.enter(ctx, "begin"); err != nil {
+		return nil, err
+	}
+	tx, err := d.db.BeginTx(ctx, nil)
+	if err != nil {
+		d.gate.leave()
+		return nil, err
+	}
+	return tx, nil
 }
 
-// InTx runs fn in a transaction begun on db as [outbox.RunInTx] does:
-// commit when fn returns nil, roll back otherwise, and after a commit run
-// the hooks fn registered with [outbox.AfterCommit]; their failures go to
-// logger (nil: slog.Default()). The context given to fn carries tx, so an
-// outbox Watermill publisher given that context writes in it.
-//
-// The transaction is a writer: it queues with the store's writes on db in
-// this process, and holds the write lock until it ends (from BEGIN on a
-// database from [Open], whose transactions are IMMEDIATE, which is what a
-// transaction that reads before it writes needs). A store write made in fn
-// on db waits for it, and fails with [ErrBusy]: write through tx instead.
-func InTx(ctx context.Context, db *sql.DB, logger *slog.Logger, fn func(ctx context.Context, tx *sql.Tx) error) error {
-	g := gateOf(db)
-	return outbox.RunInTx(ctx, outbox.TxFuncs[*sql.Tx]{
-		Begin: func(ctx context.Context) (*sql.Tx, error) {
-			if err := g.enter(ctx, "begin"); err != nil {
-				return nil, err
-			}
-			tx, err := db.BeginTx(ctx, nil)
-			if err != nil {
-				g.leave()
-				return nil, err
-			}
-			return tx, nil
-		},
-		Commit: func(_ context.Context, tx *sql.Tx) error {
-			defer g.leave()
-			return tx.Commit()
-		},
-		Rollback: func(_ context.Context, tx *sql.Tx) error {
-			defer g.leave()
-			return tx.Rollback()
-		},
-	}, logger, fn)
+// Commit implements [outboxdriver.Driver].
+func (d *driver) Commit(_ context.Context, tx *sql.Tx) error {
+	defer d.gate.leave()
+	return tx.Commit()
 }
 
-// Insert implements [outbox.Inserter]: the rows are written in tx by one
-// prepared statement, inside a savepoint, so that tx holds the whole batch
-// or, when a row fails, none of it (SQLite, unlike PostgreSQL, keeps a
-// transaction usable after a failed statement). Inserts in one
-// transaction made at once run one after the other. Events must come from
-// [outbox.Prepare] (the [outbox.Writer] does this).
+// Rollback implements [outboxdriver.Driver].
+func (d *driver) Rollback(_ context.Context, tx *sql.Tx) error {
+	defer d.gate.leave()
+	return tx.Rollback()
+}
+
+// Outer implements [outboxdriver.Driver]: nil, the store beginning
+// transactions of its own.
+func (d *driver) Outer() any { return nil }
+
+// Insert implements [outboxdriver.Driver]: the rows are written in tx by
+// one prepared statement, inside a savepoint, so that tx holds the whole
+// batch or, when a row fails, none of it (SQLite, unlike PostgreSQL, keeps
+// a transaction usable after a failed statement). Inserts in one
+// transaction made at once run one after the other.
 //
 // SQLite cannot tell whether a savepoint opened on tx (a SAVEPOINT
-// statement) holds the rows, so Insert marks every write with hot events
-// as one in a savepoint: a [outbox.Writer] looks them up before the
-// commit with [Store.Kept].
-func (s *Store) Insert(ctx context.Context, tx *sql.Tx, hot, cold []outbox.Envelope, lease outbox.Lease) (savepoint uint64, err error) {
-	if err := s.insert(ctx, tx, hot, cold, lease); err != nil {
+// statement) holds the rows, so with p.Mark Insert returns a mark for
+// every write: the engine looks the rows up before the commit with Kept.
+func (d *driver) Insert(ctx context.Context, tx *sql.Tx, p *outboxdriver.InsertParams) (savepoint uint64, err error) {
+	if len(p.Rows) == 0 {
+		return 0, nil
+	}
+	if err := d.insert(ctx, tx, p); err != nil {
 		return 0, err
 	}
-	if len(hot) > 0 {
+	if p.Mark {
 		savepoint = 1
 	}
 	return savepoint, nil
 }
 
-func (s *Store) insert(ctx context.Context, tx *sql.Tx, hot, cold []outbox.Envelope, lease outbox.Lease) (err error) {
-	if tx == nil {
-		return outbox.ErrNoTransaction
-	}
-	if len(hot)+len(cold) == 0 {
-		return nil
-	}
-	if lease.Duration <= 0 {
-		lease.Duration = outbox.DefaultLockTimeout
-	}
-	now := s.clock.Now()
+func (d *driver) insert(ctx context.Context, tx *sql.Tx, p *outboxdriver.InsertParams) (err error) {
 	defer inserting.lock(tx)()
 	if _, err := tx.ExecContext(ctx, sqlInsertSavepoint); err != nil {
-		return fmt.Errorf("sqlite: insert into %s: %w", s.t.Name, err)
+		return fmt.Errorf("sqlite: insert into %s: %w", d.t.Name, err)
 	}
 	defer func() {
 		if err != nil {
@@ -176,26 +166,23 @@ func (s *Store) insert(ctx context.Context, tx *sql.Tx, hot, cold []outbox.Envel
 			_, _ = tx.ExecContext(context.WithoutCancel(ctx), sqlInsertRelease)
 		}
 	}()
-	stmt, err := tx.PrepareContext(ctx, s.t.sql.insert)
+	stmt, err := tx.PrepareContext(ctx, d.t.sql.insert)
 	if err != nil {
-		return fmt.Errorf("sqlite: insert into %s: %w", s.t.Name, err)
+		return fmt.Errorf("sqlite: insert into %s: %w", d.t.Name, err)
 	}
 	defer stmt.Close()
-	for e, claiming := range outbox.InsertRows(hot, cold, lease) {
-		values, _, err := sqlcodec.InsertValues(e, claiming, lease, now)
-		if err != nil {
-			return err
-		}
+	for i := range p.Rows {
+		values, _ := sqlcodec.InsertValues(&p.Rows[i], p)
 		_, err = stmt.ExecContext(ctx, values...)
 		if isUniqueViolation(err) {
-			return fmt.Errorf("sqlite: insert into %s: %w: %w", s.t.Name, outbox.ErrDuplicateEvent, err)
+			return fmt.Errorf("sqlite: insert into %s: %w: %w", d.t.Name, outbox.ErrDuplicateEvent, err)
 		}
 		if err != nil {
-			return fmt.Errorf("sqlite: insert into %s: %w", s.t.Name, err)
+			return fmt.Errorf("sqlite: insert into %s: %w", d.t.Name, err)
 		}
 	}
 	if _, err := tx.ExecContext(ctx, sqlInsertRelease); err != nil {
-		return fmt.Errorf("sqlite: insert into %s: %w", s.t.Name, err)
+		return fmt.Errorf("sqlite: insert into %s: %w", d.t.Name, err)
 	}
 	return nil
 }
@@ -240,170 +227,128 @@ func (l *txLocks) lock(tx *sql.Tx) (unlock func()) {
 	}
 }
 
-// Kept implements [outbox.Inserter]: those of ids that have a row, one
+// Kept implements [outboxdriver.Driver]: those of ids that have a row, one
 // query by primary key. An id written again after its savepoint rolled
 // back counts as kept, the row being the later write's: give events ids
-// of their own, as [outbox.Prepare] does, when you roll back to
+// of their own, as the [outbox.Writer] does, when you roll back to
 // savepoints and write again.
-func (s *Store) Kept(ctx context.Context, tx *sql.Tx, _ uint64, ids []string) ([]string, error) {
-	return sqlcodec.Existing(ctx, tx, s.t.Label, s.t.sql.existingOne, s.t.sql.existing, ids)
+func (d *driver) Kept(ctx context.Context, tx *sql.Tx, _ uint64, ids []string) ([]string, error) {
+	return sqlcodec.Existing(ctx, tx, d.t.Label, d.t.sql.existingOne, d.t.sql.existing, ids)
 }
 
-// Get implements [outbox.Store].
-func (s *Store) Get(ctx context.Context, id string) (outbox.Event, error) {
-	return sqlcodec.Get(ctx, s.db, s.t.Label, s.t.sql.get, id)
+// Get implements [outboxdriver.Executor].
+func (d *driver) Get(ctx context.Context, id string) (outboxdriver.Row, bool, error) {
+	return sqlcodec.Get(ctx, d.db, d.t.Label, d.t.sql.get, id)
 }
 
-// Claim implements [outbox.Store]. SQLite has no FOR UPDATE SKIP LOCKED
-// and needs none: it lets one writer at a time, and the claim is one write
-// statement, so it holds the write lock before it reads which rows are
-// due. Claimers take turns (waiting up to the busy timeout), and each sees
-// the leases of the ones before. req.Cursor is left alone: an SQLite index
-// holds no entries for the rows' earlier versions, so a claim has nothing
-// to skip.
-func (s *Store) Claim(ctx context.Context, req outbox.ClaimRequest) ([]outbox.Event, error) {
-	req, err := req.Normalize()
+// Claim implements [outboxdriver.Executor]. SQLite has no FOR UPDATE SKIP
+// LOCKED and needs none: it lets one writer at a time, and the claim is
+// one write statement, so it holds the write lock before it reads which
+// rows are due. Claimers take turns (in db's gate, then waiting up to the
+// busy timeout), and each sees the leases of the ones before. p.After is
+// ignored: an SQLite index holds no entries for the rows' earlier
+// versions, so a claim has nothing to skip. An ordered claim takes the
+// earliest due rows that wait for no earlier one of their aggregate, and
+// ignores p.Aggregates.
+func (d *driver) Claim(ctx context.Context, p *outboxdriver.ClaimParams) ([]outboxdriver.Row, error) {
+	if err := d.gate.enter(ctx, "claim"); err != nil {
+		return nil, err
+	}
+	defer d.gate.leave()
+	query := d.t.sql.claim[0]
+	if p.Ordered {
+		query = d.t.sql.claim[1]
+	}
+	rows, err := sqlcodec.QueryRows(ctx, d.db, query, sqlcodec.Micros(p.Now), sqlcodec.Micros(p.CreatedBefore), p.Limit,
+		p.Owner, sqlcodec.Micros(p.LockedUntil), p.Topic)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("sqlite: claim: %w", err)
 	}
-	// The lease starts when the claim takes the rows, after its turn.
-	if err := s.gate.enter(ctx, "claim"); err != nil {
-		return nil, err
-	}
-	defer s.gate.leave()
-	now := s.clock.Now()
-	ordered := 0
-	if req.Ordered {
-		ordered = 1
-	}
-	query, topicArg := sqlcodec.TopicVariant(s.t.sql.claim[ordered], req.Topics)
-	args := []any{sqlcodec.Micros(now), sqlcodec.Micros(now.Add(-req.SkipRecent)), req.Limit, req.Owner, sqlcodec.Micros(now.Add(req.LockTimeout))}
-	if topicArg != nil {
-		args = append(args, topicArg)
-	}
-	events, err := queryEvents(ctx, s.db, "claim", query, args...)
-	if err != nil {
-		return nil, err
-	}
-	// RETURNING gives the rows in no set order.
-	slices.SortFunc(events, outbox.CompareDue)
-	return events, nil
+	return rows, nil
 }
 
-// PollPending implements [outbox.Store].
-func (s *Store) PollPending(ctx context.Context, req outbox.PollRequest) ([]outbox.Event, error) {
-	req, err := req.Normalize()
-	if err != nil {
-		return nil, err
-	}
-	now := s.clock.Now()
-	query, topicArg := sqlcodec.TopicVariant(s.t.sql.poll, req.Topics)
-	args := []any{sqlcodec.Micros(now), sqlcodec.Micros(now.Add(-req.SkipRecent)), req.Limit}
-	if topicArg != nil {
-		args = append(args, topicArg)
-	}
-	return queryEvents(ctx, s.db, "poll", query, args...)
-}
-
-// Release implements [outbox.Store].
-func (s *Store) Release(ctx context.Context, owner string, ids []string) (int64, error) {
-	if len(ids) == 0 {
+// Release implements [outboxdriver.Executor].
+func (d *driver) Release(ctx context.Context, p outboxdriver.ReleaseParams) (int64, error) {
+	if len(p.IDs) == 0 {
 		return 0, nil
 	}
-	return s.exec(ctx, fmt.Sprintf("release %d claims", len(ids)), s.t.sql.release, sqlcodec.HexIDs(ids), owner)
+	return d.exec(ctx, fmt.Sprintf("release %d claims", len(p.IDs)), d.t.sql.release, sqlcodec.HexIDs(p.IDs), p.Owner)
 }
 
-// ReleaseOwned implements [outbox.Store], in one statement.
-func (s *Store) ReleaseOwned(ctx context.Context, owner, topic string, claimedBefore time.Time) (int64, error) {
-	if err := outbox.ValidateReleaseOwned(owner, topic); err != nil {
-		return 0, err
+// ReleaseOwned implements [outboxdriver.Executor], in one statement.
+func (d *driver) ReleaseOwned(ctx context.Context, p outboxdriver.ReleaseOwnedParams) (int64, error) {
+	return d.exec(ctx, fmt.Sprintf("release the claims of %s on %s", p.Owner, p.Topic), d.t.sql.releaseOwned,
+		p.Topic, p.Owner, sqlcodec.Micros(p.ClaimedBefore))
+}
+
+// MarkDone implements [outboxdriver.Executor] in one statement, deleting
+// the rows under [Config.DeleteDone].
+func (d *driver) MarkDone(ctx context.Context, p outboxdriver.MarkDoneParams) (int64, error) {
+	if len(p.IDs) == 0 {
+		return 0, nil
 	}
-	return s.exec(ctx, fmt.Sprintf("release the claims of %s on %s", owner, topic), s.t.sql.releaseOwned,
-		topic, owner, sqlcodec.Micros(claimedBefore))
-}
-
-// UpdateStatus implements [outbox.Store]: one statement for the DONE
-// outcomes of the batch (deleting their rows under [Config.DeleteDone])
-// and one for the rest. Of several updates of one id, a DONE wins, else
-// the last (see [outbox.PrepareUpdates]).
-func (s *Store) UpdateStatus(ctx context.Context, owner string, updates ...outbox.StatusUpdate) (int64, error) {
-	recordDone := func(ids []string) (int64, error) {
-		query, args := s.t.sql.markDone, []any{sqlcodec.HexIDs(ids), sqlcodec.Micros(s.clock.Now())}
-		if s.t.sql.deleteDone != "" {
-			query, args = s.t.sql.deleteDone, []any{sqlcodec.HexIDs(ids)}
-		}
-		return s.exec(ctx, fmt.Sprintf("record %d events done", len(ids)), query, args...)
+	query, args := d.t.sql.markDone, []any{sqlcodec.HexIDs(p.IDs), sqlcodec.Micros(p.Now)}
+	if d.t.sql.deleteDone != "" {
+		query, args = d.t.sql.deleteDone, []any{sqlcodec.HexIDs(p.IDs)}
 	}
-	return outbox.RecordOutcomes(owner, updates, recordDone, func(updates []outbox.StatusUpdate) (int64, error) {
-		batch, err := sqlcodec.StatusUpdates(updates)
-		if err != nil {
-			return 0, fmt.Errorf("sqlite: update status of %d events: %w", len(updates), err)
-		}
-		return s.exec(ctx, fmt.Sprintf("update status of %d events", len(updates)), s.t.sql.updateStatus, sqlcodec.Micros(s.clock.Now()), batch, owner)
-	})
+	return d.exec(ctx, fmt.Sprintf("record %d events done", len(p.IDs)), query, args...)
 }
 
-// QueryDead implements [outbox.Store].
-func (s *Store) QueryDead(ctx context.Context, q outbox.DeadQuery) ([]outbox.Event, error) {
-	q, err := q.Normalize()
+// RecordOutcomes implements [outboxdriver.Executor] in one statement.
+func (d *driver) RecordOutcomes(ctx context.Context, p outboxdriver.RecordOutcomesParams) (int64, error) {
+	if len(p.Outcomes) == 0 {
+		return 0, nil
+	}
+	return d.exec(ctx, fmt.Sprintf("update status of %d events", len(p.Outcomes)), d.t.sql.updateStatus,
+		sqlcodec.Micros(p.Now), sqlcodec.Outcomes(p.Outcomes), p.Owner)
+}
+
+// QueryDead implements [outboxdriver.Executor].
+func (d *driver) QueryDead(ctx context.Context, p outboxdriver.QueryDeadParams) ([]outboxdriver.Row, error) {
+	rows, err := sqlcodec.QueryRows(ctx, d.db, d.t.sql.queryDead, append(sqlcodec.DeadFilter(p.Filter), p.After, p.Limit)...)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("sqlite: query dead events: %w", err)
 	}
-	return queryEvents(ctx, s.db, "query dead events", s.t.sql.queryDead, append(sqlcodec.DeadFilter(q.DeadFilter), q.After, q.Limit)...)
+	return rows, nil
 }
 
-// CountDead implements [outbox.Store].
-func (s *Store) CountDead(ctx context.Context, f outbox.DeadFilter) (int64, error) {
+// CountDead implements [outboxdriver.Executor].
+func (d *driver) CountDead(ctx context.Context, f outboxdriver.DeadFilter) (int64, error) {
 	var n int64
-	if err := s.db.QueryRowContext(ctx, s.t.sql.countDead, sqlcodec.DeadFilter(f)...).Scan(&n); err != nil {
+	if err := d.db.QueryRowContext(ctx, d.t.sql.countDead, sqlcodec.DeadFilter(f)...).Scan(&n); err != nil {
 		return 0, fmt.Errorf("sqlite: count dead events: %w", err)
 	}
 	return n, nil
 }
 
-// ReplayDead implements [outbox.Store]. It refuses a filter that restricts
-// nothing ([outbox.DeadFilter.ValidateReplay]); DiedBefore: time.Now()
-// replays every DEAD event.
-func (s *Store) ReplayDead(ctx context.Context, f outbox.DeadFilter) (int64, error) {
-	if err := f.ValidateReplay(); err != nil {
-		return 0, err
-	}
-	return s.exec(ctx, "replay dead events", s.t.sql.replayDead, append(sqlcodec.DeadFilter(f), sqlcodec.Micros(s.clock.Now()))...)
+// ReplayDead implements [outboxdriver.Executor].
+func (d *driver) ReplayDead(ctx context.Context, p outboxdriver.ReplayDeadParams) (int64, error) {
+	return d.exec(ctx, "replay dead events", d.t.sql.replayDead, append(sqlcodec.DeadFilter(p.Filter), sqlcodec.Micros(p.Now))...)
 }
 
-// Backlog implements [outbox.Store].
-func (s *Store) Backlog(ctx context.Context, topic string) (int64, time.Time, error) {
-	return sqlcodec.Backlog(ctx, s.db, s.t.Label, s.t.sql.backlog, topic)
+// Backlog implements [outboxdriver.Executor].
+func (d *driver) Backlog(ctx context.Context, topic string) (int64, time.Time, error) {
+	return sqlcodec.Backlog(ctx, d.db, d.t.Label, d.t.sql.backlog, topic)
 }
 
-// Purge implements [outbox.Store].
-func (s *Store) Purge(ctx context.Context, req outbox.PurgeRequest) (int64, error) {
-	req, err := req.Normalize()
+// PurgeBatch implements [outboxdriver.Executor] in one statement, which
+// is its own transaction.
+func (d *driver) PurgeBatch(ctx context.Context, p outboxdriver.PurgeParams) (int64, error) {
+	statuses, err := json.Marshal(p.Statuses)
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("sqlite: purge %s: %w", d.t.Name, err)
 	}
-	codes := make([]int, len(req.Statuses))
-	for i, st := range req.Statuses {
-		codes[i] = int(st)
-	}
-	statuses, err := json.Marshal(codes)
-	if err != nil {
-		return 0, fmt.Errorf("sqlite: purge: %w", err)
-	}
-	cutoff := sqlcodec.Micros(s.clock.Now().Add(-req.OlderThan))
-	return outbox.PurgeInBatches(req.BatchSize, func(deleted int64) (int64, error) {
-		return s.exec(ctx, fmt.Sprintf("purge after %d rows", deleted), s.t.sql.purge, string(statuses), cutoff, req.BatchSize)
-	})
+	return d.exec(ctx, "purge "+d.t.Name, d.t.sql.purge, string(statuses), sqlcodec.Micros(p.Before), p.Limit)
 }
 
 // exec runs one write statement through the gate and returns how many
 // rows it changed; op names it in errors.
-func (s *Store) exec(ctx context.Context, op, query string, args ...any) (int64, error) {
-	if err := s.gate.enter(ctx, op); err != nil {
+func (d *driver) exec(ctx context.Context, op, query string, args ...any) (int64, error) {
+	if err := d.gate.enter(ctx, op); err != nil {
 		return 0, err
 	}
-	defer s.gate.leave()
-	res, err := s.db.ExecContext(ctx, query, args...)
+	defer d.gate.leave()
+	res, err := d.db.ExecContext(ctx, query, args...)
 	if err != nil {
 		return 0, fmt.Errorf("sqlite: %s: %w", op, err)
 	}
@@ -412,16 +357,6 @@ func (s *Store) exec(ctx context.Context, op, query string, args ...any) (int64,
 		return 0, fmt.Errorf("sqlite: %s: %w", op, err)
 	}
 	return n, nil
-}
-
-// queryEvents runs a statement returning eventColumns; op names it in
-// errors.
-func queryEvents(ctx context.Context, q sqlcodec.Querier, op, query string, args ...any) ([]outbox.Event, error) {
-	events, err := sqlcodec.QueryEvents(ctx, q, query, args...)
-	if err != nil {
-		return nil, fmt.Errorf("sqlite: %s: %w", op, err)
-	}
-	return events, nil
 }
 
 // isUniqueViolation reports a duplicate event id.

@@ -16,6 +16,7 @@ import (
 	"github.com/wmoutbox/wmoutbox/internal/clocktest"
 	"github.com/wmoutbox/wmoutbox/internal/storetest"
 	"github.com/wmoutbox/wmoutbox/outbox"
+	"github.com/wmoutbox/wmoutbox/outbox/outboxdriver"
 	"github.com/wmoutbox/wmoutbox/outbox/sqlite"
 )
 
@@ -37,10 +38,14 @@ func storeWithWriter(t *testing.T, clock outbox.Clock) (*sql.DB, *sqlite.Store, 
 	db := openDB(t)
 	store, err := sqlite.NewStore(db, sqlite.Config{Clock: clock})
 	require.NoError(t, err)
-	writer, err := outbox.NewWriter(store, outbox.WriterConfig{Clock: clock})
+	writer, err := outbox.NewWriter(store, outbox.WriterConfig{})
 	require.NoError(t, err)
 	return db, store, writer
 }
+
+// now is the time as the table keeps it, to the microsecond: what a
+// driver returns of the times it was given.
+func now() time.Time { return time.Now().Truncate(time.Microsecond) }
 
 func count(t *testing.T, db *sql.DB, table string) int {
 	t.Helper()
@@ -55,14 +60,15 @@ func TestStore(t *testing.T) {
 	t.Parallel()
 	storetest.Run(t, func(t *testing.T) storetest.Harness[*sql.Tx] {
 		db := openDB(t)
-		return storetest.SQLHarness(t, db, func(clock outbox.Clock, deleteDone bool) (outbox.TxStore[*sql.Tx], error) {
+		return storetest.SQLHarness(t, db, func(clock outbox.Clock, deleteDone bool) (*outbox.Store[*sql.Tx], error) {
 			return sqlite.NewStore(db, sqlite.Config{Clock: clock, DeleteDone: deleteDone})
 		})
 	})
 }
 
-// TestConcurrentClaimersGetDisjointSets runs 8 claimers on one *sql.DB
-// (so on several connections) against 2,000 due rows at the same time.
+// TestConcurrentClaimersGetDisjointSets runs 8 claimers of one topic on
+// one *sql.DB (so on several connections) against 2,000 due rows at the
+// same time.
 func TestConcurrentClaimersGetDisjointSets(t *testing.T) {
 	t.Parallel()
 	const rows, claimers = 2000, 8
@@ -77,10 +83,8 @@ func TestConcurrentClaimersGetDisjointSets(t *testing.T) {
 
 	claims := make([]storetest.Claimer, claimers)
 	for i := range claims {
-		claims[i] = storetest.Claimer{Store: store, Request: outbox.ClaimRequest{Owner: fmt.Sprint("claimer-", i), Limit: 25}}
-		if i%2 == 0 {
-			claims[i].Request.Topics = []string{"orders"} // the due index, or a scan of all topics
-		}
+		claims[i] = storetest.Claimer{Driver: store.Driver(),
+			Params: outboxdriver.ClaimParams{Owner: fmt.Sprint("claimer-", i), Topic: "orders", Limit: 25}}
 	}
 	storetest.ClaimConcurrently(t, claims, written, nil)
 }
@@ -118,7 +122,8 @@ func TestClaimersInSeveralProcessesGetDisjointSets(t *testing.T) {
 
 	claims := make([]storetest.Claimer, processes*perProcess)
 	for i := range claims {
-		claims[i] = storetest.Claimer{Store: stores[i%processes], Request: outbox.ClaimRequest{Owner: fmt.Sprint("claimer-", i), Limit: 50}}
+		claims[i] = storetest.Claimer{Driver: stores[i%processes].Driver(),
+			Params: outboxdriver.ClaimParams{Owner: fmt.Sprint("claimer-", i), Topic: "OrderCreated", Limit: 50}}
 	}
 	// Across processes SQLite's lock is not fair: a claimer may wait out the
 	// busy timeout, and tries again as the relay does.
@@ -126,8 +131,8 @@ func TestClaimersInSeveralProcessesGetDisjointSets(t *testing.T) {
 }
 
 // TestWritersAndClaimersTakeTurns runs business transactions that read
-// before they write alongside claimers and status updates, on one *sql.DB:
-// none fails with SQLITE_BUSY, and every event is delivered once.
+// before they write alongside a relay's claims and outcomes, on one
+// *sql.DB: none fails with SQLITE_BUSY, and every event is delivered once.
 func TestWritersAndClaimersTakeTurns(t *testing.T) {
 	t.Parallel()
 	const writers, perWriter = 4, 50
@@ -171,16 +176,16 @@ func TestWritersAndClaimersTakeTurns(t *testing.T) {
 		done := make(chan struct{})
 		go func() { writing.Wait(); close(done) }()
 		for {
-			batch, err := store.Claim(ctx, outbox.ClaimRequest{Owner: "relay", Limit: 10})
+			at := time.Now()
+			batch, err := store.Driver().Claim(ctx, &outboxdriver.ClaimParams{Owner: "relay", Topic: "OrderCreated",
+				Now: at, CreatedBefore: at, LockedUntil: at.Add(time.Minute), Limit: 10})
 			if err != nil {
 				errs <- err
 				return
 			}
-			updates := make([]outbox.StatusUpdate, len(batch))
-			for i, e := range batch {
-				updates[i] = outbox.Done(e.ID)
-			}
-			if _, err := store.UpdateStatus(ctx, "relay", updates...); err != nil {
+			ids := storetest.IDs(batch)
+			_, err = store.Driver().MarkDone(ctx, outboxdriver.MarkDoneParams{Now: time.Now(), IDs: ids})
+			if err != nil {
 				errs <- err
 				return
 			}
@@ -286,14 +291,13 @@ func TestMigrateIsIdempotentAndConcurrent(t *testing.T) {
 	clock := clocktest.New(storetest.Start)
 	store, err := sqlite.NewStore(db, sqlite.Config{Table: "events", Clock: clock})
 	require.NoError(t, err)
-	writer, err := outbox.NewWriter(store, outbox.WriterConfig{Clock: clock})
+	writer, err := outbox.NewWriter(store, outbox.WriterConfig{})
 	require.NoError(t, err)
 	require.NoError(t, store.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		_, err := writer.Write(ctx, tx, storetest.JSONEvent(1))
 		return err
 	}))
-	claimed, err := store.Claim(ctx, outbox.ClaimRequest{Owner: "me"})
-	require.NoError(t, err)
+	claimed := storetest.Claim(t, store.Driver(), storetest.ClaimParams("me", "OrderCreated", 100, clock.Now()))
 	require.Len(t, claimed, 1)
 	require.Zero(t, count(t, db, "outbox_event"), "the configured table is used, not the default one")
 	require.Equal(t, 1, count(t, db, "events"))
@@ -357,13 +361,12 @@ func TestStoreWriteInsideInTxWaitsForIt(t *testing.T) {
 		require.NoError(t, err)
 		short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
 		defer cancel()
-		_, err = store.Claim(short, outbox.ClaimRequest{Owner: "me"})
+		_, err = store.Driver().Claim(short, storetest.ClaimParams("me", "OrderCreated", 100, now()))
 		require.ErrorIs(t, err, context.DeadlineExceeded)
 		return nil
 	})
 	require.NoError(t, err)
-	claimed, err := store.Claim(t.Context(), outbox.ClaimRequest{Owner: "me"})
-	require.NoError(t, err)
+	claimed := storetest.Claim(t, store.Driver(), storetest.ClaimParams("me", "OrderCreated", 100, now()))
 	require.Equal(t, ids, storetest.IDs(claimed))
 }
 
@@ -416,22 +419,23 @@ func TestOutcomesReachRowsWithInvalidUTF8IDs(t *testing.T) {
 	_, err = db.ExecContext(ctx, `INSERT INTO outbox_event (event_id, event_type, topic, payload, occurred_at,
 		available_at, created_at, updated_at) VALUES (?1, 'T', 't', x'00', 0, 0, 0, 0)`, id)
 	require.NoError(t, err)
-	claimed, err := store.Claim(ctx, outbox.ClaimRequest{Owner: "relay"})
-	require.NoError(t, err)
-	require.Equal(t, []string{id}, storetest.IDs(claimed), "the row is claimed")
+	d := store.Driver()
+	p := storetest.ClaimParams("relay", "t", 100, now())
+	require.Equal(t, []string{id}, storetest.IDs(storetest.Claim(t, d, p)), "the row is claimed")
 
-	n, err := store.Release(ctx, "relay", []string{id})
+	n, err := d.Release(ctx, outboxdriver.ReleaseParams{Owner: "relay", IDs: []string{id}})
 	require.NoError(t, err)
 	require.EqualValues(t, 1, n, "Release reaches the row")
-	_, err = store.Claim(ctx, outbox.ClaimRequest{Owner: "relay"})
-	require.NoError(t, err)
-	n, err = store.UpdateStatus(ctx, "relay", outbox.Dead(id, errors.New("malformed")))
+	storetest.Claim(t, d, p)
+	n, err = d.RecordOutcomes(ctx, outboxdriver.RecordOutcomesParams{Now: now(), Owner: "relay",
+		Outcomes: []outboxdriver.Outcome{{ID: id, Status: int16(outbox.StatusDead), AttemptSpent: true, Error: "malformed"}}})
 	require.NoError(t, err)
 	require.EqualValues(t, 1, n, "DEAD from the claiming relay is recorded")
 	dead, err := store.CountDead(ctx, outbox.DeadFilter{IDs: []string{id}})
 	require.NoError(t, err)
 	require.EqualValues(t, 1, dead, "an operator finds the DEAD row by id")
-	n, err = store.UpdateStatus(ctx, "relay", outbox.Done(id))
+	done := outboxdriver.MarkDoneParams{Now: now(), IDs: []string{id}}
+	n, err = d.MarkDone(ctx, done)
 	require.NoError(t, err)
 	require.EqualValues(t, 1, n, "DONE is recorded")
 
@@ -439,7 +443,7 @@ func TestOutcomesReachRowsWithInvalidUTF8IDs(t *testing.T) {
 	require.NoError(t, err)
 	deleting, err := sqlite.NewStore(db, sqlite.Config{DeleteDone: true})
 	require.NoError(t, err)
-	n, err = deleting.UpdateStatus(ctx, "", outbox.Done(id))
+	n, err = deleting.Driver().MarkDone(ctx, done)
 	require.NoError(t, err)
 	require.EqualValues(t, 1, n, "DeleteDone deletes the row")
 }
@@ -527,18 +531,22 @@ func TestOrderedClaimTreatsAnEmptyAggregateIDAsNone(t *testing.T) {
 			payload, occurred_at, available_at, created_at, updated_at) VALUES (?1, 'T', 't', 'Order', '', x'00', 0, 0, 0, 0)`, id)
 		require.NoError(t, err)
 	}
-	claimed, err := store.Claim(ctx, outbox.ClaimRequest{Owner: "relay", Ordered: true})
-	require.NoError(t, err)
+	p := storetest.ClaimParams("relay", "t", 100, now())
+	p.Ordered = true
+	claimed := storetest.Claim(t, store.Driver(), p)
 	require.Equal(t, []string{"e1", "e2"}, storetest.IDs(claimed))
 	for _, e := range claimed {
 		require.Empty(t, e.AggregateID)
 	}
 }
 
-// A claim that waits in the write gate leases the rows for LockTimeout
-// from when it takes them, not from when it began to wait: another
-// claimer must not get them sooner.
-func TestClaimLeaseStartsWhenTheClaimTakesTheRows(t *testing.T) {
+// A claim that waits in the write gate leases the rows until the end it
+// was given, from which the relay that asked counts its lease (it hands an
+// event to a handler only within the first half of the lease it knows),
+// even when the claim took its turn later; and no other claimer gets them
+// before that end. (The claim once counted the lease from when it took the
+// rows, reading the clock after its turn; a driver reads no clock now.)
+func TestClaimThatWaitedInTheGateLeasesUntilTheGivenEnd(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	clock := clocktest.New(storetest.Start)
@@ -558,22 +566,31 @@ func TestClaimLeaseStartsWhenTheClaimTakesTheRows(t *testing.T) {
 		})
 	}()
 	<-held
+	p := storetest.ClaimParams("a", "OrderCreated", 100, clock.Now())
+	p.LockedUntil = clock.Now().Add(time.Minute)
 	type result struct {
-		events []outbox.Event
-		err    error
+		rows []outboxdriver.Row
+		err  error
 	}
 	claimed := make(chan result, 1)
 	go func() {
-		ev, err := store.Claim(ctx, outbox.ClaimRequest{Owner: "a", LockTimeout: time.Minute})
-		claimed <- result{ev, err}
+		rows, err := store.Driver().Claim(ctx, p)
+		claimed <- result{rows, err}
 	}()
-	time.Sleep(100 * time.Millisecond) // the claim waits in the gate
-	took := clock.Advance(40 * time.Second)
+	time.Sleep(100 * time.Millisecond) // the claim waits in the gate (the test holds either way)
+	clock.Advance(40 * time.Second)
 	close(hold)
 	require.NoError(t, <-txDone)
 	r := <-claimed
 	require.NoError(t, r.err)
-	require.Len(t, r.events, 1)
-	require.True(t, !r.events[0].LockedUntil.Before(took.Add(time.Minute)),
-		"claim took the row at %v with a 1m lease, but it is leased until %v", took, r.events[0].LockedUntil)
+	require.Len(t, r.rows, 1)
+	require.True(t, p.LockedUntil.Equal(r.rows[0].LockedUntil), "leased until %v, not the %v asked", r.rows[0].LockedUntil, p.LockedUntil)
+
+	other := func() []outboxdriver.Row {
+		return storetest.Claim(t, store.Driver(), storetest.ClaimParams("b", "OrderCreated", 100, clock.Now()))
+	}
+	clock.Set(p.LockedUntil.Add(-time.Microsecond))
+	require.Empty(t, other(), "the lease runs until its end")
+	clock.Set(p.LockedUntil)
+	require.Len(t, other(), 1, "and no longer")
 }

@@ -1,4 +1,4 @@
-package outbox_test
+package watermilladapter
 
 import (
 	"sync"
@@ -15,34 +15,34 @@ import (
 func TestInFlight(t *testing.T) {
 	t.Parallel()
 
-	f := outbox.NewInFlight(0, nil)
-	require.Equal(t, 0, f.Len())
+	f := newInFlight(0, outbox.SystemClock{})
+	require.Equal(t, 0, f.len())
 
-	require.True(t, f.TryAcquire("a"))
-	require.False(t, f.TryAcquire("a"), "second acquire of the same id")
-	require.True(t, f.TryAcquire("b"))
-	require.Equal(t, 2, f.Len())
+	require.True(t, f.tryAcquire("a"))
+	require.False(t, f.tryAcquire("a"), "second acquire of the same id")
+	require.True(t, f.tryAcquire("b"))
+	require.Equal(t, 2, f.len())
 
-	f.Release("a")
-	require.Equal(t, 1, f.Len())
-	require.True(t, f.TryAcquire("a"), "released ids can be acquired again")
-	require.False(t, f.TryAcquire("b"))
+	f.release("a")
+	require.Equal(t, 1, f.len())
+	require.True(t, f.tryAcquire("a"), "released ids can be acquired again")
+	require.False(t, f.tryAcquire("b"))
 
-	f.Release("unknown") // no-op
-	f.Release("a")
-	f.Release("a")
-	f.Release("b")
-	require.Equal(t, 0, f.Len())
+	f.release("unknown") // no-op
+	f.release("a")
+	f.release("a")
+	f.release("b")
+	require.Equal(t, 0, f.len())
 }
 
 func TestInFlightWithoutTTLNeverExpires(t *testing.T) {
 	t.Parallel()
 
 	clock := clocktest.New(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC))
-	f := outbox.NewInFlight(0, clock)
-	require.True(t, f.TryAcquire("a"))
+	f := newInFlight(0, clock)
+	require.True(t, f.tryAcquire("a"))
 	clock.Advance(365 * 24 * time.Hour)
-	require.False(t, f.TryAcquire("a"))
+	require.False(t, f.tryAcquire("a"))
 }
 
 func TestInFlightTTL(t *testing.T) {
@@ -50,23 +50,23 @@ func TestInFlightTTL(t *testing.T) {
 
 	const ttl = time.Minute
 	clock := clocktest.New(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC))
-	f := outbox.NewInFlight(ttl, clock)
+	f := newInFlight(ttl, clock)
 
-	require.True(t, f.TryAcquire("a"))
+	require.True(t, f.tryAcquire("a"))
 	clock.Advance(ttl - time.Nanosecond)
-	require.False(t, f.TryAcquire("a"), "entry still fresh")
-	require.True(t, f.TryAcquire("b"))
+	require.False(t, f.tryAcquire("a"), "entry still fresh")
+	require.True(t, f.tryAcquire("b"))
 
 	clock.Advance(time.Nanosecond)
-	require.True(t, f.TryAcquire("a"), "entry expired after the TTL")
-	require.False(t, f.TryAcquire("a"), "the new entry is fresh again")
-	require.False(t, f.TryAcquire("b"), "b was taken later and is still fresh")
-	require.Equal(t, 2, f.Len(), "expired entries are replaced, not added")
+	require.True(t, f.tryAcquire("a"), "entry expired after the TTL")
+	require.False(t, f.tryAcquire("a"), "the new entry is fresh again")
+	require.False(t, f.tryAcquire("b"), "b was taken later and is still fresh")
+	require.Equal(t, 2, f.len(), "expired entries are replaced, not added")
 
 	clock.Advance(ttl)
-	require.True(t, f.TryAcquire("b"))
-	f.Release("a")
-	require.True(t, f.TryAcquire("a"))
+	require.True(t, f.tryAcquire("b"))
+	f.release("a")
+	require.True(t, f.tryAcquire("a"))
 }
 
 // TestInFlightStaleReleaseKeepsTheNewHolder: a holder that outlived the
@@ -77,24 +77,24 @@ func TestInFlightStaleReleaseKeepsTheNewHolder(t *testing.T) {
 
 	const ttl = time.Minute
 	clock := clocktest.New(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC))
-	f := outbox.NewInFlight(ttl, clock)
+	f := newInFlight(ttl, clock)
 
-	require.True(t, f.TryAcquire("a"), "first holder")
+	require.True(t, f.tryAcquire("a"), "first holder")
 	clock.Advance(ttl)
-	require.True(t, f.TryAcquire("a"), "second holder, after the first one's entry expired")
-	f.Release("a") // the first holder, finishing late
-	require.False(t, f.TryAcquire("a"), "the second holder still has it")
+	require.True(t, f.tryAcquire("a"), "second holder, after the first one's entry expired")
+	f.release("a") // the first holder, finishing late
+	require.False(t, f.tryAcquire("a"), "the second holder still has it")
 
-	f.Release("a") // the second holder
-	require.True(t, f.TryAcquire("a"), "free once both have released")
-	f.Release("a")
-	require.Equal(t, 0, f.Len())
+	f.release("a") // the second holder
+	require.True(t, f.tryAcquire("a"), "free once both have released")
+	f.release("a")
+	require.Equal(t, 0, f.len())
 }
 
 func TestInFlightConcurrentAcquire(t *testing.T) {
 	t.Parallel()
 
-	f := outbox.NewInFlight(time.Hour, nil)
+	f := newInFlight(time.Hour, outbox.SystemClock{})
 	var (
 		start sync.WaitGroup
 		done  sync.WaitGroup
@@ -106,7 +106,7 @@ func TestInFlightConcurrentAcquire(t *testing.T) {
 		done.Go(func() {
 			start.Done()
 			<-ready
-			if f.TryAcquire("event-1") {
+			if f.tryAcquire("event-1") {
 				wins.Add(1)
 			}
 		})
@@ -116,13 +116,13 @@ func TestInFlightConcurrentAcquire(t *testing.T) {
 	done.Wait()
 
 	require.Equal(t, int32(1), wins.Load())
-	require.Equal(t, 1, f.Len())
+	require.Equal(t, 1, f.len())
 }
 
 func TestInFlightConcurrentAcquireRelease(t *testing.T) {
 	t.Parallel()
 
-	f := outbox.NewInFlight(0, nil)
+	f := newInFlight(0, outbox.SystemClock{})
 	var (
 		wg      sync.WaitGroup
 		holder  atomic.Int32 // how many goroutines hold "x" now
@@ -132,7 +132,7 @@ func TestInFlightConcurrentAcquireRelease(t *testing.T) {
 	for range 20 {
 		wg.Go(func() {
 			for range 200 {
-				if !f.TryAcquire("x") {
+				if !f.tryAcquire("x") {
 					continue
 				}
 				held.Add(1)
@@ -140,12 +140,12 @@ func TestInFlightConcurrentAcquireRelease(t *testing.T) {
 					overlap.Add(1)
 				}
 				holder.Add(-1)
-				f.Release("x")
+				f.release("x")
 			}
 		})
 	}
 	wg.Wait()
 	require.Zero(t, overlap.Load(), "never two holders at once")
 	require.Positive(t, held.Load())
-	require.Equal(t, 0, f.Len())
+	require.Equal(t, 0, f.len())
 }

@@ -1,20 +1,22 @@
-package outbox
+package watermilladapter
 
 import (
 	"sync"
 	"time"
+
+	"github.com/wmoutbox/wmoutbox/outbox"
 )
 
-// InFlight tracks the event ids being processed in this process, so that an
-// event reaching the dispatcher twice (hot path and poller, or two polls) is
-// handled once at a time. It is safe for concurrent use.
+// inFlight tracks the event ids being processed in this process, so that
+// an event reaching the workers twice (hot path and claim, or two claims)
+// is handled once at a time. It is safe for concurrent use.
 //
 // With a TTL, an entry older than the TTL no longer blocks: a worker that
 // never released its event (a bug, a stuck handler) cannot block the event
 // forever.
-type InFlight struct {
+type inFlight struct {
 	ttl   time.Duration
-	clock Clock
+	clock outbox.Clock
 
 	mu      sync.Mutex
 	entries map[string]inFlightEntry
@@ -29,15 +31,14 @@ type inFlightEntry struct {
 	holders int
 }
 
-// NewInFlight returns a tracker. ttl 0 means entries never expire; clock nil
-// means [SystemClock].
-func NewInFlight(ttl time.Duration, clock Clock) *InFlight {
-	return &InFlight{ttl: ttl, clock: ClockOrSystem(clock), entries: make(map[string]inFlightEntry)}
+// newInFlight returns a tracker. ttl 0 means entries never expire.
+func newInFlight(ttl time.Duration, clock outbox.Clock) *inFlight {
+	return &inFlight{ttl: ttl, clock: clock, entries: make(map[string]inFlightEntry)}
 }
 
-// TryAcquire marks id in flight and reports true, or reports false when id is
+// tryAcquire marks id in flight and reports true, or reports false when id is
 // already in flight (and its entry has not expired).
-func (f *InFlight) TryAcquire(id string) bool {
+func (f *inFlight) tryAcquire(id string) bool {
 	now := f.clock.Now()
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -49,10 +50,10 @@ func (f *InFlight) TryAcquire(id string) bool {
 	return true
 }
 
-// Release ends one holder's tracking of id. The id is free again once
+// release ends one holder's tracking of id. The id is free again once
 // every holder that acquired it has released it, or when the TTL has run
 // out since the latest acquire.
-func (f *InFlight) Release(id string) {
+func (f *inFlight) release(id string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if e, ok := f.entries[id]; ok && e.holders > 1 {
@@ -63,8 +64,8 @@ func (f *InFlight) Release(id string) {
 	delete(f.entries, id)
 }
 
-// Len returns the number of ids in flight, expired entries included.
-func (f *InFlight) Len() int {
+// len returns the number of ids in flight, expired entries included.
+func (f *inFlight) len() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return len(f.entries)

@@ -1,28 +1,28 @@
-package outbox
+package codec
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 	"unicode/utf8"
 )
 
 // EncodeHeaders encodes headers as a JSON object, the stored form. Empty
-// headers encode to nil (stored as NULL). Headers that passed envelope
-// validation (valid UTF-8, no NUL, non-empty keys) decode back unchanged.
-func EncodeHeaders(headers map[string]string) ([]byte, error) {
+// headers encode to "" (stored as NULL). Headers that pass
+// [ValidateHeaders] decode back unchanged.
+func EncodeHeaders(headers map[string]string) (string, error) {
 	if len(headers) == 0 {
-		return nil, nil
+		return "", nil
 	}
 	if b, ok := encodePlainObject(headers); ok {
-		return b, nil
+		return string(b), nil
 	}
 	b, err := json.Marshal(headers)
 	if err != nil {
-		return nil, fmt.Errorf("outbox: encode headers: %w", err)
+		return "", fmt.Errorf("outbox: encode headers: %w", err)
 	}
-	return b, nil
+	return string(b), nil
 }
 
 // encodePlainObject encodes the common case of headers, printable ASCII
@@ -66,27 +66,27 @@ func plainASCII(s string) bool {
 	return true
 }
 
-// DecodeHeaders decodes stored headers. NULL (nil), empty input and the JSON
-// literal null decode to nil. Anything but a JSON object of string values
-// with non-empty keys is an error: such a row is malformed. So are a null
-// value and bytes that are not UTF-8, which encoding/json would quietly
-// turn into "" and U+FFFD: headers nobody wrote. The result keeps nothing
-// of data, which may be a driver's buffer.
-func DecodeHeaders(data []byte) (map[string]string, error) {
-	data = bytes.TrimFunc(data, func(r rune) bool { return r < utf8.RuneSelf && isJSONSpace(byte(r)) })
-	if len(data) == 0 || bytes.Equal(data, []byte("null")) {
+// DecodeHeaders decodes stored headers. NULL (""), JSON whitespace alone
+// and the JSON literal null decode to nil. Anything but a JSON object of
+// string values with non-empty keys is an error: such a row is malformed.
+// So are a null value and bytes that are not UTF-8, which encoding/json
+// would quietly turn into "" and U+FFFD: headers nobody wrote. The common
+// case, a plain object, shares the memory of data.
+func DecodeHeaders(data string) (map[string]string, error) {
+	data = strings.TrimFunc(data, func(r rune) bool { return r < utf8.RuneSelf && isJSONSpace(byte(r)) })
+	if len(data) == 0 || data == "null" {
 		return nil, nil
 	}
 	if data[0] != '{' {
 		return nil, fmt.Errorf("outbox: decode headers: not a JSON object")
 	}
-	if !utf8.Valid(data) {
+	if !utf8.ValidString(data) {
 		return nil, fmt.Errorf("outbox: decode headers: not valid UTF-8")
 	}
-	headers, ok := decodePlainObject(string(data))
+	headers, ok := decodePlainObject(data)
 	if !ok {
 		var err error
-		if headers, err = decodeObject(data); err != nil {
+		if headers, err = decodeObject([]byte(data)); err != nil {
 			return nil, err
 		}
 	}
@@ -94,10 +94,10 @@ func DecodeHeaders(data []byte) (map[string]string, error) {
 		if k == "" {
 			return nil, fmt.Errorf("outbox: decode headers: empty key")
 		}
-		if reason := checkText(k, 0); reason != "" {
+		if reason := CheckText(k, 0); reason != "" {
 			return nil, fmt.Errorf("outbox: decode headers: key %q: %s", k, reason)
 		}
-		if reason := checkText(v, 0); reason != "" {
+		if reason := CheckText(v, 0); reason != "" {
 			return nil, fmt.Errorf("outbox: decode headers: value of %q: %s", k, reason)
 		}
 	}

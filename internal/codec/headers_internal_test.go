@@ -1,4 +1,4 @@
-package outbox
+package codec
 
 import (
 	"encoding/json"
@@ -76,9 +76,9 @@ func BenchmarkEncodeHeaders(b *testing.B) {
 }
 
 func BenchmarkDecodeHeaders(b *testing.B) {
-	stored := []byte(`{"bench_seq": "12345", "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", ` +
+	stored := `{"bench_seq": "12345", "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", ` +
 		`"outbox_event_type": "OrderCreated", "outbox_aggregate_id": "9f1c2e4a-7b3d-4c5e-8f6a-1b2c3d4e5f60", ` +
-		`"outbox_message_uuid": "6f1c2e4a-7b3d-4c5e-8f6a-1b2c3d4e5f60", "outbox_aggregate_type": "Order"}`)
+		`"outbox_message_uuid": "6f1c2e4a-7b3d-4c5e-8f6a-1b2c3d4e5f60", "outbox_aggregate_type": "Order"}`
 	b.Run("plain", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
@@ -90,7 +90,7 @@ func BenchmarkDecodeHeaders(b *testing.B) {
 	b.Run("encoding-json", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			if _, err := decodeObject(stored); err != nil {
+			if _, err := decodeObject([]byte(stored)); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -1,4 +1,4 @@
-package outbox_test
+package codec_test
 
 import (
 	"strings"
@@ -7,7 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/wmoutbox/wmoutbox/outbox"
+	"github.com/wmoutbox/wmoutbox/internal/codec"
 )
 
 func TestCutError(t *testing.T) {
@@ -39,12 +39,12 @@ func TestCutError(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 
-			got := outbox.CutError(tt.in)
+			got := codec.CutError(tt.in)
 			require.Equal(t, tt.want, got)
 			require.True(t, utf8.ValidString(got))
 			require.NotContains(t, got, "\x00")
-			require.LessOrEqual(t, utf8.RuneCountInString(got), outbox.MaxErrorLen)
-			require.Equal(t, got, outbox.CutError(got), "cutting twice changes nothing")
+			require.LessOrEqual(t, utf8.RuneCountInString(got), codec.MaxErrorLen)
+			require.Equal(t, got, codec.CutError(got), "cutting twice changes nothing")
 		})
 	}
 }

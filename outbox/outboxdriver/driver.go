@@ -1,0 +1,302 @@
+package outboxdriver
+
+import (
+	"context"
+	"time"
+)
+
+// Driver is a store dialect for transactions of type Tx (pgx.Tx for
+// PostgreSQL, *sql.Tx for the database/sql dialects): the statements of
+// [Executor], and those that run in a business transaction.
+type Driver[Tx any] interface {
+	Executor
+
+	// Begin starts a transaction on the driver's database, for the
+	// engine's InTx. When the database is itself a transaction, Begin
+	// opens a savepoint in it and Outer returns that transaction.
+	Begin(ctx context.Context) (Tx, error)
+	// Commit commits tx, or releases the savepoint it is.
+	Commit(ctx context.Context, tx Tx) error
+	// Rollback rolls tx back.
+	Rollback(ctx context.Context, tx Tx) error
+	// Outer returns the transaction Begin opens savepoints in, nil when
+	// Begin starts transactions of its own. The engine runs the
+	// after-commit hooks of a savepoint once that transaction commits.
+	Outer() any
+
+	// Insert writes p.Rows in tx, all of them or, when it fails, none, in
+	// as few statements as it can, and does not commit. A row with
+	// Claimed set is written claimed: locked_by p.Owner, locked_at p.Now,
+	// locked_until p.LockedUntil. Every row gets status NEW, attempts 0,
+	// and created_at and updated_at p.Now.
+	//
+	// With p.Mark set, it returns 0 when the rows went into the top-level
+	// transaction, outside any savepoint; otherwise a nonzero mark of the
+	// write for Kept: a savepoint holds the rows, which can roll back while
+	// the transaction commits, or the driver cannot tell. Without p.Mark
+	// it returns 0.
+	Insert(ctx context.Context, tx Tx, p *InsertParams) (savepoint uint64, err error)
+
+	// Kept returns those of ids, the rows of an Insert that returned the
+	// mark savepoint, that tx still holds: the engine asks, in the
+	// top-level transaction just before its commit, which of the rows
+	// written in savepoints survived them. Order does not matter.
+	Kept(ctx context.Context, tx Tx, savepoint uint64, ids []string) ([]string, error)
+
+	// MarkProcessed records in tx, in the inbox table, that consumer
+	// processed the event id at at, and reports whether that is new: false
+	// when a committed transaction recorded it already. While another
+	// transaction that recorded it is open, it waits for that one to end.
+	MarkProcessed(ctx context.Context, tx Tx, consumer, id string, at time.Time) (bool, error)
+}
+
+// Executor is what a driver runs outside business transactions: the
+// relay's claims and outcomes, and operators' queries.
+type Executor interface {
+	// Get returns the row of event id, and false when there is none.
+	Get(ctx context.Context, id string) (Row, bool, error)
+
+	// Claim leases up to p.Limit due rows of p.Topic to p.Owner and
+	// returns them, in any order: locked_by p.Owner, locked_at p.Now,
+	// locked_until p.LockedUntil. It leaves available_at alone, so that a
+	// row keeps its place in due order. Concurrent claims never return the
+	// same row while its lease runs. See [ClaimParams] for which rows.
+	Claim(ctx context.Context, p *ClaimParams) ([]Row, error)
+
+	// Release ends p.Owner's leases on the pending rows of p.IDs, which
+	// are then due at once, in their place, and returns how many it ended.
+	Release(ctx context.Context, p ReleaseParams) (int64, error)
+
+	// ReleaseOwned ends p.Owner's leases taken before p.ClaimedBefore on
+	// the pending rows of p.Topic, and returns how many it ended: the
+	// claims of an earlier run of a relay that restarted under the same
+	// owner.
+	ReleaseOwned(ctx context.Context, p ReleaseOwnedParams) (int64, error)
+
+	// MarkDone records the delivery of the rows of p.IDs that are not
+	// DONE, whoever holds them: status DONE, done_at and updated_at p.Now,
+	// the lease cleared, attempts, available_at and last_error left alone.
+	// A driver configured to delete delivered rows deletes them instead.
+	// It returns how many rows changed.
+	MarkDone(ctx context.Context, p MarkDoneParams) (int64, error)
+
+	// RecordOutcomes applies failed deliveries and deferrals, each to a
+	// pending row under the conditions of [Outcome], and returns how many
+	// rows changed. Every row it changes gets updated_at p.Now and its
+	// lease cleared.
+	RecordOutcomes(ctx context.Context, p RecordOutcomesParams) (int64, error)
+
+	// QueryDead returns up to p.Limit DEAD rows matching p.Filter with an
+	// event id above p.After, ordered by event id.
+	QueryDead(ctx context.Context, p QueryDeadParams) ([]Row, error)
+	// CountDead counts the DEAD rows matching f.
+	CountDead(ctx context.Context, f DeadFilter) (int64, error)
+	// ReplayDead makes the DEAD rows matching p.Filter NEW again, due at
+	// p.Now, with attempts 0, done_at and the lease cleared and updated_at
+	// p.Now, keeping last_error; it returns how many.
+	ReplayDead(ctx context.Context, p ReplayDeadParams) (int64, error)
+
+	// Backlog counts the pending (NEW or RETRY) rows of topic, leased or
+	// not, and returns the earliest available_at among them, the zero
+	// time when there is none.
+	Backlog(ctx context.Context, topic string) (pending int64, oldest time.Time, err error)
+
+	// PurgeBatch deletes, in a transaction of its own, up to p.Limit rows
+	// whose status is one of p.Statuses (DONE or DEAD) and whose
+	// updated_at is before p.Before, and returns how many. It may pass
+	// over rows other transactions hold locked.
+	PurgeBatch(ctx context.Context, p PurgeParams) (int64, error)
+
+	// PurgeProcessedBatch deletes, in a transaction of its own, up to
+	// p.Limit inbox records made before p.Before, and returns how many.
+	PurgeProcessedBatch(ctx context.Context, p PurgeParams) (int64, error)
+}
+
+// InsertParams is a write of events in a business transaction.
+type InsertParams struct {
+	// Rows are the events, valid and complete: the engine validated them
+	// and filled in every default.
+	Rows []InsertRow
+	// Now is the time of the write: created_at, updated_at, and locked_at
+	// of the claimed rows.
+	Now time.Time
+	// Owner and LockedUntil are the lease of the rows written claimed;
+	// Owner is "" when no row is.
+	Owner       string
+	LockedUntil time.Time
+	// Mark asks for the savepoint mark (see [Driver.Insert]): the write
+	// has hot rows, which go to the hot path after the commit only if no
+	// savepoint rolled them back.
+	Mark bool
+}
+
+// InsertRow is one event's row as the engine prepared it.
+type InsertRow struct {
+	ID, Type, Topic, AggregateType string
+	// AggregateID and TenantID are "" for none (NULL).
+	AggregateID, TenantID string
+	// Payload is never nil; PayloadJSON says whether it is a JSON
+	// document.
+	Payload     []byte
+	PayloadJSON bool
+	// Headers is a JSON object of strings, "" for none (NULL).
+	Headers string
+	// OccurredAt and AvailableAt are the event's time and when it is due.
+	OccurredAt, AvailableAt time.Time
+	// Claimed rows are written leased (see [InsertParams]).
+	Claimed bool
+}
+
+// Row is a stored event as a driver reads it.
+type Row struct {
+	ID, Type, Topic, AggregateType string
+	// AggregateID, TenantID, LastError and LockedBy are "" for NULL.
+	AggregateID, TenantID string
+	// Payload is the row's own copy, empty rather than nil.
+	Payload     []byte
+	PayloadJSON bool
+	// Headers is the stored JSON object, "" for NULL; the engine decodes
+	// it.
+	Headers  string
+	Status   int16
+	Attempts int
+	OccurredAt, AvailableAt, CreatedAt, UpdatedAt,
+	DoneAt time.Time // zero for NULL, as are the lock times
+	LastError, LockedBy   string
+	LockedAt, LockedUntil time.Time
+	// Malformed says why a row cannot be read as an event (a timestamp
+	// that is not a time, say), nil when it can. A claim returns such a
+	// row rather than fail: the relay records it DEAD with this error.
+	Malformed error
+}
+
+// ClaimParams selects the rows a claim leases: due rows of Topic, created
+// no later than CreatedBefore, in due order (available_at, then event_id).
+type ClaimParams struct {
+	Owner string
+	Topic string
+	// Now is when the claim runs: the rows due by then, their locked_at.
+	Now time.Time
+	// CreatedBefore leaves rows created after it to the hot path.
+	CreatedBefore time.Time
+	// LockedUntil is the end of the lease the claim takes.
+	LockedUntil time.Time
+	// Limit is at least 1.
+	Limit int
+
+	// After, when not nil, lets the claim start past the rows the
+	// previous claim took (see [Position]). A driver may ignore it.
+	After *Position
+
+	// Ordered leases the rows of an aggregate one at a time, in the order
+	// they were inserted: a row is left out while an earlier row of its
+	// topic and aggregate (aggregate_type and aggregate_id) is not DONE,
+	// whatever its status, lease or due time. Rows without an aggregate_id
+	// are not ordered. Which of the claimable rows an ordered claim takes
+	// is the driver's choice (PostgreSQL walks the aggregates from After;
+	// the others take the earliest due).
+	Ordered bool
+	// Aggregates, with Ordered, narrows the claim to the first rows of
+	// these aggregates, each of Topic with an ID and a Type: a relay that
+	// knows where a row may have become due names it, and the driver looks
+	// each up rather than walk the topic. After is nil then. A driver may
+	// claim as it would without it, never a row that waits for an earlier
+	// one.
+	Aggregates []Aggregate
+}
+
+// Position is where the previous claim of a cursor ended: its last row in
+// due order (DueAt, ID), or, for ordered claims, the last aggregate in
+// aggregate order (Topic, AggregateType, then rows without an
+// aggregate_id after those with one, then Key), byte by byte.
+type Position struct {
+	DueAt time.Time
+	ID    string
+	// Topic, AggregateType, Keyless and Key name the aggregate: Key is
+	// the aggregate_id, or the event_id of a row without one (Keyless).
+	Topic, AggregateType string
+	Keyless              bool
+	Key                  string
+}
+
+// Aggregate names the events of one entity within a topic.
+type Aggregate struct {
+	Topic, Type, ID string
+}
+
+// ReleaseParams names the leases [Executor.Release] ends.
+type ReleaseParams struct {
+	Owner string
+	IDs   []string
+}
+
+// ReleaseOwnedParams names the leases [Executor.ReleaseOwned] ends.
+type ReleaseOwnedParams struct {
+	Owner, Topic  string
+	ClaimedBefore time.Time
+}
+
+// MarkDoneParams are the rows [Executor.MarkDone] records delivered.
+type MarkDoneParams struct {
+	Now time.Time
+	IDs []string
+}
+
+// RecordOutcomesParams are a batch of outcomes reported by Owner, the
+// relay that claimed the rows ("" for a caller that holds no lease).
+type RecordOutcomesParams struct {
+	Now      time.Time
+	Owner    string
+	Outcomes []Outcome // one per event id
+}
+
+// Outcome is a failed delivery (status RETRY or DEAD, an attempt spent) or
+// a deferral (status 0: the status stays, no attempt is spent). It
+// applies only to a NEW or RETRY row that the batch's owner still leases
+// (its lease running, or run out while nobody claimed the row since) or,
+// from owner "", that no lease runs on; and, with AttemptsChecked, only
+// while the row has AttemptsBefore failed attempts. Anything else is a
+// stale outcome and changes nothing.
+type Outcome struct {
+	ID     string
+	Status int16
+	// AttemptSpent adds one to attempts.
+	AttemptSpent bool
+	// NextAt, when not zero, becomes available_at.
+	NextAt time.Time
+	// Error, when not "", becomes last_error; the engine cut it to fit.
+	Error           string
+	AttemptsChecked bool
+	AttemptsBefore  int
+}
+
+// DeadFilter selects DEAD rows: those that match every field set.
+type DeadFilter struct {
+	// IDs, when not nil, restricts to these event ids; empty matches none.
+	IDs       []string
+	EventType string
+	Topic     string
+	// DiedBefore, when not zero, keeps rows whose updated_at is before it.
+	DiedBefore time.Time
+}
+
+// QueryDeadParams pages through DEAD rows.
+type QueryDeadParams struct {
+	Filter DeadFilter
+	After  string
+	Limit  int
+}
+
+// ReplayDeadParams are the DEAD rows [Executor.ReplayDead] makes NEW.
+type ReplayDeadParams struct {
+	Filter DeadFilter
+	Now    time.Time
+}
+
+// PurgeParams are the rows a purge batch deletes. Statuses is nil for the
+// inbox.
+type PurgeParams struct {
+	Statuses []int16
+	Before   time.Time
+	Limit    int
+}

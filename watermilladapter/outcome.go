@@ -1,0 +1,105 @@
+package watermilladapter
+
+import (
+	"context"
+	"time"
+
+	"github.com/wmoutbox/wmoutbox/internal/codec"
+	"github.com/wmoutbox/wmoutbox/outbox"
+	"github.com/wmoutbox/wmoutbox/outbox/outboxdriver"
+)
+
+// update is the outcome of a delivery attempt, to record in the event's
+// row.
+type update struct {
+	id string
+	// status is DONE, RETRY or DEAD, or NEW for a deferral: the status
+	// stays, and no attempt is spent.
+	status outbox.Status
+	// nextAt is when a RETRY or deferred event is due again.
+	nextAt time.Time
+	// err goes to last_error; "" keeps the one there.
+	err string
+	// attempt is the number of the attempt a RETRY or DEAD reports (1 for
+	// the first): the outcome applies only while the event has attempt-1
+	// failed attempts recorded, so that an outcome written twice (a
+	// statement sent again after its reply was lost) counts once and leaves
+	// a newer claim alone. 0 leaves it unchecked.
+	attempt int
+}
+
+func done(id string) update { return update{id: id, status: outbox.StatusDone} }
+
+// dead is the outcome of attempt that makes the event DEAD with err.
+func dead(id string, attempt int, err error) update {
+	return update{id: id, status: outbox.StatusDead, err: err.Error(), attempt: attempt}
+}
+
+// decide turns the outcome of delivery attempt number attempt (1 for the
+// first) into the update to record: DONE for a nil err; a deferral for
+// [outbox.RetryAfter]; DEAD for an [outbox.Permanent] error or when
+// policy has no attempts left; RETRY otherwise. now is when the outcome is
+// known. An error carrying both a RetryAfter and a Permanent mark,
+// whichever wraps the other, is deferred: a deferral costs one more
+// delivery, while DEAD would stop one that was asked for.
+func decide(id string, attempt int, err error, policy outbox.RetryPolicy, now time.Time) update {
+	if err == nil {
+		return done(id)
+	}
+	if d, ok := outbox.RetryAfterDelay(err); ok {
+		return update{id: id, status: outbox.StatusNew, nextAt: now.Add(d), err: err.Error()}
+	}
+	if outbox.IsPermanent(err) {
+		return dead(id, attempt, err)
+	}
+	delay, ok := policy.NextRetry(attempt)
+	if !ok {
+		return dead(id, attempt, err)
+	}
+	return update{id: id, status: outbox.StatusRetry, nextAt: now.Add(delay), err: err.Error(), attempt: attempt}
+}
+
+// outcome is u for a driver: its error cut to fit last_error.
+func (u *update) outcome() outboxdriver.Outcome {
+	spent := u.status == outbox.StatusRetry || u.status == outbox.StatusDead
+	return outboxdriver.Outcome{ID: u.id, Status: int16(u.status), AttemptSpent: spent, NextAt: u.nextAt,
+		Error: codec.CutError(u.err), AttemptsChecked: spent && u.attempt > 0, AttemptsBefore: max(u.attempt-1, 0)}
+}
+
+// recordUpdates records updates, reported by owner at now, in two
+// statements at most: the DONE ones by id, the others with every field.
+// DONE outcomes, the bulk of every batch, go as ids alone, which costs the
+// driver and the database less. Of several updates of one event, a DONE
+// counts, as in the table, where no later outcome changes a DONE row (an
+// event delivered twice, once acked and once nacked, was delivered);
+// otherwise the last.
+func recordUpdates(ctx context.Context, driver outboxdriver.Executor, owner string, now time.Time, updates []update) error {
+	var ids []string
+	var failed []outboxdriver.Outcome
+	last := make(map[string]int, len(updates)) // the update of each event that counts
+	for i := range updates {
+		if k, seen := last[updates[i].id]; !seen || updates[k].status != outbox.StatusDone {
+			last[updates[i].id] = i
+		}
+	}
+	for i := range updates {
+		switch u := &updates[i]; {
+		case last[u.id] != i:
+		case u.status == outbox.StatusDone:
+			ids = append(ids, u.id)
+		default:
+			failed = append(failed, u.outcome())
+		}
+	}
+	if len(ids) > 0 {
+		if _, err := driver.MarkDone(ctx, outboxdriver.MarkDoneParams{Now: now, IDs: ids}); err != nil {
+			return err
+		}
+	}
+	if len(failed) > 0 {
+		if _, err := driver.RecordOutcomes(ctx, outboxdriver.RecordOutcomesParams{Now: now, Owner: owner, Outcomes: failed}); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,245 @@
+package watermilladapter
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/wmoutbox/wmoutbox/outbox"
+	"github.com/wmoutbox/wmoutbox/outbox/outboxdriver"
+)
+
+// take returns the next event, 2:1 hot before cold so that a busy hot path
+// never starves the cold one, or false when the subscription stops.
+func (sub *subscription) take(turn int) (queued, bool) {
+	first, second := sub.hot, sub.cold
+	if turn%3 == 2 {
+		first, second = sub.cold, sub.hot
+	}
+	for _, q := range []chan queued{first, second} {
+		select {
+		case item := <-q:
+			return sub.took(item), true
+		default:
+		}
+	}
+	select {
+	case item := <-sub.hot:
+		return item, true
+	case item := <-sub.cold:
+		return sub.took(item), true
+	case <-sub.stopped.Done():
+		return queued{}, false
+	}
+}
+
+func (sub *subscription) took(item queued) queued {
+	if item.source == SourceCold {
+		signal(sub.spaceCh)
+	}
+	return item
+}
+
+func (sub *subscription) work() {
+	// One timer per worker, for the hand-overs that wait (see handOver).
+	wait := sub.s.cfg.Clock.NewTimer(time.Hour)
+	wait.Stop()
+	defer wait.Stop()
+	for turn := 0; ; turn++ {
+		if sub.stopping() {
+			return
+		}
+		item, ok := sub.take(turn)
+		if !ok {
+			return
+		}
+		sub.process(item, wait)
+	}
+}
+
+// halfSpent is when half of e's claim is gone: an event not yet in a
+// handler by then is left to the next claim (see process).
+func (sub *subscription) halfSpent(e *outboxdriver.Row) time.Time {
+	return e.LockedUntil.Add(-sub.s.cfg.LockTimeout / 2)
+}
+
+// claimHalfSpent reports whether half of e's claim is gone by now.
+func (sub *subscription) claimHalfSpent(e *outboxdriver.Row) bool {
+	return !e.LockedUntil.IsZero() && !sub.s.cfg.Clock.Now().Before(sub.halfSpent(e))
+}
+
+// process delivers one event and records its outcome.
+func (sub *subscription) process(item queued, wait outbox.Timer) {
+	s := sub.s
+	e := &item.row
+	if sub.claimHalfSpent(e) {
+		// Half the claim went by while the event waited for a worker:
+		// delivered now, its handler could outlive the claim, and another
+		// relay claim and deliver it meanwhile; once the claim ran out,
+		// another relay may be delivering it already. The claim's end
+		// makes it due again for any relay, this one included. Not a
+		// release: this relay may hold a newer claim of the event, queued
+		// behind this one, which a release would end too.
+		s.cfg.Logger.Info("outbox claim half spent in the queue: event left to the next claim (raise LockTimeout or WorkerCount, or lower the queue capacities)",
+			watermill.LogFields{"event_id": e.ID, "topic": sub.topic, "source": item.source, "locked_until": e.LockedUntil})
+		return
+	}
+	if !s.inflight.tryAcquire(e.ID) {
+		return // being delivered by another worker, which records its outcome
+	}
+	defer s.inflight.release(e.ID)
+	if e.Malformed != nil {
+		sub.logDead("outbox event cannot be decoded: DEAD", e, e.Malformed)
+		s.settler.update(outcome{update: dead(e.ID, e.Attempts+1, e.Malformed)})
+		s.cfg.Metrics.Dead(sub.topic)
+		return
+	}
+
+	msg := toMessage(&item)
+	ctx, cancel := context.WithCancel(sub.abandon)
+	defer cancel()
+	mctx := &messageContext{Context: ctx}
+	msg.SetContext(mctx)
+
+	if !sub.handOver(msg, &item, wait) {
+		return
+	}
+	acked, answered := answer(msg, sub.abandon.Done())
+	// The context ends on Ack and Nack, as Watermill's contract says, not
+	// once the settler has room for the outcome, which may take as long as
+	// the database does.
+	cancel()
+	switch {
+	case !answered && s.cfg.Ordered && !isDone(msg.Nacked()):
+		// The handler may still be at work on e: released, e could be
+		// delivered again, and the next event of its aggregate after it,
+		// while this handler still holds e. The lease holds the
+		// aggregate until it ends instead.
+		s.cfg.Logger.Info("outbox handler still running at Close: ordered event left to its lease, its aggregate waits",
+			watermill.LogFields{"event_id": e.ID, "topic": sub.topic, "locked_until": e.LockedUntil})
+	case !answered:
+		s.settler.release([]releaseItem{{id: e.ID, topic: sub.topic}})
+	case acked:
+		o := outcome{update: done(e.ID)}
+		if sub.holdsBack(e) { // claim the next event of e's aggregate
+			o.wake, o.aggregate = sub, rowAggregate(e)
+		}
+		s.settler.update(o)
+		s.cfg.Metrics.Delivered(sub.topic, s.cfg.Clock.Now().Sub(item.since))
+	default:
+		u := decide(e.ID, e.Attempts+1, mctx.slot.errOr(errNacked), s.cfg.RetryPolicy, s.cfg.Clock.Now())
+		if u.status == outbox.StatusDead {
+			s.cfg.Metrics.Dead(sub.topic)
+			sub.logDead("outbox event is DEAD", e, errors.New(u.err))
+		}
+		o := outcome{update: u}
+		if !u.nextAt.IsZero() {
+			s.cfg.Metrics.Failed(sub.topic)
+			o.wake = sub
+			if sub.holdsBack(e) {
+				o.aggregate = rowAggregate(e)
+			}
+		}
+		s.settler.update(o)
+	}
+}
+
+// rowAggregate returns the aggregate of r.
+func rowAggregate(r *outboxdriver.Row) outboxdriver.Aggregate {
+	return outboxdriver.Aggregate{Topic: r.Topic, Type: r.AggregateType, ID: r.AggregateID}
+}
+
+// holdsBack reports whether later events of e's aggregate wait for e's
+// outcome: the subscription is ordered and e has an aggregate.
+func (sub *subscription) holdsBack(e *outboxdriver.Row) bool {
+	return sub.s.cfg.Ordered && e.AggregateID != ""
+}
+
+// logDead logs that e is DEAD after its attempt that just ended. An
+// ordered event holds back the later events of its aggregate, which the
+// fields say, so that an operator knows a replay or a purge is awaited.
+func (sub *subscription) logDead(msg string, e *outboxdriver.Row, err error) {
+	fields := watermill.LogFields{"event_id": e.ID, "topic": sub.topic, "attempts": e.Attempts + 1}
+	if sub.holdsBack(e) {
+		fields["aggregate_type"], fields["aggregate_id"] = e.AggregateType, e.AggregateID
+		fields["holds_back_aggregate"] = true
+	}
+	sub.s.cfg.Logger.Error(msg, err, fields)
+}
+
+// handOver gives msg to the subscription's reader and reports whether it
+// took it. A reader busy with other messages can keep it waiting: once
+// half of the event's claim is gone, msg is left to the next claim, as an
+// event that waited that long in a queue is; when the subscription stops,
+// the event is released.
+func (sub *subscription) handOver(msg *message.Message, item *queued, wait outbox.Timer) bool {
+	e := &item.row
+	select {
+	case sub.out <- msg:
+		return true
+	default:
+	}
+	// The clock decides, not the timer: a timer's time may be stale (one
+	// GODEBUG=asynctimerchan=1 kept from before its Reset) or disagree
+	// with the clock (a step back); either way the wait goes on for the
+	// rest.
+	for {
+		var halfSpent <-chan time.Time
+		if !e.LockedUntil.IsZero() {
+			left := sub.halfSpent(e).Sub(sub.s.cfg.Clock.Now())
+			if left <= 0 {
+				sub.s.cfg.Logger.Info("outbox claim half spent waiting for the subscription's reader: event left to the next claim (raise LockTimeout, or read the channel concurrently, as a Watermill router does)",
+					watermill.LogFields{"event_id": e.ID, "topic": sub.topic, "source": item.source, "locked_until": e.LockedUntil})
+				return false
+			}
+			// Left running afterwards: the next Reset moves it, which
+			// costs less than a Stop and a Reset.
+			wait.Reset(left)
+			halfSpent = wait.C()
+		}
+		select {
+		case sub.out <- msg:
+			return true
+		case <-sub.stopped.Done():
+			sub.s.settler.release([]releaseItem{{id: e.ID, topic: sub.topic}})
+			return false
+		case <-halfSpent:
+		}
+	}
+}
+
+// answer waits for the handler to ack or nack msg and reports which, or
+// that it did neither before abandon closed (the subscription gave up on
+// its handlers). An Ack given as abandon closes counts: a select would
+// pick between them at random, and a release would deliver an event its
+// handler acked again. A Nack seen once abandon closed does not: giving up
+// ends the message's context, which handlers answer with a Nack, and that
+// must not spend an attempt (nor make the event DEAD) for a shutdown.
+func answer(msg *message.Message, abandon <-chan struct{}) (acked, answered bool) {
+	select {
+	case <-msg.Acked():
+		return true, true
+	case <-msg.Nacked():
+		return false, !isDone(abandon)
+	case <-abandon:
+	}
+	select {
+	case <-msg.Acked():
+		return true, true
+	default:
+		return false, false
+	}
+}
+
+// isDone reports, without waiting, whether ch, a done channel, is closed.
+func isDone(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
