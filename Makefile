@@ -3,17 +3,27 @@
 GO       ?= go
 FUZZTIME ?= 20s
 
+# The repository's modules: the library at the root, then those that keep
+# what only they need out of the library's go.mod (bench, faults,
+# forward/kafkaforward/interop). Each target runs in every one of them.
+MODULES := . $(sort $(patsubst ./%/go.mod,%,$(shell find . -mindepth 2 -name go.mod -not -path './.git/*')))
+
 SHELL       := bash
 .SHELLFLAGS := -euo pipefail -c
 .DEFAULT_GOAL := help
 
-.PHONY: help test test-short lint bench fuzz faults tidy examples
+.PHONY: help test test-short lint bench fuzz faults tidy tidy-check examples
 
 help: ## List the targets
 	@awk 'BEGIN { FS = ":.*## " } /^[a-zA-Z_-]+:.*## / { printf "  %-11s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
 
-test: ## Run every test with the race detector
-	$(GO) test -race -count=1 ./...
+# each runs its argument, a command, in every module (the module's
+# directory as working directory), and fails after the last one if one of
+# them failed.
+each = status=0; for m in $(MODULES); do echo "--- module $$m"; (cd "$$m" && $(1)) || status=1; done; exit $$status
+
+test: ## Run every test of every module with the race detector
+	@$(call each,$(GO) test -race -count=1 ./...)
 
 examples: ## Run every example program (quickstart needs no server; then on MariaDB; the others use PostgreSQL, amqp RabbitMQ)
 	$(GO) run ./examples/quickstart
@@ -25,27 +35,29 @@ examples: ## Run every example program (quickstart needs no server; then on Mari
 	$(GO) run ./examples/multinode
 
 test-short: ## Run the tests in -short mode, with the race detector
-	$(GO) test -race -short -count=1 ./...
+	@$(call each,$(GO) test -race -short -count=1 ./...)
 
-lint: ## Fail on files gofmt would change, then go vet
+lint: ## Fail on files gofmt would change, then go vet (faults' files too)
 	@unformatted="$$(find . -name '*.go' -not -path './.git/*' -not -path '*/testdata/*' -not -path './vendor/*' -print0 | xargs -0 -r gofmt -l)"; \
 	if [ -n "$$unformatted" ]; then \
 		echo "gofmt -l lists files to format (run gofmt -w on them):"; \
 		echo "$$unformatted"; \
 		exit 1; \
 	fi
-	$(GO) vet ./...
+	@$(call each,$(GO) vet -tags faults ./...)
 
-bench: ## Run the benchmarks, with allocations
-	$(GO) test -run='^$$' -bench=. -benchmem ./...
+bench: ## Run the benchmarks, with allocations (the bench program: go -C bench run .)
+	@$(call each,$(GO) test -run='^$$' -bench=. -benchmem ./...)
 
 fuzz: ## Run each Fuzz target for FUZZTIME (20s)
-	@targets="$$($(GO) test -list '^Fuzz' ./... | awk '/^Fuzz/ { names[n++] = $$1; next } /^ok/ { for (i = 0; i < n; i++) print $$2, names[i] } { n = 0 }')"; \
-	if [ -z "$$targets" ]; then echo "no Fuzz targets"; exit 0; fi; \
-	while read -r pkg name; do \
-		echo "--- $$name ($$pkg), $(FUZZTIME)"; \
-		$(GO) test -run='^$$' -fuzz="^$$name\$$" -fuzztime=$(FUZZTIME) "$$pkg"; \
-	done <<< "$$targets"
+	@for m in $(MODULES); do \
+		targets="$$(cd "$$m" && $(GO) test -list '^Fuzz' ./... | awk '/^Fuzz/ { names[n++] = $$1; next } /^ok/ { for (i = 0; i < n; i++) print $$2, names[i] } { n = 0 }')"; \
+		if [ -z "$$targets" ]; then echo "--- module $$m: no Fuzz targets"; continue; fi; \
+		while read -r pkg name; do \
+			echo "--- $$name ($$pkg), $(FUZZTIME)"; \
+			(cd "$$m" && $(GO) test -run='^$$' -fuzz="^$$name\$$" -fuzztime=$(FUZZTIME) "$$pkg"); \
+		done <<< "$$targets"; \
+	done
 
 # FAULTS_SUMMARY passes go test -v output through and ends it with
 # "N passed, N failed" over the top-level tests. Tests a timeout stopped
@@ -61,7 +73,10 @@ FAULTS_SUMMARY := awk '{ print } \
 	END { if (failedRun && !fail) fail = 1; printf "%d passed, %d failed\n", pass, fail }'
 
 faults: ## Run the fault-injection suite (crashes, outages, bad input; a few minutes); ends with "N passed, N failed"
-	$(GO) test -tags faults -race -count=1 -v -timeout 4m ./faults 2>&1 | $(FAULTS_SUMMARY)
+	cd faults && $(GO) test -tags faults -race -count=1 -v -timeout 4m ./... 2>&1 | $(FAULTS_SUMMARY)
 
-tidy: ## go mod tidy
-	$(GO) mod tidy
+tidy: ## go mod tidy in every module
+	@$(call each,$(GO) mod tidy)
+
+tidy-check: ## Fail when go mod tidy would change a go.mod or go.sum (it prints the diff)
+	@$(call each,$(GO) mod tidy -diff)
