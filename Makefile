@@ -12,7 +12,7 @@ SHELL       := bash
 .SHELLFLAGS := -euo pipefail -c
 .DEFAULT_GOAL := help
 
-.PHONY: help test test-short lint bench fuzz faults tidy tidy-check examples
+.PHONY: help test test-short lint bench fuzz faults tidy tidy-check deps-check examples
 
 help: ## List the targets
 	@awk 'BEGIN { FS = ":.*## " } /^[a-zA-Z_-]+:.*## / { printf "  %-11s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
@@ -80,3 +80,6 @@ tidy: ## go mod tidy in every module
 
 tidy-check: ## Fail when go mod tidy would change a go.mod or go.sum (it prints the diff)
 	@$(call each,$(GO) mod tidy -diff)
+
+deps-check: ## Fail when a user's build of outbox/postgres, watermilladapter or kafkaforward downloads a module it should not
+	.ci/check-deps
