@@ -3,10 +3,10 @@
 GO       ?= go
 FUZZTIME ?= 20s
 
-# The Go modules of this repository, as directories: lint vets, lints and
-# checks go.mod of each. Add a directory here when a nested module (bench/,
-# faults/) gets its own go.mod.
-MODULES ?= .
+# The repository's modules: the library at the root, then those that keep
+# what only they need out of the library's go.mod (bench, faults,
+# forward/kafkaforward/interop). Each target runs in every one of them.
+MODULES := . $(sort $(patsubst ./%/go.mod,%,$(shell find . -mindepth 2 -name go.mod -not -path './.git/*')))
 
 # golangci-lint is pinned: `make tools` installs this version into
 # TOOLS_BIN (./.bin unless set; a directory kept between clones saves the
@@ -19,13 +19,18 @@ SHELL       := bash
 .SHELLFLAGS := -euo pipefail -c
 .DEFAULT_GOAL := help
 
-.PHONY: help test test-short lint tools bench fuzz faults tidy examples
+.PHONY: help test test-short lint tools bench fuzz faults tidy tidy-check deps-check examples
 
 help: ## List the targets
 	@awk 'BEGIN { FS = ":.*## " } /^[a-zA-Z_-]+:.*## / { printf "  %-11s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
 
-test: ## Run every test with the race detector
-	$(GO) test -race -count=1 ./...
+# each runs its argument, a command, in every module (the module's
+# directory as working directory), and fails after the last one if one of
+# them failed.
+each = status=0; for m in $(MODULES); do echo "--- module $$m"; (cd "$$m" && $(1)) || status=1; done; exit $$status
+
+test: ## Run every test of every module with the race detector
+	@$(call each,$(GO) test -race -count=1 ./...)
 
 examples: ## Run every example program (quickstart needs no server; then on MariaDB; the others use PostgreSQL, amqp RabbitMQ)
 	$(GO) run ./examples/quickstart
@@ -37,30 +42,16 @@ examples: ## Run every example program (quickstart needs no server; then on Mari
 	$(GO) run ./examples/multinode
 
 test-short: ## Run the tests in -short mode, with the race detector
-	$(GO) test -race -short -count=1 ./...
+	@$(call each,$(GO) test -race -short -count=1 ./...)
 
-lint: tools ## gofmt, go vet (also -tags faults), golangci-lint, and go.mod tidy, in each of MODULES
+lint: tools ## gofmt, then in every module go vet (also -tags faults) and the pinned golangci-lint
 	@unformatted="$$(find . -name '*.go' -not -path './.git/*' -not -path '*/testdata/*' -not -path './vendor/*' -print0 | xargs -0 -r gofmt -l)"; \
 	if [ -n "$$unformatted" ]; then \
 		echo "gofmt -l lists files to format (run gofmt -w on them):"; \
 		echo "$$unformatted"; \
 		exit 1; \
 	fi
-	@status=0; \
-	for m in $(MODULES); do \
-		( cd "$$m"; \
-		  failed=0; \
-		  run() { echo "--- $$m: $$*"; "$$@"; }; \
-		  run $(GO) vet ./... || failed=1; \
-		  run $(GO) vet -tags faults ./... || failed=1; \
-		  run $(GOLANGCI_LINT) run --config "$(CURDIR)/.golangci.yml" ./... || failed=1; \
-		  if ! run $(GO) mod tidy -diff; then \
-			echo "go mod tidy would change $$m/go.mod or go.sum as above: run make tidy and commit the result"; \
-			failed=1; \
-		  fi; \
-		  exit $$failed ) || status=1; \
-	done; \
-	exit $$status
+	@$(call each,$(GO) vet ./... && $(GO) vet -tags faults ./... && $(GOLANGCI_LINT) run --config "$(CURDIR)/.golangci.yml" ./...)
 
 tools: ## Install the pinned golangci-lint into TOOLS_BIN (default ./.bin; a no-op once there)
 	@if [ "$$($(GOLANGCI_LINT) version --short 2>/dev/null)" != "$(GOLANGCI_LINT_VERSION:v%=%)" ]; then \
@@ -68,16 +59,18 @@ tools: ## Install the pinned golangci-lint into TOOLS_BIN (default ./.bin; a no-
 		GOBIN="$(TOOLS_BIN)" $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION); \
 	fi
 
-bench: ## Run the benchmarks, with allocations
-	$(GO) test -run='^$$' -bench=. -benchmem ./...
+bench: ## Run the benchmarks, with allocations (the bench program: go -C bench run .)
+	@$(call each,$(GO) test -run='^$$' -bench=. -benchmem ./...)
 
 fuzz: ## Run each Fuzz target for FUZZTIME (20s)
-	@targets="$$($(GO) test -list '^Fuzz' ./... | awk '/^Fuzz/ { names[n++] = $$1; next } /^ok/ { for (i = 0; i < n; i++) print $$2, names[i] } { n = 0 }')"; \
-	if [ -z "$$targets" ]; then echo "no Fuzz targets"; exit 0; fi; \
-	while read -r pkg name; do \
-		echo "--- $$name ($$pkg), $(FUZZTIME)"; \
-		$(GO) test -run='^$$' -fuzz="^$$name\$$" -fuzztime=$(FUZZTIME) "$$pkg"; \
-	done <<< "$$targets"
+	@for m in $(MODULES); do \
+		targets="$$(cd "$$m" && $(GO) test -list '^Fuzz' ./... | awk '/^Fuzz/ { names[n++] = $$1; next } /^ok/ { for (i = 0; i < n; i++) print $$2, names[i] } { n = 0 }')"; \
+		if [ -z "$$targets" ]; then echo "--- module $$m: no Fuzz targets"; continue; fi; \
+		while read -r pkg name; do \
+			echo "--- $$name ($$pkg), $(FUZZTIME)"; \
+			(cd "$$m" && $(GO) test -run='^$$' -fuzz="^$$name\$$" -fuzztime=$(FUZZTIME) "$$pkg"); \
+		done <<< "$$targets"; \
+	done
 
 # FAULTS_SUMMARY passes go test -v output through and ends it with
 # "N passed, N failed" over the top-level tests. Tests a timeout stopped
@@ -93,7 +86,13 @@ FAULTS_SUMMARY := awk '{ print } \
 	END { if (failedRun && !fail) fail = 1; printf "%d passed, %d failed\n", pass, fail }'
 
 faults: ## Run the fault-injection suite (crashes, outages, bad input; a few minutes); ends with "N passed, N failed"
-	$(GO) test -tags faults -race -count=1 -v -timeout 4m ./faults 2>&1 | $(FAULTS_SUMMARY)
+	cd faults && $(GO) test -tags faults -race -count=1 -v -timeout 4m ./... 2>&1 | $(FAULTS_SUMMARY)
 
-tidy: ## go mod tidy, in each of MODULES
-	@for m in $(MODULES); do (cd "$$m" && echo "go mod tidy in $$m" && $(GO) mod tidy) || exit 1; done
+tidy: ## go mod tidy in every module
+	@$(call each,$(GO) mod tidy)
+
+tidy-check: ## Fail when go mod tidy would change a go.mod or go.sum (it prints the diff)
+	@$(call each,$(GO) mod tidy -diff)
+
+deps-check: ## Fail when a user's build of outbox/postgres, watermilladapter or kafkaforward downloads a module it should not
+	.ci/check-deps

@@ -5,7 +5,13 @@
 // and disruptive (they kill processes, cut database and broker
 // connections, and stop a Kafka broker for 30 seconds).
 //
-//	make faults   # go test -tags faults -race -count=1 -v ./faults, then "N passed, N failed"
+//	make faults   # in faults/: go test -tags faults -race -count=1 -v ./..., then "N passed, N failed"
+//
+// The suite is a module of its own (faults/go.mod, which replaces
+// github.com/wmoutbox/wmoutbox with ..), so that what only it needs, such
+// as Sarama's client for reading offsets, stays out of the library's
+// go.mod. It imports the test harnesses under internal/, which Go allows
+// because its path lies under the library's.
 //
 // The suite needs what the other tests need: PostgreSQL
 // (TEST_DATABASE_URL, default

@@ -1,85 +1,21 @@
 package watermilladapter_test
 
 import (
-	"sync"
 	"testing"
-	"time"
 
-	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/ThreeDotsLabs/watermill/pubsub/tests"
 	"github.com/stretchr/testify/require"
 
+	"github.com/wmoutbox/wmoutbox/internal/pubsubtest"
 	"github.com/wmoutbox/wmoutbox/internal/testdb"
-	"github.com/wmoutbox/wmoutbox/internal/testmysql"
-	"github.com/wmoutbox/wmoutbox/outbox"
-	"github.com/wmoutbox/wmoutbox/outbox/mysql"
 	"github.com/wmoutbox/wmoutbox/outbox/postgres"
-	"github.com/wmoutbox/wmoutbox/watermilladapter"
 )
 
-// TestPubSub runs Watermill's universal Pub/Sub suite on PostgreSQL.
+// TestPubSub runs Watermill's universal Pub/Sub suite on PostgreSQL; the
+// run on MySQL is outbox/mysql's TestPubSubOnMySQL.
 func TestPubSub(t *testing.T) {
-	runUniversalSuite(t, func(t *testing.T) *postgres.Store {
+	pubsubtest.Run(t, func(t *testing.T) *postgres.Store {
 		store, err := postgres.NewStore(testdb.New(t), postgres.Config{})
 		require.NoError(t, err)
 		return store
 	})
-}
-
-// TestPubSubOnMySQL runs Watermill's universal Pub/Sub suite on MySQL.
-func TestPubSubOnMySQL(t *testing.T) {
-	runUniversalSuite(t, func(t *testing.T) *mysql.Store {
-		store, err := mysql.NewStore(testmysql.New(t), mysql.Config{})
-		require.NoError(t, err)
-		return store
-	})
-}
-
-// runUniversalSuite runs Watermill's universal Pub/Sub suite. Each suite
-// test gets its own database (from newStore); every constructor call inside
-// one test shares it, as separate relay instances on one table would.
-func runUniversalSuite[Tx any](t *testing.T, newStore func(t *testing.T) *outbox.Store[Tx]) {
-	if testing.Short() {
-		t.Skip("the universal suite takes a while; skipped with -short")
-	}
-	features := tests.Features{
-		ConsumerGroups:                      false,
-		ExactlyOnceDelivery:                 false,
-		GuaranteedOrder:                     false,
-		GuaranteedOrderWithSingleSubscriber: false,
-		Persistent:                          true,
-		NewSubscriberReceivesOldMessages:    false,
-	}
-	var (
-		mu     sync.Mutex // the suite's tests run in parallel
-		stores = map[*testing.T]*outbox.Store[Tx]{}
-	)
-	storeFor := func(t *testing.T) *outbox.Store[Tx] {
-		mu.Lock()
-		defer mu.Unlock()
-		if s, ok := stores[t]; ok {
-			return s
-		}
-		s := newStore(t)
-		stores[t] = s
-		return s
-	}
-	tests.TestPubSub(t, features, func(t *testing.T) (message.Publisher, message.Subscriber) {
-		return newPubSub(t, storeFor(t))
-	}, nil)
-}
-
-func newPubSub[Tx any](t *testing.T, store *outbox.Store[Tx]) (message.Publisher, message.Subscriber) {
-	sub, err := watermilladapter.NewSubscriber(store, watermilladapter.SubscriberConfig{
-		// The suite nacks some messages many times and wants them back
-		// quickly; and it hands messages between instances with no
-		// cross-process wake-up, so the cold path polls often.
-		RetryPolicy:  outbox.Backoff{Base: 5 * time.Millisecond, Max: 50 * time.Millisecond, MaxAttempts: 1000},
-		PollInterval: 100 * time.Millisecond,
-		DrainTimeout: time.Second,
-	})
-	require.NoError(t, err)
-	pub, err := watermilladapter.NewPublisher[Tx](store, watermilladapter.PublisherConfig{HotPath: sub, OwnTransaction: true})
-	require.NoError(t, err)
-	return pub, sub
 }

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
-	"github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
@@ -58,6 +57,11 @@ func consume(t *testing.T, brokers []string, topic string, n int) []*kgo.Record 
 	}
 	return recs
 }
+
+// uuidHeaderKey is the record header that holds the message UUID,
+// watermill-kafka's uuidHeaderKey (the interop module,
+// forward/kafkaforward/interop, reads the records with watermill-kafka).
+const uuidHeaderKey = "_watermill_message_uuid"
 
 func headers(r *kgo.Record) map[string]string {
 	h := make(map[string]string, len(r.Headers))
@@ -123,7 +127,7 @@ func TestRelayForwardsToKafkaKeyedByAggregate(t *testing.T) {
 
 	byUUID := make(map[string]*kgo.Record, len(recs))
 	for _, rec := range recs {
-		byUUID[headers(rec)[kafka.UUIDHeaderKey]] = rec
+		byUUID[headers(rec)[uuidHeaderKey]] = rec
 	}
 	partitionOf := map[string]int32{}
 	eventIDs := map[string]bool{}

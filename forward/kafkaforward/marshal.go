@@ -3,12 +3,18 @@ package kafkaforward
 import (
 	"fmt"
 
-	"github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/wmoutbox/wmoutbox/outbox"
 )
+
+// uuidHeaderKey is the record header that holds the message UUID:
+// watermill-kafka's kafka.UUIDHeaderKey, which its subscriber reads. It is
+// spelled out here so that importing this package does not build
+// watermill-kafka, and with it Sarama, for one constant; the tests of the
+// interop module (forward/kafkaforward/interop) check that the two agree.
+const uuidHeaderKey = "_watermill_message_uuid"
 
 // newRecord builds the record watermill-kafka's partitioning marshaler
 // builds (the UUID header, one header per metadata entry, the payload as
@@ -18,8 +24,8 @@ func newRecord(topic string, msg *message.Message) (*kgo.Record, error) {
 	if err := validTopic(topic); err != nil {
 		return nil, outbox.Permanent(err)
 	}
-	if _, reserved := msg.Metadata[kafka.UUIDHeaderKey]; reserved {
-		return nil, outbox.Permanent(fmt.Errorf("kafkaforward: metadata %s is reserved for the message UUID", kafka.UUIDHeaderKey))
+	if _, reserved := msg.Metadata[uuidHeaderKey]; reserved {
+		return nil, outbox.Permanent(fmt.Errorf("kafkaforward: metadata %s is reserved for the message UUID", uuidHeaderKey))
 	}
 	key, err := PartitionKey(topic, msg)
 	if err != nil {
@@ -38,7 +44,7 @@ func newRecord(topic string, msg *message.Message) (*kgo.Record, error) {
 		return buf[start:len(buf):len(buf)]
 	}
 	headers := make([]kgo.RecordHeader, 0, len(msg.Metadata)+1)
-	headers = append(headers, kgo.RecordHeader{Key: kafka.UUIDHeaderKey, Value: cut(msg.UUID)})
+	headers = append(headers, kgo.RecordHeader{Key: uuidHeaderKey, Value: cut(msg.UUID)})
 	for k, v := range msg.Metadata {
 		headers = append(headers, kgo.RecordHeader{Key: k, Value: cut(v)})
 	}

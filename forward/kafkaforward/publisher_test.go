@@ -4,17 +4,13 @@ import (
 	"context"
 	"errors"
 	"net"
-	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
-	"github.com/IBM/sarama"
 	"github.com/ThreeDotsLabs/watermill"
-	"github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -25,7 +21,6 @@ import (
 	"github.com/wmoutbox/wmoutbox/forward/kafkaforward"
 	"github.com/wmoutbox/wmoutbox/internal/relaytest"
 	"github.com/wmoutbox/wmoutbox/outbox"
-	"github.com/wmoutbox/wmoutbox/watermilladapter"
 )
 
 // A relay that shuts down closes the publisher while handlers may still
@@ -316,70 +311,6 @@ func TestMissingTopicFailsWithTheBrokersAnswer(t *testing.T) {
 	require.False(t, outbox.IsPermanent(err), "the topic may be created: retried")
 }
 
-// BenchmarkPublish publishes from 256 goroutines at once, as the relay's
-// workers do when forwarding a backlog, to a broker in this process
-// (kfake), and reports the process's CPU time per record, broker included:
-// kafkaforward against watermill-kafka's publisher (Sarama's synchronous
-// producer) set up as durably (acks=all, idempotent, one request in flight
-// per broker) and keyed the same way.
-func BenchmarkPublish(b *testing.B) {
-	for _, tc := range []struct {
-		name string
-		open func(brokers []string) (message.Publisher, error)
-	}{
-		{"watermill-kafka", func(brokers []string) (message.Publisher, error) {
-			sc := kafka.DefaultSaramaSyncPublisherConfig()
-			sc.Producer.RequiredAcks = sarama.WaitForAll
-			sc.Producer.Idempotent = true
-			sc.Net.MaxOpenRequests = 1
-			sc.Version = sarama.V2_1_0_0
-			return kafka.NewPublisher(kafka.PublisherConfig{
-				Brokers:               brokers,
-				Marshaler:             kafka.NewWithPartitioningMarshaler(kafkaforward.PartitionKey),
-				OverwriteSaramaConfig: sc,
-			}, watermill.NopLogger{})
-		}},
-		{"kafkaforward", func(brokers []string) (message.Publisher, error) {
-			return kafkaforward.NewPublisher(brokers, kafkaforward.Config{})
-		}},
-	} {
-		b.Run(tc.name, func(b *testing.B) {
-			cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.AllowAutoTopicCreation())
-			require.NoError(b, err)
-			defer cluster.Close()
-			pub, err := tc.open(cluster.ListenAddrs())
-			require.NoError(b, err)
-			defer pub.Close()
-			// The topic, created on first use, is not what is measured.
-			require.NoError(b, pub.Publish("orders", message.NewMessage(watermill.NewUUID(), nil)))
-			b.SetParallelism(256 / runtime.GOMAXPROCS(0))
-			b.ResetTimer()
-			start := processCPU(b)
-			b.RunParallel(func(pb *testing.PB) {
-				msg := message.NewMessage(watermill.NewUUID(), []byte(strings.Repeat(`{"order":"9f1c2e4a","total":"188.98"}`, 8)))
-				msg.Metadata.Set(watermilladapter.MetadataEventType, "OrderCreated")
-				msg.Metadata.Set(watermilladapter.MetadataAggregateType, "Order")
-				msg.Metadata.Set(watermilladapter.MetadataEventID, watermill.NewULID())
-				for pb.Next() {
-					msg.Metadata.Set(watermilladapter.MetadataAggregateID, watermill.NewShortUUID())
-					if err := pub.Publish("orders", msg); err != nil {
-						b.Error(err)
-						return
-					}
-				}
-			})
-			b.ReportMetric(float64((processCPU(b)-start).Nanoseconds())/float64(b.N)/1e3, "cpu-µs/op")
-		})
-	}
-}
-
-// processCPU is the CPU time this process has used.
-func processCPU(b *testing.B) time.Duration {
-	var ru syscall.Rusage
-	require.NoError(b, syscall.Getrusage(syscall.RUSAGE_SELF, &ru))
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
 // partitionedHook calls fn with each record franz-go buffers into a
 // partition, synchronously, inside the Produce call that buffers it.
 type partitionedHook struct{ fn func(*kgo.Record) }
@@ -388,7 +319,7 @@ func (h partitionedHook) OnProduceRecordPartitioned(r *kgo.Record, _ int32) { h.
 
 func uuidOf(r *kgo.Record) string {
 	for _, h := range r.Headers {
-		if h.Key == kafka.UUIDHeaderKey {
+		if h.Key == uuidHeaderKey {
 			return string(h.Value)
 		}
 	}
