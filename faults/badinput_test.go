@@ -528,11 +528,11 @@ func runRouter(t *testing.T, sub *watermilladapter.Subscriber, h message.NoPubli
 	}
 }
 
-// TestMalformedHeadersThatDecode shows a gap in outbox.DecodeHeaders (it
-// fails until that is fixed). Its documentation says anything but a JSON
-// object of string values is malformed, and a malformed row goes DEAD with
-// the decode error. Two such rows decode instead, because encoding/json is
-// lenient, and are delivered with headers nobody wrote:
+// TestMalformedHeadersThatDecode guards the header decoder against
+// encoding/json's leniency. Anything but a JSON object of string values is
+// malformed, and a malformed row goes DEAD with the decode error. Two such
+// rows would decode with encoding/json alone, and be delivered with
+// headers nobody wrote:
 //
 //   - {"trace": null} (both stores): null leaves the string untouched, so
 //     the header arrives as "";

@@ -43,7 +43,7 @@
 //
 // Each scenario also requires every outbox row to end DONE (or DEAD where
 // the scenario expects it) with no claim left, and logs one line of
-// figures, which the README's reliability section collects:
+// figures, which faults/README.md collects:
 //
 //	ledger: scenario=crash runs=1 faults=20 events=N lost=0 duplicates=D phantom=0 ...
 //

@@ -73,15 +73,19 @@ var (
 	setupOnce = sync.OnceValues(setup)
 	// slots holds a token per live test database.
 	slots = make(chan struct{}, maxLive)
+	// idle holds the databases of ended tests, reset to the template's
+	// state, for the next tests of this process.
+	idle = make(chan string, maxLive)
 	// counter numbers this process's test databases.
 	counter atomic.Uint64
 	// testName matches a test database name, capturing its pid.
 	testName = regexp.MustCompile(`^` + testPrefix + `([0-9]+)_[0-9]+$`)
 )
 
-// URL creates a fresh database cloned from the migrated template and
-// returns its connection URL; the database is dropped (DROP DATABASE ...
-// WITH (FORCE)) at t.Cleanup. Skips the test when no server answers, with a
+// URL returns the connection URL of a database in the migrated template's
+// state, of this test alone: cloned from the template, or one an ended
+// test left, reset. At t.Cleanup it is reset for the next test, or dropped
+// (DROP DATABASE ... WITH (FORCE)). Skips the test when no server answers, with a
 // message naming TEST_DATABASE_URL; under CI=true it fails instead
 // (t.Fatalf).
 func URL(t testing.TB) string {
@@ -96,40 +100,115 @@ func URL(t testing.TB) string {
 	}
 
 	acquire(t)
-	name := newName()
+	name, fresh := take()
 	// Registered before the clone, so that a failed or partial clone still
 	// frees the slot and drops whatever exists.
 	t.Cleanup(func() {
 		defer func() { <-slots }()
-		if err := s.drop(name); err != nil {
+		if err := s.release(name); err != nil {
 			t.Errorf("testdb: %v", err)
 		}
 	})
-	if err := s.clone(name); err != nil {
-		t.Fatalf("testdb: %v", err)
+	if fresh {
+		if err := s.clone(name); err != nil {
+			t.Fatalf("testdb: %v", err)
+		}
 	}
 	return s.urlFor(name)
 }
 
+// take returns an idle database, or the name of a new one to clone
+// (fresh).
+func take() (name string, fresh bool) {
+	select {
+	case name := <-idle:
+		return name, false
+	default:
+		return newName(), true
+	}
+}
+
+// release hands name to the next test when it can be reset, and drops it
+// otherwise.
+func (s *server) release(name string) error {
+	if err := s.reset(name); err == nil {
+		select {
+		case idle <- name:
+			return nil
+		default:
+		}
+	}
+	return s.drop(name)
+}
+
+// reset brings database name back to the template's state, which costs
+// the server far less than a drop and a clone: it ends the sessions a test
+// left on it, drops every schema and large object, and migrates it again.
+func (s *server) reset(name string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	cfg := s.config.Copy()
+	cfg.Database = name
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("reset %s: connect: %w", name, err)
+	}
+	defer closeConn(conn)
+	if _, err := conn.Exec(ctx, sqlReset); err != nil {
+		return fmt.Errorf("reset %s: %w", name, err)
+	}
+	if err := postgres.Migrate(ctx, conn, postgres.Config{}); err != nil {
+		return fmt.Errorf("reset %s: migrate: %w", name, err)
+	}
+	return nil
+}
+
+// sqlReset empties the database it runs in: the sessions a test left open
+// (a listener, a pool it did not close) end, and so do their locks, which
+// the drops then wait for; database settings, schemas with all they hold,
+// and large objects go. The public schema comes back as CREATE DATABASE
+// makes it.
+const sqlReset = `
+SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+WHERE datname = current_database() AND pid <> pg_backend_pid();
+DO $$
+DECLARE
+    name text;
+BEGIN
+    EXECUTE format('ALTER DATABASE %I RESET ALL', current_database());
+    FOR name IN SELECT nspname FROM pg_namespace
+        WHERE nspname NOT LIKE 'pg\_%' AND nspname <> 'information_schema'
+    LOOP
+        EXECUTE format('DROP SCHEMA %I CASCADE', name);
+    END LOOP;
+    PERFORM lo_unlink(oid) FROM pg_largeobject_metadata;
+END
+$$;
+CREATE SCHEMA public AUTHORIZATION pg_database_owner;
+GRANT USAGE ON SCHEMA public TO PUBLIC;`
+
 // ForExample is [URL] for runnable Example functions, which cannot skip:
-// it returns the URL of a fresh migrated database and a function that drops
-// it, and panics, naming TEST_DATABASE_URL, when that fails.
+// it returns the URL of a migrated database of its own and a function that
+// releases it (resets or drops it, as URL's cleanup does), and panics,
+// naming TEST_DATABASE_URL, when that fails.
 func ForExample() (url string, drop func()) {
 	s, err := setupOnce()
 	if err != nil {
 		panic(fmt.Sprintf("testdb: examples need PostgreSQL: %v", err))
 	}
 	slots <- struct{}{}
-	name := newName()
+	name, fresh := take()
 	drop = func() {
 		defer func() { <-slots }()
-		if err := s.drop(name); err != nil {
+		if err := s.release(name); err != nil {
 			panic(fmt.Sprintf("testdb: %v", err))
 		}
 	}
-	if err := s.clone(name); err != nil {
-		drop()
-		panic(fmt.Sprintf("testdb: %v", err))
+	if fresh {
+		if err := s.clone(name); err != nil {
+			drop()
+			panic(fmt.Sprintf("testdb: %v", err))
+		}
 	}
 	return s.urlFor(name), drop
 }

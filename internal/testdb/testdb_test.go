@@ -49,7 +49,7 @@ func TestNewGivesDistinctMigratedDatabases(t *testing.T) {
 	require.Nil(t, inB)
 }
 
-func TestDatabaseIsDroppedAtCleanup(t *testing.T) {
+func TestDatabaseIsResetAtCleanup(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 
@@ -58,43 +58,77 @@ func TestDatabaseIsDroppedAtCleanup(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, admin.Close(context.Background())) })
 
-	exists := func(t *testing.T, name string) bool {
-		t.Helper()
-		var ok bool
-		require.NoError(t, admin.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)`, name).Scan(&ok))
-		return ok
-	}
-
 	var (
-		name     string
+		url      string
 		leftOpen *pgx.Conn
 	)
 	t.Run("test", func(t *testing.T) {
 		pool := New(t)
-		name = currentDatabase(t, pool)
-		require.True(t, exists(t, name))
-
-		// A connection the test forgets to close must not stop the drop.
+		url = pool.Config().ConnConfig.ConnString()
+		for _, stmt := range []string{
+			`CREATE TABLE left_behind (id int)`,
+			`CREATE SCHEMA elsewhere`,
+			`CREATE TABLE elsewhere.outbox_event (id int)`,
+			`SELECT lo_create(0)`,
+			`ALTER DATABASE ` + ident(currentDatabase(t, pool)) + ` SET work_mem = '7MB'`,
+			`DELETE FROM outbox_event`,
+			`DROP INDEX outbox_event_due_idx`,
+		} {
+			_, err := pool.Exec(ctx, stmt)
+			require.NoError(t, err, stmt)
+		}
+		// A connection the test forgets to close must not stop the reset.
 		var err error
-		leftOpen, err = pgx.Connect(ctx, pool.Config().ConnConfig.ConnString())
+		leftOpen, err = pgx.Connect(ctx, url)
 		require.NoError(t, err)
 	})
 	if leftOpen != nil {
-		// Terminated by the drop: closing it only frees the client side.
+		// Terminated by the reset: closing it only frees the client side.
 		t.Cleanup(func() { _ = leftOpen.Close(context.Background()) })
 	}
-	require.NotEmpty(t, name)
-	require.False(t, exists(t, name), "database %s outlived its test", name)
+	require.NotEmpty(t, url)
+	require.Error(t, leftOpen.Ping(ctx), "the session the test left open outlived its test")
+
+	// The database is reset for the next test, or gone when the reset
+	// could not be done or the idle ones are many.
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		require.Equal(t, codeUndefinedDatabase, code(err), "neither reset nor dropped: %v", err)
+		return
+	}
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	var left struct {
+		tables, schemas, objects, settings int
+		due                                bool
+		migrations                         int
+	}
+	require.NoError(t, conn.QueryRow(ctx, `SELECT
+		(SELECT count(*) FROM pg_tables WHERE tablename = 'left_behind' OR schemaname = 'elsewhere'),
+		(SELECT count(*) FROM pg_namespace WHERE nspname = 'elsewhere'),
+		(SELECT count(*) FROM pg_largeobject_metadata),
+		(SELECT count(*) FROM pg_db_role_setting s JOIN pg_database d ON d.oid = s.setdatabase WHERE d.datname = current_database()),
+		to_regclass('outbox_event_due_idx') IS NOT NULL,
+		(SELECT count(*) FROM wmoutbox_migration)`).
+		Scan(&left.tables, &left.schemas, &left.objects, &left.settings, &left.due, &left.migrations))
+	require.Zero(t, left.tables, "tables the test made")
+	require.Zero(t, left.schemas, "schemas the test made")
+	require.Zero(t, left.objects, "large objects")
+	require.Zero(t, left.settings, "database settings")
+	require.True(t, left.due, "the migrated schema is back")
+	require.Positive(t, left.migrations, "the migrations are recorded")
 }
 
 // TestParallelClones asks for more databases at once than the cap, so tests
-// wait for slots and clones of the template run side by side.
+// wait for slots, clones of the template run side by side, and databases
+// reset by ended tests are handed to later ones: never one to two tests at
+// once.
 func TestParallelClones(t *testing.T) {
 	t.Parallel()
 	URL(t) // skips here when no server answers, rather than in every subtest
 
 	var mu sync.Mutex
-	seen := map[string]bool{}
+	inUse := map[string]bool{}
+	handedOut := 0
 	t.Run("group", func(t *testing.T) {
 		for i := range 2 * maxLive {
 			t.Run(fmt.Sprint(i), func(t *testing.T) {
@@ -102,12 +136,18 @@ func TestParallelClones(t *testing.T) {
 				name := currentDatabase(t, New(t))
 				mu.Lock()
 				defer mu.Unlock()
-				require.False(t, seen[name], "database %s handed out twice", name)
-				seen[name] = true
+				require.False(t, inUse[name], "database %s handed out to two tests at once", name)
+				inUse[name], handedOut = true, handedOut+1
+				// Before the pool closes and the database is reset.
+				t.Cleanup(func() {
+					mu.Lock()
+					defer mu.Unlock()
+					delete(inUse, name)
+				})
 			})
 		}
 	})
-	require.Len(t, seen, 2*maxLive)
+	require.Equal(t, 2*maxLive, handedOut)
 }
 
 func TestURLFor(t *testing.T) {

@@ -81,8 +81,8 @@
 // whole row logged. The price of the fill factor is disk: pages written
 // since migration 2 hold half the rows they could, and the claim's and the
 // outcome's row versions use the rest; a table that keeps DONE rows for
-// long takes more space for them (the README's Migrations section says
-// how much, and how to go back to fill factor 100).
+// long takes more space for them (docs/migrations.md says how much, and
+// how to go back to fill factor 100).
 //
 // The due index keeps an entry for every claimed row (the row stays due
 // in its place, under a lease) and, until a vacuum, for every row whose
