@@ -162,8 +162,11 @@ func (t *tally) wait(ctx context.Context, log *errLog) error {
 	case <-timer.C:
 		t.mu.Lock()
 		defer t.mu.Unlock()
-		return fmt.Errorf("%d of %d events delivered after %s (last logged error: %v)",
-			t.distinct, len(t.seen), limit, log.last())
+		err := fmt.Errorf("%d of %d events delivered after %s", t.distinct, len(t.seen), limit)
+		if last := log.last(); last != nil {
+			err = fmt.Errorf("%w (last logged error: %w)", err, last)
+		}
+		return err
 	}
 }
 

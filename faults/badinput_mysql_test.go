@@ -274,6 +274,7 @@ func TestBadTableNamesMySQL(t *testing.T) {
 		t.Helper()
 		rows, err := db.QueryContext(ctx, query, args...)
 		require.NoError(t, err)
+		defer rows.Close()
 		var out []string
 		for rows.Next() {
 			var s string

@@ -192,6 +192,7 @@ func TestBadEnvelopesWriteNothingSQLite(t *testing.T) {
 	var stored []string
 	rows, err := db.QueryContext(ctx, `SELECT event_id FROM outbox_event ORDER BY event_id`)
 	require.NoError(t, err)
+	defer rows.Close()
 	for rows.Next() {
 		var id string
 		require.NoError(t, rows.Scan(&id))
@@ -254,6 +255,7 @@ UNION ALL SELECT nspname FROM pg_namespace ORDER BY 1`)
 	sqliteCatalogue := func() []string {
 		rows, err := db.QueryContext(ctx, `SELECT type || ' ' || name FROM sqlite_master ORDER BY 1`)
 		require.NoError(t, err)
+		defer rows.Close()
 		var names []string
 		for rows.Next() {
 			var n string

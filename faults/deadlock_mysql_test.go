@@ -5,7 +5,6 @@ package faults
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -121,7 +120,7 @@ func TestDeadlockedWriteMySQL(t *testing.T) {
 		t.Logf("%s: write of Y: %v; end of the transaction: %v; X stored=%v, Z stored=%v",
 			c.name, deadlock, end, stored["X"], stored["Z"])
 		switch {
-		case end == nil && !(stored["X"] && stored["Z"]):
+		case end == nil && (!stored["X"] || !stored["Z"]):
 			t.Errorf("%s: the transaction committed without error after the deadlock, but of its events X is stored=%v, Z stored=%v: "+
 				"the deadlock rolled X back, and Z was committed on its own (autocommit)", c.name, stored["X"], stored["Z"])
 		case end != nil && (stored["X"] || stored["Z"]):
@@ -176,6 +175,6 @@ WHERE id = ? AND info LIKE 'INSERT INTO %outbox_event%'`, conn).Scan(&inserting)
 	}
 	require.NoError(t, otherErr, "the heavier transaction is not the victim")
 	require.Error(t, writeErr)
-	require.False(t, errors.Is(writeErr, outbox.ErrDuplicateEvent), "%v", writeErr)
+	require.NotErrorIs(t, writeErr, outbox.ErrDuplicateEvent)
 	return writeErr
 }

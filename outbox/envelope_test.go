@@ -3,6 +3,7 @@ package outbox_test
 import (
 	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -254,7 +255,7 @@ func TestPrepareIDsAreMonotonic(t *testing.T) {
 	second, err := outbox.Prepare(batch, prepareNow)
 	require.NoError(t, err)
 
-	all := append(first, second...)
+	all := slices.Concat(first, second)
 	for i := 1; i < len(all); i++ {
 		require.Less(t, all[i-1].ID, all[i].ID, "id %d", i)
 	}

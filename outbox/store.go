@@ -260,14 +260,14 @@ func validateRetention(olderThan time.Duration) error {
 	return nil
 }
 
-func normalizeLimit(limit, def, max int) (int, error) {
+func normalizeLimit(limit, def, maxLimit int) (int, error) {
 	switch {
 	case limit < 0:
 		return 0, invalidRequest("negative limit %d", limit)
 	case limit == 0:
 		return def, nil
-	case limit > max:
-		return 0, invalidRequest("limit %d exceeds %d", limit, max)
+	case limit > maxLimit:
+		return 0, invalidRequest("limit %d exceeds %d", limit, maxLimit)
 	}
 	return limit, nil
 }

@@ -188,7 +188,7 @@ func TestWriterNilTxOfOtherTypes(t *testing.T) {
 	t.Run("value type", func(t *testing.T) {
 		t.Parallel()
 
-		type handle struct{ n int }
+		type handle struct{ _ int }
 		d := &fakeDriver[handle]{newTx: func() handle { return handle{} }}
 		store, err := outbox.NewStore[handle](d, outbox.StoreConfig{})
 		require.NoError(t, err)

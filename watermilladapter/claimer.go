@@ -7,6 +7,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 
+	"github.com/wmoutbox/wmoutbox/internal/claimorder"
 	"github.com/wmoutbox/wmoutbox/internal/codec"
 	"github.com/wmoutbox/wmoutbox/outbox"
 	"github.com/wmoutbox/wmoutbox/outbox/outboxdriver"
@@ -138,17 +139,17 @@ func drain(ch chan struct{}) bool {
 // claimCold runs the claim p and queues the events it claimed on the cold
 // queue, which has room for them (the claim's limit is the room). It
 // returns how many it queued and the position of the last (see
-// sortClaimed), or reports that the subscription is stopping, and then
+// claimorder.Sort), or reports that the subscription is stopping, and then
 // gives what was claimed back to the table.
 func (sub *subscription) claimCold(p *outboxdriver.ClaimParams) (n int, last *outboxdriver.Position, stopping bool, err error) {
-	ctx, cancel := boundedAfterStop(sub.s.cfg.Clock, sub.stopped, claimTimeout, sub.s.settler.giveUp)
+	ctx, cancel := boundedAfterStop(sub.stopped, sub.s.cfg.Clock, claimTimeout, sub.s.settler.giveUp)
 	rows, err := sub.s.driver.Claim(ctx, p)
 	cancel()
 	if sub.stopping() {
 		sub.releaseEvents(rows)
 		return 0, nil, true, err
 	}
-	last = sortClaimed(rows, p.Ordered)
+	last = claimorder.Sort(rows, p.Ordered)
 	if len(rows) > 0 {
 		// Before a worker can take them: their outcomes are not counted
 		// before their claim.

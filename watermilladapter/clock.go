@@ -32,7 +32,7 @@ func withTimeout(parent context.Context, clock outbox.Clock, d time.Duration) (c
 // boundedAfterStop returns a context that ends after timeout, or grace
 // after stopped ends if that comes first: a statement sent while running
 // is cut off once Close has waited grace for it.
-func boundedAfterStop(clock outbox.Clock, stopped context.Context, timeout, grace time.Duration) (context.Context, context.CancelFunc) {
+func boundedAfterStop(stopped context.Context, clock outbox.Clock, timeout, grace time.Duration) (context.Context, context.CancelFunc) {
 	ctx, cancel := withTimeout(context.Background(), clock, timeout)
 	unwatch := context.AfterFunc(stopped, func() {
 		cutOff := clock.NewTimer(grace)

@@ -379,7 +379,7 @@ func (st *settler) retry(what string, n int, op func(ctx context.Context) error)
 // settleLastChance.
 func (st *settler) attemptContext() (context.Context, context.CancelFunc) {
 	if !st.isStopping() {
-		return boundedAfterStop(st.clock, st.stopped, settleTimeout, st.giveUp)
+		return boundedAfterStop(st.stopped, st.clock, settleTimeout, st.giveUp)
 	}
 	return withTimeout(context.Background(), st.clock, max(st.stopAt.Add(st.giveUp).Sub(st.clock.Now()), settleLastChance))
 }

@@ -254,7 +254,9 @@ func startRouter(ctx context.Context, sub message.Subscriber, handler message.No
 	}
 	return func() {
 		_ = router.Close()
-		<-done
+		if err := <-done; err != nil {
+			fmt.Fprintln(os.Stderr, "router:", err)
+		}
 	}, nil
 }
 

@@ -423,7 +423,9 @@ func demo[Tx any](ctx context.Context, store *outbox.Store[Tx], db shop[Tx], com
 	go func() { routerDone <- router.Run(ctx) }()
 	defer func() {
 		_ = router.Close() // closes the outbox subscriber and the gochannel
-		<-routerDone
+		if err := <-routerDone; err != nil {
+			fmt.Fprintln(os.Stderr, "router:", err)
+		}
 	}()
 	select {
 	case <-router.Running():
@@ -435,7 +437,7 @@ func demo[Tx any](ctx context.Context, store *outbox.Store[Tx], db shop[Tx], com
 	if err := eventBus.Publish(ctx, &OrderPlaced{OrderID: "no-tx"}); errors.Is(err, outbox.ErrNoTransaction) {
 		fmt.Println("EventBus.Publish outside a transaction: refused (outbox.ErrNoTransaction)")
 	} else {
-		return fmt.Errorf("a publish outside a transaction should fail with outbox.ErrNoTransaction, got %v", err)
+		return fmt.Errorf("a publish outside a transaction should fail with outbox.ErrNoTransaction, got %w", err)
 	}
 
 	invalidCount := countInvalid(commands)

@@ -238,7 +238,9 @@ func startRouter(ctx context.Context, sub message.Subscriber, handler message.No
 	}
 	return func() {
 		_ = router.Close()
-		<-done
+		if err := <-done; err != nil {
+			fmt.Fprintln(os.Stderr, "router:", err)
+		}
 	}, nil
 }
 
@@ -293,7 +295,7 @@ func readBack(ctx context.Context, brokers []string, want map[string]string) (re
 	client, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(kafkaTopic),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	if err != nil {
-		return got, fmt.Errorf("Kafka consumer: %w", err)
+		return got, fmt.Errorf("kafka consumer: %w", err)
 	}
 	defer client.Close()
 	waitCtx, cancel := context.WithTimeout(ctx, deliveryLimit)

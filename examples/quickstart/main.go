@@ -231,7 +231,9 @@ func relay[Tx any](ctx context.Context, store *outbox.Store[Tx], createOrder fun
 	}
 	defer func() {
 		_ = router.Close() // closes the subscriber
-		<-routerDone
+		if err := <-routerDone; err != nil {
+			fmt.Fprintln(os.Stderr, "router:", err)
+		}
 	}()
 
 	// The service: each order and its event commit together.

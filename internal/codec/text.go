@@ -16,16 +16,16 @@ import (
 // MaxErrorLen is how many characters of an error last_error keeps.
 const MaxErrorLen = 4000
 
-// CheckText returns why s cannot be stored in a text column of max
+// CheckText returns why s cannot be stored in a text column of maxLen
 // characters (0: unlimited), or "" when it can.
-func CheckText(s string, max int) string {
+func CheckText(s string, maxLen int) string {
 	switch {
 	case !utf8.ValidString(s):
 		return "not valid UTF-8"
 	case strings.IndexByte(s, 0) >= 0:
 		return "contains a NUL byte"
-	case max > 0 && utf8.RuneCountInString(s) > max:
-		return fmt.Sprintf("longer than %d characters", max)
+	case maxLen > 0 && utf8.RuneCountInString(s) > maxLen:
+		return fmt.Sprintf("longer than %d characters", maxLen)
 	}
 	return ""
 }
@@ -95,11 +95,11 @@ func CheckRecord(consumer, id string) string {
 	return cmp.Or(CheckConsumer(consumer), checkName("event id", id, MaxProcessedIDLen))
 }
 
-func checkName(what, value string, max int) string {
+func checkName(what, value string, maxLen int) string {
 	if value == "" {
 		return what + " is empty"
 	}
-	if reason := CheckText(value, max); reason != "" {
+	if reason := CheckText(value, maxLen); reason != "" {
 		return what + " " + reason
 	}
 	return ""

@@ -1,15 +1,13 @@
 package storetest
 
 import (
-	"cmp"
 	"context"
-	"slices"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/wmoutbox/wmoutbox/internal/claimorder"
 	"github.com/wmoutbox/wmoutbox/outbox"
 	"github.com/wmoutbox/wmoutbox/outbox/outboxdriver"
 )
@@ -46,54 +44,11 @@ func Claim(t testing.TB, d outboxdriver.Executor, p *outboxdriver.ClaimParams) [
 	return rows
 }
 
-// SortClaimed puts rows in due order (available_at, then event id, byte
-// by byte) and returns the position of a cursor after them: their last
-// row in due order or, for an ordered claim, the row of the last aggregate
-// in aggregate order (topic, aggregate type, rows without an aggregate id
-// after those with one, then aggregate id or, without one, event id). It
-// returns nil for no rows. These are the rules of the relay
-// (watermilladapter), which sorts what a driver returns in any order and
-// keeps the cursor.
+// SortClaimed puts rows in due order and returns the position of a cursor
+// after them, by the relay's rules (package claimorder): what a claim
+// returns in any order, the suite checks in the order the relay reads it.
 func SortClaimed(rows []outboxdriver.Row, ordered bool) *outboxdriver.Position {
-	if len(rows) == 0 {
-		return nil
-	}
-	slices.SortFunc(rows, func(a, b outboxdriver.Row) int {
-		return cmp.Or(a.AvailableAt.Compare(b.AvailableAt), strings.Compare(a.ID, b.ID))
-	})
-	last := &rows[len(rows)-1]
-	if ordered {
-		last = &rows[0]
-		for i := range rows {
-			if compareAggregates(&rows[i], last) > 0 {
-				last = &rows[i]
-			}
-		}
-	}
-	keyless, key := aggregateKey(last)
-	return &outboxdriver.Position{DueAt: last.AvailableAt, ID: last.ID,
-		Topic: last.Topic, AggregateType: last.AggregateType, Keyless: keyless, Key: key}
-}
-
-func compareAggregates(a, b *outboxdriver.Row) int {
-	aKeyless, aKey := aggregateKey(a)
-	bKeyless, bKey := aggregateKey(b)
-	keyless := 0
-	switch {
-	case aKeyless && !bKeyless:
-		keyless = 1
-	case !aKeyless && bKeyless:
-		keyless = -1
-	}
-	return cmp.Or(strings.Compare(a.Topic, b.Topic), strings.Compare(a.AggregateType, b.AggregateType),
-		keyless, strings.Compare(aKey, bKey))
-}
-
-func aggregateKey(r *outboxdriver.Row) (keyless bool, key string) {
-	if r.AggregateID == "" {
-		return true, r.ID
-	}
-	return false, r.AggregateID
+	return claimorder.Sort(rows, ordered)
 }
 
 // IDs returns the ids of events or rows, in order.

@@ -352,7 +352,7 @@ func (d *driver) Claim(ctx context.Context, p *outboxdriver.ClaimParams) ([]outb
 	args = append(args, p.Limit)
 	var claimed []outboxdriver.Row
 	err := d.readCommitted(ctx, func(tx *sql.Tx) error {
-		rows, err := tx.QueryContext(ctx, query, args...)
+		rows, err := tx.QueryContext(ctx, query, args...) //nolint:rowserrcheck // ScanRowsWithKeys checks rows.Err and closes rows
 		if err != nil {
 			return err
 		}

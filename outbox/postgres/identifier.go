@@ -11,11 +11,11 @@ const (
 )
 
 // ValidateIdentifier reports whether name may be used as a schema or table
-// name: 1 to max characters of lowercase ASCII letters, digits and
+// name: 1 to maxLen characters of lowercase ASCII letters, digits and
 // underscores, not starting with a digit, sqlite_ or pg_ (prefixes the
 // databases keep for themselves). Names are quoted in SQL as well;
 // this rule keeps them free of surprises (case folding, quoting, injection).
 // Every dialect of the outbox applies the same rule.
-func ValidateIdentifier(name string, max int) error {
-	return ident.Validate(name, max, ErrInvalidIdentifier)
+func ValidateIdentifier(name string, maxLen int) error {
+	return ident.Validate(name, maxLen, ErrInvalidIdentifier)
 }

@@ -423,7 +423,7 @@ func opensSavepoint(sql string) bool {
 	const keyword = "savepoint"
 	for {
 		sql = strings.TrimLeft(sql, " \t\r\n\f")
-		end := ""
+		var end string
 		switch {
 		case strings.HasPrefix(sql, "--"):
 			end = "\n"

@@ -245,8 +245,11 @@ func TestInTxTransactionIsClosedAfterward(t *testing.T) {
 		_, err := leaked.Exec(ctx, `SELECT 1`)
 		require.ErrorIs(t, err, pgx.ErrTxClosed)
 		require.ErrorIs(t, leaked.QueryRow(ctx, `SELECT 1`).Scan(new(int)), pgx.ErrTxClosed)
-		_, err = leaked.Query(ctx, `SELECT 1`)
+		rows, err := leaked.Query(ctx, `SELECT 1`)
 		require.ErrorIs(t, err, pgx.ErrTxClosed)
+		if rows != nil {
+			rows.Close()
+		}
 		require.ErrorIs(t, leaked.SendBatch(ctx, &pgx.Batch{}).Close(), pgx.ErrTxClosed)
 		_, err = leaked.Begin(ctx)
 		require.ErrorIs(t, err, pgx.ErrTxClosed)

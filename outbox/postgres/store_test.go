@@ -32,9 +32,7 @@ func TestStore(t *testing.T) {
 			fn   func(ctx context.Context, pool *pgxpool.Pool) (pgx.Tx, error)
 		}{
 			{"pgx", func(ctx context.Context, pool *pgxpool.Pool) (pgx.Tx, error) { return pool.Begin(ctx) }},
-			{"InTx", func(ctx context.Context, pool *pgxpool.Pool) (pgx.Tx, error) {
-				return postgres.BeginPipeline(ctx, pool)
-			}},
+			{"InTx", postgres.BeginPipeline},
 		} {
 			t.Run(mode.String()+"/"+begin.name, func(t *testing.T) {
 				t.Parallel()

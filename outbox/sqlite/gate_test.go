@@ -34,6 +34,7 @@ func TestGateOfIsOnePerDatabase(t *testing.T) {
 	b, err := sql.Open(DriverName, "file:/gate-b?vfs=memdb")
 	require.NoError(t, err)
 	defer b.Close()
-	require.Same(t, gateOf(a), gateOf(a))
+	first := gateOf(a)
+	require.Same(t, first, gateOf(a), "a gate per database, not per call")
 	require.NotSame(t, gateOf(a), gateOf(b))
 }

@@ -1,4 +1,4 @@
-package watermilladapter
+package claimorder
 
 import (
 	"testing"
@@ -9,14 +9,16 @@ import (
 	"github.com/wmoutbox/wmoutbox/outbox/outboxdriver"
 )
 
-// sortClaimed puts a claim's rows in due order and returns where the
+// Sort puts a claim's rows in due order and returns where the
 // claim's cursor goes: after the last row in due order or, ordered, after
 // the last aggregate in aggregate order (topic, aggregate type, rows
 // without an aggregate id after those with one, then the key, byte by
 // byte), whatever order the rows came in.
-func TestSortClaimed(t *testing.T) {
+var start = time.Date(2026, 11, 29, 8, 0, 0, 0, time.UTC)
+
+func TestSort(t *testing.T) {
 	t.Parallel()
-	at := func(s int) time.Time { return testStart.Add(time.Duration(s) * time.Second) }
+	at := func(s int) time.Time { return start.Add(time.Duration(s) * time.Second) }
 	row := func(id string, due int, topic, aggregateType, aggregateID string) outboxdriver.Row {
 		return outboxdriver.Row{ID: id, Topic: topic, AggregateType: aggregateType, AggregateID: aggregateID, AvailableAt: at(due)}
 	}
@@ -62,7 +64,7 @@ func TestSortClaimed(t *testing.T) {
 			t.Parallel()
 			for _, ordered := range []bool{false, true} {
 				rows := append([]outboxdriver.Row(nil), tt.rows...)
-				got := sortClaimed(rows, ordered)
+				got := Sort(rows, ordered)
 				var order []string
 				for _, r := range rows {
 					order = append(order, r.ID)
