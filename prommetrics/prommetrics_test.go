@@ -33,6 +33,9 @@ func TestSeries(t *testing.T) {
 	m.StoreError("orders", "claim")
 	m.StoreError("orders", "claim")
 	m.StoreError("", "record")
+	m.DeadEvents("payments", 4)
+	m.DeadEvents("payments", 3) // replayed one: a gauge, not a counter
+	m.Handled("orders", true, 2*time.Millisecond)
 
 	expected := `
 # HELP outbox_hot_enqueued_total Events queued for delivery right after commit.
@@ -57,6 +60,9 @@ outbox_pending_events{topic="orders"} 1234
 # HELP outbox_oldest_pending_age_seconds How long the earliest due pending event of the topic has been due.
 # TYPE outbox_oldest_pending_age_seconds gauge
 outbox_oldest_pending_age_seconds{topic="orders"} 90
+# HELP outbox_dead_events DEAD events of the topic.
+# TYPE outbox_dead_events gauge
+outbox_dead_events{topic="payments"} 3
 # HELP outbox_store_errors_total Failed operations of the relay on the database: claim, backlog, record (outcomes and releases, retried) and give_up.
 # TYPE outbox_store_errors_total counter
 outbox_store_errors_total{operation="claim",topic="orders"} 2
@@ -64,17 +70,47 @@ outbox_store_errors_total{operation="record",topic=""} 1
 `
 	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(expected),
 		"outbox_hot_enqueued_total", "outbox_hot_dropped_total", "outbox_cold_enqueued_total", "outbox_dead_total",
-		"outbox_queue_depth", "outbox_pending_events", "outbox_oldest_pending_age_seconds", "outbox_store_errors_total"))
+		"outbox_queue_depth", "outbox_pending_events", "outbox_oldest_pending_age_seconds", "outbox_store_errors_total",
+		"outbox_dead_events"))
 	problems, err := testutil.GatherAndLint(reg)
 	require.NoError(t, err)
 	require.Empty(t, problems, "series names and help texts as Prometheus's linter wants them")
 	require.Equal(t, 1, testutil.CollectAndCount(reg, "outbox_delivery_latency_seconds"))
 	require.Equal(t, 1, testutil.CollectAndCount(reg, "outbox_failures_total"))
+	require.Equal(t, 1, testutil.CollectAndCount(reg, "outbox_handler_duration_seconds"))
 
 	_, err = prommetrics.New(reg, prommetrics.Config{})
 	require.Error(t, err, "registering twice is refused")
 	_, err = prommetrics.New(nil, prommetrics.Config{})
 	require.ErrorIs(t, err, outbox.ErrInvalidRequest)
+}
+
+// The handler duration is a histogram by topic and outcome, on the
+// latency buckets.
+func TestHandlerDuration(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewPedanticRegistry()
+	m, err := prommetrics.New(reg, prommetrics.Config{Namespace: "relay", LatencyBuckets: []float64{0.1, 1}})
+	require.NoError(t, err)
+	m.Handled("orders", true, 50*time.Millisecond)
+	m.Handled("orders", true, 500*time.Millisecond)
+	m.Handled("orders", false, 2*time.Second)
+
+	expected := `
+# HELP relay_handler_duration_seconds Time from an event's message being handed to the handler to its ack or nack (outcome).
+# TYPE relay_handler_duration_seconds histogram
+relay_handler_duration_seconds_bucket{outcome="ack",topic="orders",le="0.1"} 1
+relay_handler_duration_seconds_bucket{outcome="ack",topic="orders",le="1"} 2
+relay_handler_duration_seconds_bucket{outcome="ack",topic="orders",le="+Inf"} 2
+relay_handler_duration_seconds_sum{outcome="ack",topic="orders"} 0.55
+relay_handler_duration_seconds_count{outcome="ack",topic="orders"} 2
+relay_handler_duration_seconds_bucket{outcome="nack",topic="orders",le="0.1"} 0
+relay_handler_duration_seconds_bucket{outcome="nack",topic="orders",le="1"} 0
+relay_handler_duration_seconds_bucket{outcome="nack",topic="orders",le="+Inf"} 1
+relay_handler_duration_seconds_sum{outcome="nack",topic="orders"} 2
+relay_handler_duration_seconds_count{outcome="nack",topic="orders"} 1
+`
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(expected), "relay_handler_duration_seconds"))
 }
 
 // Prometheus checks histogram buckets only at the first observation, by
