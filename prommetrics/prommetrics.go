@@ -42,6 +42,12 @@
 // process's relays decided: a failure or a DEAD decided after another
 // relay claimed the event again (the handler outlived its lease) is
 // counted but not recorded.
+//
+// The counters of events (enqueued, dropped, delivered, failures, dead)
+// of a topic exist, at 0, from its first backlog read on: increase() and
+// rate() then see the first event a process counts, which a series born
+// at 1 would hide from them (an alert on increase(outbox_dead_total[…])
+// would miss the first DEAD event of a relay).
 package prommetrics
 
 import (
@@ -179,10 +185,14 @@ func (m *Metrics) StoreError(topic, operation string) {
 }
 
 // Backlog implements [outbox.Metrics]: outbox_pending_events and
-// outbox_oldest_pending_age_seconds.
+// outbox_oldest_pending_age_seconds. The topic's counters of events start
+// at 0 with it, unless they exist already (see the package doc).
 func (m *Metrics) Backlog(topic string, pending int64, oldest time.Duration) {
 	m.pending.WithLabelValues(topic).Set(float64(pending))
 	m.oldestAge.WithLabelValues(topic).Set(oldest.Seconds())
+	for _, c := range []*prometheus.CounterVec{m.hotEnqueued, m.hotDropped, m.coldEnqueued, m.delivered, m.failures, m.dead} {
+		c.WithLabelValues(topic)
+	}
 }
 
 // DeadEvents implements [outbox.Metrics]: outbox_dead_events.

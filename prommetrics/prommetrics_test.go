@@ -49,6 +49,7 @@ outbox_hot_dropped_total{topic="orders"} 1
 outbox_cold_enqueued_total{topic="orders"} 50
 # HELP outbox_dead_total Events that went DEAD.
 # TYPE outbox_dead_total counter
+outbox_dead_total{topic="orders"} 0
 outbox_dead_total{topic="payments"} 1
 # HELP outbox_queue_depth Events waiting in the queues of the topic's subscriptions.
 # TYPE outbox_queue_depth gauge
@@ -83,6 +84,43 @@ outbox_store_errors_total{operation="record",topic=""} 1
 	require.Error(t, err, "registering twice is refused")
 	_, err = prommetrics.New(nil, prommetrics.Config{})
 	require.ErrorIs(t, err, outbox.ErrInvalidRequest)
+}
+
+// The counters of a topic whose backlog was read exist from 0, so that
+// increase() sees its first event: a DEAD event alert must fire on a
+// relay's first DEAD event too.
+func TestCountersOfAnObservedTopicStartAtZero(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewPedanticRegistry()
+	m, err := prommetrics.New(reg, prommetrics.Config{})
+	require.NoError(t, err)
+	m.Delivered("orders", time.Millisecond)
+	m.Backlog("orders", 0, 0)
+	m.Backlog("orders", 0, 0)
+
+	expected := `
+# HELP outbox_delivered_total Acknowledged events.
+# TYPE outbox_delivered_total counter
+outbox_delivered_total{topic="orders"} 1
+# HELP outbox_dead_total Events that went DEAD.
+# TYPE outbox_dead_total counter
+outbox_dead_total{topic="orders"} 0
+# HELP outbox_failures_total Failed deliveries scheduled for another attempt.
+# TYPE outbox_failures_total counter
+outbox_failures_total{topic="orders"} 0
+# HELP outbox_hot_dropped_total Events the hot path could not take; they wait for the cold path.
+# TYPE outbox_hot_dropped_total counter
+outbox_hot_dropped_total{topic="orders"} 0
+# HELP outbox_hot_enqueued_total Events queued for delivery right after commit.
+# TYPE outbox_hot_enqueued_total counter
+outbox_hot_enqueued_total{topic="orders"} 0
+# HELP outbox_cold_enqueued_total Events claimed by the cold path.
+# TYPE outbox_cold_enqueued_total counter
+outbox_cold_enqueued_total{topic="orders"} 0
+`
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(expected),
+		"outbox_delivered_total", "outbox_dead_total", "outbox_failures_total",
+		"outbox_hot_dropped_total", "outbox_hot_enqueued_total", "outbox_cold_enqueued_total"))
 }
 
 // The handler duration is a histogram by topic and outcome, on the
