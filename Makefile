@@ -15,14 +15,18 @@ GOLANGCI_LINT_VERSION := v2.15.0
 TOOLS_BIN             ?= $(CURDIR)/.bin
 GOLANGCI_LINT         := $(TOOLS_BIN)/golangci-lint
 
+# promtool checks the alert rules of deploy/prometheus; Debian and Ubuntu
+# ship it in the prometheus package (.ci/run installs it when missing).
+PROMTOOL ?= promtool
+
 SHELL       := bash
 .SHELLFLAGS := -euo pipefail -c
 .DEFAULT_GOAL := help
 
-.PHONY: help test test-short lint tools bench fuzz faults tidy tidy-check deps-check examples
+.PHONY: help test test-short lint tools bench fuzz faults tidy tidy-check deps-check examples alerts-check
 
 help: ## List the targets
-	@awk 'BEGIN { FS = ":.*## " } /^[a-zA-Z_-]+:.*## / { printf "  %-11s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
+	@awk 'BEGIN { FS = ":.*## " } /^[a-zA-Z_-]+:.*## / { printf "  %-13s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
 
 # each runs its argument, a command, in every module (the module's
 # directory as working directory), and fails after the last one if one of
@@ -96,3 +100,12 @@ tidy-check: ## Fail when go mod tidy would change a go.mod or go.sum (it prints 
 
 deps-check: ## Fail when a user's build of outbox/postgres, watermilladapter or kafkaforward downloads a module it should not
 	.ci/check-deps
+
+# Not per module: the rules are the repository's, not a Go module's.
+alerts-check: ## Check the Prometheus alert rules of deploy/prometheus and run their unit tests (needs promtool)
+	@command -v $(PROMTOOL) >/dev/null || { \
+		echo "alerts-check needs promtool ($(PROMTOOL)), which is not found: install the prometheus package (apt-get install prometheus), or set PROMTOOL" >&2; \
+		exit 1; \
+	}
+	$(PROMTOOL) check rules deploy/prometheus/alerts.yml
+	$(PROMTOOL) test rules deploy/prometheus/alerts_test.yml

@@ -40,4 +40,13 @@ type Metrics interface {
 	// "give_up" (outcomes or releases it gave up on at Close; their events
 	// are delivered again when their leases end).
 	StoreError(topic, operation string)
+	// DeadEvents records how many DEAD events of a topic the table holds,
+	// read with the backlog every BacklogInterval (a failed read counts
+	// as StoreError(topic, "count_dead"); the last count is reported
+	// again while the database cannot be reached).
+	DeadEvents(topic string, n int64)
+	// Handled records how long a handler took with an event: from the
+	// message being taken from the subscription's channel to its Ack
+	// (ack true) or Nack. A message abandoned at Close is not recorded.
+	Handled(topic string, ack bool, d time.Duration)
 }

@@ -15,7 +15,9 @@
 //	outbox_queue_depth{queue}          hot and cold queue lengths, summed over the subscriptions of the topic
 //	outbox_pending_events              NEW and RETRY rows of the topic (alert when it does not fall)
 //	outbox_oldest_pending_age_seconds  how long the earliest due pending row has been due (lag)
+//	outbox_dead_events                 DEAD rows of the topic in the table (alert when it stays above 0)
 //	outbox_delivery_latency_seconds    due → acknowledgement histogram
+//	outbox_handler_duration_seconds{outcome}  handler time histogram: message taken → "ack" or "nack"
 //	outbox_store_errors_total{operation}  failed operations on the database (see outbox.Metrics.StoreError)
 //
 // The names follow Prometheus's conventions, checked by its linter: the
@@ -30,16 +32,22 @@
 // on a registerer that labels its series, such as
 // prometheus.WrapRegistererWith(prometheus.Labels{"table": …}, reg).
 //
-// The queue depths are this process's. Pending count and age are the
-// table's, measured by each subscriber of the topic every BacklogInterval
-// (so aggregate them across instances with max, not sum); they hold the
-// last measurement once no subscription of the topic runs here. While the
-// backlog cannot be read, the count holds and the age grows from the
-// oldest pending event last seen. Topics this process does not subscribe
+// The queue depths are this process's. Pending count, age and DEAD count
+// are the table's, measured by each subscriber of the topic every
+// BacklogInterval (so aggregate them across instances with max, not sum);
+// they hold the last measurement once no subscription of the topic runs
+// here. While the backlog cannot be read, the counts hold and the age
+// grows from the oldest pending event last seen. Topics this process does not subscribe
 // to have no backlog series. The outcome counters count what this
 // process's relays decided: a failure or a DEAD decided after another
 // relay claimed the event again (the handler outlived its lease) is
 // counted but not recorded.
+//
+// The counters of events (enqueued, dropped, delivered, failures, dead)
+// of a topic exist, at 0, from its first backlog read on: increase() and
+// rate() then see the first event a process counts, which a series born
+// at 1 would hide from them (an alert on increase(outbox_dead_total[…])
+// would miss the first DEAD event of a relay).
 package prommetrics
 
 import (
@@ -55,8 +63,9 @@ import (
 type Config struct {
 	// Namespace prefixes every series. Default "outbox".
 	Namespace string
-	// LatencyBuckets are the histogram's upper bounds in seconds, in
-	// increasing order. Default: 0.5 ms to 60 s, roughly doubling.
+	// LatencyBuckets are the upper bounds in seconds, in increasing
+	// order, of both histograms (delivery latency and handler duration).
+	// Default: 0.5 ms to 60 s, roughly doubling.
 	LatencyBuckets []float64
 }
 
@@ -67,7 +76,8 @@ type Metrics struct {
 	delivered, failures, dead             *prometheus.CounterVec
 	storeErrors                           *prometheus.CounterVec
 	queueDepth, pending, oldestAge        *prometheus.GaugeVec
-	latency                               *prometheus.HistogramVec
+	deadEvents                            *prometheus.GaugeVec
+	latency, handled                      *prometheus.HistogramVec
 }
 
 var _ outbox.Metrics = (*Metrics)(nil)
@@ -116,12 +126,16 @@ func New(reg prometheus.Registerer, cfg Config) (*Metrics, error) {
 		storeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Name: "store_errors_total", Help: "Failed operations of the relay on the database: claim, backlog, record (outcomes and releases, retried) and give_up.",
 		}, append(topic, "operation")),
+		deadEvents: gauge("dead_events", "DEAD events of the topic."),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: ns, Name: "delivery_latency_seconds", Help: "Time from an event being due (its commit, unless scheduled or retried) to its acknowledgement.", Buckets: buckets,
 		}, topic),
+		handled: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: ns, Name: "handler_duration_seconds", Help: "Time from an event's message being handed to the handler to its ack or nack (outcome).", Buckets: buckets,
+		}, append(topic, "outcome")),
 	}
 	collectors := []prometheus.Collector{m.hotEnqueued, m.hotDropped, m.coldEnqueued, m.delivered,
-		m.failures, m.dead, m.storeErrors, m.queueDepth, m.pending, m.oldestAge, m.latency}
+		m.failures, m.dead, m.storeErrors, m.queueDepth, m.pending, m.oldestAge, m.deadEvents, m.latency, m.handled}
 	for i, c := range collectors {
 		if err := reg.Register(c); err != nil {
 			for _, registered := range collectors[:i] {
@@ -171,8 +185,28 @@ func (m *Metrics) StoreError(topic, operation string) {
 }
 
 // Backlog implements [outbox.Metrics]: outbox_pending_events and
-// outbox_oldest_pending_age_seconds.
+// outbox_oldest_pending_age_seconds. The topic's counters of events start
+// at 0 with it, unless they exist already (see the package doc).
 func (m *Metrics) Backlog(topic string, pending int64, oldest time.Duration) {
 	m.pending.WithLabelValues(topic).Set(float64(pending))
 	m.oldestAge.WithLabelValues(topic).Set(oldest.Seconds())
+	for _, c := range []*prometheus.CounterVec{m.hotEnqueued, m.hotDropped, m.coldEnqueued, m.delivered, m.failures, m.dead} {
+		c.WithLabelValues(topic)
+	}
+}
+
+// DeadEvents implements [outbox.Metrics]: outbox_dead_events.
+func (m *Metrics) DeadEvents(topic string, n int64) {
+	m.deadEvents.WithLabelValues(topic).Set(float64(n))
+}
+
+// Handled implements [outbox.Metrics]: the
+// outbox_handler_duration_seconds histogram, with outcome "ack" or
+// "nack".
+func (m *Metrics) Handled(topic string, ack bool, d time.Duration) {
+	outcome := "nack"
+	if ack {
+		outcome = "ack"
+	}
+	m.handled.WithLabelValues(topic, outcome).Observe(d.Seconds())
 }

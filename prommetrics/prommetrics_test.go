@@ -33,6 +33,9 @@ func TestSeries(t *testing.T) {
 	m.StoreError("orders", "claim")
 	m.StoreError("orders", "claim")
 	m.StoreError("", "record")
+	m.DeadEvents("payments", 4)
+	m.DeadEvents("payments", 3) // replayed one: a gauge, not a counter
+	m.Handled("orders", true, 2*time.Millisecond)
 
 	expected := `
 # HELP outbox_hot_enqueued_total Events queued for delivery right after commit.
@@ -46,6 +49,7 @@ outbox_hot_dropped_total{topic="orders"} 1
 outbox_cold_enqueued_total{topic="orders"} 50
 # HELP outbox_dead_total Events that went DEAD.
 # TYPE outbox_dead_total counter
+outbox_dead_total{topic="orders"} 0
 outbox_dead_total{topic="payments"} 1
 # HELP outbox_queue_depth Events waiting in the queues of the topic's subscriptions.
 # TYPE outbox_queue_depth gauge
@@ -57,6 +61,9 @@ outbox_pending_events{topic="orders"} 1234
 # HELP outbox_oldest_pending_age_seconds How long the earliest due pending event of the topic has been due.
 # TYPE outbox_oldest_pending_age_seconds gauge
 outbox_oldest_pending_age_seconds{topic="orders"} 90
+# HELP outbox_dead_events DEAD events of the topic.
+# TYPE outbox_dead_events gauge
+outbox_dead_events{topic="payments"} 3
 # HELP outbox_store_errors_total Failed operations of the relay on the database: claim, backlog, record (outcomes and releases, retried) and give_up.
 # TYPE outbox_store_errors_total counter
 outbox_store_errors_total{operation="claim",topic="orders"} 2
@@ -64,17 +71,84 @@ outbox_store_errors_total{operation="record",topic=""} 1
 `
 	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(expected),
 		"outbox_hot_enqueued_total", "outbox_hot_dropped_total", "outbox_cold_enqueued_total", "outbox_dead_total",
-		"outbox_queue_depth", "outbox_pending_events", "outbox_oldest_pending_age_seconds", "outbox_store_errors_total"))
+		"outbox_queue_depth", "outbox_pending_events", "outbox_oldest_pending_age_seconds", "outbox_store_errors_total",
+		"outbox_dead_events"))
 	problems, err := testutil.GatherAndLint(reg)
 	require.NoError(t, err)
 	require.Empty(t, problems, "series names and help texts as Prometheus's linter wants them")
 	require.Equal(t, 1, testutil.CollectAndCount(reg, "outbox_delivery_latency_seconds"))
 	require.Equal(t, 1, testutil.CollectAndCount(reg, "outbox_failures_total"))
+	require.Equal(t, 1, testutil.CollectAndCount(reg, "outbox_handler_duration_seconds"))
 
 	_, err = prommetrics.New(reg, prommetrics.Config{})
 	require.Error(t, err, "registering twice is refused")
 	_, err = prommetrics.New(nil, prommetrics.Config{})
 	require.ErrorIs(t, err, outbox.ErrInvalidRequest)
+}
+
+// The counters of a topic whose backlog was read exist from 0, so that
+// increase() sees its first event: a DEAD event alert must fire on a
+// relay's first DEAD event too.
+func TestCountersOfAnObservedTopicStartAtZero(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewPedanticRegistry()
+	m, err := prommetrics.New(reg, prommetrics.Config{})
+	require.NoError(t, err)
+	m.Delivered("orders", time.Millisecond)
+	m.Backlog("orders", 0, 0)
+	m.Backlog("orders", 0, 0)
+
+	expected := `
+# HELP outbox_delivered_total Acknowledged events.
+# TYPE outbox_delivered_total counter
+outbox_delivered_total{topic="orders"} 1
+# HELP outbox_dead_total Events that went DEAD.
+# TYPE outbox_dead_total counter
+outbox_dead_total{topic="orders"} 0
+# HELP outbox_failures_total Failed deliveries scheduled for another attempt.
+# TYPE outbox_failures_total counter
+outbox_failures_total{topic="orders"} 0
+# HELP outbox_hot_dropped_total Events the hot path could not take; they wait for the cold path.
+# TYPE outbox_hot_dropped_total counter
+outbox_hot_dropped_total{topic="orders"} 0
+# HELP outbox_hot_enqueued_total Events queued for delivery right after commit.
+# TYPE outbox_hot_enqueued_total counter
+outbox_hot_enqueued_total{topic="orders"} 0
+# HELP outbox_cold_enqueued_total Events claimed by the cold path.
+# TYPE outbox_cold_enqueued_total counter
+outbox_cold_enqueued_total{topic="orders"} 0
+`
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(expected),
+		"outbox_delivered_total", "outbox_dead_total", "outbox_failures_total",
+		"outbox_hot_dropped_total", "outbox_hot_enqueued_total", "outbox_cold_enqueued_total"))
+}
+
+// The handler duration is a histogram by topic and outcome, on the
+// latency buckets.
+func TestHandlerDuration(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewPedanticRegistry()
+	m, err := prommetrics.New(reg, prommetrics.Config{Namespace: "relay", LatencyBuckets: []float64{0.1, 1}})
+	require.NoError(t, err)
+	m.Handled("orders", true, 50*time.Millisecond)
+	m.Handled("orders", true, 500*time.Millisecond)
+	m.Handled("orders", false, 2*time.Second)
+
+	expected := `
+# HELP relay_handler_duration_seconds Time from an event's message being handed to the handler to its ack or nack (outcome).
+# TYPE relay_handler_duration_seconds histogram
+relay_handler_duration_seconds_bucket{outcome="ack",topic="orders",le="0.1"} 1
+relay_handler_duration_seconds_bucket{outcome="ack",topic="orders",le="1"} 2
+relay_handler_duration_seconds_bucket{outcome="ack",topic="orders",le="+Inf"} 2
+relay_handler_duration_seconds_sum{outcome="ack",topic="orders"} 0.55
+relay_handler_duration_seconds_count{outcome="ack",topic="orders"} 2
+relay_handler_duration_seconds_bucket{outcome="nack",topic="orders",le="0.1"} 0
+relay_handler_duration_seconds_bucket{outcome="nack",topic="orders",le="1"} 0
+relay_handler_duration_seconds_bucket{outcome="nack",topic="orders",le="+Inf"} 1
+relay_handler_duration_seconds_sum{outcome="nack",topic="orders"} 2
+relay_handler_duration_seconds_count{outcome="nack",topic="orders"} 1
+`
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(expected), "relay_handler_duration_seconds"))
 }
 
 // Prometheus checks histogram buckets only at the first observation, by

@@ -63,6 +63,10 @@ func (*instantDriver) Backlog(context.Context, string) (int64, time.Time, error)
 	return 0, time.Time{}, nil
 }
 
+func (*instantDriver) CountDead(context.Context, outboxdriver.DeadFilter) (int64, error) {
+	return 0, nil
+}
+
 func (d *instantDriver) Release(_ context.Context, p outboxdriver.ReleaseParams) (int64, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()

@@ -15,3 +15,5 @@ func (nopMetrics) Dead(string)                          {}
 func (nopMetrics) AddQueueDepths(string, int, int)      {}
 func (nopMetrics) Backlog(string, int64, time.Duration) {}
 func (nopMetrics) StoreError(string, string)            {}
+func (nopMetrics) DeadEvents(string, int64)             {}
+func (nopMetrics) Handled(string, bool, time.Duration)  {}

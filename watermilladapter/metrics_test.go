@@ -26,6 +26,14 @@ type recordingMetrics struct {
 	counts    map[string]int
 	latencies []time.Duration
 	pending   int64
+	dead      map[string]int64 // the last DEAD count by topic
+	handled   []handled
+}
+
+// handled is a handler's answer and how long it took.
+type handled struct {
+	ack bool
+	d   time.Duration
 }
 
 func (m *recordingMetrics) add(name string, n int) {
@@ -60,6 +68,34 @@ func (m *recordingMetrics) Delivered(_ string, d time.Duration) {
 	m.mu.Unlock()
 }
 func (m *recordingMetrics) StoreError(_, operation string) { m.add("store error "+operation, 1) }
+func (m *recordingMetrics) DeadEvents(topic string, n int64) {
+	m.add("dead events", 1)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.dead == nil {
+		m.dead = map[string]int64{}
+	}
+	m.dead[topic] = n
+}
+
+func (m *recordingMetrics) lastDead(topic string) (int64, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n, ok := m.dead[topic]
+	return n, ok
+}
+
+func (m *recordingMetrics) Handled(_ string, ack bool, d time.Duration) {
+	if ack {
+		m.add("handled ack", 1)
+	} else {
+		m.add("handled nack", 1)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.handled = append(m.handled, handled{ack: ack, d: d})
+}
+
 func (m *recordingMetrics) Backlog(_ string, pending int64, _ time.Duration) {
 	m.add("backlog", 1)
 	m.mu.Lock()
@@ -89,6 +125,8 @@ func TestMetricsFollowDeliveries(t *testing.T) {
 	require.Equal(t, 2, m.get("hot"), "both went to the hot path")
 	require.Equal(t, 1, m.get("failed"), "the poison event failed once before dying")
 	require.Equal(t, 1, m.get("cold"), "its retry came through the cold path")
+	require.Equal(t, 1, m.get("handled ack"), "handler answers")
+	require.Equal(t, 2, m.get("handled nack"), "handler answers")
 	m.mu.Lock()
 	require.Positive(t, m.latencies[0])
 	m.mu.Unlock()
@@ -97,7 +135,37 @@ func TestMetricsFollowDeliveries(t *testing.T) {
 		defer m.mu.Unlock()
 		return m.counts["backlog"] > 1 && m.pending == 0
 	})
+	relaytest.Eventually(t, "the DEAD event counted in the table", func() bool {
+		n, _ := m.lastDead("orders")
+		return n == 1
+	})
 	require.Positive(t, m.get("depths"))
+}
+
+// The handler's time runs on the subscriber's clock, from the message
+// handed over to its Ack or Nack.
+func TestHandlerDurationOnTheSubscribersClock(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t)
+	clock := clocktest.New(testStart)
+	m := &recordingMetrics{}
+	// One worker: a message is handed over once the one before is
+	// answered, so that each handler's time is its own.
+	relaytest.StartOnClock(t, pool, clock, watermilladapter.SubscriberConfig{
+		Metrics: m, WorkerCount: 1, BacklogInterval: time.Hour,
+		RetryPolicy: outbox.Backoff{MaxAttempts: 1},
+	}, relaytest.Handlers{"orders": func(msg *message.Message) error {
+		if string(msg.Payload) == "slow" {
+			clock.Advance(3 * time.Second)
+			return nil
+		}
+		clock.Advance(2 * time.Second)
+		return errors.New("rejected")
+	}}).Publish(t, "orders", newMsg("slow"), newMsg("rejected"))
+	relaytest.Eventually(t, "both answered", func() bool { return m.get("handled ack")+m.get("handled nack") == 2 })
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	require.Equal(t, []handled{{ack: true, d: 3 * time.Second}, {ack: false, d: 2 * time.Second}}, m.handled)
 }
 
 // The queue depths of two subscriptions of one topic add up, and a
@@ -128,7 +196,8 @@ func TestQueueDepthsAddUpAndStopWithTheSubscriptions(t *testing.T) {
 	require.Zero(t, m.get("cold depth"), "after Close")
 }
 
-// backlogCounter counts the backlog queries of the driver it wraps.
+// backlogCounter counts the backlog queries and DEAD counts of the driver
+// it wraps.
 type backlogCounter struct {
 	outboxdriver.Driver[pgx.Tx]
 	queries atomic.Int64
@@ -139,7 +208,13 @@ func (d *backlogCounter) Backlog(ctx context.Context, topic string) (int64, time
 	return d.Driver.Backlog(ctx, topic)
 }
 
-// Without Metrics nobody reads the backlog, so nothing counts it.
+func (d *backlogCounter) CountDead(ctx context.Context, f outboxdriver.DeadFilter) (int64, error) {
+	d.queries.Add(1)
+	return d.Driver.CountDead(ctx, f)
+}
+
+// Without Metrics nobody reads the backlog or counts the DEAD events, so
+// nothing counts them.
 func TestNoBacklogQueriesWithoutMetrics(t *testing.T) {
 	t.Parallel()
 	pool := testdb.New(t)

@@ -107,11 +107,15 @@ func (sub *subscription) process(item queued, wait outbox.Timer) {
 	if !sub.handOver(msg, &item, wait) {
 		return
 	}
+	handed := s.cfg.Clock.Now()
 	acked, answered := answer(msg, sub.abandon.Done())
 	// The context ends on Ack and Nack, as Watermill's contract says, not
 	// once the settler has room for the outcome, which may take as long as
 	// the database does.
 	cancel()
+	if answered {
+		s.cfg.Metrics.Handled(sub.topic, acked, s.cfg.Clock.Now().Sub(handed))
+	}
 	switch {
 	case !answered && s.cfg.Ordered && !isDone(msg.Nacked()):
 		// The handler may still be at work on e: released, e could be
