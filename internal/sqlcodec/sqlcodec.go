@@ -303,6 +303,7 @@ type Table struct {
 	Name       string
 	Quoted     string
 	Inbox      string // the inbox table, quoted
+	Lease      string // the lease table, quoted
 	Label      string // the driver and table, for errors
 	InboxLabel string // the driver and inbox table, for errors
 }
@@ -314,6 +315,6 @@ func NewTable(dialect, name string, quote func(string) string, invalid error) (T
 		return Table{}, fmt.Errorf("%s: table: %w", dialect, err)
 	}
 	inbox := name + migrationfiles.InboxSuffix
-	return Table{Name: name, Quoted: quote(name), Inbox: quote(inbox),
+	return Table{Name: name, Quoted: quote(name), Inbox: quote(inbox), Lease: quote(name + migrationfiles.LeaseSuffix),
 		Label: dialect + ": table " + name, InboxLabel: dialect + ": table " + inbox}, nil
 }

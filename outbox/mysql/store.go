@@ -206,6 +206,8 @@ func rollsBackTransaction(ctx context.Context, tx *sql.Tx, err error) bool {
 
 // MySQL's error numbers that the store tells apart.
 const (
+	erDupFieldName    = 1060
+	erDupKeyName      = 1061
 	erDupEntry        = 1062
 	erLockWaitTimeout = 1205
 	erLockDeadlock    = 1213

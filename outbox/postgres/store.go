@@ -97,6 +97,7 @@ type table struct {
 	schema    string
 	qualified string
 	inbox     string // the inbox table, qualified
+	lease     string // the lease table, qualified
 	sql       statements
 }
 
@@ -123,7 +124,8 @@ func newTable(cfg Config) (*table, error) {
 	}
 	t := &table{name: name, schema: cfg.Schema}
 	t.qualified, t.inbox = t.qualify(name), t.qualify(name+migrationfiles.InboxSuffix)
-	t.sql = renderStatements(cfg.Schema, t.qualified, t.inbox, cfg.SynchronousBookkeeping, cfg.DeleteDone)
+	t.lease = t.qualify(name + migrationfiles.LeaseSuffix)
+	t.sql = renderStatements(cfg.Schema, t.qualified, t.inbox, t.lease, cfg.SynchronousBookkeeping, cfg.DeleteDone)
 	return t, nil
 }
 
