@@ -1,7 +1,10 @@
 package outbox
 
 import (
+	"cmp"
 	"context"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/wmoutbox/wmoutbox/outbox/outboxdriver"
@@ -52,6 +55,12 @@ func (s *Store[Tx]) Stats(ctx context.Context) (Stats, error) {
 	if err != nil {
 		return Stats{}, err
 	}
+	// The driver's parts come in any order: sort them so that the parts
+	// of one topic, or of one owner and topic, are next to each other.
+	slices.SortFunc(res.Topics, func(a, b outboxdriver.TopicStatus) int { return strings.Compare(a.Topic, b.Topic) })
+	slices.SortFunc(res.Claims, func(a, b outboxdriver.OwnerClaims) int {
+		return cmp.Or(strings.Compare(a.Owner, b.Owner), strings.Compare(a.Topic, b.Topic))
+	})
 	stats := Stats{At: now, Topics: make([]TopicStats, 0, len(res.Topics)), Claims: make([]ClaimStats, 0, len(res.Claims))}
 	for _, t := range res.Topics {
 		if n := len(stats.Topics); n == 0 || stats.Topics[n-1].Topic != t.Topic {
@@ -68,14 +77,31 @@ func (s *Store[Tx]) Stats(ctx context.Context) (Stats, error) {
 		case StatusDead:
 			ts.Dead += t.Count
 		}
-		if !t.OldestDue.IsZero() && (ts.OldestDue.IsZero() || t.OldestDue.Before(ts.OldestDue)) {
-			ts.OldestDue = t.OldestDue
-		}
+		ts.OldestDue = earliest(ts.OldestDue, t.OldestDue)
 	}
 	for _, c := range res.Claims {
-		stats.Claims = append(stats.Claims, ClaimStats(c))
+		n := len(stats.Claims)
+		if n == 0 || stats.Claims[n-1].Owner != c.Owner || stats.Claims[n-1].Topic != c.Topic {
+			stats.Claims = append(stats.Claims, ClaimStats(c))
+			continue
+		}
+		cs := &stats.Claims[n-1]
+		cs.Events += c.Events
+		cs.OldestClaim = earliest(cs.OldestClaim, c.OldestClaim)
+		if c.LeaseEnds.After(cs.LeaseEnds) {
+			cs.LeaseEnds = c.LeaseEnds
+		}
 	}
 	return stats, nil
+}
+
+// earliest returns the earlier of a and b, ignoring either when it is
+// zero.
+func earliest(a, b time.Time) time.Time {
+	if a.IsZero() || !b.IsZero() && b.Before(a) {
+		return b
+	}
+	return a
 }
 
 // DeadGroup is the DEAD events that failed for one reason: their errors
