@@ -263,10 +263,15 @@ func (s *Store[Tx]) MarkProcessed(ctx context.Context, tx Tx, consumer, id strin
 
 // PurgeProcessed implements [Inbox].
 func (s *Store[Tx]) PurgeProcessed(ctx context.Context, olderThan time.Duration) (int64, error) {
+	return s.purgeProcessed(ctx, olderThan, defaultPurgeBatch)
+}
+
+// purgeProcessed is PurgeProcessed in batches of batch rows.
+func (s *Store[Tx]) purgeProcessed(ctx context.Context, olderThan time.Duration, batch int) (int64, error) {
 	if err := validateRetention(olderThan); err != nil {
 		return 0, err
 	}
-	p := outboxdriver.PurgeParams{Before: s.clock.Now().Add(-olderThan), Limit: defaultPurgeBatch}
+	p := outboxdriver.PurgeParams{Before: s.clock.Now().Add(-olderThan), Limit: batch}
 	return purgeInBatches(ctx, "purge inbox", p.Limit, nil, func(ctx context.Context) (int64, error) {
 		return s.driver.PurgeProcessedBatch(ctx, p)
 	})

@@ -388,3 +388,37 @@ func testAcquireLease[Tx any](t *testing.T, f *fixture[Tx]) {
 	require.Len(t, won, 1, "one taker gets the lease")
 	require.True(t, acquire("contended", won[0], now, time.Minute), "the winner holds it")
 }
+
+// Retain, once on the real table: its first round takes the lease and
+// purges old DONE and DEAD events and inbox records, and nothing else.
+func testRetain[Tx any](t *testing.T, f *fixture[Tx]) {
+	old := f.write(t, JSONEvents(4, "")...)
+	require.EqualValues(t, 2, f.markDone(t, old[:2]...))
+	require.EqualValues(t, 1, f.record(t, "", dead(old[2], "dead")))
+	require.True(t, f.markProcessed(t, "consumer", "old"))
+	f.Clock.Advance(8 * 24 * time.Hour)
+	recent := f.write(t, JSONEvents(2, "")...)
+	require.EqualValues(t, 1, f.markDone(t, recent[0]))
+	require.EqualValues(t, 1, f.record(t, "", dead(recent[1], "dead")))
+	require.True(t, f.markProcessed(t, "consumer", "recent"))
+
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() {
+		done <- f.Store.Retain(ctx, outbox.RetentionConfig{Dead: 24 * time.Hour, BatchSize: 1})
+	}()
+	require.True(t, f.Clock.WaitForTimers(1, 30*time.Second), "the first round ends")
+	cancel()
+	require.NoError(t, <-done)
+
+	require.Equal(t, 3, f.Count(t), "the old DONE and DEAD events are purged")
+	for _, id := range append(old[3:], recent...) {
+		f.get(t, id)
+	}
+	require.True(t, f.markProcessed(t, "consumer", "old"), "the old inbox record is purged")
+	require.False(t, f.markProcessed(t, "consumer", "recent"))
+	held, err := f.driver.AcquireLease(t.Context(), outboxdriver.LeaseParams{Name: outbox.RetentionLease, Owner: "another",
+		Now: f.Clock.Now(), Until: f.Clock.Now().Add(time.Minute)})
+	require.NoError(t, err)
+	require.False(t, held, "the retention lease is held")
+}
