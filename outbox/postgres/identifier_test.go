@@ -119,7 +119,7 @@ func TestMigrations(t *testing.T) {
 
 	groups := migrations[4]
 	require.Equal(t, "0005_error_groups_and_leases.sql", groups.Name)
-	require.Contains(t, groups.SQL, `CREATE INDEX "t_dead_group_idx" ON "s"."t"`)
+	require.Contains(t, groups.SQL, `CREATE INDEX IF NOT EXISTS "t_dead_group_idx" ON "s"."t"`)
 	require.Contains(t, groups.SQL, `CREATE TABLE "s"."t_lease" (`, "the lease table, like the inbox, is in the schema")
 }
 

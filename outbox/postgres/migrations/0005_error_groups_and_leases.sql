@@ -15,12 +15,16 @@ ALTER TABLE outbox_event ADD COLUMN error_group varchar(16);
 -- this index alone (topic is carried for the groups' topics), and each
 -- group's latest error is one descent. Partial, so that it holds only DEAD
 -- rows.
-CREATE INDEX outbox_event_dead_group_idx ON outbox_event (error_group, updated_at)
+--
+-- CREATE INDEX blocks writes to the table while it reads it. On a large
+-- table, create both indexes beforehand with CREATE INDEX CONCURRENTLY,
+-- with these names and definitions: IF NOT EXISTS then skips them.
+CREATE INDEX IF NOT EXISTS outbox_event_dead_group_idx ON outbox_event (error_group, updated_at)
     INCLUDE (topic) WHERE status = 3;
 
 -- The dead-letter page: DEAD events by id, without walking the primary
 -- key through every delivered event.
-CREATE INDEX outbox_event_dead_idx ON outbox_event (event_id) WHERE status = 3;
+CREATE INDEX IF NOT EXISTS outbox_event_dead_idx ON outbox_event (event_id) WHERE status = 3;
 
 -- Named leases: one process at a time runs what a lease guards (the
 -- retention job, Store.Retain), across processes and hosts. A holder
