@@ -447,3 +447,20 @@ func TestLockWaitTimeoutLeavesTheTransactionUsable(t *testing.T) {
 	require.NoError(t, err, "the event written before the timeout is committed")
 	require.Equal(t, outbox.StatusNew, got.Status)
 }
+
+// TestMigrationCutShortRunsAgain: a migration whose statements were
+// applied but not recorded (a process stopped between the two) is applied
+// again from its start: migration 3's ALTER TABLE, which MySQL cannot
+// write IF NOT EXISTS, finds its column and keys and goes on.
+func TestMigrationCutShortRunsAgain(t *testing.T) {
+	t.Parallel()
+	db := testmysql.New(t)
+	ctx := t.Context()
+	_, err := db.ExecContext(ctx, `DELETE FROM wmoutbox_migration WHERE table_name = 'outbox_event' AND version = 3`)
+	require.NoError(t, err)
+	require.NoError(t, mysql.Migrate(ctx, db, mysql.Config{}))
+	var versions int
+	require.NoError(t, db.QueryRowContext(ctx,
+		`SELECT count(*) FROM wmoutbox_migration WHERE table_name = 'outbox_event' AND version = 3`).Scan(&versions))
+	require.Equal(t, 1, versions)
+}
