@@ -19,10 +19,14 @@ func TestHexIDs(t *testing.T) {
 func TestDeadFilter(t *testing.T) {
 	t.Parallel()
 	died := time.UnixMicro(1_700_000_000_000_001)
-	require.Equal(t, []any{nil, nil, nil, nil}, DeadFilter(outboxdriver.DeadFilter{}), "no filter: every value NULL")
-	require.Equal(t, []any{"[]", " ", " ", Micros(died)},
-		DeadFilter(outboxdriver.DeadFilter{IDs: []string{}, EventType: " ", Topic: " ", DiedBefore: died}),
-		"an empty id list and blank names filter")
+	require.Equal(t, []any{nil, nil, nil, nil, nil, nil, nil, nil, nil, nil}, DeadFilter(outboxdriver.DeadFilter{}),
+		"no filter: every value NULL")
+	require.Equal(t, []any{"[]", " ", " ", Micros(died), " ", " ", "% !%!_!! %", " ", 1, Micros(died.Add(-time.Hour))},
+		DeadFilter(outboxdriver.DeadFilter{IDs: []string{}, EventType: " ", Topic: " ", DiedBefore: died,
+			AggregateType: " ", AggregateID: " ", ErrorContains: " %_! ", Group: " ", Ungrouped: true, DiedAfter: died.Add(-time.Hour)}),
+		"an empty id list and blank names filter; the error is a LIKE pattern")
+	require.Equal(t, []any{nil, nil, nil, nil, nil, nil, "%timeout%", nil, nil, nil},
+		DeadFilter(outboxdriver.DeadFilter{ErrorContains: "TimeOut"}), "in lower case")
 }
 
 func TestOutcomesLeaveOutWhatIsNotSet(t *testing.T) {
@@ -31,15 +35,17 @@ func TestOutcomesLeaveOutWhatIsNotSet(t *testing.T) {
 	batch := Outcomes([]outboxdriver.Outcome{
 		{ID: "r", Status: 2, AttemptSpent: true, NextAt: next, AttemptsChecked: true, AttemptsBefore: 2},
 		{ID: "d", Status: 0, NextAt: next, Error: "later"},
-		{ID: "x", Status: 3, AttemptSpent: true, Error: "gone"},
+		{ID: "x", Status: 3, AttemptSpent: true, Error: "gone", ErrorGroup: "0123456789abcdef"},
+		{ID: "y", Status: 3, AttemptSpent: true, ErrorGroup: "0123456789abcdef"},
 	})
 	var rows []map[string]any
 	require.NoError(t, json.Unmarshal([]byte(batch), &rows))
 	require.Equal(t, []map[string]any{
 		{"id": "72", "status": 2.0, "spent": 1.0, "next_at": 5.0, "before": 2.0},
 		{"id": "64", "status": 0.0, "spent": 0.0, "next_at": 5.0, "error": "later"},
-		{"id": "78", "status": 3.0, "spent": 1.0, "error": "gone"},
-	}, rows, "no error, no next time, no attempt check: absent, which the statements read as NULL")
+		{"id": "78", "status": 3.0, "spent": 1.0, "error": "gone", "group": "0123456789abcdef"},
+		{"id": "79", "status": 3.0, "spent": 1.0},
+	}, rows, "no error (and then no group), no next time, no attempt check: absent, which the statements read as NULL")
 }
 
 func TestInsertValues(t *testing.T) {

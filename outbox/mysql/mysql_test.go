@@ -107,7 +107,7 @@ func TestMigrationsAreRenderedForTheTable(t *testing.T) {
 	t.Parallel()
 	migrations, err := mysql.Migrations(mysql.Config{Table: "shop_events"})
 	require.NoError(t, err)
-	require.Len(t, migrations, 2)
+	require.Len(t, migrations, 3)
 	for i, m := range migrations {
 		require.Equal(t, i+1, m.Version)
 		require.NotContains(t, m.SQL, "outbox_event", m.Name)
@@ -115,6 +115,8 @@ func TestMigrationsAreRenderedForTheTable(t *testing.T) {
 	}
 	require.Contains(t, migrations[0].SQL, "CREATE TABLE IF NOT EXISTS `shop_events`")
 	require.Contains(t, migrations[1].SQL, "CREATE TABLE IF NOT EXISTS `shop_events_inbox`")
+	require.Contains(t, migrations[2].SQL, "CREATE TABLE IF NOT EXISTS `shop_events_lease`")
+	require.Contains(t, migrations[2].SQL, "ADD KEY `shop_events_dead_group_idx`")
 }
 
 // TestLargeBatchIsWrittenWholeOrNotAtAll: a batch of several statements
@@ -444,4 +446,21 @@ func TestLockWaitTimeoutLeavesTheTransactionUsable(t *testing.T) {
 	got, err := store.Get(ctx, before[0])
 	require.NoError(t, err, "the event written before the timeout is committed")
 	require.Equal(t, outbox.StatusNew, got.Status)
+}
+
+// TestMigrationCutShortRunsAgain: a migration whose statements were
+// applied but not recorded (a process stopped between the two) is applied
+// again from its start: migration 3's ALTER TABLE, which MySQL cannot
+// write IF NOT EXISTS, finds its column and keys and goes on.
+func TestMigrationCutShortRunsAgain(t *testing.T) {
+	t.Parallel()
+	db := testmysql.New(t)
+	ctx := t.Context()
+	_, err := db.ExecContext(ctx, `DELETE FROM wmoutbox_migration WHERE table_name = 'outbox_event' AND version = 3`)
+	require.NoError(t, err)
+	require.NoError(t, mysql.Migrate(ctx, db, mysql.Config{}))
+	var versions int
+	require.NoError(t, db.QueryRowContext(ctx,
+		`SELECT count(*) FROM wmoutbox_migration WHERE table_name = 'outbox_event' AND version = 3`).Scan(&versions))
+	require.Equal(t, 1, versions)
 }
