@@ -139,7 +139,11 @@ func New(store Store, cfg Config) (*Handler, error) {
 	h.mux.HandleFunc("POST /dead/{action}", h.action)
 	h.mux.HandleFunc("GET /events/{id}", h.event)
 	h.mux.HandleFunc("GET /pending", h.pending)
-	h.mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(staticFS)))
+	for _, name := range []string{"admin.css", "admin.js"} {
+		h.mux.HandleFunc("GET /static/"+name, func(w http.ResponseWriter, r *http.Request) {
+			http.ServeFileFS(w, r, staticFS, name)
+		})
+	}
 	h.mux.HandleFunc("/", h.notFound)
 	return h, nil
 }

@@ -101,7 +101,7 @@ type deadData struct {
 type eventRow struct {
 	ID, Status, Topic, Type, Aggregate string
 	Attempts                           int
-	Updated, LastError                 string
+	Updated, Due, LastError            string
 	Link, GroupLink                    string
 }
 
@@ -184,7 +184,7 @@ func (h *Handler) eventRows(base string, events []outbox.Event) []eventRow {
 		e := &events[i]
 		rows[i] = eventRow{
 			ID: e.ID, Status: e.Status.String(), Topic: e.Topic, Type: string(e.Type), Aggregate: string(e.AggregateType),
-			Attempts: e.Attempts, Updated: fmtTime(e.UpdatedAt), LastError: shorten(160, e.LastError),
+			Attempts: e.Attempts, Updated: fmtTime(e.UpdatedAt), Due: fmtTime(e.AvailableAt), LastError: shorten(160, e.LastError),
 			Link: eventLink(base, e.ID),
 		}
 		if e.AggregateID != "" {

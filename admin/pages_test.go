@@ -214,6 +214,7 @@ func TestPendingPage(t *testing.T) {
 	require.Contains(t, body, `<a href="./events/02A">02A</a>`)
 	require.NotContains(t, body, "01A", "a DEAD event on the pending page")
 	require.NotContains(t, body, `type="checkbox"`)
+	require.Contains(t, body, "<th>Due</th>", "pending events show when they are due")
 	require.Equal(t, "./pending?after=02A", hrefTo(t, body, "Next page"))
 
 	body = br.get("/pending?topic=orders&status=RETRY", http.StatusOK)
@@ -254,6 +255,7 @@ func TestSecurityHeaders(t *testing.T) {
 	require.Equal(t, http.StatusOK, w.Code)
 	require.Contains(t, w.Header().Get("Content-Type"), "javascript")
 	require.Contains(t, w.Body.String(), "data-select-all")
+	require.Equal(t, http.StatusNotFound, br.do(http.MethodGet, "/static/", nil).Code, "no listing")
 
 	// No inline script or style: the CSP would block them.
 	body := br.get("/dead", http.StatusOK)

@@ -33,11 +33,15 @@ func parsePages(names ...string) map[string]*template.Template {
 		"time":  fmtTime,
 		"num":   fmtNumber,
 		"short": shorten,
-		"eventsTable": func(events []eventRow, selectable bool) any {
+		// eventsTable is the argument of the events template: the rows,
+		// whether they have checkboxes, and whether the time column is
+		// when they are due (pending) or when they were last updated
+		// (dead: when they died).
+		"eventsTable": func(events []eventRow, selectable, due bool) any {
 			return struct {
-				Events []eventRow
-				Select bool
-			}{events, selectable}
+				Events      []eventRow
+				Select, Due bool
+			}{events, selectable, due}
 		},
 	}
 	m := make(map[string]*template.Template, len(names))
@@ -252,14 +256,15 @@ func viewPayload(jsonPayload, bytesPayload []byte, limit int, hide bool) payload
 }
 
 // trimPartialRune drops an incomplete UTF-8 sequence at the end of b, left
-// by a cut.
+// by a cut; invalid bytes stay, for the caller to see.
 func trimPartialRune(b []byte) []byte {
-	for i := 0; i < utf8.UTFMax && len(b) > 0; i++ {
-		r, size := utf8.DecodeLastRune(b)
-		if r != utf8.RuneError || size != 1 {
+	for i := len(b) - 1; i >= 0 && i >= len(b)-utf8.UTFMax; i-- {
+		if utf8.RuneStart(b[i]) {
+			if !utf8.FullRune(b[i:]) {
+				return b[:i]
+			}
 			return b
 		}
-		b = b[:len(b)-1]
 	}
 	return b
 }
