@@ -29,6 +29,10 @@ const DefaultTable = "outbox_event"
 // create DefaultTable+InboxSuffix, and every dialect renders it so.
 const InboxSuffix = "_inbox"
 
+// LeaseSuffix names the lease table after the outbox table, as InboxSuffix
+// does the inbox: the files create DefaultTable+LeaseSuffix.
+const LeaseSuffix = "_lease"
+
 // token matches the table name and the index names derived from it.
 var token = regexp.MustCompile(`\b` + DefaultTable + `(_[a-z0-9_]+)?\b`)
 
