@@ -12,7 +12,9 @@ import (
 
 // Store is what the pages read and change: the operator methods of
 // *outbox.Store, which every dialect's store is (*postgres.Store,
-// *mysql.Store, *sqlite.Store). A fake of your own serves for tests.
+// *mysql.Store, *sqlite.Store). A fake of your own serves for tests; it
+// must be safe for concurrent use, as the overview calls Stats and
+// DeadGroups at once.
 type Store interface {
 	// Stats reads the counts by topic and status and the claims in
 	// flight: the overview.

@@ -25,8 +25,10 @@
 //   - GET /dead — the dead letters: the failure groups ([outbox.DeadGroup])
 //     and the DEAD events, filtered by topic, event type, aggregate,
 //     error text, failure group (?group=) and time of death, a page at a
-//     time (?after= the last id; ?limit= up to [MaxPageSize]), with the
-//     total of CountDead.
+//     time (?after= the last id; ?limit= up to [MaxPageSize]), with their
+//     total: the sum of the groups' counts when the page lists every
+//     group, which spares the store a second pass over the DEAD events;
+//     CountDead's otherwise.
 //   - POST /dead/replay, POST /dead/purge — replay or purge the selected
 //     events, a failure group, or every event matching the filter; see
 //     Actions.
