@@ -4,8 +4,9 @@ GO       ?= go
 FUZZTIME ?= 20s
 
 # The repository's modules: the library at the root, then those that keep
-# what only they need out of the library's go.mod (bench, faults,
-# forward/kafkaforward/interop). Each target runs in every one of them.
+# what only they need out of the library's go.mod (admin/browsertest,
+# bench, faults, forward/kafkaforward/interop). Each target runs in every
+# one of them.
 MODULES := . $(sort $(patsubst ./%/go.mod,%,$(shell find . -mindepth 2 -name go.mod -not -path './.git/*')))
 
 # golangci-lint is pinned: `make tools` installs this version into
