@@ -1,0 +1,59 @@
+// Command wmoutbox inspects and maintains the outbox table of a wmoutbox
+// store, on PostgreSQL, MySQL/MariaDB or SQLite.
+//
+//	go install github.com/wmoutbox/wmoutbox/cmd/wmoutbox@latest
+//
+// # Usage
+//
+//	wmoutbox [global flags] <command> [subcommand] [flags]
+//
+// Every command takes the global flags, before or after its name:
+//
+//	--database-url URL  the database (default: the DATABASE_URL environment variable)
+//	--schema NAME       PostgreSQL: the table's schema (default: the search_path)
+//	--table NAME        the outbox table (default outbox_event)
+//	--json              write JSON instead of aligned columns
+//
+// and -h, which prints a command's flags.
+//
+// # Database URLs
+//
+//   - postgres://user:password@host:5432/db?sslmode=disable (or
+//     postgresql://): any URL or keyword/value string pgx reads;
+//   - mysql://user:password@host:3306/db?param=value, the form goose and
+//     golang-migrate take: TCP to host (port 3306 when none), the
+//     parameters those of github.com/go-sql-driver/mysql's DSN. A driver
+//     DSN is taken too, after mysql:// or bare:
+//     mysql://user:password@tcp(host:3306)/db or user@unix(/run/mysqld/mysqld.sock)/db.
+//     The store needs no DSN parameter (its times are integers; parseTime
+//     and loc do not matter);
+//   - sqlite:PATH or sqlite://PATH: the database file, opened as
+//     [github.com/wmoutbox/wmoutbox/outbox/sqlite.Open] opens it (created
+//     if missing). Everything after the scheme is the path:
+//     sqlite:///var/lib/app/app.db is the absolute path
+//     /var/lib/app/app.db, sqlite:app.db a relative one.
+//
+// # Commands
+//
+//	migrate up       apply the migrations the table lacks, and list them
+//	migrate status   list every migration, applied (and when) or pending
+//	migrate sql      write the migrations out as SQL: --format plain (one
+//	                 script, as Migrate runs it), goose or golang-migrate
+//	                 (one file or pair per migration), to standard output
+//	                 or into --out DIR
+//
+// The scripts of migrate sql record themselves in the wmoutbox_migration
+// table, as the dialects' Migrate does: a table migrated with goose or
+// golang-migrate is one that migrate status, the store and migrate up
+// (which then applies nothing) agree on. docs/migrations.md has more.
+//
+// Commands that read or change the outbox table refuse one that lacks a
+// migration, asking for `wmoutbox migrate up`.
+//
+// # Exit codes
+//
+//	0  success
+//	1  error: the database could not be reached, a statement failed, ...
+//	2  usage: bad flags or arguments, or an unusable --database-url
+//	3  a check found what it looks for (reserved for stats --fail-if)
+package main
