@@ -292,30 +292,6 @@ func TestMigrateSQLFormats(t *testing.T) {
 	}
 }
 
-func TestGooseStatementBlocks(t *testing.T) {
-	t.Parallel()
-	d := &database{dialect: dialectPostgres, postgres: postgres.Config{Table: "t"}}
-	got := gooseFile(d, migrationfiles.Script{
-		Version: 7, Name: "0007_f.sql",
-		Up:   "CREATE TABLE a (x int);\n\n-- f\nDO $$ BEGIN PERFORM 1; END $$;\n",
-		Down: "DROP TABLE a;\n",
-	})
-	require.Equal(t, `-- wmoutbox migration 7 (0007_f.sql), up and down, for the postgres table t.
--- Written by `+"`wmoutbox migrate sql`"+`; it records itself in wmoutbox_migration.
-
--- +goose Up
-CREATE TABLE a (x int);
-
--- +goose StatementBegin
--- f
-DO $$ BEGIN PERFORM 1; END $$;
--- +goose StatementEnd
-
--- +goose Down
-DROP TABLE a;
-`, got)
-}
-
 func TestUsageErrors(t *testing.T) {
 	t.Parallel()
 	tests := []struct {

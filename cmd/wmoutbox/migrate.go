@@ -10,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/wmoutbox/wmoutbox/internal/migrationfiles"
@@ -229,23 +228,21 @@ func migrateSQL(_ context.Context, c *cli, args []string, format, out string) er
 	if err != nil {
 		return err
 	}
-	var files []file
+	about := fmt.Sprintf("the %s table %s", d.dialect, d.qualifiedTable())
+	var rendered []migrationfiles.File
 	switch format {
 	case formatPlain:
-		files = []file{{Name: "wmoutbox_" + d.table() + ".sql", SQL: plainScript(d, scripts)}}
+		rendered = []migrationfiles.File{migrationfiles.PlainFile("wmoutbox_"+d.table()+".sql", about, scripts, d.dialect != dialectMySQL)}
 	case formatGoose:
-		for _, s := range scripts {
-			files = append(files, file{Name: s.Name, SQL: gooseFile(d, s)})
-		}
+		rendered = migrationfiles.GooseFiles(about, scripts)
 	case formatGolangMigrate:
-		for _, s := range scripts {
-			base := strings.TrimSuffix(s.Name, ".sql")
-			files = append(files,
-				file{Name: base + ".up.sql", SQL: header(d, s, "up") + s.Up},
-				file{Name: base + ".down.sql", SQL: header(d, s, "down") + s.Down})
-		}
+		rendered = migrationfiles.GolangMigrateFiles(about, scripts)
 	default:
 		return usagef("--format: unknown format %q (want plain, goose or golang-migrate)", format)
+	}
+	files := make([]file, 0, len(rendered))
+	for _, f := range rendered {
+		files = append(files, file{Name: f.Name, SQL: f.SQL})
 	}
 	if out == "" {
 		if c.globals.json {
@@ -304,53 +301,4 @@ func writeFiles(dir string, files []file) ([]file, error) {
 		written = append(written, file{Name: f.Name, Path: path})
 	}
 	return written, nil
-}
-
-// header is the comment that opens a file for migration s.
-func header(d *database, s migrationfiles.Script, direction string) string {
-	return fmt.Sprintf("-- wmoutbox migration %d (%s), %s, for the %s table %s.\n"+
-		"-- Written by `wmoutbox migrate sql`; it records itself in wmoutbox_migration.\n\n",
-		s.Version, s.Name, direction, d.dialect, d.qualifiedTable())
-}
-
-// plainScript is every up script in one, in a transaction where the
-// dialect has transactional DDL, as Migrate applies them.
-func plainScript(d *database, scripts []migrationfiles.Script) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "-- wmoutbox migrations 1 to %d for the %s table %s, as Migrate applies them.\n"+
-		"-- Written by `wmoutbox migrate sql`; each records itself in wmoutbox_migration.\n",
-		scripts[len(scripts)-1].Version, d.dialect, d.qualifiedTable())
-	transactional := d.dialect != dialectMySQL
-	if transactional {
-		b.WriteString("\nBEGIN;\n")
-	}
-	for _, s := range scripts {
-		fmt.Fprintf(&b, "\n-- Migration %d: %s\n\n%s", s.Version, s.Name, s.Up)
-	}
-	if transactional {
-		b.WriteString("\nCOMMIT;\n")
-	}
-	return b.String()
-}
-
-// gooseFile is migration s in goose's format: its statements under
-// -- +goose Up and Down, those with a semicolon inside (a function body, a
-// DO block) between StatementBegin and StatementEnd, since goose otherwise
-// ends a statement at every line that ends with a semicolon.
-func gooseFile(d *database, s migrationfiles.Script) string {
-	var b strings.Builder
-	b.WriteString(header(d, s, "up and down"))
-	section := func(annotation, script string) {
-		b.WriteString("-- +goose " + annotation + "\n")
-		for _, st := range migrationfiles.Split(script) {
-			if st.Nested {
-				b.WriteString("-- +goose StatementBegin\n" + st.Text + "\n-- +goose StatementEnd\n\n")
-				continue
-			}
-			b.WriteString(st.Text + "\n\n")
-		}
-	}
-	section("Up", s.Up)
-	section("Down", s.Down)
-	return strings.TrimSuffix(b.String(), "\n")
 }

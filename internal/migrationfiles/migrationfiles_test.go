@@ -151,3 +151,36 @@ func FuzzSplit(f *testing.F) {
 		require.LessOrEqual(t, len(strings.Join(strings.Fields(joined.String()), "")), len(strings.Join(strings.Fields(script), "")))
 	})
 }
+
+func TestGooseFiles(t *testing.T) {
+	t.Parallel()
+	files := migrationfiles.GooseFiles("the postgres table t", []migrationfiles.Script{{
+		Version: 7, Name: "0007_f.sql",
+		Up:   "CREATE TABLE a (x int);\n\n-- f\nDO $$ BEGIN PERFORM 1; END $$;\n",
+		Down: "DROP TABLE a;\n",
+	}})
+	require.Equal(t, []migrationfiles.File{{Name: "0007_f.sql", SQL: `-- wmoutbox migration 7 (0007_f.sql), up and down, for the postgres table t.
+-- Written by ` + "`wmoutbox migrate sql`" + `; it records itself in wmoutbox_migration.
+
+-- +goose Up
+CREATE TABLE a (x int);
+
+-- +goose StatementBegin
+-- f
+DO $$ BEGIN PERFORM 1; END $$;
+-- +goose StatementEnd
+
+-- +goose Down
+DROP TABLE a;
+`}}, files)
+}
+
+func TestGolangMigrateFiles(t *testing.T) {
+	t.Parallel()
+	files := migrationfiles.GolangMigrateFiles("the sqlite table t", []migrationfiles.Script{{Version: 1, Name: "0001_a.sql", Up: "U;\n", Down: "D;\n"}})
+	require.Len(t, files, 2)
+	require.Equal(t, "0001_a.up.sql", files[0].Name)
+	require.True(t, strings.HasSuffix(files[0].SQL, "\n\nU;\n"), files[0].SQL)
+	require.Equal(t, "0001_a.down.sql", files[1].Name)
+	require.True(t, strings.HasSuffix(files[1].SQL, "\n\nD;\n"), files[1].SQL)
+}
