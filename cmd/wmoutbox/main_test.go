@@ -401,3 +401,22 @@ func TestParseDatabaseURL(t *testing.T) {
 		require.Equal(t, "db", target.postgres.ConnConfig.Database)
 	}
 }
+
+// TestSplitMigrations splits every dialect's migrations into statements
+// that hold no semicolon inside: those goose runs without StatementBegin.
+func TestSplitMigrations(t *testing.T) {
+	t.Parallel()
+	for _, load := range []func() ([]migrationfiles.Migration, error){
+		func() ([]migrationfiles.Migration, error) { return postgres.Migrations(postgres.Config{}) },
+		func() ([]migrationfiles.Migration, error) { return mysql.Migrations(mysql.Config{}) },
+		func() ([]migrationfiles.Migration, error) { return sqlite.Migrations(sqlite.Config{}) },
+	} {
+		migrations, err := load()
+		require.NoError(t, err)
+		for _, m := range migrations {
+			for _, s := range migrationfiles.Split(m.SQL + m.Down) {
+				require.True(t, strings.HasSuffix(s.Text, ";"), "%s: %q", m.Name, s.Text)
+			}
+		}
+	}
+}

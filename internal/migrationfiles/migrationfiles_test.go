@@ -8,32 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/wmoutbox/wmoutbox/internal/migrationfiles"
-	"github.com/wmoutbox/wmoutbox/outbox/mysql"
-	"github.com/wmoutbox/wmoutbox/outbox/postgres"
-	"github.com/wmoutbox/wmoutbox/outbox/sqlite"
 )
-
-// TestEveryMigrationHasItsDown fails when a dialect's migration has no
-// down file, migrations/down/<the same name>: the scripts that goose and
-// golang-migrate run (wmoutbox migrate sql) need one for each migration.
-func TestEveryMigrationHasItsDown(t *testing.T) {
-	t.Parallel()
-	dialects := map[string]func() ([]migrationfiles.Migration, error){
-		"postgres": func() ([]migrationfiles.Migration, error) { return postgres.Migrations(postgres.Config{}) },
-		"mysql":    func() ([]migrationfiles.Migration, error) { return mysql.Migrations(mysql.Config{}) },
-		"sqlite":   func() ([]migrationfiles.Migration, error) { return sqlite.Migrations(sqlite.Config{}) },
-	}
-	for name, load := range dialects {
-		migrations, err := load()
-		require.NoError(t, err, name)
-		require.NotEmpty(t, migrations, name)
-		for _, m := range migrations {
-			require.NotEmptyf(t, strings.TrimSpace(m.Down),
-				"outbox/%s/migrations/%s has no down migration: write outbox/%s/migrations/down/%s, which undoes it",
-				name, m.Name, name, m.Name)
-		}
-	}
-}
 
 func TestLoadDowns(t *testing.T) {
 	t.Parallel()
@@ -116,25 +91,6 @@ func TestSplit(t *testing.T) {
 			t.Parallel()
 			require.Equal(t, tt.want, migrationfiles.Split(tt.script))
 		})
-	}
-}
-
-// TestSplitMigrations splits every dialect's migrations into statements
-// that hold no semicolon inside: those goose runs without StatementBegin.
-func TestSplitMigrations(t *testing.T) {
-	t.Parallel()
-	for _, load := range []func() ([]migrationfiles.Migration, error){
-		func() ([]migrationfiles.Migration, error) { return postgres.Migrations(postgres.Config{}) },
-		func() ([]migrationfiles.Migration, error) { return mysql.Migrations(mysql.Config{}) },
-		func() ([]migrationfiles.Migration, error) { return sqlite.Migrations(sqlite.Config{}) },
-	} {
-		migrations, err := load()
-		require.NoError(t, err)
-		for _, m := range migrations {
-			for _, s := range migrationfiles.Split(m.SQL + m.Down) {
-				require.True(t, strings.HasSuffix(s.Text, ";"), "%s: %q", m.Name, s.Text)
-			}
-		}
 	}
 }
 
