@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	mysqldriver "github.com/go-sql-driver/mysql"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/wmoutbox/wmoutbox/outbox/mysql"
@@ -131,17 +132,31 @@ func parseMySQLURL(raw string) (*target, error) {
 }
 
 // redact keeps what an error of a URL parser says without the URL, which
-// url.Error and pgconn.ParseConfigError quote whole, password and all.
+// url.Error quotes whole, password and all, and pgconn.ParseConfigError
+// with the password masked as best it can.
 func redact(err error) string {
 	var uerr *url.Error
 	if errors.As(err, &uerr) {
-		return uerr.Op + ": " + uerr.Err.Error()
+		return "invalid URL: " + uerr.Err.Error()
 	}
-	msg := err.Error()
-	if i := strings.Index(msg, "://"); i >= 0 {
-		return "cannot parse the URL"
+	var perr *pgconn.ParseConfigError
+	if errors.As(err, &perr) {
+		// "cannot parse `URL`: reason (inner error)": the reason, and the
+		// inner error redacted.
+		msg := perr.Error()
+		reason := ""
+		if i := strings.LastIndex(msg, "`: "); i >= 0 {
+			reason = msg[i+3:]
+		}
+		if inner := errors.Unwrap(perr); inner != nil {
+			reason = strings.TrimSuffix(reason, " ("+inner.Error()+")") + " (" + redact(inner) + ")"
+		}
+		return strings.TrimSpace("cannot parse the URL: " + reason)
 	}
-	return msg
+	if msg := err.Error(); !strings.Contains(msg, "://") && !strings.Contains(msg, "@") {
+		return msg
+	}
+	return "cannot parse it"
 }
 
 // database is an open database of the global flags, of one of the three
