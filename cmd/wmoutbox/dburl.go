@@ -98,7 +98,8 @@ func parseMySQLDSN(dsn string) (*target, error) {
 // parseMySQLURL reads the URL form that goose and golang-migrate users
 // write, mysql://user:password@host:port/database?param=value, into a
 // go-sql-driver/mysql configuration: TCP to host (port 3306 when none),
-// the parameters as the driver's DSN reads them.
+// the parameters as the driver's DSN reads them, but for golang-migrate's
+// (x-…), which are dropped.
 func parseMySQLURL(raw string) (*target, error) {
 	u, err := url.Parse(raw)
 	if err != nil {
@@ -119,9 +120,17 @@ func parseMySQLURL(raw string) (*target, error) {
 		cfg.Passwd, _ = u.User.Password()
 	}
 	cfg.DBName = db
-	if u.RawQuery != "" {
+	query := u.Query()
+	for name := range query {
+		// golang-migrate's own (x-migrations-table, ...), which the
+		// driver would send to the server as system variables.
+		if strings.HasPrefix(name, "x-") {
+			query.Del(name)
+		}
+	}
+	if len(query) > 0 {
 		// The driver's own parser applies and checks the parameters.
-		params, err := mysqldriver.ParseDSN("/" + db + "?" + u.RawQuery)
+		params, err := mysqldriver.ParseDSN("/" + db + "?" + query.Encode())
 		if err != nil {
 			return nil, usagef("--database-url: %s", redact(err))
 		}

@@ -19,10 +19,11 @@
 // # Database URLs
 //
 //   - postgres://user:password@host:5432/db?sslmode=disable (or
-//     postgresql://): any URL or keyword/value string pgx reads;
+//     postgresql://): any such URL pgx reads;
 //   - mysql://user:password@host:3306/db?param=value, the form goose and
 //     golang-migrate take: TCP to host (port 3306 when none), the
-//     parameters those of github.com/go-sql-driver/mysql's DSN. A driver
+//     parameters those of github.com/go-sql-driver/mysql's DSN
+//     (golang-migrate's own, x-…, are dropped). A driver
 //     DSN is taken too, after mysql:// or bare:
 //     mysql://user:password@tcp(host:3306)/db or user@unix(/run/mysqld/mysqld.sock)/db.
 //     The store needs no DSN parameter (its times are integers; parseTime

@@ -362,6 +362,7 @@ func TestParseDatabaseURL(t *testing.T) {
 	}{
 		{url: "mysql://app:s%40cret@db.example:3307/shop?interpolateParams=true", user: "app", pass: "s@cret", addr: "db.example:3307", db: "shop", net: "tcp", interpolate: true},
 		{url: "mysql://app@db.example/shop", user: "app", addr: "db.example:3306", db: "shop", net: "tcp"},
+		{url: "mysql://app@db.example/shop?x-migrations-table=m&parseTime=true", user: "app", addr: "db.example:3306", db: "shop", net: "tcp", parseTimes: true},
 		{url: "mysql://app:p@[::1]:3306/shop?parseTime=true", user: "app", pass: "p", addr: "[::1]:3306", db: "shop", net: "tcp", parseTimes: true},
 		{url: "mysql://root@tcp(127.0.0.1:3306)/test?interpolateParams=true", user: "root", addr: "127.0.0.1:3306", db: "test", net: "tcp", interpolate: true},
 		{url: "root:pa:ss@tcp(127.0.0.1:3306)/test", user: "root", pass: "pa:ss", addr: "127.0.0.1:3306", db: "test", net: "tcp"},
