@@ -49,7 +49,7 @@ func TestRunsEveryScenario(t *testing.T) {
 		t.Skip("runs every scenario; skipped with -short")
 	}
 	server := testServer(t)
-	tiny := sizes{reps: 1, writes: 100, drain: 500, latencyEvents: 50, kafka: 500}
+	tiny := sizes{reps: 1, writes: 100, drain: 500, latencyEvents: 50, kafka: 500, retention: time.Second}
 	name, err := run(context.Background(), server, tiny, "", true)
 	require.NoError(t, err)
 
@@ -133,10 +133,10 @@ func TestMemoryReportReadsBack(t *testing.T) {
 // "-quick -only memory" is refused instead of printing an empty table.
 func TestOnlySelectsScenariosThatRun(t *testing.T) {
 	require.Equal(t, scenarios, selected("", fullSizes))
-	require.Equal(t, []string{"write", "drain", "latency", "kafka"}, selected("", quickSizes))
+	require.Equal(t, []string{"write", "drain", "latency", "kafka", "retention"}, selected("", quickSizes))
 	require.Equal(t, []string{"drain"}, selected("drain", quickSizes))
 	require.Equal(t, []string{"memory"}, selected("mem", fullSizes))
 	require.Empty(t, selected("memory", quickSizes))
 	require.ErrorContains(t, noScenario("memory", true), "-quick skips the memory scenario")
-	require.ErrorContains(t, noScenario("disk", false), `-only "disk" selects none of the scenarios write, drain, latency, kafka, memory`)
+	require.ErrorContains(t, noScenario("disk", false), `-only "disk" selects none of the scenarios write, drain, latency, kafka, memory, retention`)
 }

@@ -15,23 +15,25 @@ import (
 	"runtime/pprof"
 	"strings"
 	"syscall"
+	"time"
 )
 
 const defaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
 
 // sizes of one run.
 type sizes struct {
-	reps          int // repetitions of each throughput scenario
-	writes        int // events per write-path repetition
-	drain         int // backlog drained per repetition
-	latencyEvents int // events per latency run, at latencyRate
-	kafka         int // backlog drained to Kafka per repetition
-	memory        int // backlog of the memory scenario; 0 skips it
+	reps          int           // repetitions of each throughput scenario
+	writes        int           // events per write-path repetition
+	drain         int           // backlog drained per repetition
+	latencyEvents int           // events per latency run, at latencyRate
+	kafka         int           // backlog drained to Kafka per repetition
+	memory        int           // backlog of the memory scenario; 0 skips it
+	retention     time.Duration // measured flow of the retention scenario
 }
 
 var (
-	fullSizes  = sizes{reps: 3, writes: 20_000, drain: 200_000, latencyEvents: 5_000, kafka: 200_000, memory: 1_000_000}
-	quickSizes = sizes{reps: 3, writes: 1_500, drain: 10_000, latencyEvents: 600, kafka: 10_000}
+	fullSizes  = sizes{reps: 3, writes: 20_000, drain: 200_000, latencyEvents: 5_000, kafka: 200_000, memory: 1_000_000, retention: 30 * time.Second}
+	quickSizes = sizes{reps: 3, writes: 1_500, drain: 10_000, latencyEvents: 600, kafka: 10_000, retention: 5 * time.Second}
 )
 
 // latencyRate is the paced write rate of the latency scenarios, events/s.
@@ -50,7 +52,7 @@ func runProgram() error {
 	quick := flag.Bool("quick", false, "run a reduced version (under a minute) and end with a summary line")
 	url := flag.String("database-url", envOr("BENCH_DATABASE_URL", defaultDatabaseURL),
 		"PostgreSQL server to use; the program creates its own database there and drops it at the end")
-	only := flag.String("only", "", "run only the scenarios whose name contains this (write, drain, latency, kafka, memory)")
+	only := flag.String("only", "", "run only the scenarios whose name contains this (write, drain, latency, kafka, memory, retention)")
 	memoryChild := flag.String("memory-relay", "", "internal: run as the memory scenario's relay process on this database URL")
 	memoryTable := flag.String("memory-table", "", "internal: the memory relay process's outbox table")
 	memoryEvents := flag.Int("memory-events", 0, "internal: events the memory relay process waits for")

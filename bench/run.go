@@ -59,11 +59,12 @@ func runIn(ctx context.Context, db *database, sz sizes, only string, quick bool)
 	rep := &report{}
 	var res results
 	measure := map[string]func() error{
-		"write":   func() error { return res.measureWrite(ctx, db, pool, sz, rep) },
-		"drain":   func() error { return res.measureDrain(ctx, db, pool, sz, rep) },
-		"latency": func() error { return res.measureLatency(ctx, db, pool, sz, rep) },
-		"kafka":   func() error { return res.measureKafka(ctx, db, pool, sz, rep) },
-		"memory":  func() error { return measureMemory(ctx, db, sz, rep) },
+		"write":     func() error { return res.measureWrite(ctx, db, pool, sz, rep) },
+		"drain":     func() error { return res.measureDrain(ctx, db, pool, sz, rep) },
+		"latency":   func() error { return res.measureLatency(ctx, db, pool, sz, rep) },
+		"kafka":     func() error { return res.measureKafka(ctx, db, pool, sz, rep) },
+		"memory":    func() error { return measureMemory(ctx, db, sz, rep) },
+		"retention": func() error { return measureRetention(ctx, db, pool, sz, rep) },
 	}
 	for _, name := range selected(only, sz) {
 		if err := measure[name](); err != nil {
@@ -87,7 +88,7 @@ func runIn(ctx context.Context, db *database, sz sizes, only string, quick bool)
 }
 
 // scenarios are the names -only chooses from, in the order they run.
-var scenarios = []string{"write", "drain", "latency", "kafka", "memory"}
+var scenarios = []string{"write", "drain", "latency", "kafka", "memory", "retention"}
 
 // selected is the scenarios whose name contains only (all with "") that
 // sz runs: the memory scenario needs a backlog, which -quick does not

@@ -62,7 +62,21 @@
 // RETRY only by a status update after the outcome of a delivery is known,
 // so a crash at any point means a later delivery, never a lost event.
 // Consumers deduplicate by the event id. DEAD events stay until
-// [Store.ReplayDead] returns them to NEW or [Store.Purge] deletes them.
+// [Store.ReplayDead] returns them to NEW or [Store.PurgeDead] or
+// [Store.Purge] deletes them.
+//
+// # Operations
+//
+// [Store.Stats] counts every topic's events by status, with how long the
+// oldest due event has waited and the claims in flight; [Store.QueryPending]
+// pages through pending events. DEAD events are found with a [DeadFilter]
+// ([Store.QueryDead], [Store.CountDead]), grouped by failure reason
+// ([Store.DeadGroups]: errors alike but for ids, numbers and addresses are
+// one group), replayed ([Store.ReplayDead]) or deleted ([Store.PurgeDead]).
+// [Store.Retain], run in every relay process, purges DONE events, DEAD
+// events when asked, and inbox records on a schedule, one process at a
+// time under a lease ([RetentionConfig]). docs/operations.md has the
+// details.
 //
 // # Concurrency
 //

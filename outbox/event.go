@@ -23,6 +23,10 @@ type Event struct {
 	DoneAt time.Time
 	// LastError is the error of the last failed attempt; "" if none.
 	LastError string
+	// ErrorGroup is the failure group of LastError ([DeadGroup.Group]),
+	// recorded with it; "" when the event has not failed or failed before
+	// the table recorded groups.
+	ErrorGroup string
 	// LockedBy, LockedAt and LockedUntil describe the current claim, if
 	// any: the relay holding it, since when, and when its lease ends (the
 	// event is then due again for any relay). All zero without a claim.

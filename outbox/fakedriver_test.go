@@ -82,6 +82,29 @@ type fakeDriver[Tx any] struct {
 	replays  []outboxdriver.ReplayDeadParams
 	backlogs []string
 	purges   []outboxdriver.PurgeParams
+
+	// The operator API: Stats returns stats, DeadGroups groups and
+	// QueryPending pending, each failing with err when set; PurgeDeadBatch
+	// returns batches as the other purges do. Each records its parameters.
+	stats         outboxdriver.StatsResult
+	groups        []outboxdriver.DeadGroup
+	pending       []outboxdriver.Row
+	statsCalls    []outboxdriver.StatsParams
+	groupQueries  []outboxdriver.DeadGroupsParams
+	pendingCalls  []outboxdriver.QueryPendingParams
+	deadPurges    []outboxdriver.PurgeDeadParams
+	leaseAttempts []outboxdriver.LeaseParams
+
+	// Leases: AcquireLease keeps them here, by name, as the lease table
+	// does, or fails with leaseErr.
+	leases   map[string]fakeLease
+	leaseErr error
+}
+
+// fakeLease is a lease AcquireLease took.
+type fakeLease struct {
+	owner string
+	until time.Time
 }
 
 var _ outboxdriver.Driver[*fakeTx] = (*fakeDriver[*fakeTx])(nil)
@@ -294,12 +317,70 @@ func (d *fakeDriver[Tx]) PurgeProcessedBatch(_ context.Context, p outboxdriver.P
 	return d.purgeBatch(p)
 }
 
+func (d *fakeDriver[Tx]) Stats(_ context.Context, p outboxdriver.StatsParams) (outboxdriver.StatsResult, error) {
+	d.add("stats")
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.statsCalls = append(d.statsCalls, p)
+	return d.stats, d.err
+}
+
+func (d *fakeDriver[Tx]) DeadGroups(_ context.Context, p outboxdriver.DeadGroupsParams) ([]outboxdriver.DeadGroup, error) {
+	d.add("dead groups")
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.groupQueries = append(d.groupQueries, p)
+	return slices.Clone(d.groups), d.err
+}
+
+func (d *fakeDriver[Tx]) QueryPending(_ context.Context, p outboxdriver.QueryPendingParams) ([]outboxdriver.Row, error) {
+	d.add("query pending")
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.pendingCalls = append(d.pendingCalls, p)
+	return slices.Clone(d.pending), d.err
+}
+
+func (d *fakeDriver[Tx]) PurgeDeadBatch(_ context.Context, p outboxdriver.PurgeDeadParams) (int64, error) {
+	d.add("purge dead batch")
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.deadPurges = append(d.deadPurges, p)
+	return d.nextBatch()
+}
+
+// AcquireLease takes the lease as the dialects' upsert does.
+func (d *fakeDriver[Tx]) AcquireLease(_ context.Context, p outboxdriver.LeaseParams) (bool, error) {
+	d.add("acquire lease")
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.leaseAttempts = append(d.leaseAttempts, p)
+	if d.leaseErr != nil {
+		return false, d.leaseErr
+	}
+	if d.leases == nil {
+		d.leases = make(map[string]fakeLease)
+	}
+	l, ok := d.leases[p.Name]
+	if ok && l.owner != p.Owner && l.until.After(p.Now) {
+		return false, nil
+	}
+	d.leases[p.Name] = fakeLease{owner: p.Owner, until: p.Until}
+	return true, nil
+}
+
 // purgeBatch records p and returns the next of d.batches, 0 once they
 // ran out.
 func (d *fakeDriver[Tx]) purgeBatch(p outboxdriver.PurgeParams) (int64, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.purges = append(d.purges, p)
+	return d.nextBatch()
+}
+
+// nextBatch returns the next of d.batches, 0 once they ran out; d.mu is
+// held.
+func (d *fakeDriver[Tx]) nextBatch() (int64, error) {
 	if len(d.batches) == 0 {
 		return 0, nil
 	}

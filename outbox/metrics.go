@@ -38,7 +38,8 @@ type Metrics interface {
 	// topic's subscription, and, with topic "", "record" (a statement
 	// recording outcomes or releasing claims, which the relay retries) and
 	// "give_up" (outcomes or releases it gave up on at Close; their events
-	// are delivered again when their leases end).
+	// are delivered again when their leases end), and "retention" (a
+	// failed step of a [Store.Retain] round).
 	StoreError(topic, operation string)
 	// DeadEvents records how many DEAD events of a topic the table holds,
 	// read with the backlog every BacklogInterval (a failed read counts
@@ -49,4 +50,8 @@ type Metrics interface {
 	// message being taken from the subscription's channel to its Ack
 	// (ack true) or Nack. A message abandoned at Close is not recorded.
 	Handled(topic string, ack bool, d time.Duration)
+	// Purged counts the rows a round of [Store.Retain] deleted, by kind:
+	// "done" and "dead" events, "processed" inbox records; 0 for a kind it
+	// ran and found nothing to delete.
+	Purged(kind string, rows int64)
 }

@@ -100,7 +100,7 @@ func (s *Store[Tx]) Get(ctx context.Context, id string) (Event, error) {
 
 // DeadFilter selects DEAD events: those that match every field set. Zero
 // fields match everything, and a zero filter every DEAD event, which
-// [Store.ReplayDead] refuses.
+// [Store.ReplayDead] and [Store.PurgeDead] refuse.
 type DeadFilter struct {
 	// IDs restricts the filter to these event ids. Nil does not restrict
 	// by id; a non-nil empty slice matches no event. Collect the ids a
@@ -111,12 +111,44 @@ type DeadFilter struct {
 	EventType EventType
 	// Topic restricts the filter to one topic.
 	Topic string
-	// DiedBefore keeps only events that went DEAD before this time.
-	DiedBefore time.Time
+	// AggregateType and AggregateID restrict the filter to the events of
+	// one aggregate type, or of one aggregate when both are set.
+	AggregateType AggregateType
+	AggregateID   string
+	// ErrorContains keeps only events whose last error contains this text,
+	// ignoring case.
+	ErrorContains string
+	// Group keeps only the events of one failure group ([DeadGroup]);
+	// [UngroupedDead] selects those that died before the table recorded
+	// groups.
+	Group string
+	// DiedAfter and DiedBefore keep only events that went DEAD at or after
+	// DiedAfter, and before DiedBefore.
+	DiedAfter, DiedBefore time.Time
+}
+
+// UngroupedDead is the [DeadGroup.Group] of the DEAD events that died
+// before the table recorded failure groups (migration 5 on PostgreSQL and
+// SQLite, 3 on MySQL).
+const UngroupedDead = "ungrouped"
+
+// restricts reports whether f selects less than every DEAD event.
+func (f *DeadFilter) restricts() bool {
+	return f.IDs != nil || f.EventType != "" || f.Topic != "" || f.AggregateType != "" || f.AggregateID != "" ||
+		f.ErrorContains != "" || f.Group != "" || !f.DiedAfter.IsZero() || !f.DiedBefore.IsZero()
 }
 
 func (f DeadFilter) driver() outboxdriver.DeadFilter {
-	return outboxdriver.DeadFilter{IDs: f.IDs, EventType: string(f.EventType), Topic: f.Topic, DiedBefore: f.DiedBefore}
+	d := outboxdriver.DeadFilter{
+		IDs: f.IDs, EventType: string(f.EventType), Topic: f.Topic,
+		AggregateType: string(f.AggregateType), AggregateID: f.AggregateID,
+		ErrorContains: f.ErrorContains, Group: f.Group,
+		DiedAfter: f.DiedAfter, DiedBefore: f.DiedBefore,
+	}
+	if f.Group == UngroupedDead {
+		d.Group, d.Ungrouped = "", true
+	}
+	return d
 }
 
 // DeadQuery pages through DEAD events.
@@ -139,11 +171,7 @@ func (s *Store[Tx]) QueryDead(ctx context.Context, q DeadQuery) ([]Event, error)
 	if err != nil {
 		return nil, err
 	}
-	events := make([]Event, len(rows))
-	for i := range rows {
-		events[i] = eventOf(&rows[i])
-	}
-	return events, nil
+	return eventsOf(rows), nil
 }
 
 // CountDead counts DEAD events matching f.
@@ -161,7 +189,7 @@ func (s *Store[Tx]) CountDead(ctx context.Context, f DeadFilter) (int64, error) 
 // next poll unless the caller wakes them (a Subscriber's Wake, a
 // postgres.Notifier).
 func (s *Store[Tx]) ReplayDead(ctx context.Context, f DeadFilter) (int64, error) {
-	if f.IDs == nil && f.EventType == "" && f.Topic == "" && f.DiedBefore.IsZero() {
+	if !f.restricts() {
 		return 0, invalidRequest("replay of dead events with a filter that restricts nothing; " +
 			"to replay every DEAD event, set DiedBefore: time.Now()")
 	}
@@ -186,6 +214,9 @@ type PurgeRequest struct {
 	BatchSize int
 	// Statuses are the terminal statuses to purge. Default DONE and DEAD.
 	Statuses []Status
+	// Progress, when set, is called after each batch with the number of
+	// rows deleted so far.
+	Progress func(deleted int64)
 }
 
 // Purge deletes terminal events last updated more than req.OlderThan
@@ -214,7 +245,9 @@ func (s *Store[Tx]) Purge(ctx context.Context, req PurgeRequest) (int64, error) 
 		}
 	}
 	p := outboxdriver.PurgeParams{Statuses: statuses, Before: s.clock.Now().Add(-req.OlderThan), Limit: batch}
-	return purgeInBatches(ctx, p, "purge", s.driver.PurgeBatch)
+	return purgeInBatches(ctx, "purge", batch, req.Progress, func(ctx context.Context) (int64, error) {
+		return s.driver.PurgeBatch(ctx, p)
+	})
 }
 
 // MarkProcessed implements [Inbox].
@@ -230,24 +263,35 @@ func (s *Store[Tx]) MarkProcessed(ctx context.Context, tx Tx, consumer, id strin
 
 // PurgeProcessed implements [Inbox].
 func (s *Store[Tx]) PurgeProcessed(ctx context.Context, olderThan time.Duration) (int64, error) {
+	return s.purgeProcessed(ctx, olderThan, defaultPurgeBatch)
+}
+
+// purgeProcessed is PurgeProcessed in batches of batch rows.
+func (s *Store[Tx]) purgeProcessed(ctx context.Context, olderThan time.Duration, batch int) (int64, error) {
 	if err := validateRetention(olderThan); err != nil {
 		return 0, err
 	}
-	p := outboxdriver.PurgeParams{Before: s.clock.Now().Add(-olderThan), Limit: defaultPurgeBatch}
-	return purgeInBatches(ctx, p, "purge inbox", s.driver.PurgeProcessedBatch)
+	p := outboxdriver.PurgeParams{Before: s.clock.Now().Add(-olderThan), Limit: batch}
+	return purgeInBatches(ctx, "purge inbox", p.Limit, nil, func(ctx context.Context) (int64, error) {
+		return s.driver.PurgeProcessedBatch(ctx, p)
+	})
 }
 
-// purgeInBatches deletes batches of p.Limit rows until one comes back
-// short, and returns the total; on an error, the rows deleted before it.
-func purgeInBatches(ctx context.Context, p outboxdriver.PurgeParams, op string, batch func(context.Context, outboxdriver.PurgeParams) (int64, error)) (int64, error) {
+// purgeInBatches runs batch, which deletes up to limit rows, until one
+// comes back short, reports the running total to progress (when set) after
+// each, and returns the total; on an error, the rows deleted before it.
+func purgeInBatches(ctx context.Context, op string, limit int, progress func(int64), batch func(context.Context) (int64, error)) (int64, error) {
 	var total int64
 	for {
-		n, err := batch(ctx, p)
+		n, err := batch(ctx)
 		if err != nil {
 			return total, fmt.Errorf("outbox: %s after %d rows: %w", op, total, err)
 		}
 		total += n
-		if n < int64(p.Limit) {
+		if progress != nil {
+			progress(total)
+		}
+		if n < int64(limit) {
 			return total, nil
 		}
 	}
@@ -272,6 +316,22 @@ func normalizeLimit(limit, def, maxLimit int) (int, error) {
 	return limit, nil
 }
 
+// eventsOf returns the events of a driver's rows.
+func eventsOf(rows []outboxdriver.Row) []Event {
+	events := make([]Event, len(rows))
+	for i := range rows {
+		events[i] = eventOf(&rows[i])
+	}
+	return events
+}
+
+// errorReason returns the failure reason of an event's error: what
+// [DeadGroup.Reason] shows.
+func errorReason(err string) string {
+	_, reason := codec.ErrorGroup(err)
+	return reason
+}
+
 // eventOf returns the event a driver's row holds. A row whose headers do
 // not decode comes back with Malformed set.
 func eventOf(r *outboxdriver.Row) Event {
@@ -292,6 +352,7 @@ func eventOf(r *outboxdriver.Row) Event {
 		UpdatedAt:   r.UpdatedAt,
 		DoneAt:      r.DoneAt,
 		LastError:   r.LastError,
+		ErrorGroup:  r.ErrorGroup,
 		LockedBy:    r.LockedBy,
 		LockedAt:    r.LockedAt,
 		LockedUntil: r.LockedUntil,

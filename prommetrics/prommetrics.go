@@ -20,6 +20,10 @@
 //	outbox_handler_duration_seconds{outcome}  handler time histogram: message taken → "ack" or "nack"
 //	outbox_store_errors_total{operation}  failed operations on the database (see outbox.Metrics.StoreError)
 //
+// and, with no topic label:
+//
+//	outbox_purged_rows_total{kind}     rows deleted by Store.Retain: "done", "dead" events, "processed" inbox records
+//
 // The names follow Prometheus's conventions, checked by its linter: the
 // logistics plan's outbox_pending_count is outbox_pending_events here (a
 // _count suffix belongs to histograms and summaries), and its
@@ -78,6 +82,7 @@ type Metrics struct {
 	queueDepth, pending, oldestAge        *prometheus.GaugeVec
 	deadEvents                            *prometheus.GaugeVec
 	latency, handled                      *prometheus.HistogramVec
+	purged                                *prometheus.CounterVec
 }
 
 var _ outbox.Metrics = (*Metrics)(nil)
@@ -133,9 +138,12 @@ func New(reg prometheus.Registerer, cfg Config) (*Metrics, error) {
 		handled: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: ns, Name: "handler_duration_seconds", Help: "Time from an event's message being handed to the handler to its ack or nack (outcome).", Buckets: buckets,
 		}, append(topic, "outcome")),
+		purged: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Name: "purged_rows_total", Help: "Rows deleted by the retention job (Store.Retain), by kind: done, dead, processed.",
+		}, []string{"kind"}),
 	}
 	collectors := []prometheus.Collector{m.hotEnqueued, m.hotDropped, m.coldEnqueued, m.delivered,
-		m.failures, m.dead, m.storeErrors, m.queueDepth, m.pending, m.oldestAge, m.deadEvents, m.latency, m.handled}
+		m.failures, m.dead, m.storeErrors, m.queueDepth, m.pending, m.oldestAge, m.deadEvents, m.latency, m.handled, m.purged}
 	for i, c := range collectors {
 		if err := reg.Register(c); err != nil {
 			for _, registered := range collectors[:i] {
@@ -209,4 +217,9 @@ func (m *Metrics) Handled(topic string, ack bool, d time.Duration) {
 		outcome = "ack"
 	}
 	m.handled.WithLabelValues(topic, outcome).Observe(d.Seconds())
+}
+
+// Purged implements [outbox.Metrics]: outbox_purged_rows_total, by kind.
+func (m *Metrics) Purged(kind string, rows int64) {
+	m.purged.WithLabelValues(kind).Add(float64(rows))
 }

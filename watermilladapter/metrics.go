@@ -17,3 +17,4 @@ func (nopMetrics) Backlog(string, int64, time.Duration) {}
 func (nopMetrics) StoreError(string, string)            {}
 func (nopMetrics) DeadEvents(string, int64)             {}
 func (nopMetrics) Handled(string, bool, time.Duration)  {}
+func (nopMetrics) Purged(string, int64)                 {}

@@ -85,6 +85,7 @@ func (m *recordingMetrics) lastDead(topic string) (int64, bool) {
 	return n, ok
 }
 
+func (m *recordingMetrics) Purged(kind string, rows int64) { m.add("purged "+kind, int(rows)) }
 func (m *recordingMetrics) Handled(_ string, ack bool, d time.Duration) {
 	if ack {
 		m.add("handled ack", 1)

@@ -59,11 +59,16 @@ func decide(id string, attempt int, err error, policy outbox.RetryPolicy, now ti
 	return update{id: id, status: outbox.StatusRetry, nextAt: now.Add(delay), err: err.Error(), attempt: attempt}
 }
 
-// outcome is u for a driver: its error cut to fit last_error.
+// outcome is u for a driver: its error cut to fit last_error, with the
+// error's failure group (codec.ErrorGroup) for error_group.
 func (u *update) outcome() outboxdriver.Outcome {
 	spent := u.status == outbox.StatusRetry || u.status == outbox.StatusDead
-	return outboxdriver.Outcome{ID: u.id, Status: int16(u.status), AttemptSpent: spent, NextAt: u.nextAt,
+	o := outboxdriver.Outcome{ID: u.id, Status: int16(u.status), AttemptSpent: spent, NextAt: u.nextAt,
 		Error: codec.CutError(u.err), AttemptsChecked: spent && u.attempt > 0, AttemptsBefore: max(u.attempt-1, 0)}
+	if o.Error != "" {
+		o.ErrorGroup, _ = codec.ErrorGroup(u.err)
+	}
+	return o
 }
 
 // recordUpdates records updates, reported by owner at now, in two

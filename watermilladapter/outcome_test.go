@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/wmoutbox/wmoutbox/internal/codec"
 	"github.com/wmoutbox/wmoutbox/outbox"
 	"github.com/wmoutbox/wmoutbox/outbox/outboxdriver"
 )
@@ -91,10 +92,17 @@ func TestRecordUpdates(t *testing.T) {
 	marked := func(ids ...string) outboxdriver.MarkDoneParams {
 		return outboxdriver.MarkDoneParams{Now: now, IDs: ids}
 	}
+	// Every outcome with an error comes with the error's failure group.
 	recorded := func(outcomes ...outboxdriver.Outcome) outboxdriver.RecordOutcomesParams {
+		for i := range outcomes {
+			if outcomes[i].Error != "" {
+				outcomes[i].ErrorGroup, _ = codec.ErrorGroup(outcomes[i].Error)
+			}
+		}
 		return outboxdriver.RecordOutcomesParams{Now: now, Owner: "relay-1", Outcomes: outcomes}
 	}
 	long := strings.Repeat("é", 4500)
+	notFound, _ := codec.ErrorGroup("order <n> not found")
 	tests := []struct {
 		name    string
 		updates []update
@@ -120,6 +128,12 @@ func TestRecordUpdates(t *testing.T) {
 		{"otherwise the last counts", []update{retry("a", 1), retry("b", 1), retry("a", 2)},
 			[]any{recorded(retryOutcome("b", 0), retryOutcome("a", 1))}},
 		{"one DONE id per event", []update{done("a"), done("a")}, []any{marked("a")}},
+		{"errors that differ by ids share a group",
+			[]update{dead("a", 0, errors.New("order 1234 not found")), dead("b", 0, errors.New("order 98 not found"))},
+			[]any{outboxdriver.RecordOutcomesParams{Now: now, Owner: "relay-1", Outcomes: []outboxdriver.Outcome{
+				{ID: "a", Status: int16(outbox.StatusDead), AttemptSpent: true, Error: "order 1234 not found", ErrorGroup: notFound},
+				{ID: "b", Status: int16(outbox.StatusDead), AttemptSpent: true, Error: "order 98 not found", ErrorGroup: notFound},
+			}}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

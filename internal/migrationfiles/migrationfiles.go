@@ -51,6 +51,10 @@ const InboxSuffix = "_inbox"
 // down migrations: DownDir/NNNN_name.sql undoes NNNN_name.sql.
 const DownDir = "down"
 
+// LeaseSuffix names the lease table after the outbox table, as InboxSuffix
+// does the inbox: the files create DefaultTable+LeaseSuffix.
+const LeaseSuffix = "_lease"
+
 // token matches the table name and the index names derived from it.
 var token = regexp.MustCompile(`\b` + DefaultTable + `(_[a-z0-9_]+)?\b`)
 

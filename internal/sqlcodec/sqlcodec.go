@@ -12,8 +12,11 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
+	"github.com/wmoutbox/wmoutbox/internal/codec"
 	"github.com/wmoutbox/wmoutbox/internal/ident"
 	"github.com/wmoutbox/wmoutbox/internal/migrationfiles"
 	"github.com/wmoutbox/wmoutbox/outbox"
@@ -70,12 +73,14 @@ type outcomeRow struct {
 	Spent  int    `json:"spent"`
 	NextAt *int64 `json:"next_at,omitempty"`
 	Error  string `json:"error,omitempty"`
+	Group  string `json:"group,omitempty"`  // error_group, with an error
 	Before *int   `json:"before,omitempty"` // failed attempts the row must have; nil: unchecked
 }
 
 // Outcomes encodes outcomes as the JSON array of {"id" (hex), "status",
-// "spent", "next_at", "error", "before"} objects that the drivers' status
-// statements apply: status 0 is a deferral, spent 1 a failed attempt,
+// "spent", "next_at", "error", "group", "before"} objects that the
+// drivers' status statements apply (group, the error's error_group, only
+// with an error): status 0 is a deferral, spent 1 a failed attempt,
 // before the failed attempts the row must have. An outcome without an
 // error, next time or attempt check leaves the field out, which the
 // statements read as NULL.
@@ -84,6 +89,9 @@ func Outcomes(outcomes []outboxdriver.Outcome) string {
 	for i := range outcomes {
 		o := &outcomes[i]
 		rows[i] = outcomeRow{ID: hex.EncodeToString([]byte(o.ID)), Status: int(o.Status), Error: o.Error}
+		if o.Error != "" {
+			rows[i].Group = o.ErrorGroup
+		}
 		if o.AttemptSpent {
 			rows[i].Spent = 1
 		}
@@ -129,7 +137,7 @@ func scanRows(rows *sql.Rows, withKey bool) ([]outboxdriver.Row, []int64, error)
 		)
 		dest := []any{&r.ID, &r.Type, &r.Topic, &r.AggregateType, &r.AggregateID, &r.TenantID,
 			&r.Payload, &r.PayloadJSON, &headers, &r.Status, &r.Attempts, &occurred, &available,
-			&created, &updated, &doneAt, &r.LastError, &r.LockedBy, &lockedAt, &lockedUntil}
+			&created, &updated, &doneAt, &r.LastError, &r.LockedBy, &lockedAt, &lockedUntil, &r.ErrorGroup}
 		if withKey {
 			dest = append(dest, &key)
 		}
@@ -202,8 +210,8 @@ func ScanColumn[T any](rows *sql.Rows) ([]T, error) {
 // event columns, event_id, event_type, topic, aggregate_type,
 // aggregate_id, tenant_id, payload, payload_json, headers, status,
 // attempts, occurred_at, available_at, created_at, updated_at, done_at,
-// last_error, locked_by, locked_at, locked_until, the nullable text
-// columns selected as empty for NULL. The headers come back as stored, ""
+// last_error, locked_by, locked_at, locked_until, error_group, the
+// nullable text columns selected as empty for NULL. The headers come back as stored, ""
 // for NULL: the engine decodes them.
 func QueryRows(ctx context.Context, q Querier, query string, args ...any) ([]outboxdriver.Row, error) {
 	rows, err := q.QueryContext(ctx, query, args...)
@@ -282,19 +290,141 @@ func MarkProcessed(ctx context.Context, tx *sql.Tx, inbox, insert, consumer, id 
 	return n == 1, nil
 }
 
-// DeadFilter is f as the parameters of the drivers' dead-event filters:
-// ids (HexIDs), event type, topic, died before (unix microseconds), each
-// NULL when f does not filter by it. The ids of a non-nil empty IDs are
-// "[]", which matches no event.
+// DeadFilter is f as the parameters of the drivers' dead-event filters,
+// each NULL when f does not filter by it: ids (HexIDs), event type, topic,
+// died before (unix microseconds), aggregate type, aggregate id, a LIKE
+// pattern of the error in lower case (codec.Contains, with escape
+// character codec.LikeEscape), error group, 1 for ungrouped, died after.
+// The ids of a non-nil empty IDs are "[]", which matches no event.
 func DeadFilter(f outboxdriver.DeadFilter) []any {
-	params := []any{nil, NullIfEmpty(f.EventType), NullIfEmpty(f.Topic), nil}
+	params := []any{nil, NullIfEmpty(f.EventType), NullIfEmpty(f.Topic), nil,
+		NullIfEmpty(f.AggregateType), NullIfEmpty(f.AggregateID), nil, NullIfEmpty(f.Group), nil, nil}
 	if f.IDs != nil {
 		params[0] = HexIDs(f.IDs)
 	}
 	if !f.DiedBefore.IsZero() {
 		params[3] = Micros(f.DiedBefore)
 	}
+	if f.ErrorContains != "" {
+		params[6] = codec.Contains(strings.ToLower(f.ErrorContains))
+	}
+	if f.Ungrouped {
+		params[8] = 1
+	}
+	if !f.DiedAfter.IsZero() {
+		params[9] = Micros(f.DiedAfter)
+	}
 	return params
+}
+
+// Stats reads a table's counts with topics, which returns topic, status,
+// count and earliest due time (NULL for none) rows, and claims, which
+// returns owner, topic, count, earliest locked_at and latest locked_until
+// rows, each run with its arguments.
+func Stats(ctx context.Context, q Querier, table, topics string, topicsArgs []any, claims string, claimsArgs []any) (outboxdriver.StatsResult, error) {
+	var res outboxdriver.StatsResult
+	rows, err := q.QueryContext(ctx, topics, topicsArgs...)
+	if err == nil {
+		res.Topics, err = scanEach(rows, func(rows *sql.Rows) (outboxdriver.TopicStatus, error) {
+			var (
+				ts     outboxdriver.TopicStatus
+				oldest sql.NullInt64
+			)
+			err := rows.Scan(&ts.Topic, &ts.Status, &ts.Count, &oldest)
+			ts.OldestDue = fromMicros(oldest)
+			return ts, err
+		})
+	}
+	if err != nil {
+		return res, fmt.Errorf("%s: stats: %w", table, err)
+	}
+	rows, err = q.QueryContext(ctx, claims, claimsArgs...)
+	if err == nil {
+		res.Claims, err = scanEach(rows, func(rows *sql.Rows) (outboxdriver.OwnerClaims, error) {
+			var (
+				c                   outboxdriver.OwnerClaims
+				lockedAt, leaseEnds sql.NullInt64
+			)
+			err := rows.Scan(&c.Owner, &c.Topic, &c.Events, &lockedAt, &leaseEnds)
+			c.OldestClaim, c.LeaseEnds = fromMicros(lockedAt), fromMicros(leaseEnds)
+			return c, err
+		})
+	}
+	if err != nil {
+		return res, fmt.Errorf("%s: claims: %w", table, err)
+	}
+	return res, nil
+}
+
+// DeadGroups reads the groups of DEAD rows with groups, which returns
+// group ("" for NULL), count, first and last died and a sample error
+// rows, and their topics with topics, which returns the distinct group
+// ("" for NULL) and topic pairs of the same rows, each run with its
+// arguments. Each group's topics come sorted.
+func DeadGroups(ctx context.Context, q Querier, table, groups string, groupsArgs []any, topics string, topicsArgs []any) ([]outboxdriver.DeadGroup, error) {
+	rows, err := q.QueryContext(ctx, groups, groupsArgs...)
+	var result []outboxdriver.DeadGroup
+	if err == nil {
+		result, err = scanEach(rows, func(rows *sql.Rows) (outboxdriver.DeadGroup, error) {
+			var (
+				g                   outboxdriver.DeadGroup
+				firstDied, lastDied int64
+			)
+			err := rows.Scan(&g.Group, &g.Count, &firstDied, &lastDied, &g.SampleError)
+			g.FirstDied, g.LastDied = time.UnixMicro(firstDied).UTC(), time.UnixMicro(lastDied).UTC()
+			return g, err
+		})
+	}
+	if err != nil || len(result) == 0 {
+		return result, wrapErr(table, "dead event groups", err)
+	}
+	index := make(map[string]int, len(result))
+	for i, g := range result {
+		index[g.Group] = i
+	}
+	rows, err = q.QueryContext(ctx, topics, topicsArgs...)
+	var pairs [][2]string
+	if err == nil {
+		pairs, err = scanEach(rows, func(rows *sql.Rows) ([2]string, error) {
+			var pair [2]string
+			return pair, rows.Scan(&pair[0], &pair[1])
+		})
+	}
+	if err != nil {
+		return nil, wrapErr(table, "topics of dead event groups", err)
+	}
+	for _, pair := range pairs {
+		if i, ok := index[pair[0]]; ok {
+			result[i].Topics = append(result[i].Topics, pair[1])
+		}
+	}
+	for i := range result {
+		slices.Sort(result[i].Topics)
+		result[i].Topics = slices.Compact(result[i].Topics)
+	}
+	return result, nil
+}
+
+// wrapErr names the driver, table and operation in err; nil stays nil.
+func wrapErr(table, op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("%s: %s: %w", table, op, err)
+}
+
+// scanEach scans every row of rows with scan, and closes rows.
+func scanEach[T any](rows *sql.Rows, scan func(*sql.Rows) (T, error)) ([]T, error) {
+	defer rows.Close()
+	var values []T
+	for rows.Next() {
+		v, err := scan(rows)
+		if err != nil {
+			return nil, err
+		}
+		values = append(values, v)
+	}
+	return values, rows.Err()
 }
 
 // Table is a validated outbox table's names, as a database/sql driver
@@ -303,6 +433,7 @@ type Table struct {
 	Name       string
 	Quoted     string
 	Inbox      string // the inbox table, quoted
+	Lease      string // the lease table, quoted
 	Label      string // the driver and table, for errors
 	InboxLabel string // the driver and inbox table, for errors
 }
@@ -314,6 +445,6 @@ func NewTable(dialect, name string, quote func(string) string, invalid error) (T
 		return Table{}, fmt.Errorf("%s: table: %w", dialect, err)
 	}
 	inbox := name + migrationfiles.InboxSuffix
-	return Table{Name: name, Quoted: quote(name), Inbox: quote(inbox),
+	return Table{Name: name, Quoted: quote(name), Inbox: quote(inbox), Lease: quote(name + migrationfiles.LeaseSuffix),
 		Label: dialect + ": table " + name, InboxLabel: dialect + ": table " + inbox}, nil
 }

@@ -5,9 +5,12 @@ import (
 	"database/sql"
 	sqldriver "database/sql/driver"
 	"embed"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
+
+	mysqldriver "github.com/go-sql-driver/mysql"
 
 	"github.com/wmoutbox/wmoutbox/internal/ident"
 	"github.com/wmoutbox/wmoutbox/internal/migrationfiles"
@@ -169,7 +172,7 @@ func (t *table) migrate(ctx context.Context, conn *sql.Conn, migrations []Migrat
 			continue
 		}
 		for _, stmt := range statementsOf(m.SQL) {
-			if _, err := conn.ExecContext(ctx, stmt); err != nil {
+			if _, err := conn.ExecContext(ctx, stmt); err != nil && !alreadyApplied(err) {
 				return fmt.Errorf("mysql: migrate %s to version %d (%s): %w", t.Name, m.Version, m.Name, err)
 			}
 		}
@@ -178,6 +181,15 @@ func (t *table) migrate(ctx context.Context, conn *sql.Conn, migrations []Migrat
 		}
 	}
 	return nil
+}
+
+// alreadyApplied reports the error of an ALTER TABLE that a migration cut
+// short applied before: a duplicate column or key. MySQL has no ADD
+// COLUMN IF NOT EXISTS (MariaDB has), and an ALTER TABLE is applied whole
+// or not at all, so that such an error means the whole statement was.
+func alreadyApplied(err error) bool {
+	var e *mysqldriver.MySQLError
+	return errors.As(err, &e) && (e.Number == erDupFieldName || e.Number == erDupKeyName)
 }
 
 // statementsOf splits a migration file into its statements, which the

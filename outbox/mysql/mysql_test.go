@@ -107,7 +107,7 @@ func TestMigrationsAreRenderedForTheTable(t *testing.T) {
 	t.Parallel()
 	migrations, err := mysql.Migrations(mysql.Config{Table: "shop_events"})
 	require.NoError(t, err)
-	require.Len(t, migrations, 2)
+	require.Len(t, migrations, 3)
 	for i, m := range migrations {
 		require.Equal(t, i+1, m.Version)
 		require.NotContains(t, m.SQL, "outbox_event", m.Name)
@@ -115,6 +115,8 @@ func TestMigrationsAreRenderedForTheTable(t *testing.T) {
 	}
 	require.Contains(t, migrations[0].SQL, "CREATE TABLE IF NOT EXISTS `shop_events`")
 	require.Contains(t, migrations[1].SQL, "CREATE TABLE IF NOT EXISTS `shop_events_inbox`")
+	require.Contains(t, migrations[2].SQL, "CREATE TABLE IF NOT EXISTS `shop_events_lease`")
+	require.Contains(t, migrations[2].SQL, "ADD KEY `shop_events_dead_group_idx`")
 }
 
 // TestLargeBatchIsWrittenWholeOrNotAtAll: a batch of several statements

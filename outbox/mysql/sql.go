@@ -9,8 +9,8 @@ import (
 )
 
 // Every SQL statement of the MySQL store, except the migrations (see the
-// migrations folder). {table}, {inbox} and {migrations} stand for the
-// quoted names; every value is a bind parameter, in the order of the ?s.
+// migrations folder). {table}, {inbox}, {lease} and {migrations} stand
+// for the quoted names; every value is a bind parameter, in the order of the ?s.
 // Times are BIGINT unix microseconds; lists travel as one JSON array read
 // with JSON_TABLE, event ids in it as hex (see sqlcodec.HexIDs), so that
 // every statement has one text whatever the size of its batch.
@@ -64,7 +64,7 @@ const (
 const eventColumns = `event_id, event_type, topic, aggregate_type,
     coalesce(aggregate_id, ''), coalesce(tenant_id, ''), payload, payload_json, headers,
     status, attempts, occurred_at, available_at, created_at, updated_at, done_at,
-    coalesce(last_error, ''), coalesce(locked_by, ''), locked_at, locked_until`
+    coalesce(last_error, ''), coalesce(locked_by, ''), locked_at, locked_until, coalesce(error_group, '')`
 
 // sqlInsert writes the rows of a batch: {rows} is insertValues once for each.
 // The parameters of a row are its event's id, type, topic, aggregate type,
@@ -211,7 +211,8 @@ const sqlReleaseOwned = sqlRelease + ` AND o.locked_at < ?`
 // under no running lease (see outboxdriver.Outcome; no owner is NULL),
 // and, where it says how many failed attempts the row has before
 // it ("before"), that many; an outcome without an error (none in the
-// JSON) keeps last_error. The rows are joined as in sqlRowsOfIDs.
+// JSON) keeps last_error and error_group, one with an error records its
+// group ("group") with it. The rows are joined as in sqlRowsOfIDs.
 // Parameters: the batch, now, owner, owner, now. Every assignment reads
 // only the column it sets: MySQL sets them in turn, and a later one would
 // see the new value of an earlier one.
@@ -222,6 +223,7 @@ UPDATE JSON_TABLE(?, '$[*]' COLUMNS (
         spent           int           PATH '$.spent',
         next_at         bigint        PATH '$.next_at',
         error           varchar(4000) PATH '$.error',
+        error_group     varchar(16)   PATH '$.group',
         attempts_before int           PATH '$.before'
     )) AS u
     STRAIGHT_JOIN {table} AS o FORCE INDEX ({id_idx}) ON o.event_id = unhex(u.id)
@@ -229,6 +231,7 @@ SET o.status       = CASE WHEN u.status = 0 THEN o.status ELSE u.status END,
     o.attempts     = o.attempts + u.spent,
     o.available_at = coalesce(u.next_at, o.available_at),
     o.last_error   = coalesce(u.error, o.last_error),
+    o.error_group  = CASE WHEN u.error IS NULL THEN o.error_group ELSE u.error_group END,
     o.updated_at   = ?,
     o.locked_by    = NULL,
     o.locked_at    = NULL,
@@ -257,13 +260,22 @@ WHERE o.status <> 1`
 const sqlBacklog = `SELECT count(*), min(available_at) FROM {table} WHERE pending = 1 AND topic = ?`
 
 // sqlDeadFilter selects DEAD rows; each condition is off when its
-// parameter is NULL, and takes it twice: ids (a JSON array, in which an
-// empty one matches no row), event type, topic, died before.
+// parameter is NULL, and takes it twice (see sqlcodec.DeadFilter): ids (a
+// JSON array, in which an empty one matches no row), event type, topic,
+// died before, aggregate type, aggregate id, a LIKE pattern of the error
+// in lower case, error group, ungrouped (1), died after. status leads the
+// DEAD keys (migration 3).
 const sqlDeadFilter = `status = 3
     AND (? IS NULL OR event_id IN (SELECT unhex(ids.id) FROM ` + sqlIDs + `))
     AND (? IS NULL OR event_type = ?)
     AND (? IS NULL OR topic = ?)
-    AND (? IS NULL OR updated_at < ?)`
+    AND (? IS NULL OR updated_at < ?)
+    AND (? IS NULL OR aggregate_type = ?)
+    AND (? IS NULL OR aggregate_id = ?)
+    AND (? IS NULL OR lower(last_error) LIKE ? ESCAPE '!')
+    AND (? IS NULL OR error_group = ?)
+    AND (? IS NULL OR error_group IS NULL AND ? = 1)
+    AND (? IS NULL OR updated_at >= ?)`
 
 const sqlQueryDead = `
 SELECT ` + eventColumns + ` FROM {table}
@@ -273,12 +285,81 @@ LIMIT ?`
 
 const sqlCountDead = `SELECT count(*) FROM {table} WHERE ` + sqlDeadFilter
 
-// sqlReplayDead keeps last_error as the record of why the event died.
-// Parameters: now, now, then the filter's.
+// sqlReplayDead keeps last_error and error_group as the record of why the
+// event died. Parameters: now, now, then the filter's.
 const sqlReplayDead = `
 UPDATE {table} SET status = 0, attempts = 0, available_at = ?, updated_at = ?,
     done_at = NULL, locked_by = NULL, locked_at = NULL, locked_until = NULL
 WHERE ` + sqlDeadFilter
+
+// sqlDeadGroups groups the DEAD rows of the filter by error_group, up to a
+// limit, the largest first, then by group (NULL first), with the latest
+// error of each, one descent of the dead group key (<=> compares NULL
+// too). Parameters: the filter's for the sample, the filter's for the
+// groups, the limit. sqlDeadGroupTopics returns the topics of every group
+// (the filter's parameters): GROUP_CONCAT would be cut at
+// group_concat_max_len, and topics can hold its separator.
+const (
+	sqlDeadGroups = `
+SELECT coalesce(g.error_group, ''), g.n, g.first_died, g.last_died, coalesce(
+    (SELECT last_error FROM {table}
+     WHERE ` + sqlDeadFilter + ` AND error_group <=> g.error_group
+     ORDER BY updated_at DESC LIMIT 1), '')
+FROM (
+    SELECT error_group, count(*) AS n, min(updated_at) AS first_died, max(updated_at) AS last_died
+    FROM {table}
+    WHERE ` + sqlDeadFilter + `
+    GROUP BY error_group
+    ORDER BY n DESC, error_group
+    LIMIT ?
+) AS g
+ORDER BY g.n DESC, g.error_group`
+	sqlDeadGroupTopics = `
+SELECT DISTINCT coalesce(error_group, ''), topic FROM {table}
+WHERE ` + sqlDeadFilter
+)
+
+// sqlStatsTopics counts the rows by topic and status, with the earliest
+// due time of the pending rows due at a time (the parameter). It reads
+// the whole table.
+const sqlStatsTopics = `
+SELECT topic, status, count(*), min(CASE WHEN pending = 1 AND available_at <= ? THEN available_at END)
+FROM {table}
+GROUP BY topic, status`
+
+// sqlStatsClaims counts the pending rows whose lease runs at a time (the
+// parameter), by owner and topic, through the due index.
+const sqlStatsClaims = `
+SELECT locked_by, topic, count(*), min(locked_at), max(locked_until)
+FROM {table}
+WHERE pending = 1 AND locked_until > ? AND locked_by IS NOT NULL
+GROUP BY locked_by, topic`
+
+// sqlQueryPending pages through pending rows. Parameters: two statuses
+// (the same one twice for one), the topic twice (NULL for every topic),
+// the id after which the page starts, the page size.
+const sqlQueryPending = `
+SELECT ` + eventColumns + ` FROM {table}
+WHERE pending = 1 AND status IN (?, ?) AND (? IS NULL OR topic = ?) AND event_id > ?
+ORDER BY event_id
+LIMIT ?`
+
+// sqlAcquireLease takes a lease for an owner until a time, or renews it.
+// Parameters: name, owner, until, then now. The insert takes a lease
+// nobody held; on the duplicate, owner changes only when the owner holds
+// it already or the holder's lease ended by now, and until only when the
+// owner then holds it (MySQL assigns in turn: the second assignment sees
+// the first's owner). The row stays locked until the transaction ends,
+// in which sqlLeaseHolder reads who holds it: MySQL's count of changed
+// rows cannot tell a renewal to the same time from a refusal.
+const (
+	sqlAcquireLease = `
+INSERT INTO {lease} (name, owner, until) VALUES (?, ?, ?)
+ON DUPLICATE KEY UPDATE
+    owner = IF(owner = VALUES(owner) OR until <= ?, VALUES(owner), owner),
+    until = IF(owner = VALUES(owner), VALUES(until), until)`
+	sqlLeaseHolder = `SELECT owner FROM {lease} WHERE name = ?`
+)
 
 // A purge deletes a batch of rows in a READ COMMITTED transaction of its
 // own: the pick (sqlPurgePick, sqlPurgeProcessedPick) locks the batch with
@@ -286,6 +367,13 @@ WHERE ` + sqlDeadFilter
 // DELETE cannot, and returns the key of each row as JSON; the delete
 // (sqlPurgeDelete, sqlPurgeProcessedDelete) takes them as one array, and
 // finds the rows by primary key.
+
+// sqlPurgeDeadPick: the filter's parameters, the batch size.
+const sqlPurgeDeadPick = `
+SELECT CAST(seq AS CHAR) FROM {table}
+WHERE ` + sqlDeadFilter + `
+LIMIT ?
+FOR UPDATE SKIP LOCKED`
 
 // sqlPurgePick: parameters two statuses (the same one twice for one), the
 // cutoff, the batch size. The literal status list keeps to the finished
@@ -335,8 +423,13 @@ type statements struct {
 	claim                            [2]string // by ordered (0, 1)
 	claimAfter                       string    // unordered, with a cursor
 	queryDead, countDead, replayDead string
+	deadGroups, deadGroupTopics      string
+	statsTopics, statsClaims         string
+	queryPending                     string
+	acquireLease, leaseHolder        string
 	backlog                          string
 	purgePick, purgeDelete           string
+	purgeDeadPick                    string
 	markProcessed                    string
 	purgeProcessedPick               string
 	purgeProcessedDelete             string
@@ -344,8 +437,9 @@ type statements struct {
 	table string // quoted, for the insert's text, which depends on the batch
 }
 
-func renderStatements(quoted, idIndex, dueIndex, inbox, migrations string, deleteDone bool) statements {
-	r := strings.NewReplacer("{table}", quoted, "{id_idx}", idIndex, "{due_idx}", dueIndex, "{inbox}", inbox, "{migrations}", migrations)
+func renderStatements(quoted, idIndex, dueIndex, inbox, lease, migrations string, deleteDone bool) statements {
+	r := strings.NewReplacer("{table}", quoted, "{id_idx}", idIndex, "{due_idx}", dueIndex, "{inbox}", inbox, "{lease}", lease,
+		"{migrations}", migrations)
 	s := statements{
 		createMigrationTable: r.Replace(sqlCreateMigrationTable),
 		migrationVersion:     r.Replace(sqlMigrationVersion),
@@ -365,6 +459,14 @@ func renderStatements(quoted, idIndex, dueIndex, inbox, migrations string, delet
 		countDead:            r.Replace(sqlCountDead),
 		replayDead:           r.Replace(sqlReplayDead),
 		purgePick:            r.Replace(sqlPurgePick),
+		purgeDeadPick:        r.Replace(sqlPurgeDeadPick),
+		deadGroups:           r.Replace(sqlDeadGroups),
+		deadGroupTopics:      r.Replace(sqlDeadGroupTopics),
+		statsTopics:          r.Replace(sqlStatsTopics),
+		statsClaims:          r.Replace(sqlStatsClaims),
+		queryPending:         r.Replace(sqlQueryPending),
+		acquireLease:         r.Replace(sqlAcquireLease),
+		leaseHolder:          r.Replace(sqlLeaseHolder),
 		purgeDelete:          r.Replace(sqlPurgeDelete),
 		backlog:              r.Replace(sqlBacklog),
 		markProcessed:        r.Replace(sqlMarkProcessed),

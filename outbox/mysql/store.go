@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -86,7 +87,7 @@ func newTable(cfg Config) (*table, error) {
 		return nil, err
 	}
 	t := &table{Table: names}
-	t.sql = renderStatements(t.Quoted, quote(t.Name+"_id_idx"), quote(t.Name+"_due_idx"), t.Inbox, quote(ident.MigrationTable), cfg.DeleteDone)
+	t.sql = renderStatements(t.Quoted, quote(t.Name+"_id_idx"), quote(t.Name+"_due_idx"), t.Inbox, t.Lease, quote(ident.MigrationTable), cfg.DeleteDone)
 	return t, nil
 }
 
@@ -206,6 +207,8 @@ func rollsBackTransaction(ctx context.Context, tx *sql.Tx, err error) bool {
 
 // MySQL's error numbers that the store tells apart.
 const (
+	erDupFieldName    = 1060
+	erDupKeyName      = 1061
 	erDupEntry        = 1062
 	erLockWaitTimeout = 1205
 	erLockDeadlock    = 1213
@@ -514,6 +517,80 @@ func (d *driver) deleteLocked(ctx context.Context, pick string, pickArgs []any, 
 		return err
 	})
 	return deleted, err
+}
+
+// PurgeDeadBatch implements [outboxdriver.Executor] as PurgeBatch does:
+// the batch is picked with SKIP LOCKED, then deleted by primary key.
+func (d *driver) PurgeDeadBatch(ctx context.Context, p outboxdriver.PurgeDeadParams) (int64, error) {
+	n, err := d.deleteLocked(ctx, d.t.sql.purgeDeadPick, append(deadArgs(p.Filter), p.Limit), d.t.sql.purgeDelete)
+	if err != nil {
+		return 0, fmt.Errorf("mysql: purge dead events of %s: %w", d.t.Name, err)
+	}
+	return n, nil
+}
+
+// DeadGroups implements [outboxdriver.Executor]: the groups, then their
+// topics.
+func (d *driver) DeadGroups(ctx context.Context, p outboxdriver.DeadGroupsParams) ([]outboxdriver.DeadGroup, error) {
+	filter := deadArgs(p.Filter)
+	groups := append(append(slices.Clip(filter), filter...), p.Limit)
+	return sqlcodec.DeadGroups(ctx, d.db, d.t.Label, d.t.sql.deadGroups, groups, d.t.sql.deadGroupTopics, filter)
+}
+
+// Stats implements [outboxdriver.Executor] in two statements.
+func (d *driver) Stats(ctx context.Context, p outboxdriver.StatsParams) (outboxdriver.StatsResult, error) {
+	now := []any{sqlcodec.Micros(p.Now)}
+	return sqlcodec.Stats(ctx, d.db, d.t.Label, d.t.sql.statsTopics, now, d.t.sql.statsClaims, now)
+}
+
+// QueryPending implements [outboxdriver.Executor].
+func (d *driver) QueryPending(ctx context.Context, p outboxdriver.QueryPendingParams) ([]outboxdriver.Row, error) {
+	if len(p.Statuses) == 0 {
+		return nil, nil
+	}
+	statuses := [2]int16{p.Statuses[0], p.Statuses[0]}
+	for _, st := range p.Statuses {
+		if st != statuses[0] {
+			statuses[1] = st
+		}
+	}
+	topic := sqlcodec.NullIfEmpty(p.Topic)
+	rows, err := sqlcodec.QueryRows(ctx, d.db, d.t.sql.queryPending, statuses[0], statuses[1], topic, topic, p.After, p.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("mysql: query pending events: %w", err)
+	}
+	return rows, nil
+}
+
+// leaseAttempts is how many times AcquireLease tries a lease whose
+// statement InnoDB chose as a deadlock's victim: concurrent inserts of a
+// new key can deadlock on it, and the victim is only told to try again.
+const leaseAttempts = 3
+
+// AcquireLease implements [outboxdriver.Executor]: one upsert takes or
+// renews the lease, and the same transaction reads who holds it.
+func (d *driver) AcquireLease(ctx context.Context, p outboxdriver.LeaseParams) (held bool, err error) {
+	for range leaseAttempts {
+		err = d.readCommitted(ctx, func(tx *sql.Tx) error {
+			if _, err := tx.ExecContext(ctx, d.t.sql.acquireLease, p.Name, p.Owner, sqlcodec.Micros(p.Until), sqlcodec.Micros(p.Now)); err != nil {
+				return err
+			}
+			var owner string
+			if err := tx.QueryRowContext(ctx, d.t.sql.leaseHolder, p.Name).Scan(&owner); err != nil {
+				return err
+			}
+			held = owner == p.Owner
+			return nil
+		})
+		var e *mysqldriver.MySQLError
+		if !errors.As(err, &e) || e.Number != erLockDeadlock {
+			break
+		}
+	}
+	if err != nil {
+		return false, fmt.Errorf("mysql: lease %s: %w", p.Name, err)
+	}
+	return held, nil
 }
 
 // readCommitted runs fn in a READ COMMITTED transaction and commits it

@@ -26,8 +26,9 @@
 // topic, aggregate_type, aggregate_id and tenant_id (NULL for none),
 // payload (bytes, as given), payload_json, headers (a JSON object of
 // strings, NULL for none), status, attempts, occurred_at, available_at,
-// created_at, updated_at, done_at, last_error, locked_by, locked_at and
-// locked_until. Status codes: 0 NEW, 1 DONE, 2 RETRY, 3 DEAD. Times are
+// created_at, updated_at, done_at, last_error, locked_by, locked_at,
+// locked_until and error_group (NULL for none). A second table holds the
+// named leases of [Executor.AcquireLease]: name, owner and until. Status codes: 0 NEW, 1 DONE, 2 RETRY, 3 DEAD. Times are
 // kept to the microsecond; a driver returns them in UTC or with their
 // zone, the engine does not care which.
 //

@@ -110,6 +110,27 @@ type Executor interface {
 	// PurgeProcessedBatch deletes, in a transaction of its own, up to
 	// p.Limit inbox records made before p.Before, and returns how many.
 	PurgeProcessedBatch(ctx context.Context, p PurgeParams) (int64, error)
+
+	// Stats counts the rows by topic and status, with the earliest
+	// available_at of the pending rows due at p.Now, and the leases
+	// running at p.Now by owner and topic. See [StatsResult].
+	Stats(ctx context.Context, p StatsParams) (StatsResult, error)
+	// DeadGroups groups the DEAD rows matching p.Filter by error_group (""
+	// for NULL), up to p.Limit groups, the largest first, then by group.
+	DeadGroups(ctx context.Context, p DeadGroupsParams) ([]DeadGroup, error)
+	// QueryPending returns up to p.Limit rows whose status is one of
+	// p.Statuses (NEW, RETRY), of p.Topic unless it is "", with an event
+	// id above p.After, ordered by event id.
+	QueryPending(ctx context.Context, p QueryPendingParams) ([]Row, error)
+	// PurgeDeadBatch deletes, in a transaction of its own, up to p.Limit
+	// DEAD rows matching p.Filter, and returns how many. It may pass over
+	// rows other transactions hold locked.
+	PurgeDeadBatch(ctx context.Context, p PurgeDeadParams) (int64, error)
+	// AcquireLease takes or renews the lease p.Name for p.Owner until
+	// p.Until, and reports whether p.Owner holds it: it does when nobody
+	// held it, when p.Owner did, or when the holder's lease ended before
+	// p.Now. Concurrent calls never both get a lease another holds.
+	AcquireLease(ctx context.Context, p LeaseParams) (bool, error)
 }
 
 // InsertParams is a write of events in a business transaction.
@@ -164,6 +185,8 @@ type Row struct {
 	DoneAt time.Time // zero for NULL, as are the lock times
 	LastError, LockedBy   string
 	LockedAt, LockedUntil time.Time
+	// ErrorGroup is the stored error_group, "" for NULL.
+	ErrorGroup string
 	// Malformed says why a row cannot be read as an event (a timestamp
 	// that is not a time, say), nil when it can. A claim returns such a
 	// row rather than fail: the relay records it DEAD with this error.
@@ -265,19 +288,30 @@ type Outcome struct {
 	// NextAt, when not zero, becomes available_at.
 	NextAt time.Time
 	// Error, when not "", becomes last_error; the engine cut it to fit.
-	Error           string
-	AttemptsChecked bool
-	AttemptsBefore  int
+	// ErrorGroup, set with it, becomes error_group.
+	Error, ErrorGroup string
+	AttemptsChecked   bool
+	AttemptsBefore    int
 }
 
 // DeadFilter selects DEAD rows: those that match every field set.
 type DeadFilter struct {
 	// IDs, when not nil, restricts to these event ids; empty matches none.
-	IDs       []string
-	EventType string
-	Topic     string
-	// DiedBefore, when not zero, keeps rows whose updated_at is before it.
-	DiedBefore time.Time
+	IDs []string
+	// EventType, Topic, AggregateType and AggregateID, when not "",
+	// restrict to rows with that value.
+	EventType, Topic, AggregateType, AggregateID string
+	// ErrorContains, when not "", keeps rows whose last_error contains it,
+	// ignoring case; its characters match themselves (a driver using LIKE
+	// escapes % and _).
+	ErrorContains string
+	// Group, when not "", keeps rows whose error_group is Group; Ungrouped
+	// keeps rows whose error_group is NULL.
+	Group     string
+	Ungrouped bool
+	// DiedAfter, when not zero, keeps rows whose updated_at is at or after
+	// it; DiedBefore, when not zero, rows whose updated_at is before it.
+	DiedAfter, DiedBefore time.Time
 }
 
 // QueryDeadParams pages through DEAD rows.
@@ -299,4 +333,75 @@ type PurgeParams struct {
 	Statuses []int16
 	Before   time.Time
 	Limit    int
+}
+
+// PurgeDeadParams are the DEAD rows a purge batch deletes.
+type PurgeDeadParams struct {
+	Filter DeadFilter
+	Limit  int
+}
+
+// StatsParams ask for the table's counts at Now.
+type StatsParams struct {
+	Now time.Time
+}
+
+// StatsResult is what [Executor.Stats] read. Its slices may be in any
+// order, and a (topic, status) or (owner, topic) pair may come in several
+// parts: the engine sorts and adds them up.
+type StatsResult struct {
+	Topics []TopicStatus
+	Claims []OwnerClaims
+}
+
+// TopicStatus counts a topic's rows of one status. OldestDue is the
+// earliest available_at of those rows that are pending and due at the
+// query's Now (leased or not), zero for other statuses or when none is
+// due.
+type TopicStatus struct {
+	Topic     string
+	Status    int16
+	Count     int64
+	OldestDue time.Time
+}
+
+// OwnerClaims are the pending rows of Topic whose lease by Owner runs at
+// the query's Now: how many, the earliest locked_at and the latest
+// locked_until.
+type OwnerClaims struct {
+	Owner, Topic           string
+	Events                 int64
+	OldestClaim, LeaseEnds time.Time
+}
+
+// DeadGroupsParams select the DEAD rows [Executor.DeadGroups] groups.
+type DeadGroupsParams struct {
+	Filter DeadFilter
+	Limit  int
+}
+
+// DeadGroup is the DEAD rows of one error_group ("" for NULL): how many,
+// the earliest and latest updated_at, the last_error of one of them, and
+// their distinct topics, sorted.
+type DeadGroup struct {
+	Group               string
+	Count               int64
+	FirstDied, LastDied time.Time
+	SampleError         string
+	Topics              []string
+}
+
+// QueryPendingParams page through pending rows.
+type QueryPendingParams struct {
+	Topic    string
+	Statuses []int16
+	After    string
+	Limit    int
+}
+
+// LeaseParams are a take or renewal of a named lease: one instance at a
+// time across processes runs what it guards (a retention job).
+type LeaseParams struct {
+	Name, Owner string
+	Now, Until  time.Time
 }

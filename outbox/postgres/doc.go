@@ -55,7 +55,11 @@
 // available_at, event_id) for the claim, terminal rows by (status, updated_at)
 // for dead-event queries and purge, and (migration 4) the rows not yet DONE by
 // aggregate, for ordered claims. Relays claim one topic at a time, which
-// the due index serves in its order.
+// the due index serves in its order. Migration 5 adds error_group, the
+// failure group of last_error, with two partial indexes of the DEAD rows
+// (by group and death time, for [outbox.Store.DeadGroups]; by event id,
+// for the dead-letter pages), and the lease table (the outbox table's name
+// with _lease appended) behind [outbox.Store.Retain].
 //
 // DONE rows stay until [outbox.Store.Purge] deletes them, as the record of
 // what was delivered and when. With [Config.DeleteDone] a delivered

@@ -116,6 +116,11 @@ func TestMigrations(t *testing.T) {
 	require.Equal(t, "0003_create_inbox.sql", inbox.Name)
 	require.Contains(t, inbox.SQL, `CREATE TABLE "s"."t_inbox" (`, "the inbox, a table, is in the schema")
 	require.Contains(t, inbox.SQL, `CREATE INDEX "t_inbox_idx" ON "s"."t_inbox"`)
+
+	groups := migrations[4]
+	require.Equal(t, "0005_error_groups_and_leases.sql", groups.Name)
+	require.Contains(t, groups.SQL, `CREATE INDEX IF NOT EXISTS "t_dead_group_idx" ON "s"."t"`)
+	require.Contains(t, groups.SQL, `CREATE TABLE "s"."t_lease" (`, "the lease table, like the inbox, is in the schema")
 }
 
 func TestMigrationsDefaultTable(t *testing.T) {

@@ -186,8 +186,9 @@ func (t *table) migrations() ([]Migration, error) {
 const sequenceSuffix = "_seq"
 
 // rename gives the configured name for the default table (suffix "") and
-// for the names derived from it: the inbox table (suffix "_inbox") and the
-// sequence (suffix "_seq"), in the same schema, and index names (suffix
+// for the names derived from it: the inbox table (suffix "_inbox"), the
+// lease table (suffix "_lease") and the sequence (suffix "_seq"), in the
+// same schema, and index names (suffix
 // "…_idx"), which are never schema-qualified.
 func (t *table) rename(suffix string) string {
 	switch suffix {
@@ -195,6 +196,8 @@ func (t *table) rename(suffix string) string {
 		return t.qualified
 	case migrationfiles.InboxSuffix:
 		return t.inbox
+	case migrationfiles.LeaseSuffix:
+		return t.lease
 	case sequenceSuffix:
 		return t.qualify(t.name + suffix)
 	}

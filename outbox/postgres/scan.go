@@ -36,7 +36,7 @@ func collectRows(rows pgx.Rows, capacity int) ([]outboxdriver.Row, error) {
 // once, and a string equal to the previous row's keeps it.
 type eventScanner struct {
 	id, eventType, topic, aggregateType, aggregateID,
-	tenantID, lastError, lockedBy repeated
+	tenantID, lastError, lockedBy, errorGroup repeated
 	payload  []byte
 	headers  pgtype.DriverBytes
 	isJSON   bool
@@ -51,7 +51,7 @@ func newEventScanner() *eventScanner {
 	s := &eventScanner{}
 	s.dest = []any{&s.id, &s.eventType, &s.topic, &s.aggregateType, &s.aggregateID, &s.tenantID,
 		&s.payload, &s.isJSON, &s.headers, &s.status, &s.attempts, &s.occurredAt, &s.availableAt,
-		&s.createdAt, &s.updatedAt, &s.doneAt, &s.lastError, &s.lockedBy, &s.lockedAt, &s.lockedUntil}
+		&s.createdAt, &s.updatedAt, &s.doneAt, &s.lastError, &s.lockedBy, &s.lockedAt, &s.lockedUntil, &s.errorGroup}
 	return s
 }
 
@@ -82,6 +82,7 @@ func (s *eventScanner) scan(rows pgx.Rows) (outboxdriver.Row, error) {
 		LockedBy:      string(s.lockedBy),
 		LockedAt:      finite("locked_at", s.lockedAt, &notTime),
 		LockedUntil:   finite("locked_until", s.lockedUntil, &notTime),
+		ErrorGroup:    string(s.errorGroup),
 	}
 	if r.Payload == nil {
 		r.Payload = []byte{}

@@ -10,8 +10,8 @@ import (
 )
 
 // Every SQL statement of the PostgreSQL store, except the migrations (see
-// the migrations folder). {table} and {migrations} stand for the quoted,
-// schema-qualified names; every value is a bind parameter.
+// the migrations folder). {table}, {inbox}, {lease} and {migrations} stand
+// for the quoted, schema-qualified names; every value is a bind parameter.
 
 const sqlCreateMigrationTable = `
 CREATE TABLE IF NOT EXISTS {migrations} (
@@ -49,7 +49,8 @@ ON CONFLICT DO NOTHING`
 const eventColumns = `{o}event_id, {o}event_type, {o}topic, {o}aggregate_type,
     coalesce({o}aggregate_id, ''), coalesce({o}tenant_id, ''), {o}payload, {o}payload_json, {o}headers,
     {o}status, {o}attempts, {o}occurred_at, {o}available_at, {o}created_at, {o}updated_at, {o}done_at,
-    coalesce({o}last_error, ''), coalesce({o}locked_by, ''), {o}locked_at, {o}locked_until`
+    coalesce({o}last_error, ''), coalesce({o}locked_by, ''), {o}locked_at, {o}locked_until,
+    coalesce({o}error_group, '')`
 
 // sqlInsert writes any number of rows in one statement: one array per
 // column. $1 is the write time; rows whose claim flag is set are written
@@ -263,7 +264,8 @@ FROM (SELECT 1) AS one {async}
 WHERE topic = $1 AND status IN (0, 2) AND locked_by = $2 AND locked_at < $3`
 
 // sqlUpdateStatus applies a batch of RETRY, DEAD and deferral outcomes
-// reported by owner $7: status 0 keeps the current status (a deferral). DONE
+// reported by owner $7; an outcome with an error records its failure
+// group ($9) with it: status 0 keeps the current status (a deferral). DONE
 // rows are never touched. An outcome needs a pending row that $7 still holds
 // or, from no owner, one under no running lease (see
 // outboxdriver.Outcome; a claim from before migration 2 has no
@@ -277,12 +279,13 @@ UPDATE {table} AS o SET
     attempts     = o.attempts + u.spent,
     available_at = coalesce(u.next_at, o.available_at),
     last_error   = coalesce(nullif(u.error, ''), o.last_error),
+    error_group  = CASE WHEN u.error = '' THEN o.error_group ELSE nullif(u.error_group, '') END,
     updated_at   = $1,
     locked_by    = NULL,
     locked_at    = NULL,
     locked_until = NULL
-FROM unnest($2::text[], $3::smallint[], $4::integer[], $5::timestamptz[], $6::text[], $8::integer[])
-    AS u(event_id, status, spent, next_at, error, attempts_before) {async}
+FROM unnest($2::text[], $3::smallint[], $4::integer[], $5::timestamptz[], $6::text[], $8::integer[], $9::text[])
+    AS u(event_id, status, spent, next_at, error, attempts_before, error_group) {async}
 WHERE o.event_id = u.event_id AND o.status IN (0, 2) AND (o.locked_by = $7
     OR $7 = '' AND (o.locked_until <= $1 OR o.locked_until IS NULL AND (o.locked_by IS NULL OR o.available_at <= $1)))
     AND (u.attempts_before IS NULL OR o.attempts = u.attempts_before)`
@@ -324,26 +327,115 @@ SELECT set_config('synchronous_commit', 'off', true), pg_notify($1, topic)
 FROM unnest($2::text[]) AS t(topic)`
 
 // sqlDeadFilter selects DEAD rows; each condition is off when its
-// parameter is NULL or the empty string; an empty id array matches no row.
+// parameter is NULL, the empty string or false; an empty id array matches
+// no row. $1 ids, $2 event type, $3 topic, $4 died before, $5 aggregate
+// type, $6 aggregate id, $7 a LIKE pattern (codec.Contains) the error
+// must match ignoring case, $8 error group, $9 ungrouped (error_group
+// NULL), $10 died after. status = 3 is the condition of the DEAD indexes
+// (migration 5).
 const sqlDeadFilter = `status = 3
     AND ($1::text[] IS NULL OR event_id = ANY($1::text[]))
     AND ($2::text = '' OR event_type = $2)
     AND ($3::text = '' OR topic = $3)
-    AND ($4::timestamptz IS NULL OR updated_at < $4)`
+    AND ($4::timestamptz IS NULL OR updated_at < $4)
+    AND ($5::text = '' OR aggregate_type = $5)
+    AND ($6::text = '' OR aggregate_id = $6)
+    AND ($7::text = '' OR last_error ILIKE $7 ESCAPE '!')
+    AND ($8::text = '' OR error_group = $8)
+    AND (NOT $9::boolean OR error_group IS NULL)
+    AND ($10::timestamptz IS NULL OR updated_at >= $10)`
+
+// deadFilterParams is the number of sqlDeadFilter's parameters: the
+// statements built on it number theirs from deadFilterParams+1.
+const deadFilterParams = 10
 
 const sqlQueryDead = `
 SELECT ` + eventColumns + ` FROM {table}
-WHERE ` + sqlDeadFilter + ` AND event_id > $5
+WHERE ` + sqlDeadFilter + ` AND event_id > $11
 ORDER BY event_id
-LIMIT $6`
+LIMIT $12`
 
 const sqlCountDead = `SELECT count(*) FROM {table} WHERE ` + sqlDeadFilter
 
-// sqlReplayDead keeps last_error as the record of why the event died.
+// sqlReplayDead keeps last_error and error_group as the record of why the
+// event died. $11 is now.
 const sqlReplayDead = `
-UPDATE {table} SET status = 0, attempts = 0, available_at = $5, updated_at = $5,
+UPDATE {table} SET status = 0, attempts = 0, available_at = $11, updated_at = $11,
     done_at = NULL, locked_by = NULL, locked_at = NULL, locked_until = NULL
 WHERE ` + sqlDeadFilter
+
+// sqlPurgeDead deletes one batch of up to $11 DEAD rows of the filter,
+// passing over rows other transactions hold locked.
+const sqlPurgeDead = `
+DELETE FROM {table} WHERE event_id IN (
+    SELECT event_id FROM {table}
+    WHERE ` + sqlDeadFilter + `
+    LIMIT $11
+    FOR UPDATE SKIP LOCKED
+)`
+
+// sqlDeadGroups groups the DEAD rows of the filter by error_group, up to
+// $11 groups, the largest first, then by group ("" for NULL first). The
+// grouping reads the dead group index, which carries the topic, and each
+// group's sample, its latest error, is one descent of it: by the group, or
+// by NULL for the ungrouped (two subqueries, since an OR of both would
+// not descend).
+const sqlDeadGroups = `
+WITH g AS (
+    SELECT error_group, count(*) AS n, min(updated_at) AS first_died, max(updated_at) AS last_died,
+        array_agg(DISTINCT topic) AS topics
+    FROM {table}
+    WHERE ` + sqlDeadFilter + `
+    GROUP BY error_group
+    ORDER BY n DESC, coalesce(error_group, '') COLLATE "C"
+    LIMIT $11
+)
+SELECT coalesce(g.error_group, ''), g.n, g.first_died, g.last_died, g.topics, coalesce(
+    (SELECT last_error FROM {table}
+     WHERE ` + sqlDeadFilter + ` AND error_group = g.error_group
+     ORDER BY updated_at DESC LIMIT 1),
+    (SELECT last_error FROM {table}
+     WHERE ` + sqlDeadFilter + ` AND g.error_group IS NULL AND error_group IS NULL
+     ORDER BY updated_at DESC LIMIT 1),
+    '')
+FROM g
+ORDER BY g.n DESC, coalesce(g.error_group, '') COLLATE "C"`
+
+// sqlStatsTopics counts the rows by topic and status, with the earliest
+// due time of the pending rows due at $1. It reads the whole table.
+const sqlStatsTopics = `
+SELECT topic, status, count(*), min(available_at) FILTER (WHERE status IN (0, 2) AND available_at <= $1)
+FROM {table}
+GROUP BY topic, status`
+
+// sqlStatsClaims counts the pending rows whose lease runs at $1, by owner
+// and topic, through the due index.
+const sqlStatsClaims = `
+SELECT locked_by, topic, count(*), min(locked_at), max(locked_until)
+FROM {table}
+WHERE status IN (0, 2) AND locked_until > $1 AND locked_by IS NOT NULL
+GROUP BY locked_by, topic`
+
+// sqlQueryPending pages through the pending rows of statuses $1 (a subset
+// of NEW and RETRY), of topic $2 unless it is empty, after event id $3, up
+// to $4 of them.
+const sqlQueryPending = `
+SELECT ` + eventColumns + ` FROM {table}
+WHERE status IN (0, 2) AND status = ANY($1::smallint[]) AND ($2::text = '' OR topic = $2) AND event_id > $3
+ORDER BY event_id
+LIMIT $4`
+
+// sqlAcquireLease takes lease $1 for owner $2 until $4, or renews it: the
+// insert takes a lease nobody held; on the conflict, the update applies
+// only when $2 holds it already or its holder's lease ended by $3. A row
+// comes back when $2 holds the lease. Concurrent takers of a new lease
+// queue on its key: the first inserts, the others update under the same
+// condition, which then sees the first's lease.
+const sqlAcquireLease = `
+INSERT INTO {lease} AS l (name, owner, until) VALUES ($1, $2, $4)
+ON CONFLICT (name) DO UPDATE SET owner = excluded.owner, until = excluded.until
+WHERE l.owner = excluded.owner OR l.until <= $3
+RETURNING true`
 
 // sqlPurge deletes one batch; the literal status list lets the planner use
 // the partial index whatever the parameter.
@@ -387,12 +479,15 @@ type statements struct {
 	claimOrdered, claimOrderedAfter  string
 	claimHeads                       string
 	queryDead, countDead, replayDead string
+	purgeDead, deadGroups            string
+	statsTopics, statsClaims         string
+	queryPending, acquireLease       string
 	backlog                          string
 	purge                            string
 	markProcessed, purgeProcessed    string
 }
 
-func renderStatements(schema, qualified, inbox string, synchronous, deleteDone bool) statements {
+func renderStatements(schema, qualified, inbox, lease string, synchronous, deleteDone bool) statements {
 	migrations := pgx.Identifier{ident.MigrationTable}
 	if schema != "" {
 		migrations = pgx.Identifier{schema, ident.MigrationTable}
@@ -401,7 +496,7 @@ func renderStatements(schema, qualified, inbox string, synchronous, deleteDone b
 	if synchronous {
 		async = ""
 	}
-	r := strings.NewReplacer("{table}", qualified, "{inbox}", inbox, "{migrations}", migrations.Sanitize(), "{o}", "", "{async}", async)
+	r := strings.NewReplacer("{table}", qualified, "{inbox}", inbox, "{lease}", lease, "{migrations}", migrations.Sanitize(), "{o}", "", "{async}", async)
 	s := statements{
 		createMigrationTable: r.Replace(sqlCreateMigrationTable),
 		migrationVersion:     r.Replace(sqlMigrationVersion),
@@ -420,6 +515,12 @@ func renderStatements(schema, qualified, inbox string, synchronous, deleteDone b
 		queryDead:            r.Replace(sqlQueryDead),
 		countDead:            r.Replace(sqlCountDead),
 		replayDead:           r.Replace(sqlReplayDead),
+		purgeDead:            r.Replace(sqlPurgeDead),
+		deadGroups:           r.Replace(sqlDeadGroups),
+		statsTopics:          r.Replace(sqlStatsTopics),
+		statsClaims:          r.Replace(sqlStatsClaims),
+		queryPending:         r.Replace(sqlQueryPending),
+		acquireLease:         r.Replace(sqlAcquireLease),
 		purge:                r.Replace(sqlPurge),
 		backlog:              r.Replace(sqlBacklog),
 		markProcessed:        r.Replace(sqlMarkProcessed),

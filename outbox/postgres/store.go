@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/wmoutbox/wmoutbox/internal/codec"
 	"github.com/wmoutbox/wmoutbox/internal/ident"
 	"github.com/wmoutbox/wmoutbox/internal/migrationfiles"
 	"github.com/wmoutbox/wmoutbox/internal/nilcheck"
@@ -97,6 +99,7 @@ type table struct {
 	schema    string
 	qualified string
 	inbox     string // the inbox table, qualified
+	lease     string // the lease table, qualified
 	sql       statements
 }
 
@@ -123,7 +126,8 @@ func newTable(cfg Config) (*table, error) {
 	}
 	t := &table{name: name, schema: cfg.Schema}
 	t.qualified, t.inbox = t.qualify(name), t.qualify(name+migrationfiles.InboxSuffix)
-	t.sql = renderStatements(cfg.Schema, t.qualified, t.inbox, cfg.SynchronousBookkeeping, cfg.DeleteDone)
+	t.lease = t.qualify(name + migrationfiles.LeaseSuffix)
+	t.sql = renderStatements(cfg.Schema, t.qualified, t.inbox, t.lease, cfg.SynchronousBookkeeping, cfg.DeleteDone)
 	return t, nil
 }
 
@@ -375,10 +379,10 @@ func (d *driver) MarkDone(ctx context.Context, p outboxdriver.MarkDoneParams) (i
 func (d *driver) RecordOutcomes(ctx context.Context, p outboxdriver.RecordOutcomesParams) (int64, error) {
 	n := len(p.Outcomes)
 	ids, statuses, spent := make(array[text], n), make([]int16, n), make([]int32, n)
-	nextAt, errs, before := make([]*time.Time, n), make(array[text], n), make([]*int32, n)
+	nextAt, errs, groups, before := make([]*time.Time, n), make(array[text], n), make(array[text], n), make([]*int32, n)
 	for i := range p.Outcomes {
 		o := &p.Outcomes[i] // not a copy: a copy's NextAt taken by address would be allocated for every event
-		ids[i], statuses[i], errs[i] = text(o.ID), o.Status, text(o.Error)
+		ids[i], statuses[i], errs[i], groups[i] = text(o.ID), o.Status, text(o.Error), text(o.ErrorGroup)
 		if o.AttemptSpent {
 			spent[i] = 1
 		}
@@ -389,7 +393,7 @@ func (d *driver) RecordOutcomes(ctx context.Context, p outboxdriver.RecordOutcom
 			before[i] = new(int32(o.AttemptsBefore))
 		}
 	}
-	tag, err := d.db.Exec(ctx, d.t.sql.updateStatus, p.Now, ids, statuses, spent, nextAt, errs, p.Owner, before)
+	tag, err := d.db.Exec(ctx, d.t.sql.updateStatus, p.Now, ids, statuses, spent, nextAt, errs, p.Owner, before, groups)
 	if err != nil {
 		return 0, fmt.Errorf("postgres: update status of %d events: %w", n, err)
 	}
@@ -419,14 +423,112 @@ func (d *driver) ReplayDead(ctx context.Context, p outboxdriver.ReplayDeadParams
 	return tag.RowsAffected(), nil
 }
 
+// deadArgs are the parameters of sqlDeadFilter.
 func deadArgs(f outboxdriver.DeadFilter) []any {
-	var diedBefore *time.Time
+	var diedBefore, diedAfter *time.Time
 	if !f.DiedBefore.IsZero() {
 		diedBefore = &f.DiedBefore
 	}
+	if !f.DiedAfter.IsZero() {
+		diedAfter = &f.DiedAfter
+	}
+	contains := ""
+	if f.ErrorContains != "" {
+		contains = codec.Contains(f.ErrorContains)
+	}
 	// pgx sends nil IDs as NULL (no id filter) and empty ones as an empty
 	// array, which no event_id is in.
-	return []any{f.IDs, f.EventType, f.Topic, diedBefore}
+	args := make([]any, deadFilterParams, deadFilterParams+2)
+	copy(args, []any{f.IDs, f.EventType, f.Topic, diedBefore, f.AggregateType, f.AggregateID,
+		contains, f.Group, f.Ungrouped, diedAfter})
+	return args
+}
+
+// PurgeDeadBatch implements [outboxdriver.Executor]. It passes over rows
+// that another transaction holds locked.
+func (d *driver) PurgeDeadBatch(ctx context.Context, p outboxdriver.PurgeDeadParams) (int64, error) {
+	tag, err := d.db.Exec(ctx, d.t.sql.purgeDead, append(deadArgs(p.Filter), p.Limit)...)
+	if err != nil {
+		return 0, fmt.Errorf("postgres: purge dead events of %s: %w", d.t.qualified, err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// DeadGroups implements [outboxdriver.Executor] in one statement.
+func (d *driver) DeadGroups(ctx context.Context, p outboxdriver.DeadGroupsParams) ([]outboxdriver.DeadGroup, error) {
+	rows, err := d.db.Query(ctx, d.t.sql.deadGroups, append(deadArgs(p.Filter), p.Limit)...)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: dead event groups: %w", err)
+	}
+	groups, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (outboxdriver.DeadGroup, error) {
+		var g outboxdriver.DeadGroup
+		err := row.Scan(&g.Group, &g.Count, &g.FirstDied, &g.LastDied, &g.Topics, &g.SampleError)
+		slices.Sort(g.Topics) // byte order, whatever the database's collation
+		return g, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("postgres: dead event groups: %w", err)
+	}
+	return groups, nil
+}
+
+// Stats implements [outboxdriver.Executor] in two statements: the counts
+// by topic and status, and the claims.
+func (d *driver) Stats(ctx context.Context, p outboxdriver.StatsParams) (outboxdriver.StatsResult, error) {
+	var res outboxdriver.StatsResult
+	rows, err := d.db.Query(ctx, d.t.sql.statsTopics, p.Now)
+	if err == nil {
+		res.Topics, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (outboxdriver.TopicStatus, error) {
+			var (
+				ts     outboxdriver.TopicStatus
+				oldest *time.Time
+			)
+			err := row.Scan(&ts.Topic, &ts.Status, &ts.Count, &oldest)
+			if oldest != nil {
+				ts.OldestDue = *oldest
+			}
+			return ts, err
+		})
+	}
+	if err != nil {
+		return res, fmt.Errorf("postgres: stats of %s: %w", d.t.qualified, err)
+	}
+	rows, err = d.db.Query(ctx, d.t.sql.statsClaims, p.Now)
+	if err == nil {
+		res.Claims, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (outboxdriver.OwnerClaims, error) {
+			var (
+				c        outboxdriver.OwnerClaims
+				lockedAt *time.Time
+			)
+			err := row.Scan(&c.Owner, &c.Topic, &c.Events, &lockedAt, &c.LeaseEnds)
+			if lockedAt != nil {
+				c.OldestClaim = *lockedAt
+			}
+			return c, err
+		})
+	}
+	if err != nil {
+		return res, fmt.Errorf("postgres: claims on %s: %w", d.t.qualified, err)
+	}
+	return res, nil
+}
+
+// QueryPending implements [outboxdriver.Executor].
+func (d *driver) QueryPending(ctx context.Context, p outboxdriver.QueryPendingParams) ([]outboxdriver.Row, error) {
+	return d.queryRows(ctx, "query pending events", d.t.sql.queryPending, p.Statuses, p.Topic, p.After, p.Limit)
+}
+
+// AcquireLease implements [outboxdriver.Executor] in one statement.
+func (d *driver) AcquireLease(ctx context.Context, p outboxdriver.LeaseParams) (bool, error) {
+	var held bool
+	err := d.db.QueryRow(ctx, d.t.sql.acquireLease, p.Name, p.Owner, p.Now, p.Until).Scan(&held)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("postgres: lease %s: %w", p.Name, err)
+	}
+	return held, nil
 }
 
 // Backlog implements [outboxdriver.Executor].

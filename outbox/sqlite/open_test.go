@@ -117,6 +117,8 @@ func TestMigrations(t *testing.T) {
 	require.Contains(t, first.SQL, `CREATE TABLE "t" (`)
 	require.Contains(t, first.SQL, `CREATE INDEX "t_due_idx" ON "t"`)
 	require.Contains(t, first.SQL, `CREATE INDEX "t_finished_idx" ON "t"`)
+	require.Contains(t, migrations[4].SQL, `CREATE TABLE "t_lease" (`)
+	require.Contains(t, migrations[4].SQL, `CREATE INDEX "t_dead_group_idx" ON "t"`)
 
 	migrations, err = sqlite.Migrations(sqlite.Config{})
 	require.NoError(t, err)

@@ -8,7 +8,8 @@ import (
 )
 
 // Every SQL statement of the SQLite store, except the migrations (see the
-// migrations folder). {table} and {migrations} stand for the quoted names;
+// migrations folder). {table}, {inbox}, {lease} and {migrations} stand for
+// the quoted names;
 // every value is a bind parameter (?N is the N-th argument). Times are
 // INTEGER unix microseconds; lists travel as one JSON array, read with
 // json_each, event ids in it as hex (see sqlcodec.HexIDs).
@@ -58,7 +59,7 @@ const (
 const eventColumns = `event_id, event_type, topic, aggregate_type,
     coalesce(aggregate_id, ''), coalesce(tenant_id, ''), payload, payload_json, headers,
     status, attempts, occurred_at, available_at, created_at, updated_at, done_at,
-    coalesce(last_error, ''), coalesce(locked_by, ''), locked_at, locked_until`
+    coalesce(last_error, ''), coalesce(locked_by, ''), locked_at, locked_until, coalesce(error_group, '')`
 
 // The savepoint around a batch insert: SQLite keeps a transaction usable
 // after a failed statement, so the batch is undone as a whole when one row
@@ -146,7 +147,8 @@ WHERE topic = ?1 AND status IN (0, 2) AND locked_by = ?2 AND locked_at < ?3`
 
 // sqlUpdateStatus applies a batch of RETRY, DEAD and deferral outcomes
 // reported by owner ?3, given as a JSON array of {"id" (hex), "status",
-// "spent", "next_at", "error", "before"} objects: status 0 keeps the current
+// "spent", "next_at", "error", "group", "before"} objects (an outcome with
+// an error records its group, error_group, with it): status 0 keeps the current
 // status (a deferral). DONE rows are never touched. An outcome needs a pending
 // row that ?3 still holds or, from no owner, one under no running lease (see
 // outboxdriver.Outcome; a claim from before migration 2 has no
@@ -158,13 +160,15 @@ UPDATE {table} AS o SET
     attempts     = o.attempts + u.spent,
     available_at = coalesce(u.next_at, o.available_at),
     last_error   = coalesce(nullif(u.error, ''), o.last_error),
+    error_group  = CASE WHEN coalesce(u.error, '') = '' THEN o.error_group ELSE u.error_group END,
     updated_at   = ?1,
     locked_by    = NULL,
     locked_at    = NULL,
     locked_until = NULL
 FROM (
     SELECT CAST(unhex(value ->> '$.id') AS TEXT) AS event_id, value ->> '$.status' AS status, value ->> '$.spent' AS spent,
-        value ->> '$.next_at' AS next_at, value ->> '$.error' AS error, value ->> '$.before' AS attempts_before
+        value ->> '$.next_at' AS next_at, value ->> '$.error' AS error, value ->> '$.before' AS attempts_before,
+        value ->> '$.group' AS error_group
     FROM json_each(?2)
 ) AS u
 WHERE o.event_id = u.event_id AND o.status IN (0, 2) AND (o.locked_by = ?3
@@ -190,27 +194,106 @@ const sqlBacklog = `SELECT count(*), min(available_at) FROM {table} WHERE status
 
 // sqlDeadFilter selects DEAD rows; each condition is off when its
 // parameter is NULL (see sqlcodec.DeadFilter); an empty id array matches
-// no row. ?1 is a JSON array of ids. The literal status list is the finished
-// index's condition, which SQLite's planner matches term for term.
+// no row. ?1 ids (a JSON array), ?2 event type, ?3 topic, ?4 died before,
+// ?5 aggregate type, ?6 aggregate id, ?7 a LIKE pattern of the error (LIKE
+// ignores the case of ASCII letters), ?8 error group, ?9 ungrouped, ?10
+// died after. status = 3 is the condition of the DEAD indexes (migration
+// 5), and the literal status list the finished index's, which SQLite's
+// planner matches term for term.
 const sqlDeadFilter = `status IN (1, 3) AND status = 3
     AND (?1 IS NULL OR event_id IN (` + sqlIDs + `))
     AND (?2 IS NULL OR event_type = ?2)
     AND (?3 IS NULL OR topic = ?3)
-    AND (?4 IS NULL OR updated_at < ?4)`
+    AND (?4 IS NULL OR updated_at < ?4)
+    AND (?5 IS NULL OR aggregate_type = ?5)
+    AND (?6 IS NULL OR aggregate_id = ?6)
+    AND (?7 IS NULL OR last_error LIKE ?7 ESCAPE '!')
+    AND (?8 IS NULL OR error_group = ?8)
+    AND (?9 IS NULL OR error_group IS NULL)
+    AND (?10 IS NULL OR updated_at >= ?10)`
 
 const sqlQueryDead = `
 SELECT ` + eventColumns + ` FROM {table}
-WHERE ` + sqlDeadFilter + ` AND event_id > ?5
+WHERE ` + sqlDeadFilter + ` AND event_id > ?11
 ORDER BY event_id
-LIMIT ?6`
+LIMIT ?12`
 
 const sqlCountDead = `SELECT count(*) FROM {table} WHERE ` + sqlDeadFilter
 
-// sqlReplayDead keeps last_error as the record of why the event died.
+// sqlReplayDead keeps last_error and error_group as the record of why the
+// event died. ?11 is now.
 const sqlReplayDead = `
-UPDATE {table} SET status = 0, attempts = 0, available_at = ?5, updated_at = ?5,
+UPDATE {table} SET status = 0, attempts = 0, available_at = ?11, updated_at = ?11,
     done_at = NULL, locked_by = NULL, locked_at = NULL, locked_until = NULL
 WHERE ` + sqlDeadFilter
+
+// sqlPurgeDead deletes one batch of up to ?11 DEAD rows of the filter
+// (each statement is its own transaction).
+const sqlPurgeDead = `
+DELETE FROM {table} WHERE event_id IN (
+    SELECT event_id FROM {table}
+    WHERE ` + sqlDeadFilter + `
+    LIMIT ?11
+)`
+
+// sqlDeadGroups groups the DEAD rows of the filter by error_group, up to
+// ?11 groups, the largest first, then by group (NULL first), with the
+// latest error of each: one descent of the dead group index (IS compares
+// NULL too). sqlDeadGroupTopics returns the topics of every group.
+const (
+	sqlDeadGroups = `
+SELECT coalesce(g.error_group, ''), g.n, g.first_died, g.last_died, coalesce(
+    (SELECT last_error FROM {table}
+     WHERE ` + sqlDeadFilter + ` AND error_group IS g.error_group
+     ORDER BY updated_at DESC LIMIT 1), '')
+FROM (
+    SELECT error_group, count(*) AS n, min(updated_at) AS first_died, max(updated_at) AS last_died
+    FROM {table}
+    WHERE ` + sqlDeadFilter + `
+    GROUP BY error_group
+    ORDER BY n DESC, error_group
+    LIMIT ?11
+) AS g
+ORDER BY g.n DESC, g.error_group`
+	sqlDeadGroupTopics = `
+SELECT DISTINCT coalesce(error_group, ''), topic FROM {table}
+WHERE ` + sqlDeadFilter
+)
+
+// sqlStatsTopics counts the rows by topic and status, with the earliest
+// due time of the pending rows due at ?1. It reads the whole table.
+const sqlStatsTopics = `
+SELECT topic, status, count(*), min(CASE WHEN status IN (0, 2) AND available_at <= ?1 THEN available_at END)
+FROM {table}
+GROUP BY topic, status`
+
+// sqlStatsClaims counts the pending rows whose lease runs at ?1, by owner
+// and topic.
+const sqlStatsClaims = `
+SELECT locked_by, topic, count(*), min(locked_at), max(locked_until)
+FROM {table}
+WHERE status IN (0, 2) AND locked_until > ?1 AND locked_by IS NOT NULL
+GROUP BY locked_by, topic`
+
+// sqlQueryPending pages through the pending rows of statuses ?1 (a JSON
+// array, a subset of NEW and RETRY), of topic ?2 unless it is NULL, after
+// event id ?3, up to ?4 of them.
+const sqlQueryPending = `
+SELECT ` + eventColumns + ` FROM {table}
+WHERE status IN (0, 2) AND status IN (SELECT value FROM json_each(?1)) AND (?2 IS NULL OR topic = ?2)
+    AND event_id > ?3
+ORDER BY event_id
+LIMIT ?4`
+
+// sqlAcquireLease takes lease ?1 for owner ?2 until ?4, or renews it: the
+// insert takes a lease nobody held; on the conflict, the update applies
+// only when ?2 holds it already or its holder's lease ended by ?3. It
+// changes a row when ?2 holds the lease. SQLite has one writer at a time,
+// so that concurrent takers take turns.
+const sqlAcquireLease = `
+INSERT INTO {lease} (name, owner, until) VALUES (?1, ?2, ?4)
+ON CONFLICT (name) DO UPDATE SET owner = excluded.owner, until = excluded.until
+WHERE owner = excluded.owner OR until <= ?3`
 
 // sqlPurge deletes one batch (each statement is its own transaction); the
 // literal status list lets the planner use the partial index whatever the
@@ -251,13 +334,17 @@ type statements struct {
 	markDone, deleteDone               string    // deleteDone empty unless Config.DeleteDone
 	claim                              [2]string // by ordered (0, 1)
 	queryDead, countDead, replayDead   string
+	purgeDead, queryPending            string
+	deadGroups, deadGroupTopics        string
+	statsTopics, statsClaims           string
+	acquireLease                       string
 	backlog                            string
 	purge                              string
 	markProcessed, purgeProcessed      string
 }
 
-func renderStatements(quoted, inbox string, deleteDone bool) statements {
-	r := strings.NewReplacer("{table}", quoted, "{inbox}", inbox, "{migrations}", ident.Quote(ident.MigrationTable))
+func renderStatements(quoted, inbox, lease string, deleteDone bool) statements {
+	r := strings.NewReplacer("{table}", quoted, "{inbox}", inbox, "{lease}", lease, "{migrations}", ident.Quote(ident.MigrationTable))
 	s := statements{
 		createMigrationTable: r.Replace(sqlCreateMigrationTable),
 		migrationVersion:     r.Replace(sqlMigrationVersion),
@@ -274,6 +361,13 @@ func renderStatements(quoted, inbox string, deleteDone bool) statements {
 		queryDead:            r.Replace(sqlQueryDead),
 		countDead:            r.Replace(sqlCountDead),
 		replayDead:           r.Replace(sqlReplayDead),
+		purgeDead:            r.Replace(sqlPurgeDead),
+		deadGroups:           r.Replace(sqlDeadGroups),
+		deadGroupTopics:      r.Replace(sqlDeadGroupTopics),
+		statsTopics:          r.Replace(sqlStatsTopics),
+		statsClaims:          r.Replace(sqlStatsClaims),
+		queryPending:         r.Replace(sqlQueryPending),
+		acquireLease:         r.Replace(sqlAcquireLease),
 		purge:                r.Replace(sqlPurge),
 		backlog:              r.Replace(sqlBacklog),
 		markProcessed:        r.Replace(sqlMarkProcessed),

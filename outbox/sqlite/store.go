@@ -73,7 +73,7 @@ func newTable(cfg Config) (*table, error) {
 		return nil, err
 	}
 	t := &table{Table: names}
-	t.sql = renderStatements(t.Quoted, t.Inbox, cfg.DeleteDone)
+	t.sql = renderStatements(t.Quoted, t.Inbox, t.Lease, cfg.DeleteDone)
 	return t, nil
 }
 
@@ -339,6 +339,45 @@ func (d *driver) PurgeBatch(ctx context.Context, p outboxdriver.PurgeParams) (in
 		return 0, fmt.Errorf("sqlite: purge %s: %w", d.t.Name, err)
 	}
 	return d.exec(ctx, "purge "+d.t.Name, d.t.sql.purge, string(statuses), sqlcodec.Micros(p.Before), p.Limit)
+}
+
+// PurgeDeadBatch implements [outboxdriver.Executor]; SQLite has one
+// writer at a time, so that no row of the batch is another's.
+func (d *driver) PurgeDeadBatch(ctx context.Context, p outboxdriver.PurgeDeadParams) (int64, error) {
+	return d.exec(ctx, "purge dead events of "+d.t.Name, d.t.sql.purgeDead, append(sqlcodec.DeadFilter(p.Filter), p.Limit)...)
+}
+
+// DeadGroups implements [outboxdriver.Executor]: the groups, then their
+// topics.
+func (d *driver) DeadGroups(ctx context.Context, p outboxdriver.DeadGroupsParams) ([]outboxdriver.DeadGroup, error) {
+	filter := sqlcodec.DeadFilter(p.Filter)
+	return sqlcodec.DeadGroups(ctx, d.db, d.t.Label, d.t.sql.deadGroups, append(filter, p.Limit), d.t.sql.deadGroupTopics, filter)
+}
+
+// Stats implements [outboxdriver.Executor] in two statements.
+func (d *driver) Stats(ctx context.Context, p outboxdriver.StatsParams) (outboxdriver.StatsResult, error) {
+	now := []any{sqlcodec.Micros(p.Now)}
+	return sqlcodec.Stats(ctx, d.db, d.t.Label, d.t.sql.statsTopics, now, d.t.sql.statsClaims, now)
+}
+
+// QueryPending implements [outboxdriver.Executor].
+func (d *driver) QueryPending(ctx context.Context, p outboxdriver.QueryPendingParams) ([]outboxdriver.Row, error) {
+	statuses, err := json.Marshal(p.Statuses)
+	if err == nil {
+		var rows []outboxdriver.Row
+		rows, err = sqlcodec.QueryRows(ctx, d.db, d.t.sql.queryPending, string(statuses), sqlcodec.NullIfEmpty(p.Topic), p.After, p.Limit)
+		if err == nil {
+			return rows, nil
+		}
+	}
+	return nil, fmt.Errorf("sqlite: query pending events: %w", err)
+}
+
+// AcquireLease implements [outboxdriver.Executor] in one statement, which
+// changes the lease's row when p.Owner holds it.
+func (d *driver) AcquireLease(ctx context.Context, p outboxdriver.LeaseParams) (bool, error) {
+	n, err := d.exec(ctx, "lease "+p.Name, d.t.sql.acquireLease, p.Name, p.Owner, sqlcodec.Micros(p.Now), sqlcodec.Micros(p.Until))
+	return n == 1, err
 }
 
 // exec runs one write statement through the gate and returns how many

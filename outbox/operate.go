@@ -1,0 +1,217 @@
+package outbox
+
+import (
+	"cmp"
+	"context"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/wmoutbox/wmoutbox/outbox/outboxdriver"
+)
+
+// Stats is a snapshot of the table for operators, as [Store.Stats] reads
+// it.
+type Stats struct {
+	// At is when the snapshot was read, on the store's clock.
+	At time.Time
+	// Topics are the event counts of every topic that has events, by
+	// topic name.
+	Topics []TopicStats
+	// Claims are the leases running at At, by owner, then topic.
+	Claims []ClaimStats
+}
+
+// TopicStats are the events of one topic by status.
+type TopicStats struct {
+	Topic                  string
+	New, Retry, Done, Dead int64
+	// OldestDue is the earliest due time among the topic's pending events
+	// that are due at [Stats.At], zero when none is: Stats.At minus
+	// OldestDue is how long the oldest undelivered event has waited.
+	OldestDue time.Time
+}
+
+// Pending returns the topic's NEW and RETRY events.
+func (t TopicStats) Pending() int64 { return t.New + t.Retry }
+
+// ClaimStats are the leases one relay holds on one topic's events.
+type ClaimStats struct {
+	// Owner is the relay's owner name (SubscriberConfig.Owner).
+	Owner, Topic string
+	// Events is how many events the owner holds.
+	Events int64
+	// OldestClaim is when the oldest of the leases was taken, and
+	// LeaseEnds when the last of them runs out.
+	OldestClaim, LeaseEnds time.Time
+}
+
+// Stats reads the counts of every topic by status, how long each topic's
+// oldest due event has waited, and the claims in flight. It reads the
+// whole table: call it for an operator, not on a hot path.
+func (s *Store[Tx]) Stats(ctx context.Context) (Stats, error) {
+	now := s.clock.Now()
+	res, err := s.driver.Stats(ctx, outboxdriver.StatsParams{Now: now})
+	if err != nil {
+		return Stats{}, err
+	}
+	// The driver's parts come in any order: sort them so that the parts
+	// of one topic, or of one owner and topic, are next to each other.
+	slices.SortFunc(res.Topics, func(a, b outboxdriver.TopicStatus) int { return strings.Compare(a.Topic, b.Topic) })
+	slices.SortFunc(res.Claims, func(a, b outboxdriver.OwnerClaims) int {
+		return cmp.Or(strings.Compare(a.Owner, b.Owner), strings.Compare(a.Topic, b.Topic))
+	})
+	stats := Stats{At: now, Topics: make([]TopicStats, 0, len(res.Topics)), Claims: make([]ClaimStats, 0, len(res.Claims))}
+	for _, t := range res.Topics {
+		if n := len(stats.Topics); n == 0 || stats.Topics[n-1].Topic != t.Topic {
+			stats.Topics = append(stats.Topics, TopicStats{Topic: t.Topic})
+		}
+		ts := &stats.Topics[len(stats.Topics)-1]
+		switch Status(t.Status) {
+		case StatusNew:
+			ts.New += t.Count
+		case StatusRetry:
+			ts.Retry += t.Count
+		case StatusDone:
+			ts.Done += t.Count
+		case StatusDead:
+			ts.Dead += t.Count
+		}
+		ts.OldestDue = earliest(ts.OldestDue, t.OldestDue)
+	}
+	for _, c := range res.Claims {
+		n := len(stats.Claims)
+		if n == 0 || stats.Claims[n-1].Owner != c.Owner || stats.Claims[n-1].Topic != c.Topic {
+			stats.Claims = append(stats.Claims, ClaimStats(c))
+			continue
+		}
+		cs := &stats.Claims[n-1]
+		cs.Events += c.Events
+		cs.OldestClaim = earliest(cs.OldestClaim, c.OldestClaim)
+		if c.LeaseEnds.After(cs.LeaseEnds) {
+			cs.LeaseEnds = c.LeaseEnds
+		}
+	}
+	return stats, nil
+}
+
+// earliest returns the earlier of a and b, ignoring either when it is
+// zero.
+func earliest(a, b time.Time) time.Time {
+	if a.IsZero() || !b.IsZero() && b.Before(a) {
+		return b
+	}
+	return a
+}
+
+// DeadGroup is the DEAD events that failed for one reason: their errors
+// are the same once ids, numbers, addresses and quoted values are
+// replaced by placeholders.
+type DeadGroup struct {
+	// Group names the group in a [DeadFilter]; [UngroupedDead] for events
+	// that died before the table recorded groups.
+	Group string
+	// Reason is the error with ids, numbers, addresses and quoted values
+	// replaced by placeholders; "" for UngroupedDead.
+	Reason string
+	// SampleError is the last error of one of the group's events.
+	SampleError string
+	// Count is the number of events in the group.
+	Count int64
+	// FirstDied and LastDied are when the group's first and last events
+	// went DEAD.
+	FirstDied, LastDied time.Time
+	// Topics are the topics of the group's events, sorted.
+	Topics []string
+}
+
+// DeadGroupQuery selects the DEAD events [Store.DeadGroups] groups.
+type DeadGroupQuery struct {
+	DeadFilter
+	// Limit is how many groups to return, those with the most events
+	// first. Default 100, at most 1000.
+	Limit int
+}
+
+// Defaults of the operator queries' limits.
+const (
+	defaultGroupLimit = 100
+	maxGroupLimit     = 1000
+)
+
+// DeadGroups groups the DEAD events matching q by failure reason, the
+// largest groups first (then by group name).
+func (s *Store[Tx]) DeadGroups(ctx context.Context, q DeadGroupQuery) ([]DeadGroup, error) {
+	limit, err := normalizeLimit(q.Limit, defaultGroupLimit, maxGroupLimit)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := s.driver.DeadGroups(ctx, outboxdriver.DeadGroupsParams{Filter: q.driver(), Limit: limit})
+	if err != nil {
+		return nil, err
+	}
+	groups := make([]DeadGroup, len(rows))
+	for i, r := range rows {
+		g := DeadGroup{Group: r.Group, SampleError: r.SampleError, Count: r.Count, FirstDied: r.FirstDied, LastDied: r.LastDied, Topics: r.Topics}
+		if g.Group == "" {
+			g.Group = UngroupedDead
+		} else {
+			g.Reason = errorReason(r.SampleError)
+		}
+		groups[i] = g
+	}
+	return groups, nil
+}
+
+// PendingQuery pages through pending (NEW and RETRY) events.
+type PendingQuery struct {
+	// Topic restricts the query to one topic; "" lists every topic.
+	Topic string
+	// Statuses restricts the query to NEW or RETRY events; nil lists
+	// both.
+	Statuses []Status
+	// After is the id of the last event of the previous page; "" starts
+	// from the beginning.
+	After string
+	// Limit is the page size. Default 100, at most 10000.
+	Limit int
+}
+
+// QueryPending lists pending events matching q, ordered by event id.
+func (s *Store[Tx]) QueryPending(ctx context.Context, q PendingQuery) ([]Event, error) {
+	limit, err := normalizeLimit(q.Limit, defaultDeadLimit, maxDeadLimit)
+	if err != nil {
+		return nil, err
+	}
+	statuses := []int16{int16(StatusNew), int16(StatusRetry)}
+	if q.Statuses != nil {
+		statuses = make([]int16, len(q.Statuses))
+		for i, st := range q.Statuses {
+			if !st.Pending() {
+				return nil, invalidRequest("pending query of %s events: only NEW and RETRY are pending", st)
+			}
+			statuses[i] = int16(st)
+		}
+	}
+	rows, err := s.driver.QueryPending(ctx, outboxdriver.QueryPendingParams{Topic: q.Topic, Statuses: statuses, After: q.After, Limit: limit})
+	if err != nil {
+		return nil, err
+	}
+	return eventsOf(rows), nil
+}
+
+// PurgeDead deletes the DEAD events matching f, in batches of 1000 rows
+// each in its own transaction, and returns how many it deleted; on an
+// error, those deleted before it. Like [Store.ReplayDead], it refuses a
+// filter that restricts nothing; [Store.Purge] deletes DEAD events by
+// age.
+func (s *Store[Tx]) PurgeDead(ctx context.Context, f DeadFilter) (int64, error) {
+	if !f.restricts() {
+		return 0, invalidRequest("purge of dead events with a filter that restricts nothing; " +
+			"to purge every DEAD event, set DiedBefore: time.Now()")
+	}
+	p := outboxdriver.PurgeDeadParams{Filter: f.driver(), Limit: defaultPurgeBatch}
+	return purgeInBatches(ctx, "purge dead", p.Limit, nil, func(ctx context.Context) (int64, error) {
+		return s.driver.PurgeDeadBatch(ctx, p)
+	})
+}
