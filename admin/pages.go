@@ -1,0 +1,326 @@
+package admin
+
+import (
+	"errors"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/wmoutbox/wmoutbox/outbox"
+)
+
+// overviewGroups is how many failure groups the overview lists.
+const overviewGroups = 10
+
+type overviewData struct {
+	At     time.Time
+	Topics []topicRow
+	Total  topicRow
+	Claims []outbox.ClaimStats
+	Groups []groupRow
+}
+
+type topicRow struct {
+	Topic                           string
+	Link                            string
+	New, Retry, Done, Dead, Pending int64
+	// OldestAge is how long the topic's oldest due event has waited; ""
+	// when none is due.
+	OldestAge string
+}
+
+// groupRow is a failure group as a table lists it. Rows are flat structs
+// of the values shown: a template reaching a field through embedded
+// structs pays a reflective search for every cell.
+type groupRow struct {
+	Group, Reason, SampleError string
+	Count                      int64
+	FirstDied, LastDied        string
+	Topics                     string
+	Link                       string
+	Selected                   bool
+	// Values are the filter the group's buttons act on.
+	Values url.Values
+}
+
+func (h *Handler) overview(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	stats, err := h.store.Stats(ctx)
+	if err != nil {
+		h.storeFailed(w, r, "read the stats", err)
+		return
+	}
+	groups, err := h.store.DeadGroups(ctx, outbox.DeadGroupQuery{Limit: overviewGroups})
+	if err != nil {
+		h.storeFailed(w, r, "group the dead events", err)
+		return
+	}
+	p := h.newPage(w, r, "overview", "Overview")
+	d := &overviewData{At: stats.At, Claims: stats.Claims, Total: topicRow{Topic: "all topics"}}
+	for _, t := range stats.Topics {
+		row := topicRow{
+			Topic: t.Topic, New: t.New, Retry: t.Retry, Done: t.Done, Dead: t.Dead, Pending: t.Pending(),
+			Link: link(p.Base, "pending", url.Values{pTopic: {t.Topic}}),
+		}
+		if !t.OldestDue.IsZero() {
+			row.OldestAge = fmtAge(stats.At.Sub(t.OldestDue))
+		}
+		d.Topics = append(d.Topics, row)
+		d.Total.New += t.New
+		d.Total.Retry += t.Retry
+		d.Total.Done += t.Done
+		d.Total.Dead += t.Dead
+		d.Total.Pending += t.Pending()
+	}
+	for i := range groups {
+		d.Groups = append(d.Groups, newGroupRow(&groups[i], link(p.Base, "dead", url.Values{pGroup: {groups[i].Group}})))
+	}
+	p.Data = d
+	h.render(w, r, http.StatusOK, "overview", p)
+}
+
+type deadData struct {
+	Filter      deadParams
+	Description string
+	Groups      []groupRow
+	// GroupsCut is set when there are more groups than the page lists.
+	GroupsCut bool
+	Events    []eventRow
+	Total     int64
+	// Hidden are the filter's fields as hidden form fields.
+	Hidden    url.Values
+	Next      string
+	First     string
+	ClearLink string
+	Limit     int
+}
+
+// eventRow is an event as a list shows it; flat, as groupRow.
+type eventRow struct {
+	ID, Status, Topic, Type, Aggregate string
+	Attempts                           int
+	Updated, Due, LastError            string
+	Link, GroupLink                    string
+}
+
+// newGroupRow returns the row of g, linked to link.
+func newGroupRow(g *outbox.DeadGroup, link string) groupRow {
+	return groupRow{
+		Group: g.Group, Reason: shorten(200, g.Reason), SampleError: shorten(300, g.SampleError), Count: g.Count,
+		FirstDied: fmtTime(g.FirstDied), LastDied: fmtTime(g.LastDied), Topics: strings.Join(g.Topics, ", "),
+		Link: link,
+	}
+}
+
+func (h *Handler) dead(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	q := r.URL.Query()
+	params, err := parseDeadParams(q, false)
+	if err != nil {
+		h.fail(w, r, http.StatusBadRequest, "Bad filter: "+err.Error())
+		return
+	}
+	limit, err := pageLimit(q, h.cfg.PageSize)
+	if err != nil {
+		h.fail(w, r, http.StatusBadRequest, "Bad page size: "+err.Error())
+		return
+	}
+	after := q.Get(pAfter)
+
+	// The groups of the events the other fields select, so that choosing
+	// a group keeps the others in view.
+	gq := outbox.DeadGroupQuery{DeadFilter: params.Filter, Limit: h.cfg.PageSize + 1}
+	gq.Group = ""
+	groups, err := h.store.DeadGroups(ctx, gq)
+	if err != nil {
+		h.storeFailed(w, r, "group the dead events", err)
+		return
+	}
+	events, err := h.store.QueryDead(ctx, outbox.DeadQuery{DeadFilter: params.Filter, After: after, Limit: limit + 1})
+	if err != nil {
+		h.storeFailed(w, r, "list the dead events", err)
+		return
+	}
+	total, err := h.store.CountDead(ctx, params.Filter)
+	if err != nil {
+		h.storeFailed(w, r, "count the dead events", err)
+		return
+	}
+
+	p := h.newPage(w, r, "dead", "Dead letters")
+	p.Message = resultMessage(q)
+	d := &deadData{Filter: params, Description: params.describe(), Total: total, Hidden: params.Values, Limit: limit}
+	if len(groups) > h.cfg.PageSize {
+		groups, d.GroupsCut = groups[:h.cfg.PageSize], true
+	}
+	for i := range groups {
+		v := with(params.Values, pGroup, groups[i].Group)
+		row := newGroupRow(&groups[i], link(p.Base, "dead", v))
+		row.Selected, row.Values = groups[i].Group == params.Filter.Group, v
+		d.Groups = append(d.Groups, row)
+	}
+	paging := params.Values
+	if limit != h.cfg.PageSize {
+		paging = with(paging, pLimit, q.Get(pLimit))
+	}
+	if len(events) > limit {
+		events = events[:limit]
+		d.Next = link(p.Base, "dead", with(paging, pAfter, events[len(events)-1].ID))
+	}
+	if after != "" {
+		d.First = link(p.Base, "dead", paging)
+	}
+	d.ClearLink = link(p.Base, "dead", nil)
+	d.Events = h.eventRows(p.Base, events)
+	p.Data = d
+	h.render(w, r, http.StatusOK, "dead", p)
+}
+
+func (h *Handler) eventRows(base string, events []outbox.Event) []eventRow {
+	rows := make([]eventRow, len(events))
+	for i := range events {
+		e := &events[i]
+		rows[i] = eventRow{
+			ID: e.ID, Status: e.Status.String(), Topic: e.Topic, Type: string(e.Type), Aggregate: string(e.AggregateType),
+			Attempts: e.Attempts, Updated: fmtTime(e.UpdatedAt), Due: fmtTime(e.AvailableAt), LastError: shorten(160, e.LastError),
+			Link: eventLink(base, e.ID),
+		}
+		if e.AggregateID != "" {
+			rows[i].Aggregate += " / " + e.AggregateID
+		}
+		if g := e.ErrorGroup; g != "" {
+			rows[i].GroupLink = link(base, "dead", url.Values{pGroup: {g}})
+		}
+	}
+	return rows
+}
+
+// resultMessage returns the message of an action's outcome that a
+// redirect carries in q: a fixed sentence around a number, so a link
+// cannot put words of its own on the page.
+func resultMessage(q url.Values) string {
+	n := q.Get("n")
+	if n == "" || strings.Trim(n, "0123456789") != "" || len(n) > 19 {
+		return ""
+	}
+	events := "events"
+	if n == "1" {
+		events = "event"
+	}
+	switch q.Get("did") {
+	case "replay":
+		return "Replayed " + n + " " + events + ": they are NEW, due at once, and relays claim them at their next poll."
+	case "purge":
+		return "Purged " + n + " " + events + "."
+	}
+	return ""
+}
+
+type eventData struct {
+	Event      outbox.Event
+	Headers    []header
+	Payload    payloadView
+	GroupLink  string
+	Dead       bool
+	Hidden     url.Values
+	LeaseLeft  string
+	Malformed  string
+	HeaderSize int
+}
+
+type header struct {
+	Name, Value string
+	Size        int
+}
+
+func (h *Handler) event(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	ev, err := h.store.Get(r.Context(), id)
+	if errors.Is(err, outbox.ErrNotFound) {
+		h.fail(w, r, http.StatusNotFound, "No event has the id "+id+": it may have been purged.")
+		return
+	}
+	if err != nil {
+		h.storeFailed(w, r, "read the event", err)
+		return
+	}
+	p := h.newPage(w, r, "", "Event "+ev.ID)
+	p.Message = resultMessage(r.URL.Query())
+	d := &eventData{
+		Event:   ev,
+		Payload: viewPayload(ev.PayloadJSON, ev.PayloadBytes, h.cfg.PayloadLimit, h.cfg.HidePayloads),
+		Dead:    ev.Status == outbox.StatusDead,
+		Hidden:  url.Values{pID: {ev.ID}},
+	}
+	if ev.ErrorGroup != "" {
+		d.GroupLink = link(p.Base, "dead", url.Values{pGroup: {ev.ErrorGroup}})
+	}
+	if ev.Malformed != nil {
+		d.Malformed = ev.Malformed.Error()
+	}
+	names := make([]string, 0, len(ev.Headers))
+	for k := range ev.Headers {
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	for _, k := range names {
+		hd := header{Name: k, Size: len(ev.Headers[k])}
+		if !h.cfg.HidePayloads {
+			hd.Value = ev.Headers[k]
+		}
+		d.Headers = append(d.Headers, hd)
+	}
+	p.Data = d
+	h.render(w, r, http.StatusOK, "event", p)
+}
+
+type pendingData struct {
+	Topic, Status string
+	Events        []eventRow
+	Next, First   string
+	Limit         int
+}
+
+func (h *Handler) pending(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	limit, err := pageLimit(q, h.cfg.PageSize)
+	if err != nil {
+		h.fail(w, r, http.StatusBadRequest, "Bad page size: "+err.Error())
+		return
+	}
+	pq := outbox.PendingQuery{Topic: strings.TrimSpace(q.Get(pTopic)), After: q.Get(pAfter), Limit: limit + 1}
+	status := q.Get(pStatus)
+	switch status {
+	case "":
+	case "NEW":
+		pq.Statuses = []outbox.Status{outbox.StatusNew}
+	case "RETRY":
+		pq.Statuses = []outbox.Status{outbox.StatusRetry}
+	default:
+		h.fail(w, r, http.StatusBadRequest, "Bad status: want NEW or RETRY.")
+		return
+	}
+	events, err := h.store.QueryPending(r.Context(), pq)
+	if err != nil {
+		h.storeFailed(w, r, "list the pending events", err)
+		return
+	}
+	p := h.newPage(w, r, "pending", "Pending")
+	d := &pendingData{Topic: pq.Topic, Status: status, Limit: limit}
+	paging := with(url.Values{}, pTopic, pq.Topic, pStatus, status)
+	if limit != h.cfg.PageSize {
+		paging = with(paging, pLimit, q.Get(pLimit))
+	}
+	if len(events) > limit {
+		events = events[:limit]
+		d.Next = link(p.Base, "pending", with(paging, pAfter, events[len(events)-1].ID))
+	}
+	if pq.After != "" {
+		d.First = link(p.Base, "pending", paging)
+	}
+	d.Events = h.eventRows(p.Base, events)
+	p.Data = d
+	h.render(w, r, http.StatusOK, "pending", p)
+}

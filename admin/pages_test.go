@@ -1,0 +1,266 @@
+package admin_test
+
+import (
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/wmoutbox/wmoutbox/admin"
+	"github.com/wmoutbox/wmoutbox/outbox"
+)
+
+// someEvents are three DEAD events in two groups and three pending ones.
+func someEvents() []outbox.Event {
+	return []outbox.Event{
+		deadEvent("01A", "orders", "g-timeout", "dial tcp 10.0.0.1:9092: i/o timeout", 30),
+		deadEvent("01B", "orders", "g-timeout", "dial tcp 10.0.0.2:9092: i/o timeout", 20),
+		deadEvent("01C", "payments", "g-schema", "schema mismatch: field amount", 10),
+		pendingEvent("02A", "orders", outbox.StatusNew),
+		pendingEvent("02B", "orders", outbox.StatusRetry),
+		pendingEvent("02C", "payments", outbox.StatusNew),
+	}
+}
+
+func TestNew(t *testing.T) {
+	t.Parallel()
+	store := newFakeStore()
+
+	_, err := admin.New(store, admin.Config{})
+	require.ErrorIs(t, err, admin.ErrNoAuthorizer)
+
+	_, err = admin.New(store, admin.Config{ReadOnly: true})
+	require.NoError(t, err)
+
+	_, err = admin.New(nil, testConfig())
+	require.ErrorContains(t, err, "nil Store")
+
+	cfg := testConfig()
+	cfg.PageSize = admin.MaxPageSize + 1
+	_, err = admin.New(store, cfg)
+	require.ErrorContains(t, err, "PageSize")
+
+	cfg = testConfig()
+	cfg.TrustedOrigins = []string{"not an origin"}
+	_, err = admin.New(store, cfg)
+	require.ErrorContains(t, err, "TrustedOrigins")
+}
+
+func TestOverview(t *testing.T) {
+	t.Parallel()
+	b := setup(t, testConfig(), someEvents()...)
+	b.store.claims = []outbox.ClaimStats{{Owner: "relay-7", Topic: "orders", Events: 12, OldestClaim: fakeNow.Add(-time.Second), LeaseEnds: fakeNow.Add(time.Minute)}}
+
+	body := newBrowser(t, b.h).get("/", http.StatusOK)
+	require.Contains(t, body, "<title>Overview · wmoutbox</title>")
+	require.Contains(t, body, `<a href="./pending?topic=orders">orders</a>`)
+	require.Contains(t, body, `<td class="n">1</td><td class="n">1</td><td class="n">2</td><td>1h0m0s</td>`,
+		"orders: one NEW, one RETRY, 2 pending, waited an hour")
+	require.Contains(t, body, "relay-7")
+	require.Contains(t, body, `<a href="./dead?group=g-timeout">reason of g-timeout</a>`)
+	require.Contains(t, body, `<a href="./dead?group=g-schema">reason of g-schema</a>`)
+	require.Equal(t, 10, b.store.groupQueries[0].Limit)
+}
+
+func TestDeadPage(t *testing.T) {
+	t.Parallel()
+	b := setup(t, testConfig(), someEvents()...)
+	br := newBrowser(t, b.h)
+
+	body := br.get("/dead", http.StatusOK)
+	require.Contains(t, body, "3 matching")
+	for _, id := range []string{"01A", "01B", "01C"} {
+		require.Contains(t, body, `<a href="./events/`+id+`">`+id+`</a>`)
+	}
+	require.NotContains(t, body, "02A", "a pending event on the dead-letter page")
+	require.Contains(t, body, `<a href="./dead?group=g-timeout">reason of g-timeout</a>`)
+	require.Contains(t, body, `value="g-timeout"`, "the group's replay form")
+	require.Contains(t, body, "Replay selected")
+
+	// A group's link lists its events.
+	body = br.get(hrefTo(t, body, "reason of g-timeout")[1:], http.StatusOK)
+	require.Contains(t, body, "2 matching")
+	require.Contains(t, body, "01A")
+	require.NotContains(t, body, `value="01C"`)
+	require.Contains(t, body, `<tr class="selected">`)
+}
+
+func TestDeadFiltersReachTheStore(t *testing.T) {
+	t.Parallel()
+	b := setup(t, testConfig(), someEvents()...)
+	q := url.Values{
+		"topic": {"orders"}, "type": {"OrderCreated"}, "aggtype": {"order"}, "aggid": {"o-01A"},
+		"error": {"TIMEOUT"}, "group": {"g-timeout"},
+		"died_after": {"2026-11-29T11:00:00Z"}, "died_before": {"2026-11-29T11:59"},
+		"after": {"01"}, "limit": {"7"},
+	}
+	body := newBrowser(t, b.h).get("/dead?"+q.Encode(), http.StatusOK)
+	require.Contains(t, body, "1 matching")
+
+	want := outbox.DeadFilter{
+		Topic: "orders", EventType: "OrderCreated", AggregateType: "order", AggregateID: "o-01A",
+		ErrorContains: "TIMEOUT", Group: "g-timeout",
+		DiedAfter:  time.Date(2026, 11, 29, 11, 0, 0, 0, time.UTC),
+		DiedBefore: time.Date(2026, 11, 29, 11, 59, 0, 0, time.UTC),
+	}
+	require.Equal(t, []outbox.DeadQuery{{DeadFilter: want, After: "01", Limit: 8}}, b.store.deadQueries)
+	require.Equal(t, []outbox.DeadFilter{want}, b.store.counts)
+	// The groups are those of the other fields: choosing a group keeps
+	// the others in view.
+	groups := want
+	groups.Group = ""
+	require.Equal(t, []outbox.DeadGroupQuery{{DeadFilter: groups, Limit: admin.DefaultPageSize + 1}}, b.store.groupQueries)
+	// The form shows the filter back.
+	require.Contains(t, body, `name="aggid" value="o-01A"`)
+}
+
+func TestDeadBadParameters(t *testing.T) {
+	t.Parallel()
+	b := setup(t, testConfig(), someEvents()...)
+	br := newBrowser(t, b.h)
+	require.Contains(t, br.get("/dead?died_after=yesterday", http.StatusBadRequest), "is not a time")
+	require.Contains(t, br.get("/dead?limit=1001", http.StatusBadRequest), "limit")
+	require.Contains(t, br.get("/pending?status=DEAD", http.StatusBadRequest), "Bad status")
+	require.Empty(t, b.store.deadQueries)
+}
+
+func TestDeadPaging(t *testing.T) {
+	t.Parallel()
+	var events []outbox.Event
+	for i := range 5 {
+		events = append(events, deadEvent(fmt.Sprintf("01%c", 'A'+i), "orders", "g", "boom", i))
+	}
+	cfg := testConfig()
+	cfg.PageSize = 2
+	b := setup(t, cfg, events...)
+	br := newBrowser(t, b.h)
+
+	body := br.get("/dead?topic=orders", http.StatusOK)
+	require.Contains(t, body, "5 matching", "the total comes from CountDead")
+	require.Contains(t, body, `value="01B"`)
+	require.NotContains(t, body, `value="01C"`)
+	next := hrefTo(t, body, "Next page")
+	require.Equal(t, "./dead?after=01B&topic=orders", next)
+
+	body = br.get(next[1:], http.StatusOK)
+	require.Contains(t, body, `value="01C"`)
+	require.Contains(t, body, `value="01D"`)
+	require.NotContains(t, body, `value="01B"`)
+	require.Equal(t, "./dead?topic=orders", hrefTo(t, body, "First page"))
+
+	body = br.get(hrefTo(t, body, "Next page")[1:], http.StatusOK)
+	require.Contains(t, body, `value="01E"`)
+	require.NotContains(t, body, "Next page")
+	// Each page asked for one more row than it shows, to know whether
+	// another page follows, and never more.
+	for _, q := range b.store.deadQueries {
+		require.Equal(t, 3, q.Limit)
+	}
+
+	// limit asks for another page size, kept by the links.
+	body = br.get("/dead?limit=3", http.StatusOK)
+	require.Equal(t, "./dead?after=01C&limit=3", hrefTo(t, body, "Next page"))
+}
+
+func TestEventPage(t *testing.T) {
+	t.Parallel()
+	dead := deadEvent("01A", "orders", "g-timeout", "i/o timeout", 5)
+	dead.LockedBy = "relay-1"
+	binary := pendingEvent("02A", "orders", outbox.StatusNew)
+	binary.PayloadBytes = []byte("\x00\x01binary\xff")
+	huge := pendingEvent("02B", "orders", outbox.StatusNew)
+	huge.PayloadBytes = nil
+	huge.PayloadJSON = []byte(`{"blob":"` + strings.Repeat("x", 200) + `END"}`)
+	cfg := testConfig()
+	cfg.PayloadLimit = 100
+	b := setup(t, cfg, dead, binary, huge)
+	br := newBrowser(t, b.h)
+
+	body := br.get("/events/01A", http.StatusOK)
+	require.Contains(t, body, "<title>Event 01A · wmoutbox</title>")
+	require.Contains(t, body, `<span class="status sDEAD">DEAD</span>`)
+	require.Contains(t, body, "<pre>i/o timeout</pre>")
+	require.Contains(t, body, `<a href="../dead?group=g-timeout">g-timeout</a>`)
+	require.Contains(t, body, "held by relay-1")
+	require.Contains(t, body, "<td>trace</td><td>t-01A</td>")
+	require.Contains(t, body, "{\n  &#34;order&#34;: &#34;01A&#34;\n}", "the JSON payload, indented")
+	require.Contains(t, body, `action="../dead/replay"`)
+	require.Contains(t, body, "Purge…")
+
+	body = br.get("/events/02A", http.StatusOK)
+	require.Contains(t, body, "00000000  00 01 62 69 6e 61 72 79  ff", "a hex dump")
+	require.NotContains(t, body, "Replay…", "replay is for DEAD events")
+
+	body = br.get("/events/02B", http.StatusOK)
+	require.Contains(t, body, "Showing the first 100 of 214 bytes.")
+	require.NotContains(t, body, "END")
+
+	require.Contains(t, br.get("/events/nope", http.StatusNotFound), "No event has the id nope")
+	require.Contains(t, br.get("/no/such/page", http.StatusNotFound), "No such page")
+}
+
+func TestPendingPage(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig()
+	cfg.PageSize = 1
+	b := setup(t, cfg, someEvents()...)
+	br := newBrowser(t, b.h)
+
+	body := br.get("/pending", http.StatusOK)
+	require.Contains(t, body, `<a href="./events/02A">02A</a>`)
+	require.NotContains(t, body, "01A", "a DEAD event on the pending page")
+	require.NotContains(t, body, `type="checkbox"`)
+	require.Contains(t, body, "<th>Due</th>", "pending events show when they are due")
+	require.Equal(t, "./pending?after=02A", hrefTo(t, body, "Next page"))
+
+	body = br.get("/pending?topic=orders&status=RETRY", http.StatusOK)
+	require.Contains(t, body, "02B")
+	require.NotContains(t, body, "Next page")
+	require.Equal(t, outbox.PendingQuery{Topic: "orders", Statuses: []outbox.Status{outbox.StatusRetry}, Limit: 2},
+		b.store.pendingQueries[1])
+}
+
+func TestStoreErrors(t *testing.T) {
+	t.Parallel()
+	b := setup(t, testConfig(), someEvents()...)
+	b.store.err = errStoreDown
+	br := newBrowser(t, b.h)
+	for _, path := range []string{"/", "/dead", "/pending", "/events/01A"} {
+		body := br.get(path, http.StatusInternalServerError)
+		require.Contains(t, body, "connection refused", path)
+	}
+	require.Contains(t, b.logs.String(), "level=ERROR")
+	require.Contains(t, b.logs.String(), "connection refused")
+}
+
+func TestSecurityHeaders(t *testing.T) {
+	t.Parallel()
+	b := setup(t, testConfig(), someEvents()...)
+	br := newBrowser(t, b.h)
+	for _, path := range []string{"/", "/dead", "/events/01A", "/static/admin.css"} {
+		w := br.do(http.MethodGet, path, nil)
+		require.Equal(t, http.StatusOK, w.Code, path)
+		csp := w.Header().Get("Content-Security-Policy")
+		require.Contains(t, csp, "frame-ancestors 'none'")
+		require.Contains(t, csp, "script-src 'self'")
+		require.NotContains(t, csp, "unsafe-inline")
+		require.Equal(t, "nosniff", w.Header().Get("X-Content-Type-Options"))
+		require.Equal(t, "no-referrer", w.Header().Get("Referrer-Policy"))
+	}
+	w := br.do(http.MethodGet, "/static/admin.js", nil)
+	require.Equal(t, http.StatusOK, w.Code)
+	require.Contains(t, w.Header().Get("Content-Type"), "javascript")
+	require.Contains(t, w.Body.String(), "data-select-all")
+	require.Equal(t, http.StatusNotFound, br.do(http.MethodGet, "/static/", nil).Code, "no listing")
+
+	// No inline script or style: the CSP would block them.
+	body := br.get("/dead", http.StatusOK)
+	require.NotContains(t, body, "<script>")
+	require.NotContains(t, body, "<style")
+	require.NotContains(t, body, " onclick=")
+	require.NotContains(t, body, " style=")
+}
