@@ -24,7 +24,7 @@ const (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	code := run(ctx, os.Args[1:], os.Getenv, os.Stdin, os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
 }
@@ -48,14 +48,21 @@ type action func(ctx context.Context, c *cli, args []string) error
 // commands is the command table: add a subcommand here.
 var commands = []*command{
 	migrateCommand,
+	statsCommand,
+	deadCommand,
+	purgeCommand,
 }
 
-// cli is one run of the command: where it writes, its environment and the
-// global flags.
+// cli is one run of the command: where it reads and writes, its
+// environment and the global flags.
 type cli struct {
+	stdin          io.Reader
 	stdout, stderr io.Writer
 	getenv         func(string) string
-	globals        globals
+	// terminal reports whether stdin is a terminal, where a person can
+	// answer a confirmation.
+	terminal func() bool
+	globals  globals
 }
 
 // globals are the flags every command takes, before or after its name.
@@ -90,8 +97,28 @@ func (e *foundError) Error() string { return e.msg }
 
 // run runs the command line args (without the program name) and returns
 // the exit code.
-func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
-	c := &cli{stdout: stdout, stderr: stderr, getenv: getenv, globals: globals{table: defaultTable}}
+func run(ctx context.Context, args []string, getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer) int {
+	c := &cli{
+		stdin: stdin, stdout: stdout, stderr: stderr, getenv: getenv,
+		terminal: func() bool { return isTerminal(stdin) },
+	}
+	return c.run(ctx, args)
+}
+
+// isTerminal reports whether r is a terminal (a character device).
+func isTerminal(r io.Reader) bool {
+	f, ok := r.(*os.File)
+	if !ok {
+		return false
+	}
+	info, err := f.Stat()
+	return err == nil && info.Mode()&os.ModeCharDevice != 0
+}
+
+// run runs the command line args and returns the exit code.
+func (c *cli) run(ctx context.Context, args []string) int {
+	c.globals = globals{table: defaultTable}
+	stderr := c.stderr
 	err := c.dispatch(ctx, nil, commands, args)
 	var usage *usageError
 	var found *foundError
@@ -210,5 +237,5 @@ Exit codes:
   0  success
   1  error (the database could not be reached, a statement failed, ...)
   2  usage: bad flags or arguments, or an unusable --database-url
-  3  a check found what it looks for (stats --fail-if)
+  3  a check found what it looks for (stats --fail-if-dead, --fail-if-oldest)
 `
