@@ -51,6 +51,7 @@ var commands = []*command{
 	statsCommand,
 	deadCommand,
 	purgeCommand,
+	serveCommand,
 }
 
 // cli is one run of the command: where it reads and writes, its
@@ -62,7 +63,9 @@ type cli struct {
 	// terminal reports whether stdin is a terminal, where a person can
 	// answer a confirmation.
 	terminal func() bool
-	globals  globals
+	// listening, when set, is told the address serve listens on.
+	listening func(addr string)
+	globals   globals
 }
 
 // globals are the flags every command takes, before or after its name.

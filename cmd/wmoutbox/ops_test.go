@@ -394,6 +394,7 @@ func TestOperatorCommandsNeedMigrations(t *testing.T) {
 				{"dead", "replay", "--all", "--yes"},
 				{"dead", "purge", "--topic", "t", "--dry-run"},
 				{"purge", "--done-older-than", "1d"},
+				{"serve", "--read-only", "--addr", "127.0.0.1:0"},
 			} {
 				r := wmoutbox(t, nil, append([]string{"--database-url", url}, args...)...)
 				require.Equal(t, exitError, r.code, args)

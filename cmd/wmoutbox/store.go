@@ -45,6 +45,14 @@ func (d *database) store() (operator, error) {
 	return s, nil
 }
 
+// ping checks that the database answers.
+func (d *database) ping(ctx context.Context) error {
+	if d.pool != nil {
+		return d.pool.Ping(ctx)
+	}
+	return d.db.PingContext(ctx)
+}
+
 // openStore opens the migrated database of the global flags and its
 // store; close the database when done.
 func (c *cli) openStore(ctx context.Context) (*database, operator, error) {
