@@ -239,6 +239,7 @@ const exitCodesHelp = `
 Exit codes:
   0  success
   1  error (the database could not be reached, a statement failed, ...)
-  2  usage: bad flags or arguments, or an unusable --database-url
+  2  usage: bad flags or arguments, an unusable --database-url, or a
+     confirmation needed where standard input is not a terminal
   3  a check found what it looks for (stats --fail-if-dead, --fail-if-oldest)
 `
