@@ -117,6 +117,25 @@ func URL(t testing.TB) string {
 	return s.urlFor(name)
 }
 
+// EmptyURL is [URL] for a database without the wmoutbox tables: its
+// public schema is empty, as CREATE DATABASE makes it, for tests of
+// migrations. It is reset and reused at cleanup as URL's are.
+func EmptyURL(t testing.TB) string {
+	t.Helper()
+	url := URL(t)
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatalf("testdb: empty: %v", err)
+	}
+	defer closeConn(conn)
+	if _, err := conn.Exec(ctx, sqlReset); err != nil {
+		t.Fatalf("testdb: empty: %v", err)
+	}
+	return url
+}
+
 // take returns an idle database, or the name of a new one to clone
 // (fresh).
 func take() (name string, fresh bool) {

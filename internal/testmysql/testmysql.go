@@ -64,6 +64,11 @@ var (
 // t.Cleanup.
 func DSN(t testing.TB) string {
 	t.Helper()
+	return newDSN(t, true)
+}
+
+func newDSN(t testing.TB, migrate bool) string {
+	t.Helper()
 	admin, err := setupOnce()
 	if err != nil {
 		var unreachable *unreachableError
@@ -84,11 +89,18 @@ func DSN(t testing.TB) string {
 			t.Errorf("testmysql: %v", err)
 		}
 	})
-	dsn, err := create(admin, name)
+	dsn, err := create(admin, name, migrate)
 	if err != nil {
 		t.Fatalf("testmysql: %v", err)
 	}
 	return dsn
+}
+
+// EmptyDSN is [DSN] for a database without the wmoutbox tables, for tests
+// of migrations.
+func EmptyDSN(t testing.TB) string {
+	t.Helper()
+	return newDSN(t, false)
 }
 
 // New returns a *sql.DB on a fresh database from DSN(t); it is closed at
@@ -130,7 +142,7 @@ func ForExample() (dsn string, drop func()) {
 			panic(fmt.Sprintf("testmysql: %v", err))
 		}
 	}
-	if dsn, err = create(admin, name); err != nil {
+	if dsn, err = create(admin, name, true); err != nil {
 		drop()
 		panic(fmt.Sprintf("testmysql: %v", err))
 	}
@@ -234,8 +246,9 @@ func (a *admin) sweep(ctx context.Context, db *sql.DB) error {
 	return nil
 }
 
-// create creates database name, migrates it and returns its DSN.
-func create(a *admin, name string) (string, error) {
+// create creates database name, migrates it if asked, and returns its
+// DSN.
+func create(a *admin, name string, migrate bool) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
 	if err := a.exec(ctx, "CREATE DATABASE `"+name+"`"); err != nil {
@@ -244,6 +257,9 @@ func create(a *admin, name string) (string, error) {
 	cfg := a.cfg.Clone()
 	cfg.DBName = name
 	dsn := cfg.FormatDSN()
+	if !migrate {
+		return dsn, nil
+	}
 	db, err := sql.Open("mysql", dsn)
 	if err != nil {
 		return "", err

@@ -18,11 +18,20 @@ import (
 	"github.com/wmoutbox/wmoutbox/outbox"
 )
 
-//go:embed migrations/*.sql
+//go:embed migrations/*.sql migrations/down/*.sql
 var migrationFiles embed.FS
 
-// Migration is one schema change, rendered for a configured table.
+// Migration is one schema change, rendered for a configured table, with
+// the SQL that undoes it.
 type Migration = migrationfiles.Migration
+
+// AppliedMigration is a migration recorded applied to a table, as
+// [AppliedMigrations] reads it.
+type AppliedMigration = migrationfiles.Applied
+
+// MigrationScript is a migration written for another migration tool, as
+// [MigrationScripts] renders it.
+type MigrationScript = migrationfiles.Script
 
 // MigrateLockTimeout is how long [Migrate] waits for another migrator of
 // the same table before it returns [ErrMigrationLocked].
@@ -37,6 +46,74 @@ func Migrations(cfg Config) ([]Migration, error) {
 		return nil, err
 	}
 	return t.migrations()
+}
+
+// MigrationScripts returns the migrations rendered for cfg's table as
+// scripts for another migration tool (goose, golang-migrate, the mysql client), in version
+// order. Each script's Up creates the wmoutbox_migration table when it is
+// missing, applies its migration and records it there, as [Migrate] does;
+// its Down undoes the migration and deletes the record. A table migrated
+// by the scripts is then one that [Migrate] finds up to date and
+// [AppliedMigrations] reads, and the other way round.
+// The scripts take no lock: run them from one process. Every statement
+// of an Up can run again (CREATE TABLE IF NOT EXISTS, DROP TABLE IF
+// EXISTS), as [Migrate]'s can.
+func MigrationScripts(cfg Config) ([]MigrationScript, error) {
+	t, err := newTable(cfg)
+	if err != nil {
+		return nil, err
+	}
+	migrations, err := t.migrations()
+	if err != nil {
+		return nil, err
+	}
+	scripts, err := migrationfiles.Scripts(migrations, t.Name, t.sql.script)
+	if err != nil {
+		return nil, fmt.Errorf("mysql: %w", err)
+	}
+	return scripts, nil
+}
+
+// AppliedMigrations returns the migrations recorded applied to cfg's
+// table in the wmoutbox_migration table beside it, in version order: none,
+// and no error, when that table does not exist. Versions beyond those of
+// [Migrations] are migrations of a later wmoutbox.
+func AppliedMigrations(ctx context.Context, db *sql.DB, cfg Config) ([]AppliedMigration, error) {
+	if db == nil {
+		return nil, fmt.Errorf("%w: mysql AppliedMigrations needs a database", outbox.ErrInvalidRequest)
+	}
+	t, err := newTable(cfg)
+	if err != nil {
+		return nil, err
+	}
+	var tables int
+	if err := db.QueryRowContext(ctx, sqlMigrationTableExists, ident.MigrationTable).Scan(&tables); err != nil {
+		return nil, fmt.Errorf("mysql: applied migrations: %w", err)
+	}
+	if tables == 0 {
+		return nil, nil
+	}
+	rows, err := db.QueryContext(ctx, t.sql.appliedMigrations, t.Name)
+	if err != nil {
+		return nil, fmt.Errorf("mysql: applied migrations: %w", err)
+	}
+	defer rows.Close()
+	var applied []AppliedMigration
+	for rows.Next() {
+		var (
+			m         AppliedMigration
+			appliedAt int64
+		)
+		if err := rows.Scan(&m.Version, &m.Name, &appliedAt); err != nil {
+			return nil, fmt.Errorf("mysql: applied migrations: %w", err)
+		}
+		m.AppliedAt = time.UnixMicro(appliedAt).UTC()
+		applied = append(applied, m)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("mysql: applied migrations: %w", err)
+	}
+	return applied, nil
 }
 
 // Migrate applies the migrations cfg's table lacks, in the database of

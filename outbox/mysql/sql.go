@@ -4,6 +4,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/wmoutbox/wmoutbox/internal/migrationfiles"
 	"github.com/wmoutbox/wmoutbox/outbox"
 )
 
@@ -26,6 +27,25 @@ CREATE TABLE IF NOT EXISTS {migrations} (
 const sqlMigrationVersion = `SELECT coalesce(max(version), 0) FROM {migrations} WHERE table_name = ?`
 
 const sqlRecordMigration = `INSERT INTO {migrations} (table_name, version, name, applied_at) VALUES (?, ?, ?, ?)`
+
+// sqlMigrationTableExists tells whether the database holds the migration
+// table, ? being its name.
+const sqlMigrationTableExists = `
+SELECT count(*) FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name = ?`
+
+const sqlAppliedMigrations = `
+SELECT version, name, applied_at FROM {migrations} WHERE table_name = ? ORDER BY version`
+
+// The records of a migration script (see MigrationScripts), where values
+// are literals ({table_name}, {version}, {file}) and the time is the
+// server's, in unix microseconds: recording a migration twice is a no-op.
+const (
+	sqlScriptRecordMigration = `
+INSERT INTO {migrations} (table_name, version, name, applied_at)
+VALUES ({table_name}, {version}, {file}, CAST(UNIX_TIMESTAMP(NOW(6)) * 1000000 AS SIGNED))
+ON DUPLICATE KEY UPDATE version = version`
+	sqlScriptUnrecordMigration = `DELETE FROM {migrations} WHERE table_name = {table_name} AND version = {version}`
+)
 
 // sqlRollbackOnTimeout tells whether a lock wait timeout rolls back the
 // whole transaction, not only the statement.
@@ -392,6 +412,8 @@ DELETE i FROM JSON_TABLE(?, '$[*]' COLUMNS (consumer varchar(1024) PATH '$[0]', 
 // statements holds the SQL rendered for one table.
 type statements struct {
 	createMigrationTable, migrationVersion, recordMigration string
+	appliedMigrations                                       string
+	script                                                  migrationfiles.Recorder
 
 	undoInsert                       string
 	existing, existingOne, get       string
@@ -422,6 +444,7 @@ func renderStatements(quoted, idIndex, dueIndex, inbox, lease, migrations string
 		createMigrationTable: r.Replace(sqlCreateMigrationTable),
 		migrationVersion:     r.Replace(sqlMigrationVersion),
 		recordMigration:      r.Replace(sqlRecordMigration),
+		appliedMigrations:    r.Replace(sqlAppliedMigrations),
 		undoInsert:           r.Replace(sqlUndoInsert),
 		existing:             r.Replace(sqlExisting),
 		existingOne:          r.Replace(sqlExistingOne),
@@ -450,6 +473,11 @@ func renderStatements(quoted, idIndex, dueIndex, inbox, lease, migrations string
 		purgeProcessedPick:   r.Replace(sqlPurgeProcessedPick),
 		purgeProcessedDelete: r.Replace(sqlPurgeProcessedDelete),
 		table:                quoted,
+	}
+	s.script = migrationfiles.Recorder{
+		CreateTable: r.Replace(sqlCreateMigrationTable),
+		Record:      r.Replace(sqlScriptRecordMigration),
+		Unrecord:    r.Replace(sqlScriptUnrecordMigration),
 	}
 	if deleteDone {
 		s.deleteDone = r.Replace(sqlDeleteDone)

@@ -13,11 +13,20 @@ import (
 	"github.com/wmoutbox/wmoutbox/outbox"
 )
 
-//go:embed migrations/*.sql
+//go:embed migrations/*.sql migrations/down/*.sql
 var migrationFiles embed.FS
 
-// Migration is one schema change, rendered for a configured table.
+// Migration is one schema change, rendered for a configured table, with
+// the SQL that undoes it.
 type Migration = migrationfiles.Migration
+
+// AppliedMigration is a migration recorded applied to a table, as
+// [AppliedMigrations] reads it.
+type AppliedMigration = migrationfiles.Applied
+
+// MigrationScript is a migration written for another migration tool, as
+// [MigrationScripts] renders it.
+type MigrationScript = migrationfiles.Script
 
 // migrationLockKey serializes every wmoutbox migration on a server, so that
 // processes starting together apply each migration once.
@@ -32,6 +41,65 @@ func Migrations(cfg Config) ([]Migration, error) {
 		return nil, err
 	}
 	return t.migrations()
+}
+
+// MigrationScripts returns the migrations rendered for cfg's schema and
+// table as scripts for another migration tool (goose, golang-migrate,
+// psql), in version order. Each script's Up creates the
+// wmoutbox_migration table when it is missing, applies its migration and
+// records it there, as [Migrate] does; its Down undoes the migration and
+// deletes the record. A table migrated by the scripts is then one that
+// [Migrate] finds up to date and [AppliedMigrations] reads, and the other
+// way round. The scripts take no lock: run them from one process.
+func MigrationScripts(cfg Config) ([]MigrationScript, error) {
+	t, err := newTable(cfg)
+	if err != nil {
+		return nil, err
+	}
+	migrations, err := t.migrations()
+	if err != nil {
+		return nil, err
+	}
+	scripts, err := migrationfiles.Scripts(migrations, t.name, t.sql.script)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: %w", err)
+	}
+	return scripts, nil
+}
+
+// AppliedMigrations returns the migrations recorded applied to cfg's
+// table in the wmoutbox_migration table beside it, in version order: none,
+// and no error, when that table does not exist. Versions beyond those of
+// [Migrations] are migrations of a later wmoutbox.
+func AppliedMigrations(ctx context.Context, db DB, cfg Config) ([]AppliedMigration, error) {
+	if nilcheck.Is(db) {
+		return nil, fmt.Errorf("%w: postgres AppliedMigrations needs a database", outbox.ErrInvalidRequest)
+	}
+	t, err := newTable(cfg)
+	if err != nil {
+		return nil, err
+	}
+	var exists bool
+	if err := db.QueryRow(ctx, sqlMigrationTableExists, t.sql.migrationTable).Scan(&exists); err != nil {
+		return nil, fmt.Errorf("postgres: applied migrations: %w", err)
+	}
+	if !exists {
+		return nil, nil
+	}
+	rows, err := db.Query(ctx, t.sql.appliedMigrations, t.name)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: applied migrations: %w", err)
+	}
+	applied, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (AppliedMigration, error) {
+		var m AppliedMigration
+		err := row.Scan(&m.Version, &m.Name, &m.AppliedAt)
+		m.AppliedAt = m.AppliedAt.UTC()
+		return m, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("postgres: applied migrations: %w", err)
+	}
+	return applied, nil
 }
 
 // Migrate applies the migrations cfg's table lacks, in one transaction on

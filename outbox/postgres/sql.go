@@ -6,6 +6,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/wmoutbox/wmoutbox/internal/ident"
+	"github.com/wmoutbox/wmoutbox/internal/migrationfiles"
 )
 
 // Every SQL statement of the PostgreSQL store, except the migrations (see
@@ -24,6 +25,24 @@ CREATE TABLE IF NOT EXISTS {migrations} (
 const sqlMigrationVersion = `SELECT coalesce(max(version), 0) FROM {migrations} WHERE table_name = $1`
 
 const sqlRecordMigration = `INSERT INTO {migrations} (table_name, version, name) VALUES ($1, $2, $3)`
+
+// sqlMigrationTableExists tells whether {migrations} exists, $1 being its
+// quoted name: to_regclass is NULL for a missing table, where a query of
+// it would fail and abort the transaction it runs in.
+const sqlMigrationTableExists = `SELECT to_regclass($1) IS NOT NULL`
+
+const sqlAppliedMigrations = `
+SELECT version, name, applied_at FROM {migrations} WHERE table_name = $1 ORDER BY version`
+
+// The records of a migration script (see MigrationScripts), where values
+// are literals ({table_name}, {version}, {file}): recording a migration
+// twice is a no-op.
+const (
+	sqlScriptRecordMigration = `
+INSERT INTO {migrations} (table_name, version, name) VALUES ({table_name}, {version}, {file})
+ON CONFLICT DO NOTHING`
+	sqlScriptUnrecordMigration = `DELETE FROM {migrations} WHERE table_name = {table_name} AND version = {version}`
+)
 
 // eventColumns is what every read returns, in the order scanEvent expects;
 // {o} qualifies the columns where a statement needs it.
@@ -448,6 +467,8 @@ DELETE FROM {inbox} WHERE (consumer, event_id) IN (
 // statements holds the SQL rendered for one table.
 type statements struct {
 	createMigrationTable, migrationVersion, recordMigration string
+	migrationTable, appliedMigrations                       string // the quoted name; the records
+	script                                                  migrationfiles.Recorder
 
 	insert, insertOne, get           string
 	insertHot, insertOneHot          string
@@ -480,6 +501,8 @@ func renderStatements(schema, qualified, inbox, lease string, synchronous, delet
 		createMigrationTable: r.Replace(sqlCreateMigrationTable),
 		migrationVersion:     r.Replace(sqlMigrationVersion),
 		recordMigration:      r.Replace(sqlRecordMigration),
+		migrationTable:       migrations.Sanitize(),
+		appliedMigrations:    r.Replace(sqlAppliedMigrations),
 		insert:               r.Replace(sqlInsert),
 		insertHot:            r.Replace(sqlInsertHot),
 		insertOneHot:         r.Replace(sqlInsertOneHot),
@@ -502,6 +525,11 @@ func renderStatements(schema, qualified, inbox, lease string, synchronous, delet
 		backlog:              r.Replace(sqlBacklog),
 		markProcessed:        r.Replace(sqlMarkProcessed),
 		purgeProcessed:       r.Replace(sqlPurgeProcessed),
+	}
+	s.script = migrationfiles.Recorder{
+		CreateTable: r.Replace(sqlCreateMigrationTable),
+		Record:      r.Replace(sqlScriptRecordMigration),
+		Unrecord:    r.Replace(sqlScriptUnrecordMigration),
 	}
 	if deleteDone {
 		s.deleteDone = r.Replace(sqlDeleteDone)

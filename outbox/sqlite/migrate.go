@@ -6,6 +6,7 @@ import (
 	sqldriver "database/sql/driver"
 	"embed"
 	"fmt"
+	"time"
 
 	"github.com/wmoutbox/wmoutbox/internal/ident"
 	"github.com/wmoutbox/wmoutbox/internal/migrationfiles"
@@ -13,11 +14,20 @@ import (
 	"github.com/wmoutbox/wmoutbox/outbox"
 )
 
-//go:embed migrations/*.sql
+//go:embed migrations/*.sql migrations/down/*.sql
 var migrationFiles embed.FS
 
-// Migration is one schema change, rendered for a configured table.
+// Migration is one schema change, rendered for a configured table, with
+// the SQL that undoes it.
 type Migration = migrationfiles.Migration
+
+// AppliedMigration is a migration recorded applied to a table, as
+// [AppliedMigrations] reads it.
+type AppliedMigration = migrationfiles.Applied
+
+// MigrationScript is a migration written for another migration tool, as
+// [MigrationScripts] renders it.
+type MigrationScript = migrationfiles.Script
 
 // Migrations returns the schema migrations rendered for cfg's table, for
 // use with your own migration tool. The same files, written for the
@@ -28,6 +38,72 @@ func Migrations(cfg Config) ([]Migration, error) {
 		return nil, err
 	}
 	return t.migrations()
+}
+
+// MigrationScripts returns the migrations rendered for cfg's table as
+// scripts for another migration tool (goose, golang-migrate, the sqlite3 shell), in version
+// order. Each script's Up creates the wmoutbox_migration table when it is
+// missing, applies its migration and records it there, as [Migrate] does;
+// its Down undoes the migration and deletes the record. A table migrated
+// by the scripts is then one that [Migrate] finds up to date and
+// [AppliedMigrations] reads, and the other way round.
+// The scripts take no lock: run them from one process.
+func MigrationScripts(cfg Config) ([]MigrationScript, error) {
+	t, err := newTable(cfg)
+	if err != nil {
+		return nil, err
+	}
+	migrations, err := t.migrations()
+	if err != nil {
+		return nil, err
+	}
+	scripts, err := migrationfiles.Scripts(migrations, t.Name, t.sql.script)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: %w", err)
+	}
+	return scripts, nil
+}
+
+// AppliedMigrations returns the migrations recorded applied to cfg's
+// table in the wmoutbox_migration table beside it, in version order: none,
+// and no error, when that table does not exist. Versions beyond those of
+// [Migrations] are migrations of a later wmoutbox.
+func AppliedMigrations(ctx context.Context, db *sql.DB, cfg Config) ([]AppliedMigration, error) {
+	if db == nil {
+		return nil, fmt.Errorf("%w: sqlite AppliedMigrations needs a database", outbox.ErrInvalidRequest)
+	}
+	t, err := newTable(cfg)
+	if err != nil {
+		return nil, err
+	}
+	var tables int
+	if err := db.QueryRowContext(ctx, sqlMigrationTableExists, ident.MigrationTable).Scan(&tables); err != nil {
+		return nil, fmt.Errorf("sqlite: applied migrations: %w", err)
+	}
+	if tables == 0 {
+		return nil, nil
+	}
+	rows, err := db.QueryContext(ctx, t.sql.appliedMigrations, t.Name)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: applied migrations: %w", err)
+	}
+	defer rows.Close()
+	var applied []AppliedMigration
+	for rows.Next() {
+		var (
+			m         AppliedMigration
+			appliedAt int64
+		)
+		if err := rows.Scan(&m.Version, &m.Name, &appliedAt); err != nil {
+			return nil, fmt.Errorf("sqlite: applied migrations: %w", err)
+		}
+		m.AppliedAt = time.UnixMicro(appliedAt).UTC()
+		applied = append(applied, m)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sqlite: applied migrations: %w", err)
+	}
+	return applied, nil
 }
 
 // Migrate applies the migrations cfg's table lacks, in one transaction on

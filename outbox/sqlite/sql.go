@@ -4,6 +4,7 @@ import (
 	"strings"
 
 	"github.com/wmoutbox/wmoutbox/internal/ident"
+	"github.com/wmoutbox/wmoutbox/internal/migrationfiles"
 )
 
 // Every SQL statement of the SQLite store, except the migrations (see the
@@ -25,6 +26,24 @@ CREATE TABLE IF NOT EXISTS {migrations} (
 const sqlMigrationVersion = `SELECT coalesce(max(version), 0) FROM {migrations} WHERE table_name = ?1`
 
 const sqlRecordMigration = `INSERT INTO {migrations} (table_name, version, name, applied_at) VALUES (?1, ?2, ?3, ?4)`
+
+// sqlMigrationTableExists tells whether the database holds the migration
+// table, ?1 being its name.
+const sqlMigrationTableExists = `SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = ?1`
+
+const sqlAppliedMigrations = `
+SELECT version, name, applied_at FROM {migrations} WHERE table_name = ?1 ORDER BY version`
+
+// The records of a migration script (see MigrationScripts), where values
+// are literals ({table_name}, {version}, {file}) and the time is SQLite's,
+// in unix microseconds: recording a migration twice is a no-op.
+const (
+	sqlScriptRecordMigration = `
+INSERT INTO {migrations} (table_name, version, name, applied_at)
+VALUES ({table_name}, {version}, {file}, CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER))
+ON CONFLICT DO NOTHING`
+	sqlScriptUnrecordMigration = `DELETE FROM {migrations} WHERE table_name = {table_name} AND version = {version}`
+)
 
 // sqlBeginImmediate takes the database's write lock at once, so that a
 // transaction never has to upgrade a read lock (which fails with
@@ -306,6 +325,8 @@ DELETE FROM {inbox} WHERE (consumer, event_id) IN (
 // statements holds the SQL rendered for one table.
 type statements struct {
 	createMigrationTable, migrationVersion, recordMigration string
+	appliedMigrations                                       string
+	script                                                  migrationfiles.Recorder
 
 	insert, existing, existingOne, get string
 	release, releaseOwned              string
@@ -328,6 +349,7 @@ func renderStatements(quoted, inbox, lease string, deleteDone bool) statements {
 		createMigrationTable: r.Replace(sqlCreateMigrationTable),
 		migrationVersion:     r.Replace(sqlMigrationVersion),
 		recordMigration:      r.Replace(sqlRecordMigration),
+		appliedMigrations:    r.Replace(sqlAppliedMigrations),
 		insert:               r.Replace(sqlInsert),
 		existing:             r.Replace(sqlExisting),
 		existingOne:          r.Replace(sqlExistingOne),
@@ -350,6 +372,11 @@ func renderStatements(quoted, inbox, lease string, deleteDone bool) statements {
 		backlog:              r.Replace(sqlBacklog),
 		markProcessed:        r.Replace(sqlMarkProcessed),
 		purgeProcessed:       r.Replace(sqlPurgeProcessed),
+	}
+	s.script = migrationfiles.Recorder{
+		CreateTable: r.Replace(sqlCreateMigrationTable),
+		Record:      r.Replace(sqlScriptRecordMigration),
+		Unrecord:    r.Replace(sqlScriptUnrecordMigration),
 	}
 	if deleteDone {
 		s.deleteDone = r.Replace(sqlDeleteDone)

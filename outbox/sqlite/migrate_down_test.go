@@ -1,0 +1,27 @@
+package sqlite_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/wmoutbox/wmoutbox/outbox/sqlite"
+)
+
+// TestEveryMigrationHasItsDown fails when a migration has no down file,
+// migrations/down/<the same name>, which undoes it: the scripts for goose
+// and golang-migrate (MigrationScripts, wmoutbox migrate sql) need one.
+func TestEveryMigrationHasItsDown(t *testing.T) {
+	t.Parallel()
+	migrations, err := sqlite.Migrations(sqlite.Config{})
+	require.NoError(t, err)
+	require.NotEmpty(t, migrations)
+	for _, m := range migrations {
+		require.NotEmptyf(t, strings.TrimSpace(m.Down),
+			"outbox/sqlite/migrations/%s has no down migration: write outbox/sqlite/migrations/down/%s, which undoes it", m.Name, m.Name)
+	}
+	scripts, err := sqlite.MigrationScripts(sqlite.Config{})
+	require.NoError(t, err)
+	require.Len(t, scripts, len(migrations))
+}
