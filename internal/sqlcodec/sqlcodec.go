@@ -448,3 +448,35 @@ func NewTable(dialect, name string, quote func(string) string, invalid error) (T
 	return Table{Name: name, Quoted: quote(name), Inbox: quote(inbox), Lease: quote(name + migrationfiles.LeaseSuffix),
 		Label: dialect + ": table " + name, InboxLabel: dialect + ": table " + inbox}, nil
 }
+
+// AppliedMigrations reads the migrations recorded for table: none, and no
+// error, when exists (a count of the record tables, given their name)
+// finds no record table; otherwise list (given table) returns version,
+// name and applied_at in unix microseconds, in version order.
+func AppliedMigrations(ctx context.Context, db *sql.DB, exists, list, table string) ([]migrationfiles.Applied, error) {
+	var tables int
+	if err := db.QueryRowContext(ctx, exists, ident.MigrationTable).Scan(&tables); err != nil {
+		return nil, err
+	}
+	if tables == 0 {
+		return nil, nil
+	}
+	rows, err := db.QueryContext(ctx, list, table)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var applied []migrationfiles.Applied
+	for rows.Next() {
+		var (
+			m         migrationfiles.Applied
+			appliedAt int64
+		)
+		if err := rows.Scan(&m.Version, &m.Name, &appliedAt); err != nil {
+			return nil, err
+		}
+		m.AppliedAt = time.UnixMicro(appliedAt).UTC()
+		applied = append(applied, m)
+	}
+	return applied, rows.Err()
+}

@@ -6,7 +6,6 @@ import (
 	sqldriver "database/sql/driver"
 	"embed"
 	"fmt"
-	"time"
 
 	"github.com/wmoutbox/wmoutbox/internal/ident"
 	"github.com/wmoutbox/wmoutbox/internal/migrationfiles"
@@ -76,31 +75,8 @@ func AppliedMigrations(ctx context.Context, db *sql.DB, cfg Config) ([]AppliedMi
 	if err != nil {
 		return nil, err
 	}
-	var tables int
-	if err := db.QueryRowContext(ctx, sqlMigrationTableExists, ident.MigrationTable).Scan(&tables); err != nil {
-		return nil, fmt.Errorf("sqlite: applied migrations: %w", err)
-	}
-	if tables == 0 {
-		return nil, nil
-	}
-	rows, err := db.QueryContext(ctx, t.sql.appliedMigrations, t.Name)
+	applied, err := sqlcodec.AppliedMigrations(ctx, db, sqlMigrationTableExists, t.sql.appliedMigrations, t.Name)
 	if err != nil {
-		return nil, fmt.Errorf("sqlite: applied migrations: %w", err)
-	}
-	defer rows.Close()
-	var applied []AppliedMigration
-	for rows.Next() {
-		var (
-			m         AppliedMigration
-			appliedAt int64
-		)
-		if err := rows.Scan(&m.Version, &m.Name, &appliedAt); err != nil {
-			return nil, fmt.Errorf("sqlite: applied migrations: %w", err)
-		}
-		m.AppliedAt = time.UnixMicro(appliedAt).UTC()
-		applied = append(applied, m)
-	}
-	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("sqlite: applied migrations: %w", err)
 	}
 	return applied, nil
