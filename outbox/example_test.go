@@ -187,6 +187,30 @@ func ExampleStore_MarkProcessed() {
 	// seen already: skip
 }
 
+// Every relay process runs the retention; one at a time purges, under a
+// lease on the table. DONE events go after 7 days by default; here after
+// 3, and DEAD events after 30 rather than never.
+func ExampleStore_Retain() {
+	store, _, closeDB := exampleStore(context.Background())
+	defer closeDB()
+
+	ctx, stop := context.WithCancel(context.Background())
+	retained := make(chan error, 1)
+	go func() {
+		retained <- store.Retain(ctx, outbox.RetentionConfig{
+			Done: 3 * 24 * time.Hour,
+			Dead: 30 * 24 * time.Hour,
+			// Metrics: prommetrics' outbox_purged_rows_total{kind}.
+		})
+	}()
+
+	// ... the service runs; at shutdown:
+	stop()
+	if err := <-retained; err != nil {
+		panic(err) // an invalid config: Retain returns nothing else
+	}
+}
+
 // Permanent and RetryAfter tell a relay what a handler's error means.
 func ExamplePermanent() {
 	rejected := outbox.Permanent(errors.New("unknown currency"))
