@@ -110,8 +110,11 @@ func TestMetricsFollowDeliveries(t *testing.T) {
 	m := &recordingMetrics{}
 	var calls sync.Map
 	r := relaytest.Start(t, pool, watermilladapter.SubscriberConfig{
-		Metrics:         m,
-		BacklogInterval: 20 * time.Millisecond,
+		Metrics: m,
+		// The backlog and DEAD reads share one interval as their bound: on
+		// a loaded machine a shorter one lets every count time out, and
+		// the DEAD count keeps its first value.
+		BacklogInterval: 250 * time.Millisecond,
 		RetryPolicy:     outbox.Backoff{Base: time.Millisecond, MaxAttempts: 2, NoJitter: true},
 	}, relaytest.Handlers{"orders": func(msg *message.Message) error {
 		if string(msg.Payload) == "poison" {
