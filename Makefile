@@ -91,7 +91,7 @@ FAULTS_SUMMARY := awk '{ print } \
 	END { if (failedRun && !fail) fail = 1; printf "%d passed, %d failed\n", pass, fail }'
 
 faults: ## Run the fault-injection suite (crashes, outages, bad input; a few minutes); ends with "N passed, N failed"
-	cd faults && $(GO) test -tags faults -race -count=1 -v -timeout 4m ./... 2>&1 | $(FAULTS_SUMMARY)
+	cd faults && $(GO) test -tags faults -race -count=1 -v -timeout 6m ./... 2>&1 | $(FAULTS_SUMMARY)
 
 tidy: ## go mod tidy in every module
 	@$(call each,$(GO) mod tidy)
