@@ -86,3 +86,26 @@ func TestClockDrivesARetry(t *testing.T) {
 	require.Equal(t, outbox.StatusDone, e.Status)
 	require.EqualValues(t, 2, tries.Load())
 }
+
+// On a clock that stands still, an event the relay was not told of waits
+// for the claim WaitDrained asks for, which waits for WakeCooldown after
+// the previous claim: the test moves the clock by it (docs/testing.md).
+func TestClockEventsNotToldOfWaitForTheCooldown(t *testing.T) {
+	t.Parallel()
+	clock := outboxtest.NewClock(start)
+	store := newSQLiteStore(t, clock)
+	var handled atomic.Int32
+	r := startRelay(t, store, watermilladapter.SubscriberConfig{Clock: clock, PollInterval: time.Hour}, "orders",
+		func(*message.Message) error {
+			handled.Add(1)
+			return nil
+		})
+	require.True(t, clock.WaitForTimer(time.Hour, waitLimit), "the relay waits for its poll")
+	write(t, store, orderCreated("o-1", 3))
+
+	msg := failure(t, func(t testing.TB) { outboxtest.WaitDrained(t, r.sub, 200*time.Millisecond) })
+	require.Contains(t, msg, `topic "orders": 1 pending`)
+	clock.Advance(watermilladapter.DefaultWakeCooldown)
+	outboxtest.WaitDrained(t, r.sub, waitLimit)
+	require.EqualValues(t, 1, handled.Load())
+}
