@@ -84,7 +84,7 @@ type fakeDriver[Tx any] struct {
 	purges   []outboxdriver.PurgeParams
 
 	// The operator API: Stats returns stats, DeadGroups groups and
-	// QueryPending pending, each failing with err when set; PurgeDeadBatch
+	// QueryPending and QueryEvents pending, each failing with err when set; PurgeDeadBatch
 	// returns batches as the other purges do. Each records its parameters.
 	stats         outboxdriver.StatsResult
 	groups        []outboxdriver.DeadGroup
@@ -92,6 +92,7 @@ type fakeDriver[Tx any] struct {
 	statsCalls    []outboxdriver.StatsParams
 	groupQueries  []outboxdriver.DeadGroupsParams
 	pendingCalls  []outboxdriver.QueryPendingParams
+	eventsCalls   []outboxdriver.QueryEventsParams
 	deadPurges    []outboxdriver.PurgeDeadParams
 	leaseAttempts []outboxdriver.LeaseParams
 
@@ -338,6 +339,14 @@ func (d *fakeDriver[Tx]) QueryPending(_ context.Context, p outboxdriver.QueryPen
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.pendingCalls = append(d.pendingCalls, p)
+	return slices.Clone(d.pending), d.err
+}
+
+func (d *fakeDriver[Tx]) QueryEvents(_ context.Context, p outboxdriver.QueryEventsParams) ([]outboxdriver.Row, error) {
+	d.add("query events")
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.eventsCalls = append(d.eventsCalls, p)
 	return slices.Clone(d.pending), d.err
 }
 

@@ -200,6 +200,32 @@ func (s *Store[Tx]) QueryPending(ctx context.Context, q PendingQuery) ([]Event, 
 	return eventsOf(rows), nil
 }
 
+// EventQuery pages through every event of the table, whatever its
+// status.
+type EventQuery struct {
+	// After is the id of the last event of the previous page; "" starts
+	// from the beginning.
+	After string
+	// Limit is the page size. Default 100, at most 10000.
+	Limit int
+}
+
+// QueryEvents lists the events of the table matching q, of every status
+// (NEW, RETRY, DONE, DEAD), ordered by event id: what the table holds, for
+// tests (outboxtest reads what was written through it) and tools. A store
+// configured to delete delivered events has no DONE events to list.
+func (s *Store[Tx]) QueryEvents(ctx context.Context, q EventQuery) ([]Event, error) {
+	limit, err := normalizeLimit(q.Limit, defaultDeadLimit, maxDeadLimit)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := s.driver.QueryEvents(ctx, outboxdriver.QueryEventsParams{After: q.After, Limit: limit})
+	if err != nil {
+		return nil, err
+	}
+	return eventsOf(rows), nil
+}
+
 // PurgeDead deletes the DEAD events matching f, in batches of 1000 rows
 // each in its own transaction, and returns how many it deleted; on an
 // error, those deleted before it. Like [Store.ReplayDead], it refuses a

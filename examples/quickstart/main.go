@@ -111,21 +111,30 @@ func runOnSQLite(ctx context.Context, brokers []string, orders int) error {
 		return err
 	}
 	defer db.Close()
-	if err := sqlite.Migrate(ctx, db, sqlite.Config{}); err != nil {
-		return err
-	}
-	if _, err := db.ExecContext(ctx, `CREATE TABLE orders (id TEXT PRIMARY KEY, total_cents INTEGER NOT NULL)`); err != nil {
-		return err
-	}
-	store, err := sqlite.NewStore(db, sqlite.Config{})
+	store, err := sqliteShop(ctx, db)
 	if err != nil {
 		return err
 	}
 	fmt.Println("outbox: embedded SQLite in", dir)
-	return relay(ctx, store, func(ctx context.Context, tx *sql.Tx, o order) error {
-		_, err := tx.ExecContext(ctx, `INSERT INTO orders (id, total_cents) VALUES (?, ?)`, o.ID, o.TotalCents)
-		return err
-	}, brokers, orders)
+	return relay(ctx, store, insertOrderSQLite, brokers, orders)
+}
+
+// sqliteShop migrates the outbox table and creates the orders table in
+// db, and returns the store on it.
+func sqliteShop(ctx context.Context, db *sql.DB) (*sqlite.Store, error) {
+	if err := sqlite.Migrate(ctx, db, sqlite.Config{}); err != nil {
+		return nil, err
+	}
+	if _, err := db.ExecContext(ctx, `CREATE TABLE orders (id TEXT PRIMARY KEY, total_cents INTEGER NOT NULL)`); err != nil {
+		return nil, err
+	}
+	return sqlite.NewStore(db, sqlite.Config{})
+}
+
+// insertOrderSQLite creates o in SQLite's orders table.
+func insertOrderSQLite(ctx context.Context, tx *sql.Tx, o order) error {
+	_, err := tx.ExecContext(ctx, `INSERT INTO orders (id, total_cents) VALUES (?, ?)`, o.ID, o.TotalCents)
+	return err
 }
 
 func runOnPostgres(ctx context.Context, url string, brokers []string, orders int) error {
@@ -241,19 +250,7 @@ func relay[Tx any](ctx context.Context, store *outbox.Store[Tx], createOrder fun
 	var ids []string // the event ids, in the order written
 	for i := range orders {
 		o := order{ID: fmt.Sprintf("order-%04d", i+1), TotalCents: int64(1000 + i)}
-		eventID := outbox.NewID()
-		err := store.InTx(ctx, func(ctx context.Context, tx Tx) error {
-			if err := createOrder(ctx, tx, o); err != nil {
-				return err
-			}
-			msg := message.NewMessage(watermill.NewUUID(), fmt.Appendf(nil, `{"orderId":%q,"totalCents":%d}`, o.ID, o.TotalCents))
-			msg.Metadata.Set(watermilladapter.MetadataEventID, eventID)
-			msg.Metadata.Set(watermilladapter.MetadataEventType, "OrderCreated")
-			msg.Metadata.Set(watermilladapter.MetadataAggregateType, "Order")
-			msg.Metadata.Set(watermilladapter.MetadataAggregateID, o.ID)
-			msg.SetContext(ctx) // carries tx to the publisher
-			return pub.Publish(outboxTopic, msg)
-		})
+		eventID, err := placeOrder(ctx, store, pub, createOrder, o)
 		if err != nil {
 			return fmt.Errorf("create %s: %w", o.ID, err)
 		}
@@ -274,6 +271,25 @@ func relay[Tx any](ctx context.Context, store *outbox.Store[Tx], createOrder fun
 		}
 	}
 	return err
+}
+
+// placeOrder is the service's command: it creates o and writes its
+// OrderCreated event in one transaction, and returns the event's id.
+func placeOrder[Tx any](ctx context.Context, store *outbox.Store[Tx], pub message.Publisher, createOrder func(context.Context, Tx, order) error, o order) (string, error) {
+	eventID := outbox.NewID()
+	err := store.InTx(ctx, func(ctx context.Context, tx Tx) error {
+		if err := createOrder(ctx, tx, o); err != nil {
+			return err
+		}
+		msg := message.NewMessage(watermill.NewUUID(), fmt.Appendf(nil, `{"orderId":%q,"totalCents":%d}`, o.ID, o.TotalCents))
+		msg.Metadata.Set(watermilladapter.MetadataEventID, eventID)
+		msg.Metadata.Set(watermilladapter.MetadataEventType, "OrderCreated")
+		msg.Metadata.Set(watermilladapter.MetadataAggregateType, "Order")
+		msg.Metadata.Set(watermilladapter.MetadataAggregateID, o.ID)
+		msg.SetContext(ctx) // carries tx to the publisher
+		return pub.Publish(outboxTopic, msg)
+	})
+	return eventID, err
 }
 
 // eventState says where the outbox has an event: its status, attempts and

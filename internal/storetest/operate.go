@@ -341,6 +341,47 @@ func testQueryPending[Tx any](t *testing.T, f *fixture[Tx]) {
 	require.Equal(t, f.get(t, b[1]), e[0], "a query reads rows as Get does")
 }
 
+// QueryEvents pages through the events of every status by id.
+func testQueryEvents[Tx any](t *testing.T, f *fixture[Tx]) {
+	ctx := t.Context()
+	events, err := f.Store.QueryEvents(ctx, outbox.EventQuery{})
+	require.NoError(t, err)
+	require.Empty(t, events)
+
+	a := f.write(t, JSONEvents(4, "a")...)
+	b := f.write(t, JSONEvents(1, "b")...)
+	require.EqualValues(t, 1, f.markDone(t, a[0]))
+	require.EqualValues(t, 2, f.record(t, "", dead(a[1], "dead"), retry(a[2], Start.Add(time.Hour), "later")))
+	all := []string{a[0], a[1], a[2], a[3], b[0]}
+
+	events, err = f.Store.QueryEvents(ctx, outbox.EventQuery{})
+	require.NoError(t, err)
+	require.Equal(t, all, IDs(events))
+	statuses := make([]outbox.Status, len(events))
+	for i, e := range events {
+		statuses[i] = e.Status
+		require.Equal(t, f.get(t, e.ID), e, "a query reads rows as Get does")
+	}
+	require.Equal(t, []outbox.Status{outbox.StatusDone, outbox.StatusDead, outbox.StatusRetry, outbox.StatusNew, outbox.StatusNew}, statuses)
+
+	var paged []string
+	q := outbox.EventQuery{Limit: 2}
+	for {
+		page, err := f.Store.QueryEvents(ctx, q)
+		require.NoError(t, err)
+		if len(page) == 0 {
+			break
+		}
+		require.LessOrEqual(t, len(page), 2)
+		paged = append(paged, IDs(page)...)
+		q.After = page[len(page)-1].ID
+	}
+	require.Equal(t, all, paged)
+
+	_, err = f.Store.QueryEvents(ctx, outbox.EventQuery{Limit: -1})
+	require.ErrorIs(t, err, outbox.ErrInvalidRequest)
+}
+
 // AcquireLease takes a lease that is free, expired or already the
 // caller's, and no other.
 func testAcquireLease[Tx any](t *testing.T, f *fixture[Tx]) {

@@ -106,6 +106,7 @@ func Run[Tx any](t *testing.T, newHarness func(t *testing.T) Harness[Tx]) {
 		{"Stats", testStats[Tx]},
 		{"DeadGroups", testDeadGroups[Tx]},
 		{"QueryPending", testQueryPending[Tx]},
+		{"QueryEvents", testQueryEvents[Tx]},
 		{"AcquireLease", testAcquireLease[Tx]},
 		{"Retain", testRetain[Tx]},
 		{"MalformedHeadersDoNotBreakTheBatch", testMalformedHeadersDoNotBreakTheBatch[Tx]},

@@ -344,6 +344,14 @@ WHERE pending = 1 AND status IN (?, ?) AND (? IS NULL OR topic = ?) AND event_id
 ORDER BY event_id
 LIMIT ?`
 
+// sqlQueryEvents pages through the rows of every status. Parameters: the
+// id after which the page starts, the page size.
+const sqlQueryEvents = `
+SELECT ` + eventColumns + ` FROM {table}
+WHERE event_id > ?
+ORDER BY event_id
+LIMIT ?`
+
 // sqlAcquireLease takes a lease for an owner until a time, or renews it.
 // Parameters: name, owner, until, then now. The insert takes a lease
 // nobody held; on the duplicate, owner changes only when the owner holds
@@ -425,7 +433,7 @@ type statements struct {
 	queryDead, countDead, replayDead string
 	deadGroups, deadGroupTopics      string
 	statsTopics, statsClaims         string
-	queryPending                     string
+	queryPending, queryEvents        string
 	acquireLease, leaseHolder        string
 	backlog                          string
 	purgePick, purgeDelete           string
@@ -465,6 +473,7 @@ func renderStatements(quoted, idIndex, dueIndex, inbox, lease, migrations string
 		statsTopics:          r.Replace(sqlStatsTopics),
 		statsClaims:          r.Replace(sqlStatsClaims),
 		queryPending:         r.Replace(sqlQueryPending),
+		queryEvents:          r.Replace(sqlQueryEvents),
 		acquireLease:         r.Replace(sqlAcquireLease),
 		leaseHolder:          r.Replace(sqlLeaseHolder),
 		purgeDelete:          r.Replace(sqlPurgeDelete),

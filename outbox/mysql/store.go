@@ -562,6 +562,15 @@ func (d *driver) QueryPending(ctx context.Context, p outboxdriver.QueryPendingPa
 	return rows, nil
 }
 
+// QueryEvents implements [outboxdriver.Executor].
+func (d *driver) QueryEvents(ctx context.Context, p outboxdriver.QueryEventsParams) ([]outboxdriver.Row, error) {
+	rows, err := sqlcodec.QueryRows(ctx, d.db, d.t.sql.queryEvents, p.After, p.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("mysql: query events: %w", err)
+	}
+	return rows, nil
+}
+
 // leaseAttempts is how many times AcquireLease tries a lease whose
 // statement InnoDB chose as a deadlock's victim: concurrent inserts of a
 // new key can deadlock on it, and the victim is only told to try again.

@@ -122,6 +122,9 @@ type Executor interface {
 	// p.Statuses (NEW, RETRY), of p.Topic unless it is "", with an event
 	// id above p.After, ordered by event id.
 	QueryPending(ctx context.Context, p QueryPendingParams) ([]Row, error)
+	// QueryEvents returns up to p.Limit rows of every status with an
+	// event id above p.After, ordered by event id.
+	QueryEvents(ctx context.Context, p QueryEventsParams) ([]Row, error)
 	// PurgeDeadBatch deletes, in a transaction of its own, up to p.Limit
 	// DEAD rows matching p.Filter, and returns how many. It may pass over
 	// rows other transactions hold locked.
@@ -397,6 +400,12 @@ type QueryPendingParams struct {
 	Statuses []int16
 	After    string
 	Limit    int
+}
+
+// QueryEventsParams page through every row, whatever its status.
+type QueryEventsParams struct {
+	After string
+	Limit int
 }
 
 // LeaseParams are a take or renewal of a named lease: one instance at a

@@ -425,6 +425,14 @@ WHERE status IN (0, 2) AND status = ANY($1::smallint[]) AND ($2::text = '' OR to
 ORDER BY event_id
 LIMIT $4`
 
+// sqlQueryEvents pages through the rows of every status after event id
+// $1, up to $2 of them.
+const sqlQueryEvents = `
+SELECT ` + eventColumns + ` FROM {table}
+WHERE event_id > $1
+ORDER BY event_id
+LIMIT $2`
+
 // sqlAcquireLease takes lease $1 for owner $2 until $4, or renews it: the
 // insert takes a lease nobody held; on the conflict, the update applies
 // only when $2 holds it already or its holder's lease ended by $3. A row
@@ -482,6 +490,7 @@ type statements struct {
 	purgeDead, deadGroups            string
 	statsTopics, statsClaims         string
 	queryPending, acquireLease       string
+	queryEvents                      string
 	backlog                          string
 	purge                            string
 	markProcessed, purgeProcessed    string
@@ -520,6 +529,7 @@ func renderStatements(schema, qualified, inbox, lease string, synchronous, delet
 		statsTopics:          r.Replace(sqlStatsTopics),
 		statsClaims:          r.Replace(sqlStatsClaims),
 		queryPending:         r.Replace(sqlQueryPending),
+		queryEvents:          r.Replace(sqlQueryEvents),
 		acquireLease:         r.Replace(sqlAcquireLease),
 		purge:                r.Replace(sqlPurge),
 		backlog:              r.Replace(sqlBacklog),

@@ -518,6 +518,11 @@ func (d *driver) QueryPending(ctx context.Context, p outboxdriver.QueryPendingPa
 	return d.queryRows(ctx, "query pending events", d.t.sql.queryPending, p.Statuses, p.Topic, p.After, p.Limit)
 }
 
+// QueryEvents implements [outboxdriver.Executor].
+func (d *driver) QueryEvents(ctx context.Context, p outboxdriver.QueryEventsParams) ([]outboxdriver.Row, error) {
+	return d.queryRows(ctx, "query events", d.t.sql.queryEvents, p.After, p.Limit)
+}
+
 // AcquireLease implements [outboxdriver.Executor] in one statement.
 func (d *driver) AcquireLease(ctx context.Context, p outboxdriver.LeaseParams) (bool, error) {
 	var held bool

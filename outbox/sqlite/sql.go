@@ -285,6 +285,14 @@ WHERE status IN (0, 2) AND status IN (SELECT value FROM json_each(?1)) AND (?2 I
 ORDER BY event_id
 LIMIT ?4`
 
+// sqlQueryEvents pages through the rows of every status after event id
+// ?1, up to ?2 of them.
+const sqlQueryEvents = `
+SELECT ` + eventColumns + ` FROM {table}
+WHERE event_id > ?1
+ORDER BY event_id
+LIMIT ?2`
+
 // sqlAcquireLease takes lease ?1 for owner ?2 until ?4, or renews it: the
 // insert takes a lease nobody held; on the conflict, the update applies
 // only when ?2 holds it already or its holder's lease ended by ?3. It
@@ -335,6 +343,7 @@ type statements struct {
 	claim                              [2]string // by ordered (0, 1)
 	queryDead, countDead, replayDead   string
 	purgeDead, queryPending            string
+	queryEvents                        string
 	deadGroups, deadGroupTopics        string
 	statsTopics, statsClaims           string
 	acquireLease                       string
@@ -367,6 +376,7 @@ func renderStatements(quoted, inbox, lease string, deleteDone bool) statements {
 		statsTopics:          r.Replace(sqlStatsTopics),
 		statsClaims:          r.Replace(sqlStatsClaims),
 		queryPending:         r.Replace(sqlQueryPending),
+		queryEvents:          r.Replace(sqlQueryEvents),
 		acquireLease:         r.Replace(sqlAcquireLease),
 		purge:                r.Replace(sqlPurge),
 		backlog:              r.Replace(sqlBacklog),

@@ -373,6 +373,15 @@ func (d *driver) QueryPending(ctx context.Context, p outboxdriver.QueryPendingPa
 	return nil, fmt.Errorf("sqlite: query pending events: %w", err)
 }
 
+// QueryEvents implements [outboxdriver.Executor].
+func (d *driver) QueryEvents(ctx context.Context, p outboxdriver.QueryEventsParams) ([]outboxdriver.Row, error) {
+	rows, err := sqlcodec.QueryRows(ctx, d.db, d.t.sql.queryEvents, p.After, p.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: query events: %w", err)
+	}
+	return rows, nil
+}
+
 // AcquireLease implements [outboxdriver.Executor] in one statement, which
 // changes the lease's row when p.Owner holds it.
 func (d *driver) AcquireLease(ctx context.Context, p outboxdriver.LeaseParams) (bool, error) {

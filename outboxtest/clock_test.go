@@ -1,4 +1,4 @@
-package clocktest_test
+package outboxtest_test
 
 import (
 	"testing"
@@ -6,8 +6,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/wmoutbox/wmoutbox/internal/clocktest"
 	"github.com/wmoutbox/wmoutbox/outbox"
+	"github.com/wmoutbox/wmoutbox/outboxtest"
 )
 
 var start = time.Date(2026, 11, 29, 8, 0, 0, 0, time.UTC)
@@ -25,13 +25,13 @@ func fired(timer outbox.Timer) (time.Time, bool) {
 
 func TestNewCutsToMicroseconds(t *testing.T) {
 	t.Parallel()
-	clock := clocktest.New(start.Add(1500 * time.Nanosecond))
+	clock := outboxtest.NewClock(start.Add(1500 * time.Nanosecond))
 	require.Equal(t, start.Add(time.Microsecond), clock.Now())
 }
 
 func TestAdvanceFiresTheTimersDueByThen(t *testing.T) {
 	t.Parallel()
-	clock := clocktest.New(start)
+	clock := outboxtest.NewClock(start)
 	second, minute := clock.NewTimer(time.Second), clock.NewTimer(time.Minute)
 	require.Equal(t, 2, clock.Timers())
 	next, ok := clock.Next()
@@ -60,7 +60,7 @@ func TestAdvanceFiresTheTimersDueByThen(t *testing.T) {
 
 func TestSetMovesBothWays(t *testing.T) {
 	t.Parallel()
-	clock := clocktest.New(start)
+	clock := outboxtest.NewClock(start)
 	timer := clock.NewTimer(time.Minute)
 	clock.Set(start.Add(-time.Hour))
 	require.Equal(t, start.Add(-time.Hour), clock.Now())
@@ -73,7 +73,7 @@ func TestSetMovesBothWays(t *testing.T) {
 
 func TestTimerForNoTimeFiresAtOnce(t *testing.T) {
 	t.Parallel()
-	clock := clocktest.New(start)
+	clock := outboxtest.NewClock(start)
 	for _, d := range []time.Duration{0, -time.Second} {
 		at, ok := fired(clock.NewTimer(d))
 		require.True(t, ok, "timer for %s", d)
@@ -87,7 +87,7 @@ func TestTimerForNoTimeFiresAtOnce(t *testing.T) {
 // channel.
 func TestResetAndStopLeaveNoStaleValue(t *testing.T) {
 	t.Parallel()
-	clock := clocktest.New(start)
+	clock := outboxtest.NewClock(start)
 	timer := clock.NewTimer(time.Second)
 	require.True(t, timer.Reset(time.Minute), "armed")
 	clock.Advance(time.Second)
@@ -119,7 +119,7 @@ func TestResetAndStopLeaveNoStaleValue(t *testing.T) {
 
 func TestTimersOfOneTimeFireInTheOrderArmed(t *testing.T) {
 	t.Parallel()
-	clock := clocktest.New(start)
+	clock := outboxtest.NewClock(start)
 	first, second := clock.NewTimer(time.Second), clock.NewTimer(time.Second)
 	require.Equal(t, []time.Duration{time.Second, time.Second}, clock.Armed())
 	require.True(t, first.Stop())
@@ -133,7 +133,7 @@ func TestTimersOfOneTimeFireInTheOrderArmed(t *testing.T) {
 // report false after their timeout otherwise.
 func TestWaitsForTimers(t *testing.T) {
 	t.Parallel()
-	clock := clocktest.New(start)
+	clock := outboxtest.NewClock(start)
 	require.False(t, clock.WaitForTimers(1, time.Millisecond))
 	require.False(t, clock.WaitForTimer(time.Minute, time.Millisecond))
 	require.False(t, clock.WaitForTimerAt(start.Add(time.Minute), time.Millisecond))
