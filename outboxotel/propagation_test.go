@@ -240,3 +240,28 @@ func TestMiddlewareOnOtherMessages(t *testing.T) {
 	require.Len(t, b.ended("process"), 2, "a panic ends the span")
 	require.Equal(t, "panic: oops", b.ended("process")[1].Status().Description)
 }
+
+// TestWriterDeliveryContinuesTrace: an event written by an outbox.Writer
+// with the relay's hot path is processed in a child of its create span.
+func TestWriterDeliveryContinuesTrace(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	r := b.startRelay(t, watermilladapter.SubscriberConfig{}, true, map[string]message.NoPublishHandlerFunc{
+		"OrderCreated": func(*message.Message) error { return nil },
+	})
+	writer, err := outbox.NewWriter(b.Store, outbox.WriterConfig{HotPath: r.Sub, Headers: outboxotel.NewInjector(b.Config)})
+	require.NoError(t, err)
+	ctx, span := b.Tracer.Start(t.Context(), "request")
+	require.NoError(t, b.Store.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		_, err := writer.Write(ctx, tx, outbox.NewJSON("OrderCreated", []byte(`{"id":3}`)))
+		return err
+	}))
+	span.End()
+
+	process := b.waitSpans(t, "process OrderCreated", 1)[0]
+	create := b.ended("create OrderCreated")
+	require.Len(t, create, 1)
+	require.Equal(t, span.SpanContext().TraceID(), process.SpanContext().TraceID())
+	require.Equal(t, create[0].SpanContext().SpanID(), process.Parent().SpanID())
+	require.Equal(t, "hot", attrs(process)["wmoutbox.source"].AsString())
+}
