@@ -5,7 +5,8 @@ FUZZTIME ?= 20s
 
 # The repository's modules: the library at the root, then those that keep
 # what only they need out of the library's go.mod (admin/browsertest,
-# bench, cmd/wmoutbox/migratetools, faults, forward/kafkaforward/interop).
+# bench, cmd/wmoutbox/migratetools, faults, forward/kafkaforward/interop,
+# outboxotel).
 # Each target runs in every one of them.
 MODULES := . $(sort $(patsubst ./%/go.mod,%,$(shell find . -mindepth 2 -name go.mod -not -path './.git/*')))
 

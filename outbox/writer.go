@@ -59,6 +59,10 @@ type WriterConfig struct {
 	// once rather than at their next poll: usually a postgres.Notifier's
 	// Notify. It must not block. Default: none.
 	Notify func(topics []string)
+	// Headers, when set, adds entries to each event's headers from the
+	// context given to Write, before the event is written: the W3C trace
+	// context, with package outboxotel's Injector. Default: none.
+	Headers HeaderInjector
 }
 
 // Writer writes events in the caller's transaction. It is safe for
@@ -75,6 +79,9 @@ func NewWriter[Tx any](store *Store[Tx], cfg WriterConfig) (*Writer[Tx], error) 
 	}
 	if nilcheck.Is(cfg.HotPath) {
 		cfg.HotPath = nil
+	}
+	if nilcheck.Is(cfg.Headers) {
+		cfg.Headers = nil
 	}
 	return &Writer[Tx]{store: store, cfg: cfg}, nil
 }
@@ -105,6 +112,9 @@ func (w *Writer[Tx]) Write(ctx context.Context, tx Tx, events ...Envelope) ([]st
 	if err != nil {
 		return nil, err
 	}
+	if w.cfg.Headers != nil {
+		injectHeaders(ctx, w.cfg.Headers, prepared)
+	}
 	hot, cold := w.hotEvents(ctx, tx, prepared)
 	params, err := w.insertParams(hot, cold, now)
 	if err != nil {
@@ -123,6 +133,17 @@ func (w *Writer[Tx]) Write(ctx context.Context, tx Tx, events ...Envelope) ([]st
 		ids[i] = prepared[i].ID
 	}
 	return ids, nil
+}
+
+// injectHeaders lets inject add to the headers of prepared events, whose
+// header maps are their own (see prepare).
+func injectHeaders(ctx context.Context, inject HeaderInjector, events []Envelope) {
+	for i := range events {
+		inject.InjectHeaders(ctx, &events[i])
+		if len(events[i].Headers) == 0 {
+			events[i].Headers = nil
+		}
+	}
 }
 
 // insertParams is the insert of the hot events, claimed by the hot path,

@@ -6,6 +6,8 @@ import (
 	"sync"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/wmoutbox/wmoutbox/outbox"
 )
 
 // errNacked is the last_error of a Nack whose handler error nobody
@@ -39,11 +41,20 @@ type errorSlotKey struct{}
 type messageContext struct {
 	context.Context
 	slot errorSlot
+	// policy and attempt decide the outcome of a Nack, for [Outcome].
+	policy  outbox.RetryPolicy
+	attempt int
 }
 
+// outcomeKey finds the messageContext, for [Outcome].
+type outcomeKey struct{}
+
 func (c *messageContext) Value(key any) any {
-	if _, ok := key.(errorSlotKey); ok {
+	switch key.(type) {
+	case errorSlotKey:
 		return &c.slot
+	case outcomeKey:
+		return c
 	}
 	return c.Context.Value(key)
 }

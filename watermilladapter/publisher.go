@@ -44,6 +44,13 @@ type PublisherConfig struct {
 	// with [outbox.ErrNoTransaction]. Watermill's universal test suite and
 	// plain "publish later" uses turn it on.
 	OwnTransaction bool
+
+	// Headers, when set, adds entries to the headers of each message's
+	// event from the message's context (msg.Context()), before it is
+	// written: the W3C trace context, with package outboxotel's
+	// Injector. A message published without an outbox_event_id is given
+	// its event id first, so that the injector sees it. Default: none.
+	Headers outbox.HeaderInjector
 }
 
 // Publisher is a Watermill message.Publisher that writes each message as an
@@ -85,6 +92,9 @@ func NewPublisher[Tx any](store *outbox.Store[Tx], cfg PublisherConfig) (*Publis
 	if err != nil {
 		return nil, err
 	}
+	if nilcheck.Is(cfg.Headers) {
+		cfg.Headers = nil
+	}
 	return &Publisher[Tx]{store: store, writer: writer, cfg: cfg, closed: new(atomic.Bool)}, nil
 }
 
@@ -118,6 +128,12 @@ func (p *Publisher[Tx]) Publish(topic string, msgs ...*message.Message) error {
 		e, err := toEnvelope(topic, msg)
 		if err != nil {
 			return fmt.Errorf("watermilladapter: publish message %s to %s: %w", msg.UUID, topic, err)
+		}
+		if p.cfg.Headers != nil {
+			if e.ID == "" {
+				e.ID = outbox.NewID()
+			}
+			p.cfg.Headers.InjectHeaders(msg.Context(), &e)
 		}
 		events[i] = e
 	}

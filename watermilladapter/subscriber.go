@@ -167,6 +167,11 @@ type SubscriberConfig struct {
 	// store's clock (its dialect Config.Clock). Default
 	// [outbox.SystemClock].
 	Clock outbox.Clock
+	// Tracer, when set, observes the relay's statements: each claim, and
+	// each batched statement recording outcomes or releasing claims (see
+	// [Tracer]); package outboxotel's RelayTracer makes spans of them.
+	// Default: none.
+	Tracer Tracer
 }
 
 func (c SubscriberConfig) withDefaults() (SubscriberConfig, error) {
@@ -211,6 +216,9 @@ func (c SubscriberConfig) withDefaults() (SubscriberConfig, error) {
 	}
 	if nilcheck.Is(c.Clock) {
 		c.Clock = outbox.SystemClock{}
+	}
+	if nilcheck.Is(c.Tracer) {
+		c.Tracer = nil
 	}
 	if c.ReleaseEarlierClaims && c.Owner == "" {
 		return c, fmt.Errorf("%w: subscriber ReleaseEarlierClaims needs an Owner that stays the same across restarts", outbox.ErrInvalidRequest)
@@ -316,6 +324,9 @@ func NewSubscriber[Tx any](store *outbox.Store[Tx], cfg SubscriberConfig) (*Subs
 		inflight: inflight,
 		subs:     make(map[string][]*subscription),
 		next:     make(map[string]int),
+	}
+	if cfg.Tracer != nil {
+		s.driver = tracedExecutor{Executor: s.driver, tracer: cfg.Tracer}
 	}
 	s.settler = newSettler(s.driver, cfg.Clock, cfg.Owner, cfg.Logger, cfg.Metrics, s.released)
 	return s, nil

@@ -101,7 +101,7 @@ func (sub *subscription) process(item queued, wait outbox.Timer) {
 	msg := toMessage(&item)
 	ctx, cancel := context.WithCancel(sub.abandon)
 	defer cancel()
-	mctx := &messageContext{Context: ctx}
+	mctx := &messageContext{Context: ctx, policy: s.cfg.RetryPolicy, attempt: e.Attempts + 1}
 	msg.SetContext(mctx)
 
 	if !sub.handOver(msg, &item, wait) {
