@@ -178,6 +178,7 @@ func TestQueueDepthsAddUpAndStopWithTheSubscriptions(t *testing.T) {
 	m := &recordingMetrics{}
 	r := relaytest.Start(t, pool, watermilladapter.SubscriberConfig{
 		Metrics: m, WorkerCount: 1, BacklogInterval: 10 * time.Millisecond, DrainTimeout: 10 * time.Millisecond,
+		AllowSharedTopic: true,
 	}, nil)
 	// Nobody reads: each subscription's worker holds one event, and the
 	// rest wait in its hot queue.

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -21,6 +22,11 @@ import (
 
 // ErrSubscriberClosed is returned by [Subscriber.Subscribe] after Close.
 var ErrSubscriberClosed = errors.New("watermilladapter: subscriber closed")
+
+// ErrTopicSubscribed is returned by [Subscriber.Subscribe] for a topic
+// this Subscriber already has a subscription to, unless
+// SubscriberConfig.AllowSharedTopic is set.
+var ErrTopicSubscribed = errors.New("watermilladapter: topic already subscribed")
 
 // ErrNotRecorded is returned by [Subscriber.Close] when it gave up on
 // recording outcomes or releasing claims because the database kept
@@ -162,6 +168,15 @@ type SubscriberConfig struct {
 	// its hot path takes events. Claims made before migration 2 stay until
 	// their lease ends. Default false.
 	ReleaseEarlierClaims bool
+	// AllowSharedTopic lets Subscribe be called more than once for one
+	// topic on this Subscriber: the subscriptions then share the topic's
+	// events, each event going to one of them, as consumers of one queue
+	// do. Off by default, a second Subscribe to a topic fails with
+	// [ErrTopicSubscribed]: two router handlers on one topic usually mean
+	// that one of them was meant for another topic, and each would see
+	// only some of its events. Set it to split a topic's load among
+	// several handlers. Default false.
+	AllowSharedTopic bool
 	// Clock tells the time of claims, outcomes and retries, and runs every
 	// wait of the relay (polls, cooldowns, lingers, timeouts): give it the
 	// store's clock (its dialect Config.Clock). Default
@@ -287,6 +302,8 @@ type Subscriber struct {
 
 	closeOnce sync.Once
 	closeErr  error
+
+	checked atomic.Bool // the store's table passed its check
 }
 
 var (
@@ -297,7 +314,7 @@ var (
 // NewSubscriber returns a subscriber relaying events from store.
 func NewSubscriber[Tx any](store *outbox.Store[Tx], cfg SubscriberConfig) (*Subscriber, error) {
 	if store == nil {
-		return nil, fmt.Errorf("%w: subscriber needs a store", outbox.ErrInvalidRequest)
+		return nil, fmt.Errorf("watermilladapter: new subscriber: %w: no store", outbox.ErrInvalidRequest)
 	}
 	cfg, err := cfg.withDefaults()
 	if err != nil {
@@ -330,14 +347,28 @@ func (s *Subscriber) Owner() string { return s.owner }
 // which returns when its handlers' channels are closed, leaves nothing
 // unrecorded for the database close that usually follows. An empty topic
 // fails with outbox.ErrInvalidRequest.
+//
+// Until one succeeds, Subscribe checks the store's table first
+// ([outbox.Store.Check]): a table that does not exist, or is at an older
+// migration than this wmoutbox needs, fails it with an error matching
+// outbox.ErrNotMigrated that names the migration to run. A check the
+// database cannot answer is logged at warn level, and the subscription
+// starts: its claims retry, and log their errors.
 func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
 	if topic == "" {
-		return nil, fmt.Errorf("%w: subscribe needs a topic", outbox.ErrInvalidRequest)
+		return nil, fmt.Errorf("watermilladapter: subscribe: %w: no topic", outbox.ErrInvalidRequest)
+	}
+	if err := s.checkSchema(ctx, topic); err != nil {
+		return nil, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
 		return nil, ErrSubscriberClosed
+	}
+	if len(s.subs[topic]) > 0 && !s.cfg.AllowSharedTopic {
+		return nil, fmt.Errorf("watermilladapter: subscribe to %s: %w: each subscription would get only some of its events "+
+			"(set SubscriberConfig.AllowSharedTopic to split them among subscriptions)", topic, ErrTopicSubscribed)
 	}
 	sub := newSubscription(s, topic)
 	if s.cfg.ReleaseEarlierClaims {
@@ -353,6 +384,36 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 		sub.run(ctx)
 	}()
 	return sub.out, nil
+}
+
+// schemaCheckTimeout bounds the check of the table at Subscribe.
+const schemaCheckTimeout = 10 * time.Second
+
+// checkSchema checks the store's table, until a check passes: an error
+// when it is not migrated, nil when it is or when the database cannot
+// tell (which is logged).
+func (s *Subscriber) checkSchema(ctx context.Context, topic string) error {
+	if s.checked.Load() {
+		return nil
+	}
+	checker, ok := s.driver.(outboxdriver.SchemaChecker)
+	if !ok {
+		s.checked.Store(true)
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, schemaCheckTimeout)
+	defer cancel()
+	err := checker.CheckSchema(ctx)
+	switch {
+	case err == nil:
+		s.checked.Store(true)
+	case errors.Is(err, outbox.ErrNotMigrated):
+		return fmt.Errorf("watermilladapter: subscribe to %s: %w", topic, err)
+	default:
+		s.cfg.Logger.Info("outbox: cannot check the table at subscribe; its claims will tell",
+			watermill.LogFields{"topic": topic, "error": err})
+	}
+	return nil
 }
 
 func (s *Subscriber) remove(sub *subscription) {

@@ -298,7 +298,7 @@ func (d *driver) insertStatement(ctx context.Context, tx *sql.Tx, rows []insertR
 		return fmt.Errorf("mysql: insert into %s: %w: %w", d.t.Name, outbox.ErrDuplicateEvent, err)
 	}
 	if err != nil {
-		return fmt.Errorf("mysql: insert into %s: %w", d.t.Name, err)
+		return fmt.Errorf("mysql: insert into %s: %w", d.t.Name, d.notMigrated(err))
 	}
 	return nil
 }
@@ -374,7 +374,7 @@ func (d *driver) Claim(ctx context.Context, p *outboxdriver.ClaimParams) ([]outb
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("mysql: claim: %w", err)
+		return nil, fmt.Errorf("mysql: claim: %w", d.notMigrated(err))
 	}
 	lockedAt, lockedUntil := sqlcodec.Stored(p.Now), sqlcodec.Stored(p.LockedUntil)
 	for i := range claimed {

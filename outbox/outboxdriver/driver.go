@@ -50,6 +50,19 @@ type Driver[Tx any] interface {
 	MarkProcessed(ctx context.Context, tx Tx, consumer, id string, at time.Time) (bool, error)
 }
 
+// SchemaChecker is implemented by drivers that can tell whether their
+// table is migrated; the engine's Store.Check calls it, and a relay
+// before its first claim. A driver without it is assumed migrated.
+type SchemaChecker interface {
+	// CheckSchema returns an error matching outbox.ErrNotMigrated (an
+	// *outbox.NotMigratedError naming the fix) when the table does not
+	// exist, or when the migrations recorded applied to it stop before
+	// the latest the driver knows. A table with no migration recorded
+	// (migrated by another tool from the plain migration files) passes.
+	// Other errors are the database's.
+	CheckSchema(ctx context.Context) error
+}
+
 // Executor is what a driver runs outside business transactions: the
 // relay's claims and outcomes, and operators' queries.
 type Executor interface {

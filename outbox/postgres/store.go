@@ -224,7 +224,7 @@ func (d *driver) insertError(err error) error {
 	if isUniqueViolation(err) {
 		return fmt.Errorf("postgres: insert into %s: %w: %w", d.t.qualified, outbox.ErrDuplicateEvent, err)
 	}
-	return fmt.Errorf("postgres: insert into %s: %w", d.t.qualified, err)
+	return fmt.Errorf("postgres: insert into %s: %w", d.t.qualified, d.t.notMigrated(err))
 }
 
 // Kept implements [outboxdriver.Driver]: all of ids when the savepoint
@@ -333,11 +333,11 @@ func (d *driver) Claim(ctx context.Context, p *outboxdriver.ClaimParams) ([]outb
 	}
 	rows, err := d.db.Query(ctx, sql, args...)
 	if err != nil {
-		return nil, fmt.Errorf("postgres: claim: %w", err)
+		return nil, fmt.Errorf("postgres: claim: %w", d.t.notMigrated(err))
 	}
 	claimed, err := collectRows(rows, p.Limit)
 	if err != nil {
-		return nil, fmt.Errorf("postgres: claim: %w", err)
+		return nil, fmt.Errorf("postgres: claim: %w", d.t.notMigrated(err))
 	}
 	return claimed, nil
 }
