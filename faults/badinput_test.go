@@ -455,7 +455,7 @@ func TestPublishWithoutTransaction(t *testing.T) {
 
 	err := r.Pub.Publish(badInputTopic, msg())
 	require.ErrorIs(t, err, outbox.ErrNoTransaction)
-	require.ErrorContains(t, err, "pass it in the message context, bind it with WithTx, or set OwnTransaction")
+	require.ErrorContains(t, err, "call msg.SetContext(ctx) with the context InTx gave")
 
 	// A context carrying a transaction of another driver is no transaction.
 	db, sqliteStore := openSQLite(t)
