@@ -111,6 +111,31 @@
 // subscription: several subscriptions of a topic, in one Subscriber or in
 // several relays, share its events as consumers of one queue do.
 //
+// # Logging
+//
+// SubscriberConfig.Logger is a *slog.Logger, as every logger of this
+// module (see package outbox), and nil means slog.Default(): a relay
+// speaks up by default. A DEAD event, a failing claim, and a status write
+// or release given up are logged at error level; an event left to a
+// later claim (the hot queue full, a claim half spent in a queue or
+// waiting for the reader, a transaction that outlived half the claim) at
+// warn level, counted, one line per topic and cause a minute at most,
+// with the number of events; a status write retried at warn level, one
+// line per attempt; the release of an earlier run's claims at info
+// level. docs/operations.md has the full list.
+//
+// # Misconfigurations refused
+//
+// The first Subscribe checks the store's table (outbox.Store.Check): a
+// table that does not exist, or lacks migrations, fails it with an error
+// matching outbox.ErrNotMigrated that names the migration to run. A
+// second Subscribe to a topic on one Subscriber fails with
+// [ErrTopicSubscribed] unless SubscriberConfig.AllowSharedTopic is set. A
+// Publish whose message context holds no transaction of the store's type
+// says what it found ("the store's transactions are pgx.Tx; the message
+// context carries *sql.Tx"), or, with none, to call msg.SetContext(ctx)
+// with the context InTx gave.
+//
 // # Watermill contract
 //
 // Publish is safe for concurrent use (on different transactions: one serves

@@ -6,12 +6,12 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/wmoutbox/wmoutbox/internal/codec"
@@ -144,8 +144,14 @@ type SubscriberConfig struct {
 	// for Metrics; each read is one query on the due index. With no
 	// Metrics, nothing is read. Default 15s.
 	BacklogInterval time.Duration
-	// Logger receives errors and notices. Default: none.
-	Logger watermill.LoggerAdapter
+	// Logger receives what the relay has to say, at the levels
+	// docs/operations.md lists: errors (a DEAD event, a failing claim or
+	// status write) at error level, events left to a later claim at warn
+	// level (counted: one line per topic and cause a minute at most), the
+	// release of an earlier run's claims at info level. Default
+	// slog.Default(), as every logger of this module. A router logging
+	// through watermill.NewSlogLogger(logger) shares logger with it.
+	Logger *slog.Logger
 	// Notify, when set, is told the topics of the claims this subscriber
 	// hands back (at Close, and for events its hot path could not take),
 	// so that relays in other processes claim them at once rather than at
@@ -222,7 +228,7 @@ func (c SubscriberConfig) withDefaults() (SubscriberConfig, error) {
 		c.RetryPolicy = outbox.Backoff{}
 	}
 	if c.Logger == nil {
-		c.Logger = watermill.NopLogger{}
+		c.Logger = slog.Default()
 	}
 	if nilcheck.Is(c.Clock) {
 		c.Clock = outbox.SystemClock{}
@@ -293,6 +299,7 @@ type Subscriber struct {
 	earlier  map[string]chan struct{} // by topic: see subscription.earlier
 	inflight *inFlight
 	settler  *settler
+	drops    *dropLog
 
 	mu     sync.Mutex
 	subs   map[string][]*subscription
@@ -334,6 +341,7 @@ func NewSubscriber[Tx any](store *outbox.Store[Tx], cfg SubscriberConfig) (*Subs
 		subs:     make(map[string][]*subscription),
 		next:     make(map[string]int),
 	}
+	s.drops = newDropLog(cfg.Logger, cfg.Clock)
 	s.settler = newSettler(s.driver, cfg.Clock, cfg.Owner, cfg.Logger, cfg.Metrics, s.released)
 	return s, nil
 }
@@ -410,8 +418,8 @@ func (s *Subscriber) checkSchema(ctx context.Context, topic string) error {
 	case errors.Is(err, outbox.ErrNotMigrated):
 		return fmt.Errorf("watermilladapter: subscribe to %s: %w", topic, err)
 	default:
-		s.cfg.Logger.Info("outbox: cannot check the table at subscribe; its claims will tell",
-			watermill.LogFields{"topic": topic, "error": err})
+		s.cfg.Logger.Warn("outbox: cannot check the table at subscribe; its claims will tell",
+			slog.String("topic", topic), slog.Any("error", err))
 	}
 	return nil
 }
@@ -493,9 +501,8 @@ func (s *Subscriber) DeliverHot(_ context.Context, events []outbox.Envelope, cla
 	if claimLeft <= s.cfg.LockTimeout/2 {
 		for _, e := range events {
 			s.cfg.Metrics.HotDropped(e.Topic)
+			s.drops.add(e.Topic, dropLateCommit)
 		}
-		s.cfg.Logger.Info("outbox transaction committed after half the claim of its events: events left to the next claim (raise LockTimeout above your longest transactions)",
-			watermill.LogFields{"events": len(events), "owner": s.owner, "claim_left": claimLeft})
 		return
 	}
 	var dropped []releaseItem
@@ -506,12 +513,11 @@ func (s *Subscriber) DeliverHot(_ context.Context, events []outbox.Envelope, cla
 			s.cfg.Metrics.HotEnqueued(e.Topic)
 		} else {
 			s.cfg.Metrics.HotDropped(e.Topic)
+			s.drops.add(e.Topic, dropHotFull)
 			dropped = append(dropped, releaseItem{id: e.ID, topic: e.Topic})
 		}
 	}
 	if len(dropped) > 0 {
-		s.cfg.Logger.Info("outbox hot path full or topic not served here: events left to the cold path",
-			watermill.LogFields{"events": len(dropped), "owner": s.owner})
 		s.settler.release(dropped)
 	}
 }
