@@ -86,8 +86,10 @@ func (e *NotMigratedError) Unwrap() []error {
 type ValidationError struct {
 	// Index is the envelope's position in the batch given to the writer.
 	Index int
-	// Field names the offending field, as in [Envelope] (for example
-	// "PayloadJSON" or "Headers").
+	// Field names the offending field of [Envelope], as spelled there
+	// (for example "PayloadJSON" or "Headers"): the payload that is set
+	// for an oversized one, PayloadJSON when neither payload is set,
+	// PayloadBytes when both are.
 	Field string
 	// Reason says what is wrong, in words.
 	Reason string

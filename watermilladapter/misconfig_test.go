@@ -76,3 +76,29 @@ func TestPublishSaysWhatTransactionItFound(t *testing.T) {
 		"(or bind a transaction with WithTx, or set OwnTransaction)")
 	require.Zero(t, rowCount(t, pool))
 }
+
+// The texts of the adapter's invalid requests: package, operation, then
+// the sentinel and what was wrong.
+func TestInvalidRequestTexts(t *testing.T) {
+	t.Parallel()
+	store := storeOn(t, noDriver{}, nil)
+	pub, err := watermilladapter.NewPublisher(store, watermilladapter.PublisherConfig{})
+	require.NoError(t, err)
+	sub, err := watermilladapter.NewSubscriber(store, watermilladapter.SubscriberConfig{})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, sub.Close()) })
+	_, subscribeErr := sub.Subscribe(t.Context(), "")
+	_, newSubErr := watermilladapter.NewSubscriber[pgx.Tx](nil, watermilladapter.SubscriberConfig{})
+	for _, tt := range []struct {
+		err  error
+		text string
+	}{
+		{pub.Publish("", newMsg("a")), "watermilladapter: publish: outbox: invalid request: no topic"},
+		{pub.Publish("orders", newMsg("a"), nil), "watermilladapter: publish to orders: outbox: invalid request: message 1 is nil"},
+		{subscribeErr, "watermilladapter: subscribe: outbox: invalid request: no topic"},
+		{newSubErr, "watermilladapter: new subscriber: outbox: invalid request: no store"},
+	} {
+		require.EqualError(t, tt.err, tt.text)
+		require.ErrorIs(t, tt.err, outbox.ErrInvalidRequest)
+	}
+}

@@ -442,7 +442,7 @@ type Table struct {
 // wraps) and returns its names for dialect, quoted by quote.
 func NewTable(dialect, name string, quote func(string) string, invalid error) (Table, error) {
 	if err := ident.ValidateTable(name, invalid); err != nil {
-		return Table{}, fmt.Errorf("%s: table: %w", dialect, err)
+		return Table{}, err
 	}
 	inbox := name + migrationfiles.InboxSuffix
 	return Table{Name: name, Quoted: quote(name), Inbox: quote(inbox), Lease: quote(name + migrationfiles.LeaseSuffix),

@@ -117,11 +117,11 @@ func newTable(cfg Config) (*table, error) {
 		name = DefaultTable
 	}
 	if err := ident.ValidateTable(name, ErrInvalidIdentifier); err != nil {
-		return nil, fmt.Errorf("postgres: table: %w", err)
+		return nil, err
 	}
 	if cfg.Schema != "" {
-		if err := ValidateIdentifier(cfg.Schema, maxSchemaLen); err != nil {
-			return nil, fmt.Errorf("postgres: schema: %w", err)
+		if err := ident.ValidateNamed("schema", cfg.Schema, maxSchemaLen, ErrInvalidIdentifier); err != nil {
+			return nil, err
 		}
 	}
 	t := &table{name: name, schema: cfg.Schema}
