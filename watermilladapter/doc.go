@@ -106,8 +106,14 @@
 // # Routing rule
 //
 // A subscription claims only its own topic. An event of a topic that no
-// subscription serves is never marked DEAD: it stays pending in the table
-// until a relay subscribes to the topic. Each event goes to one
+// subscription serves stays pending in the table until a relay
+// subscribes to the topic, and is counted meanwhile (Metrics.Unserved,
+// read every BacklogInterval when Metrics is set): another process may
+// serve the topic, so a relay that does not must not kill its events.
+// Where every relay of the table has the same subscriptions,
+// SubscriberConfig.UnroutableAfter applies the specification's rule for
+// events no listener takes: such an event goes DEAD once it has waited
+// that long, with last_error "no subscription for topic T within D". Each event goes to one
 // subscription: several subscriptions of a topic, in one Subscriber or in
 // several relays, share its events as consumers of one queue do.
 //

@@ -142,7 +142,10 @@ type SubscriberConfig struct {
 	// BacklogInterval is how often each subscription reports its queue
 	// depths and reads its topic's backlog (pending count, oldest age)
 	// for Metrics; each read is one query on the due index. With no
-	// Metrics, nothing is read. Default 15s.
+	// Metrics, nothing is read. As often, the Subscriber reads the pending
+	// events of every topic (outbox.Store.Stats, a read of the whole
+	// table) for Metrics.Unserved and UnroutableAfter, when either is
+	// set. Default 15s.
 	BacklogInterval time.Duration
 	// Logger receives what the relay has to say, at the levels
 	// docs/operations.md lists: errors (a DEAD event, a failing claim or
@@ -174,6 +177,21 @@ type SubscriberConfig struct {
 	// its hot path takes events. Claims made before migration 2 stay until
 	// their lease ends. Default false.
 	ReleaseEarlierClaims bool
+	// UnroutableAfter, when set, makes DEAD the events of topics that no
+	// subscription of this Subscriber serves once they have waited this
+	// long, with last_error "no subscription for topic T within D": the
+	// specification's rule for events no listener takes. It assumes this
+	// Subscriber serves every topic of its table that anybody serves: a
+	// topic served only by relays of other processes loses the events
+	// those relays have not claimed within UnroutableAfter (during their
+	// outage, say). Leave it off unless every relay of the table has the
+	// same subscriptions. Events claimed by another relay are never
+	// touched, nor any before this Subscriber's first subscription is
+	// UnroutableAfter old. It takes the unserved topics' read (see
+	// Metrics), and up to BatchSize events per topic per BacklogInterval.
+	// Default 0: an unserved topic's events stay pending, counted by
+	// Metrics.Unserved.
+	UnroutableAfter time.Duration
 	// AllowSharedTopic lets Subscribe be called more than once for one
 	// topic on this Subscriber: the subscriptions then share the topic's
 	// events, each event going to one of them, as consumers of one queue
@@ -199,7 +217,7 @@ func (c SubscriberConfig) withDefaults() (SubscriberConfig, error) {
 	}
 	for name, v := range map[string]time.Duration{"PollInterval": c.PollInterval, "LockTimeout": c.LockTimeout,
 		"SkipRecent": c.SkipRecent, "DrainTimeout": c.DrainTimeout, "BacklogInterval": c.BacklogInterval,
-		"WakeCooldown": c.WakeCooldown} {
+		"WakeCooldown": c.WakeCooldown, "UnroutableAfter": c.UnroutableAfter} {
 		if v < 0 {
 			return c, fmt.Errorf("%w: subscriber %s is negative", outbox.ErrInvalidRequest, name)
 		}
@@ -287,9 +305,10 @@ func defaultOwner() string {
 // [MetadataEventID], [MetadataAttempt] and [MetadataSource]. A message's
 // context ends when it is acked or nacked, or when the subscriber closes.
 //
-// Events of a topic that no subscription of this process serves are never
-// marked DEAD here: they stay pending in the table for a relay that
-// serves the topic. Subscribe and Close are safe for concurrent use;
+// Events of a topic that no subscription of this Subscriber serves stay
+// pending in the table for a relay that serves the topic, counted by
+// Metrics.Unserved; with SubscriberConfig.UnroutableAfter set, they go
+// DEAD once they have waited that long. Subscribe and Close are safe for concurrent use;
 // Close is idempotent and closes the output channels before it returns.
 type Subscriber struct {
 	driver   outboxdriver.Executor
@@ -311,6 +330,10 @@ type Subscriber struct {
 	closeErr  error
 
 	checked atomic.Bool // the store's table passed its check
+
+	started   time.Time          // of the first subscription; zero before
+	stopped   context.Context    // ended by Close
+	stopWatch context.CancelFunc // ends stopped
 }
 
 var (
@@ -341,6 +364,7 @@ func NewSubscriber[Tx any](store *outbox.Store[Tx], cfg SubscriberConfig) (*Subs
 		subs:     make(map[string][]*subscription),
 		next:     make(map[string]int),
 	}
+	s.stopped, s.stopWatch = context.WithCancel(context.Background())
 	s.drops = newDropLog(cfg.Logger, cfg.Clock)
 	s.settler = newSettler(s.driver, cfg.Clock, cfg.Owner, cfg.Logger, cfg.Metrics, s.released)
 	return s, nil
@@ -377,6 +401,16 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 	if len(s.subs[topic]) > 0 && !s.cfg.AllowSharedTopic {
 		return nil, fmt.Errorf("watermilladapter: subscribe to %s: %w: each subscription would get only some of its events "+
 			"(set SubscriberConfig.AllowSharedTopic to split them among subscriptions)", topic, ErrTopicSubscribed)
+	}
+	if s.started.IsZero() {
+		s.started = s.cfg.Clock.Now()
+		if _, nop := s.cfg.Metrics.(nopMetrics); !nop || s.cfg.UnroutableAfter > 0 {
+			s.wg.Add(1)
+			go func() {
+				defer s.wg.Done()
+				s.watchUnserved()
+			}()
+		}
 	}
 	sub := newSubscription(s, topic)
 	if s.cfg.ReleaseEarlierClaims {
@@ -460,6 +494,7 @@ func (s *Subscriber) Close() error {
 func (s *Subscriber) close() error {
 	s.mu.Lock()
 	s.closed = true
+	s.stopWatch()
 	s.settler.stop()
 	for _, subs := range s.subs {
 		for _, sub := range subs {
