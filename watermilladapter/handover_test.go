@@ -3,16 +3,14 @@ package watermilladapter
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"log/slog"
-
-	"github.com/wmoutbox/wmoutbox/internal/logtest"
-
 	"github.com/wmoutbox/wmoutbox/internal/clocktest"
+	"github.com/wmoutbox/wmoutbox/internal/logtest"
 	"github.com/wmoutbox/wmoutbox/outbox/outboxdriver"
 )
 

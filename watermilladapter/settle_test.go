@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"slices"
 	"strings"
@@ -12,12 +13,10 @@ import (
 	"testing"
 	"time"
 
-	"log/slog"
-
 	"github.com/stretchr/testify/require"
-	"github.com/wmoutbox/wmoutbox/internal/logtest"
 
 	"github.com/wmoutbox/wmoutbox/internal/clocktest"
+	"github.com/wmoutbox/wmoutbox/internal/logtest"
 	"github.com/wmoutbox/wmoutbox/outbox/outboxdriver"
 )
 

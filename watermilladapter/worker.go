@@ -3,10 +3,10 @@ package watermilladapter
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
-	"log/slog"
 
 	"github.com/wmoutbox/wmoutbox/outbox"
 	"github.com/wmoutbox/wmoutbox/outbox/outboxdriver"
