@@ -41,7 +41,7 @@ func TestSubscribeRefusesASecondSubscriptionOfATopic(t *testing.T) {
 	require.NoError(t, err, "another topic")
 	_, err = sub.Subscribe(t.Context(), "orders")
 	require.ErrorIs(t, err, watermilladapter.ErrTopicSubscribed)
-	require.EqualError(t, err, "watermilladapter: subscribe to orders: watermilladapter: topic already subscribed: "+
+	require.EqualError(t, err, "watermilladapter: subscribe to orders: topic already subscribed: "+
 		"each subscription would get only some of its events (set SubscriberConfig.AllowSharedTopic to split them among subscriptions)")
 
 	shared, _ := subscribe(t, store, watermilladapter.SubscriberConfig{AllowSharedTopic: true}, "orders")

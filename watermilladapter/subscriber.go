@@ -28,6 +28,18 @@ var ErrSubscriberClosed = errors.New("watermilladapter: subscriber closed")
 // SubscriberConfig.AllowSharedTopic is set.
 var ErrTopicSubscribed = errors.New("watermilladapter: topic already subscribed")
 
+// topicSubscribedError is [ErrTopicSubscribed] for topic: it names the
+// package once, the operation, and the setting that allows it.
+type topicSubscribedError string
+
+func (topic topicSubscribedError) Error() string {
+	return "watermilladapter: subscribe to " + string(topic) + ": topic already subscribed: " +
+		"each subscription would get only some of its events (set SubscriberConfig.AllowSharedTopic to split them among subscriptions)"
+}
+
+// Is makes errors.Is(err, ErrTopicSubscribed) true.
+func (topicSubscribedError) Is(target error) bool { return target == ErrTopicSubscribed }
+
 // ErrNotRecorded is returned by [Subscriber.Close] when it gave up on
 // recording outcomes or releasing claims because the database kept
 // failing. Nothing is lost: those events are delivered again once their
@@ -399,8 +411,7 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 		return nil, ErrSubscriberClosed
 	}
 	if len(s.subs[topic]) > 0 && !s.cfg.AllowSharedTopic {
-		return nil, fmt.Errorf("watermilladapter: subscribe to %s: %w: each subscription would get only some of its events "+
-			"(set SubscriberConfig.AllowSharedTopic to split them among subscriptions)", topic, ErrTopicSubscribed)
+		return nil, topicSubscribedError(topic)
 	}
 	if s.started.IsZero() {
 		s.started = s.cfg.Clock.Now()
