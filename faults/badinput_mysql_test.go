@@ -451,7 +451,7 @@ func TestPublishWithoutTransactionMySQL(t *testing.T) {
 
 	err = pub.Publish(badInputTopic, msg(ctx))
 	noTx("no transaction in the context", err)
-	require.ErrorContains(t, err, "pass it in the message context, bind it with WithTx, or set OwnTransaction")
+	require.ErrorContains(t, err, "call msg.SetContext(ctx) with the context InTx gave")
 
 	// A connection, or the database, in the context is no transaction.
 	conn, err := db.Conn(ctx)

@@ -40,14 +40,14 @@ type badEnvelope struct {
 
 var badEnvelopes = []badEnvelope{
 	{"payload over 1 MiB", func(e *outbox.Envelope) { e.PayloadJSON, e.PayloadBytes = nil, make([]byte, outbox.MaxPayloadSize+1) },
-		"Payload", "exceeds the limit of 1048576"},
+		"PayloadBytes", "exceeds the limit of 1048576"},
 	{"JSON payload over 1 MiB", func(e *outbox.Envelope) {
 		e.PayloadJSON = []byte(`"` + strings.Repeat("a", outbox.MaxPayloadSize) + `"`)
-	}, "Payload", "exceeds the limit"},
+	}, "PayloadJSON", "exceeds the limit"},
 	{"invalid JSON", func(e *outbox.Envelope) { e.PayloadJSON = []byte(`{"order": 1,`) }, "PayloadJSON", "not valid JSON"},
 	{"JSON with trailing garbage", func(e *outbox.Envelope) { e.PayloadJSON = []byte(`{} {}`) }, "PayloadJSON", "not valid JSON"},
-	{"no payload", func(e *outbox.Envelope) { e.PayloadJSON = nil }, "Payload", "set one of"},
-	{"two payloads", func(e *outbox.Envelope) { e.PayloadBytes = []byte("x") }, "Payload", "set only one"},
+	{"no payload", func(e *outbox.Envelope) { e.PayloadJSON = nil }, "PayloadJSON", "set one of"},
+	{"two payloads", func(e *outbox.Envelope) { e.PayloadBytes = []byte("x") }, "PayloadBytes", "set only one"},
 	{"no type", func(e *outbox.Envelope) { e.Type = "" }, "Type", "required"},
 	{"NUL in the type", func(e *outbox.Envelope) { e.Type = "Order\x00Created" }, "Type", "NUL"},
 	{"NUL in the topic", func(e *outbox.Envelope) { e.Topic = "orders\x00" }, "Topic", "NUL"},
@@ -455,7 +455,7 @@ func TestPublishWithoutTransaction(t *testing.T) {
 
 	err := r.Pub.Publish(badInputTopic, msg())
 	require.ErrorIs(t, err, outbox.ErrNoTransaction)
-	require.ErrorContains(t, err, "pass it in the message context, bind it with WithTx, or set OwnTransaction")
+	require.ErrorContains(t, err, "call msg.SetContext(ctx) with the context InTx gave")
 
 	// A context carrying a transaction of another driver is no transaction.
 	db, sqliteStore := openSQLite(t)

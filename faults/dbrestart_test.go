@@ -5,6 +5,7 @@ package faults
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"os"
 	"testing"
@@ -48,7 +49,7 @@ func TestDatabaseRestart(t *testing.T) {
 		// Handler failures are not what this scenario is about: the
 		// handler records in memory and never fails.
 		RetryPolicy: outbox.Backoff{Base: 20 * time.Millisecond, Max: 500 * time.Millisecond, MaxAttempts: 100},
-		Logger:      relayLog,
+		Logger:      slog.New(relayLog),
 	}, relaytest.Handlers{dbRestartTopic: l.handler})
 
 	ws := startWriters(t, l, writerConfig{

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -432,21 +433,31 @@ func writeWithPublisher(store *postgres.Store, pub *watermilladapter.Publisher[p
 	}
 }
 
-// errorLog is a Watermill logger that counts the errors a relay reports
-// (claims and status updates failing while the database is away) and
-// keeps the last one.
+// errorLog is a slog handler that counts the errors a relay reports
+// (and keeps the last), for scenarios whose outages it logs.
 type errorLog struct {
-	watermill.NopLogger
 	errors atomic.Int64
 	last   atomic.Value // string
 }
 
-func (l *errorLog) Error(msg string, err error, _ watermill.LogFields) {
+func (l *errorLog) Enabled(_ context.Context, level slog.Level) bool { return level >= slog.LevelError }
+
+func (l *errorLog) Handle(_ context.Context, r slog.Record) error {
 	l.errors.Add(1)
-	l.last.Store(fmt.Sprintf("%s: %v", msg, err))
+	text := r.Message
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key == "error" {
+			text += ": " + a.Value.String()
+		}
+		return true
+	})
+	l.last.Store(text)
+	return nil
 }
 
-func (l *errorLog) With(watermill.LogFields) watermill.LoggerAdapter { return l }
+func (l *errorLog) WithAttrs([]slog.Attr) slog.Handler { return l }
+
+func (l *errorLog) WithGroup(string) slog.Handler { return l }
 
 func (l *errorLog) String() string {
 	last, _ := l.last.Load().(string)

@@ -3,8 +3,8 @@ package middleware
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 
-	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 )
 
@@ -55,10 +55,11 @@ func onPanic(returned *bool, record func(error)) {
 
 // Intercept returns middleware running the Before hooks in the order
 // given and the After hooks in reverse order. logger receives After
-// panics; nil discards them.
-func Intercept(logger watermill.LoggerAdapter, interceptors ...Interceptor) message.HandlerMiddleware {
+// panics, at error level; nil means slog.Default(), as every logger of
+// this module.
+func Intercept(logger *slog.Logger, interceptors ...Interceptor) message.HandlerMiddleware {
 	if logger == nil {
-		logger = watermill.NopLogger{}
+		logger = slog.Default()
 	}
 	return func(h message.HandlerFunc) message.HandlerFunc {
 		return func(msg *message.Message) (produced []*message.Message, err error) {
@@ -84,7 +85,7 @@ func Intercept(logger watermill.LoggerAdapter, interceptors ...Interceptor) mess
 }
 
 // runAfters runs the After hooks in reverse order.
-func runAfters(logger watermill.LoggerAdapter, interceptors []Interceptor, msg *message.Message, err error) {
+func runAfters(logger *slog.Logger, interceptors []Interceptor, msg *message.Message, err error) {
 	for i := len(interceptors) - 1; i >= 0; i-- {
 		if after := interceptors[i].After; after != nil {
 			runAfter(logger, after, msg, err)
@@ -92,11 +93,11 @@ func runAfters(logger watermill.LoggerAdapter, interceptors []Interceptor, msg *
 	}
 }
 
-func runAfter(logger watermill.LoggerAdapter, after func(*message.Message, error), msg *message.Message, err error) {
+func runAfter(logger *slog.Logger, after func(*message.Message, error), msg *message.Message, err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			logger.Error("outbox interceptor panicked after dispatch", fmt.Errorf("panic: %v", r),
-				watermill.LogFields{"message_uuid": msg.UUID})
+			logger.Error("outbox: interceptor panicked after dispatch",
+				slog.String("message_uuid", msg.UUID), slog.Any("error", fmt.Errorf("panic: %v", r)))
 		}
 	}()
 	after(msg, err)

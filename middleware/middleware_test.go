@@ -2,6 +2,7 @@ package middleware_test
 
 import (
 	"errors"
+	"log/slog"
 	"runtime"
 	"testing"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/wmoutbox/wmoutbox/internal/logtest"
 	outboxmw "github.com/wmoutbox/wmoutbox/middleware"
 )
 
@@ -61,11 +63,17 @@ func TestInterceptOrderAndOutcome(t *testing.T) {
 
 func TestInterceptAfterPanicIsContained(t *testing.T) {
 	t.Parallel()
-	h := outboxmw.Intercept(watermill.NopLogger{}, outboxmw.Interceptor{
+	logger, captured := logtest.New()
+	h := outboxmw.Intercept(logger, outboxmw.Interceptor{
 		After: func(*message.Message, error) { panic("boom") },
 	})(func(*message.Message) ([]*message.Message, error) { return nil, nil })
-	_, err := h(message.NewMessage(watermill.NewUUID(), nil))
+	msg := message.NewMessage(watermill.NewUUID(), nil)
+	_, err := h(msg)
 	require.NoError(t, err)
+	logged := captured.Find(slog.LevelError, "outbox: interceptor panicked after dispatch")
+	require.Len(t, logged, 1)
+	require.Equal(t, msg.UUID, logged[0].Attrs["message_uuid"])
+	require.EqualError(t, logged[0].Attrs["error"].(error), "panic: boom")
 }
 
 func TestRecordErrorsPassesTheErrorOn(t *testing.T) {

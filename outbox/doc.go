@@ -78,6 +78,29 @@
 // time under a lease ([RetentionConfig]). docs/operations.md has the
 // details.
 //
+// # Logging
+//
+// One rule for the whole module: whatever logs takes a *slog.Logger
+// (a dialect's Config.Logger, [StoreConfig], [RetentionConfig],
+// watermilladapter.SubscriberConfig, middleware.Intercept,
+// kafkaforward.Config), and a nil one means slog.Default(), never
+// silence: a relay that fails quietly is a trap. Errors are logged at
+// error level, what costs latency but loses nothing (an event left to a
+// later claim, a retried statement) at warn level, and routine notices at
+// info level; docs/operations.md lists them. A Watermill router that
+// logs through watermill.NewSlogLogger(logger) can share logger with the
+// outbox. To silence the outbox, pass slog.New(slog.DiscardHandler).
+//
+// # Errors
+//
+// Errors read "package: operation: cause", the package named once:
+// "postgres: claim: table outbox_event does not exist: run
+// postgres.Migrate or `wmoutbox migrate up`". Match them with errors.Is
+// against the sentinels of errors.go ([ErrNoTransaction],
+// [ErrInvalidRequest], [ErrNotMigrated]...), never by their text. A
+// missing or outdated table is found by [Store.Check], which a
+// Subscriber runs at its first Subscribe.
+//
 // # Concurrency
 //
 // [Store] and [Writer] are safe for concurrent use. An [Envelope] is a

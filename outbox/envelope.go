@@ -187,14 +187,17 @@ func (e *Envelope) validate() *ValidationError {
 	if reason := codec.ValidateHeaders(e.Headers, MaxHeadersSize); reason != "" {
 		return fail("Headers", "%s", reason)
 	}
+	payloadField := "PayloadJSON"
 	switch {
 	case e.PayloadJSON == nil && e.PayloadBytes == nil:
-		return fail("Payload", "set one of PayloadJSON and PayloadBytes")
+		return fail(payloadField, "set one of PayloadJSON and PayloadBytes")
 	case e.PayloadJSON != nil && e.PayloadBytes != nil:
-		return fail("Payload", "set only one of PayloadJSON and PayloadBytes")
+		return fail("PayloadBytes", "set only one of PayloadJSON and PayloadBytes")
+	case e.PayloadBytes != nil:
+		payloadField = "PayloadBytes"
 	}
 	if n := len(e.Payload()); n > MaxPayloadSize {
-		return fail("Payload", "%d bytes exceeds the limit of %d", n, MaxPayloadSize)
+		return fail(payloadField, "%d bytes exceeds the limit of %d", n, MaxPayloadSize)
 	}
 	if e.PayloadJSON != nil && !json.Valid(e.PayloadJSON) {
 		return fail("PayloadJSON", "not valid JSON")

@@ -48,19 +48,19 @@ func TestPrepareValidation(t *testing.T) {
 	}{
 		{"valid", func(*outbox.Envelope) {}, ""},
 		{"empty type", func(e *outbox.Envelope) { e.Type = "" }, "Type"},
-		{"missing payload", func(e *outbox.Envelope) { e.PayloadJSON, e.PayloadBytes = nil, nil }, "Payload"},
-		{"doubled payload", func(e *outbox.Envelope) { e.PayloadBytes = []byte("x") }, "Payload"},
-		{"doubled payload, both empty", func(e *outbox.Envelope) { e.PayloadJSON, e.PayloadBytes = []byte{}, []byte{} }, "Payload"},
+		{"missing payload", func(e *outbox.Envelope) { e.PayloadJSON, e.PayloadBytes = nil, nil }, "PayloadJSON"},
+		{"doubled payload", func(e *outbox.Envelope) { e.PayloadBytes = []byte("x") }, "PayloadBytes"},
+		{"doubled payload, both empty", func(e *outbox.Envelope) { e.PayloadJSON, e.PayloadBytes = []byte{}, []byte{} }, "PayloadBytes"},
 		{"empty bytes payload", func(e *outbox.Envelope) { e.PayloadJSON, e.PayloadBytes = nil, []byte{} }, ""},
 		{"empty JSON payload is invalid JSON", func(e *outbox.Envelope) { e.PayloadJSON = []byte{} }, "PayloadJSON"},
 		{"JSON payload of exactly 1 MiB", func(e *outbox.Envelope) { e.PayloadJSON = jsonStringOfSize(outbox.MaxPayloadSize) }, ""},
 		{"bytes payload of exactly 1 MiB", func(e *outbox.Envelope) {
 			e.PayloadJSON, e.PayloadBytes = nil, make([]byte, outbox.MaxPayloadSize)
 		}, ""},
-		{"JSON payload of 1 MiB + 1", func(e *outbox.Envelope) { e.PayloadJSON = jsonStringOfSize(outbox.MaxPayloadSize + 1) }, "Payload"},
+		{"JSON payload of 1 MiB + 1", func(e *outbox.Envelope) { e.PayloadJSON = jsonStringOfSize(outbox.MaxPayloadSize + 1) }, "PayloadJSON"},
 		{"bytes payload of 1 MiB + 1", func(e *outbox.Envelope) {
 			e.PayloadJSON, e.PayloadBytes = nil, make([]byte, outbox.MaxPayloadSize+1)
-		}, "Payload"},
+		}, "PayloadBytes"},
 		{"invalid JSON", func(e *outbox.Envelope) { e.PayloadJSON = []byte(`{"order":`) }, "PayloadJSON"},
 		{"two JSON documents", func(e *outbox.Envelope) { e.PayloadJSON = []byte(`{} {}`) }, "PayloadJSON"},
 		{"JSON scalar", func(e *outbox.Envelope) { e.PayloadJSON = []byte(`42`) }, ""},
@@ -157,7 +157,7 @@ func TestPrepareReportsFirstInvalidEnvelope(t *testing.T) {
 	var verr *outbox.ValidationError
 	require.ErrorAs(t, err, &verr)
 	require.Equal(t, 1, verr.Index)
-	require.Equal(t, "Payload", verr.Field)
+	require.Equal(t, "PayloadJSON", verr.Field)
 }
 
 func TestValidationError(t *testing.T) {

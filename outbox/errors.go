@@ -35,7 +35,50 @@ var (
 	// requests (a claim without an owner, a negative limit, an unknown status)
 	// and invalid configurations. Nothing is written when it is returned.
 	ErrInvalidRequest = errors.New("outbox: invalid request")
+
+	// ErrNotMigrated is matched by a [*NotMigratedError]: the store's table
+	// does not exist, or is at an older migration than this wmoutbox
+	// needs. [Store.Check] returns it, so does watermilladapter's
+	// Subscribe at a subscriber's first subscription, and a dialect's
+	// claim or write that finds the table missing. Run the dialect's
+	// Migrate (postgres.Migrate, mysql.Migrate, sqlite.Migrate) or
+	// `wmoutbox migrate up`.
+	ErrNotMigrated = errors.New("outbox: table not migrated")
 )
+
+// NotMigratedError says that a store's table is missing or behind, and
+// how to migrate it. It matches [ErrNotMigrated] with errors.Is, and
+// unwraps to the database's error when one told (a missing table's).
+type NotMigratedError struct {
+	// Table is the table's name, with its schema when it has one.
+	Table string
+	// Applied is the latest migration recorded applied to the table, 0
+	// when the table does not exist.
+	Applied int
+	// Needed is the migration this wmoutbox needs.
+	Needed int
+	// Fix says how to migrate it, such as "run postgres.Migrate or
+	// `wmoutbox migrate up`".
+	Fix string
+	// Err is the database's error, nil when a check found the table
+	// behind.
+	Err error
+}
+
+func (e *NotMigratedError) Error() string {
+	if e.Applied == 0 {
+		return fmt.Sprintf("table %s does not exist: %s", e.Table, e.Fix)
+	}
+	return fmt.Sprintf("table %s is at migration %d, this wmoutbox needs %d: %s", e.Table, e.Applied, e.Needed, e.Fix)
+}
+
+// Unwrap returns [ErrNotMigrated] and the database's error.
+func (e *NotMigratedError) Unwrap() []error {
+	if e.Err == nil {
+		return []error{ErrNotMigrated}
+	}
+	return []error{ErrNotMigrated, e.Err}
+}
 
 // ValidationError reports why an envelope cannot be written. It matches
 // [ErrInvalidEnvelope] with errors.Is. When it is returned, nothing of the
@@ -43,8 +86,10 @@ var (
 type ValidationError struct {
 	// Index is the envelope's position in the batch given to the writer.
 	Index int
-	// Field names the offending field, as in [Envelope] (for example
-	// "PayloadJSON" or "Headers").
+	// Field names the offending field of [Envelope], as spelled there
+	// (for example "PayloadJSON" or "Headers"): the payload that is set
+	// for an oversized one, PayloadJSON when neither payload is set,
+	// PayloadBytes when both are.
 	Field string
 	// Reason says what is wrong, in words.
 	Reason string

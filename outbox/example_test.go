@@ -118,8 +118,8 @@ func ExampleWriter_Write() {
 	fmt.Println("aggregate type:", e.AggregateType)
 	fmt.Println("payload:", string(e.Payload()), "JSON:", e.IsJSON())
 	// Output:
-	// outbox: invalid envelope 1: Payload: set one of PayloadJSON and PayloadBytes
-	// index: 1 field: Payload invalid envelope: true
+	// outbox: invalid envelope 1: PayloadJSON: set one of PayloadJSON and PayloadBytes
+	// index: 1 field: PayloadJSON invalid envelope: true
 	// id length: 26
 	// topic: OrderCreated
 	// aggregate type: __GLOBAL__

@@ -54,4 +54,10 @@ type Metrics interface {
 	// "done" and "dead" events, "processed" inbox records; 0 for a kind it
 	// ran and found nothing to delete.
 	Purged(kind string, rows int64)
+	// Unserved records the pending events (NEW and RETRY) of a topic that
+	// no subscription of the reporting relay serves, read every
+	// BacklogInterval from the whole table: events nobody in this process
+	// will deliver. 0 once the topic is served or has no pending event.
+	// Alert when it stays above 0 on every relay: no listener takes them.
+	Unserved(topic string, pending int64)
 }

@@ -85,6 +85,22 @@ func (s *Store[Tx]) InTx(ctx context.Context, fn func(ctx context.Context, tx Tx
 	return runInTx(ctx, s.driver, s.logger, fn)
 }
 
+// Check reports whether the store's table is ready: an error matching
+// [ErrNotMigrated] (a [*NotMigratedError] that says which migration to
+// run) when the table does not exist or is at an older migration than
+// this wmoutbox needs, the database's error when it cannot tell, nil
+// otherwise. A table migrated by another tool from the plain migration
+// files, with no migration recorded, passes when it exists. NewStore
+// cannot check (it has no context, and does not touch the database);
+// call Check at start, after the dialect's Migrate if you run it.
+// watermilladapter's Subscriber checks at its first Subscribe.
+func (s *Store[Tx]) Check(ctx context.Context) error {
+	if c, ok := s.driver.(outboxdriver.SchemaChecker); ok {
+		return c.CheckSchema(ctx)
+	}
+	return nil
+}
+
 // Get returns the event with the given id, or an error matching
 // [ErrNotFound].
 func (s *Store[Tx]) Get(ctx context.Context, id string) (Event, error) {

@@ -143,6 +143,14 @@ func TxFromContext[Tx any](ctx context.Context) (Tx, bool) {
 	return tx, ok
 }
 
+// TxInContext returns the transaction ctx carries, of whatever type, nil
+// when it carries none: for an error that names what it found when
+// [TxFromContext] finds no transaction of the type it wants (a *sql.Tx
+// given to a PostgreSQL store, whose transactions are pgx.Tx).
+func TxInContext(ctx context.Context) any {
+	return ctx.Value(txKey{})
+}
+
 type (
 	commitHooksKey struct{}
 	txKey          struct{}

@@ -209,7 +209,7 @@ func TestWriterInvalidEnvelope(t *testing.T) {
 	var verr *outbox.ValidationError
 	require.ErrorAs(t, err, &verr)
 	require.Equal(t, 2, verr.Index)
-	require.Equal(t, "Payload", verr.Field)
+	require.Equal(t, "PayloadJSON", verr.Field)
 	require.Nil(t, ids)
 	require.Empty(t, b.driver.Log(), "nothing of the batch is written")
 }

@@ -121,6 +121,7 @@
 //	outbox.handler_duration    histogram s           outbox_handler_duration_seconds{outcome}
 //	outbox.store_errors        counter {error}       outbox_store_errors_total{operation}
 //	outbox.purged_rows         counter {row}         outbox_purged_rows_total{kind}
+//	outbox.unserved_events     gauge {event}         outbox_unserved_events{topic}
 //
 // # Concurrency
 //

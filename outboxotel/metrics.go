@@ -40,7 +40,7 @@ type Metrics struct {
 	delivered, failures, dead             metric.Int64Counter
 	storeErrors, purged                   metric.Int64Counter
 	queueDepth                            metric.Int64UpDownCounter
-	pending, deadEvents                   metric.Int64Gauge
+	pending, deadEvents, unserved         metric.Int64Gauge
 	oldestAge                             metric.Float64Gauge
 	latency, handled                      metric.Float64Histogram
 
@@ -100,6 +100,7 @@ func NewMetrics(cfg MetricsConfig) (*Metrics, error) {
 		purged:     counter("purged_rows", "{row}", "Rows deleted by the retention job (Store.Retain), by kind: done, dead, processed."),
 		pending:    intGauge("pending_events", "NEW and RETRY events of the topic."),
 		deadEvents: intGauge("dead_events", "DEAD events of the topic."),
+		unserved:   intGauge("unserved_events", "Pending events of a topic no subscription of the relay serves."),
 		latency:    histogram("delivery_latency", "Time from an event being due (its commit, unless scheduled or retried) to its acknowledgement."),
 		handled:    histogram("handler_duration", "Time from an event's message being handed to the handler to its ack or nack (outcome)."),
 	}
@@ -197,6 +198,11 @@ func (m *Metrics) Handled(topic string, ack bool, d time.Duration) {
 		outcome = "ack"
 	}
 	m.handled.Record(bg, d.Seconds(), with(attribute.String("topic", topic), attribute.String("outcome", outcome)))
+}
+
+// Unserved implements [outbox.Metrics]: outbox.unserved_events.
+func (m *Metrics) Unserved(topic string, pending int64) {
+	m.unserved.Record(bg, pending, m.topic(topic))
 }
 
 // Purged implements [outbox.Metrics]: outbox.purged_rows, by kind.

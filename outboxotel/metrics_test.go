@@ -92,6 +92,7 @@ func TestMetrics(t *testing.T) {
 	m.Handled("orders", false, time.Second)
 	m.Purged("done", 100)
 	m.Purged("done", 20)
+	m.Unserved("lost", 7)
 
 	got, units := collect(t, reader)
 	want := series{
@@ -112,6 +113,7 @@ func TestMetrics(t *testing.T) {
 		"outbox.handler_duration{outcome=ack,topic=orders}":  [2]any{uint64(1), 2.0},
 		"outbox.handler_duration{outcome=nack,topic=orders}": [2]any{uint64(1), 1.0},
 		"outbox.purged_rows{kind=done}":                      int64(120),
+		"outbox.unserved_events{topic=lost}":                 int64(7),
 		"outbox.pending_events{topic=payments}":              int64(0),
 		"outbox.oldest_pending_age{topic=payments}":          0.0,
 	}
@@ -124,7 +126,7 @@ func TestMetrics(t *testing.T) {
 		"outbox.delivered": "{event}", "outbox.failures": "{event}", "outbox.dead": "{event}",
 		"outbox.queue_depth": "{event}", "outbox.pending_events": "{event}", "outbox.oldest_pending_age": "s",
 		"outbox.dead_events": "{event}", "outbox.store_errors": "{error}", "outbox.delivery_latency": "s",
-		"outbox.handler_duration": "s", "outbox.purged_rows": "{row}",
+		"outbox.handler_duration": "s", "outbox.purged_rows": "{row}", "outbox.unserved_events": "{event}",
 	}, units)
 }
 

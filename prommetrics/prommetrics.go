@@ -16,6 +16,7 @@
 //	outbox_pending_events              NEW and RETRY rows of the topic (alert when it does not fall)
 //	outbox_oldest_pending_age_seconds  how long the earliest due pending row has been due (lag)
 //	outbox_dead_events                 DEAD rows of the topic in the table (alert when it stays above 0)
+//	outbox_unserved_events             pending rows of a topic no subscription of the relay serves (see outbox.Metrics.Unserved)
 //	outbox_delivery_latency_seconds    due → acknowledgement histogram
 //	outbox_handler_duration_seconds{outcome}  handler time histogram: message taken → "ack" or "nack"
 //	outbox_store_errors_total{operation}  failed operations on the database (see outbox.Metrics.StoreError)
@@ -80,7 +81,7 @@ type Metrics struct {
 	delivered, failures, dead             *prometheus.CounterVec
 	storeErrors                           *prometheus.CounterVec
 	queueDepth, pending, oldestAge        *prometheus.GaugeVec
-	deadEvents                            *prometheus.GaugeVec
+	deadEvents, unserved                  *prometheus.GaugeVec
 	latency, handled                      *prometheus.HistogramVec
 	purged                                *prometheus.CounterVec
 }
@@ -132,6 +133,7 @@ func New(reg prometheus.Registerer, cfg Config) (*Metrics, error) {
 			Namespace: ns, Name: "store_errors_total", Help: "Failed operations of the relay on the database: claim, backlog, record (outcomes and releases, retried) and give_up.",
 		}, append(topic, "operation")),
 		deadEvents: gauge("dead_events", "DEAD events of the topic."),
+		unserved:   gauge("unserved_events", "Pending events of a topic that no subscription of the relay serves."),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: ns, Name: "delivery_latency_seconds", Help: "Time from an event being due (its commit, unless scheduled or retried) to its acknowledgement.", Buckets: buckets,
 		}, topic),
@@ -143,7 +145,7 @@ func New(reg prometheus.Registerer, cfg Config) (*Metrics, error) {
 		}, []string{"kind"}),
 	}
 	collectors := []prometheus.Collector{m.hotEnqueued, m.hotDropped, m.coldEnqueued, m.delivered,
-		m.failures, m.dead, m.storeErrors, m.queueDepth, m.pending, m.oldestAge, m.deadEvents, m.latency, m.handled, m.purged}
+		m.failures, m.dead, m.storeErrors, m.queueDepth, m.pending, m.oldestAge, m.deadEvents, m.unserved, m.latency, m.handled, m.purged}
 	for i, c := range collectors {
 		if err := reg.Register(c); err != nil {
 			for _, registered := range collectors[:i] {
@@ -217,6 +219,11 @@ func (m *Metrics) Handled(topic string, ack bool, d time.Duration) {
 		outcome = "ack"
 	}
 	m.handled.WithLabelValues(topic, outcome).Observe(d.Seconds())
+}
+
+// Unserved implements [outbox.Metrics]: outbox_unserved_events.
+func (m *Metrics) Unserved(topic string, pending int64) {
+	m.unserved.WithLabelValues(topic).Set(float64(pending))
 }
 
 // Purged implements [outbox.Metrics]: outbox_purged_rows_total, by kind.

@@ -36,6 +36,9 @@ func TestSeries(t *testing.T) {
 	m.DeadEvents("payments", 4)
 	m.DeadEvents("payments", 3) // replayed one: a gauge, not a counter
 	m.Handled("orders", true, 2*time.Millisecond)
+	m.Unserved("lost", 12)
+	m.Unserved("found", 3)
+	m.Unserved("found", 0) // served now
 
 	expected := `
 # HELP outbox_hot_enqueued_total Events queued for delivery right after commit.
@@ -64,6 +67,10 @@ outbox_oldest_pending_age_seconds{topic="orders"} 90
 # HELP outbox_dead_events DEAD events of the topic.
 # TYPE outbox_dead_events gauge
 outbox_dead_events{topic="payments"} 3
+# HELP outbox_unserved_events Pending events of a topic that no subscription of the relay serves.
+# TYPE outbox_unserved_events gauge
+outbox_unserved_events{topic="found"} 0
+outbox_unserved_events{topic="lost"} 12
 # HELP outbox_store_errors_total Failed operations of the relay on the database: claim, backlog, record (outcomes and releases, retried) and give_up.
 # TYPE outbox_store_errors_total counter
 outbox_store_errors_total{operation="claim",topic="orders"} 2
@@ -72,7 +79,7 @@ outbox_store_errors_total{operation="record",topic=""} 1
 	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(expected),
 		"outbox_hot_enqueued_total", "outbox_hot_dropped_total", "outbox_cold_enqueued_total", "outbox_dead_total",
 		"outbox_queue_depth", "outbox_pending_events", "outbox_oldest_pending_age_seconds", "outbox_store_errors_total",
-		"outbox_dead_events"))
+		"outbox_dead_events", "outbox_unserved_events"))
 	problems, err := testutil.GatherAndLint(reg)
 	require.NoError(t, err)
 	require.Empty(t, problems, "series names and help texts as Prometheus's linter wants them")

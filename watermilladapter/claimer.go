@@ -2,10 +2,9 @@ package watermilladapter
 
 import (
 	"cmp"
+	"log/slog"
 	"slices"
 	"time"
-
-	"github.com/ThreeDotsLabs/watermill"
 
 	"github.com/wmoutbox/wmoutbox/internal/claimorder"
 	"github.com/wmoutbox/wmoutbox/internal/codec"
@@ -71,7 +70,8 @@ func (sub *subscription) claimLoop() {
 				}
 				again := plan.result(clock.Now(), len(named) > 0, n, limit, last, err)
 				if err != nil {
-					cfg.Logger.Error("outbox claim failed", err, watermill.LogFields{"topic": sub.topic, "pause": plan.failWait})
+					cfg.Logger.Error("outbox: claim failed; retrying after the pause",
+						slog.String("topic", sub.topic), slog.Duration("pause", plan.failWait), slog.Any("error", err))
 					cfg.Metrics.StoreError(sub.topic, "claim")
 				}
 				if again {
@@ -185,13 +185,13 @@ func (sub *subscription) releaseEarlierClaims() {
 	n, err := s.driver.ReleaseOwned(ctx, outboxdriver.ReleaseOwnedParams{Owner: s.owner, Topic: sub.topic, ClaimedBefore: s.made})
 	if err != nil {
 		s.cfg.Logger.Error("outbox: cannot release the claims of an earlier run of this relay; they are claimed again when their leases end",
-			err, watermill.LogFields{"owner": s.owner, "topic": sub.topic})
+			slog.String("owner", s.owner), slog.String("topic", sub.topic), slog.Any("error", err))
 		s.cfg.Metrics.StoreError(sub.topic, "release_earlier")
 		return
 	}
 	if n > 0 {
 		s.cfg.Logger.Info("outbox: released the claims of an earlier run of this relay",
-			watermill.LogFields{"owner": s.owner, "topic": sub.topic, "events": n})
+			slog.String("owner", s.owner), slog.String("topic", sub.topic), slog.Int64("events", n))
 	}
 }
 

@@ -77,7 +77,7 @@ func TestCloseLeavesAStaleQueuedCopyToItsClaim(t *testing.T) {
 	driver := &staleCopyDriver{clock: clocktest.New(testStart), lease: lease}
 	sub, err := NewSubscriber(fakeStore(t, driver, driver.clock), SubscriberConfig{Ordered: true, WorkerCount: 1,
 		BatchSize: 2, ColdQueueCapacity: 2, LockTimeout: lease, DrainTimeout: 100 * time.Millisecond,
-		Clock: driver.clock, PollInterval: time.Hour})
+		Clock: driver.clock, PollInterval: time.Hour, AllowSharedTopic: true})
 	require.NoError(t, err)
 	first, err := sub.Subscribe(t.Context(), "orders")
 	require.NoError(t, err)

@@ -106,10 +106,41 @@
 // # Routing rule
 //
 // A subscription claims only its own topic. An event of a topic that no
-// subscription serves is never marked DEAD: it stays pending in the table
-// until a relay subscribes to the topic. Each event goes to one
+// subscription serves stays pending in the table until a relay
+// subscribes to the topic, and is counted meanwhile (Metrics.Unserved,
+// read every BacklogInterval when Metrics is set): another process may
+// serve the topic, so a relay that does not must not kill its events.
+// Where every relay of the table has the same subscriptions,
+// SubscriberConfig.UnroutableAfter applies the specification's rule for
+// events no listener takes: such an event goes DEAD once it has waited
+// that long, with last_error "no subscription for topic T within D". Each event goes to one
 // subscription: several subscriptions of a topic, in one Subscriber or in
 // several relays, share its events as consumers of one queue do.
+//
+// # Logging
+//
+// SubscriberConfig.Logger is a *slog.Logger, as every logger of this
+// module (see package outbox), and nil means slog.Default(): a relay
+// speaks up by default. A DEAD event, a failing claim, and a status write
+// or release given up are logged at error level; an event left to a
+// later claim (the hot queue full, a claim half spent in a queue or
+// waiting for the reader, a transaction that outlived half the claim) at
+// warn level, counted, one line per topic and cause a minute at most,
+// with the number of events; a status write retried at warn level, one
+// line per attempt; the release of an earlier run's claims at info
+// level. docs/operations.md has the full list.
+//
+// # Misconfigurations refused
+//
+// The first Subscribe checks the store's table (outbox.Store.Check): a
+// table that does not exist, or lacks migrations, fails it with an error
+// matching outbox.ErrNotMigrated that names the migration to run. A
+// second Subscribe to a topic on one Subscriber fails with
+// [ErrTopicSubscribed] unless SubscriberConfig.AllowSharedTopic is set. A
+// Publish whose message context holds no transaction of the store's type
+// says what it found ("the store's transactions are pgx.Tx; the message
+// context carries *sql.Tx"), or, with none, to call msg.SetContext(ctx)
+// with the context InTx gave.
 //
 // # Watermill contract
 //

@@ -2,19 +2,19 @@ package watermilladapter_test
 
 import (
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/wmoutbox/wmoutbox/internal/clocktest"
+	"github.com/wmoutbox/wmoutbox/internal/logtest"
 	"github.com/wmoutbox/wmoutbox/internal/relaytest"
 	"github.com/wmoutbox/wmoutbox/internal/testdb"
 	"github.com/wmoutbox/wmoutbox/outbox"
@@ -114,20 +114,9 @@ func TestEventOfAHungHandlerIsDeliveredAgainAfterTheLease(t *testing.T) {
 // half the event's claim to hand it over, or that found it half spent in
 // the queue.
 const (
-	leftWaitingForTheReader = "outbox claim half spent waiting for the subscription's reader"
-	leftInTheQueue          = "outbox claim half spent in the queue"
+	leftWaitingForTheReader = watermilladapter.DropReader
+	leftInTheQueue          = watermilladapter.DropQueued
 )
-
-// logged counts the notices of logger that begin with prefix.
-func logged(logger *watermill.CaptureLoggerAdapter, prefix string) int {
-	n := 0
-	for _, m := range logger.Captured()[watermill.InfoLogLevel] {
-		if strings.HasPrefix(m.Msg, prefix) {
-			n++
-		}
-	}
-	return n
-}
 
 // deliveryCount counts deliveries by event id.
 type deliveryCount struct {
@@ -169,14 +158,19 @@ const queueLease = 2 * time.Second
 // logged with prefix, and claimed and delivered by another relay once the
 // claims ended, each event once.
 func leftToAnotherRelay(t *testing.T, pool *pgxpool.Pool, store *postgres.Store, clock *clocktest.Clock,
-	a *watermilladapter.Subscriber, amsgs <-chan *message.Message, logger *watermill.CaptureLoggerAdapter, n int, prefix string) {
+	a *watermilladapter.Subscriber, amsgs <-chan *message.Message, logger *logtest.Capture, n int, cause string) {
 	t.Helper()
 	var deliveries deliveryCount
 	held := nextMessage(t, amsgs, "the first event")
 	deliveries.add(held)
 	clock.Advance(queueLease / 2) // the handler takes half the claims of the others
 	held.Ack()
-	relaytest.Eventually(t, "the others left to the next claim", func() bool { return logged(logger, prefix) == n-1 })
+	relaytest.Eventually(t, "the others left to the next claim", func() bool { return watermilladapter.Drops(a, cause) == n-1 })
+	// Counted, and logged once: the first at once, the others with the
+	// next line, a minute later at the earliest.
+	logged := logger.Find(slog.LevelWarn, cause)
+	require.Len(t, logged, 1)
+	require.Equal(t, map[string]any{"topic": "orders", "events": int64(1), "per": time.Minute}, logged[0].Attrs)
 	advanceUntilDone(t, clock, pool, 1)
 	aRead := deliveries.readAll(amsgs) // whatever relay a hands over from now on
 
@@ -197,12 +191,12 @@ func leftToAnotherRelay(t *testing.T, pool *pgxpool.Pool, store *postgres.Store,
 // relayOfOneReader subscribes relay a to "orders" on store with cfg, a
 // lease of queueLease and no poll before the test ends; it logs to the
 // logger returned.
-func relayOfOneReader(t *testing.T, store *postgres.Store, clock *clocktest.Clock, cfg watermilladapter.SubscriberConfig) (*watermilladapter.Subscriber, <-chan *message.Message, *watermill.CaptureLoggerAdapter) {
+func relayOfOneReader(t *testing.T, store *postgres.Store, clock *clocktest.Clock, cfg watermilladapter.SubscriberConfig) (*watermilladapter.Subscriber, <-chan *message.Message, *logtest.Capture) {
 	t.Helper()
-	logger := watermill.NewCaptureLogger()
+	logger, captured := logtest.New()
 	cfg.Owner, cfg.LockTimeout, cfg.PollInterval, cfg.Clock, cfg.Logger = "relay-a", queueLease, time.Hour, clock, logger
 	sub, msgs := subscribe(t, store, cfg, "orders")
-	return sub, msgs, logger
+	return sub, msgs, captured
 }
 
 // A reader that takes one message at a time (for msg := range out) keeps

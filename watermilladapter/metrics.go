@@ -18,3 +18,4 @@ func (nopMetrics) StoreError(string, string)            {}
 func (nopMetrics) DeadEvents(string, int64)             {}
 func (nopMetrics) Handled(string, bool, time.Duration)  {}
 func (nopMetrics) Purged(string, int64)                 {}
+func (nopMetrics) Unserved(string, int64)               {}

@@ -27,6 +27,7 @@ type recordingMetrics struct {
 	latencies []time.Duration
 	pending   int64
 	dead      map[string]int64 // the last DEAD count by topic
+	unserved  map[string]int64 // the last unserved count by topic
 	handled   []handled
 }
 
@@ -86,6 +87,24 @@ func (m *recordingMetrics) lastDead(topic string) (int64, bool) {
 }
 
 func (m *recordingMetrics) Purged(kind string, rows int64) { m.add("purged "+kind, int(rows)) }
+
+func (m *recordingMetrics) Unserved(topic string, pending int64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.unserved == nil {
+		m.unserved = map[string]int64{}
+	}
+	m.unserved[topic] = pending
+}
+
+// lastUnserved returns the last unserved count of topic, and whether one
+// was reported.
+func (m *recordingMetrics) lastUnserved(topic string) (int64, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n, ok := m.unserved[topic]
+	return n, ok
+}
 func (m *recordingMetrics) Handled(_ string, ack bool, d time.Duration) {
 	if ack {
 		m.add("handled ack", 1)
@@ -181,6 +200,7 @@ func TestQueueDepthsAddUpAndStopWithTheSubscriptions(t *testing.T) {
 	m := &recordingMetrics{}
 	r := relaytest.Start(t, pool, watermilladapter.SubscriberConfig{
 		Metrics: m, WorkerCount: 1, BacklogInterval: 10 * time.Millisecond, DrainTimeout: 10 * time.Millisecond,
+		AllowSharedTopic: true,
 	}, nil)
 	// Nobody reads: each subscription's worker holds one event, and the
 	// rest wait in its hot queue.

@@ -1,9 +1,8 @@
 package watermilladapter
 
 import (
+	"log/slog"
 	"time"
-
-	"github.com/ThreeDotsLabs/watermill"
 
 	"github.com/wmoutbox/wmoutbox/outbox/outboxdriver"
 )
@@ -40,8 +39,8 @@ func (sub *subscription) observe() {
 		case err == nil:
 			pending, oldest, read = n, first, true
 		case !sub.stopping(): // not a read that Close cut short
-			cfg.Logger.Error("outbox backlog query failed; reporting the oldest pending event last seen", err,
-				watermill.LogFields{"topic": sub.topic, "oldest": oldest})
+			cfg.Logger.Error("outbox: backlog query failed; reporting the oldest pending event last seen",
+				slog.String("topic", sub.topic), slog.Time("oldest", oldest), slog.Any("error", err))
 			cfg.Metrics.StoreError(sub.topic, "backlog")
 		}
 		// After a failed backlog read the database is out of reach: the
@@ -52,8 +51,8 @@ func (sub *subscription) observe() {
 			case err == nil:
 				dead, deadRead = n, true
 			case !sub.stopping():
-				cfg.Logger.Error("outbox dead count query failed; reporting the count last read", err,
-					watermill.LogFields{"topic": sub.topic, "dead": dead})
+				cfg.Logger.Error("outbox: dead count query failed; reporting the count last read",
+					slog.String("topic", sub.topic), slog.Int64("dead", dead), slog.Any("error", err))
 				cfg.Metrics.StoreError(sub.topic, "count_dead")
 			}
 		}

@@ -4,18 +4,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"runtime"
 	"strconv"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/wmoutbox/wmoutbox/internal/clocktest"
+	"github.com/wmoutbox/wmoutbox/internal/logtest"
 	"github.com/wmoutbox/wmoutbox/internal/relaytest"
 	"github.com/wmoutbox/wmoutbox/internal/testdb"
 	"github.com/wmoutbox/wmoutbox/outbox"
@@ -153,7 +154,7 @@ func TestDeadOrderedEventSaysItHoldsBackItsAggregate(t *testing.T) {
 		t.Run(fmt.Sprint("ordered=", ordered), func(t *testing.T) {
 			t.Parallel()
 			pool := testdb.New(t)
-			logger := watermill.NewCaptureLogger()
+			logger, captured := logtest.New()
 			r := relaytest.Start(t, pool, watermilladapter.SubscriberConfig{Ordered: ordered, Logger: logger},
 				relaytest.Handlers{"orders": func(*message.Message) error { return outbox.Permanent(errors.New("poison")) }})
 			msg := newMsg("x")
@@ -162,18 +163,13 @@ func TestDeadOrderedEventSaysItHoldsBackItsAggregate(t *testing.T) {
 			r.Publish(t, "orders", msg)
 			id := onlyEventID(t, pool)
 			relaytest.Eventually(t, "DEAD", func() bool { return statusOf(t, r.Store, id).Status == outbox.StatusDead })
-			var dead []watermill.CapturedMessage
-			for _, m := range logger.Captured()[watermill.ErrorLogLevel] {
-				if m.Msg == "outbox event is DEAD" {
-					dead = append(dead, m)
-				}
-			}
+			dead := captured.Find(slog.LevelError, "outbox: event is DEAD")
 			require.Len(t, dead, 1)
 			if ordered {
-				require.Equal(t, true, dead[0].Fields["holds_back_aggregate"])
-				require.Equal(t, "o-9", dead[0].Fields["aggregate_id"])
+				require.Equal(t, true, dead[0].Attrs["holds_back_aggregate"])
+				require.Equal(t, "o-9", dead[0].Attrs["aggregate_id"])
 			} else {
-				require.NotContains(t, dead[0].Fields, "holds_back_aggregate")
+				require.NotContains(t, dead[0].Attrs, "holds_back_aggregate")
 			}
 		})
 	}

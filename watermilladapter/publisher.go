@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"sync/atomic"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -86,7 +87,7 @@ var _ message.Publisher = (*Publisher[any])(nil)
 // NewPublisher returns a publisher writing through store.
 func NewPublisher[Tx any](store *outbox.Store[Tx], cfg PublisherConfig) (*Publisher[Tx], error) {
 	if store == nil {
-		return nil, fmt.Errorf("%w: publisher needs a store", outbox.ErrInvalidRequest)
+		return nil, fmt.Errorf("watermilladapter: new publisher: %w: no store", outbox.ErrInvalidRequest)
 	}
 	writer, err := outbox.NewWriter(store, outbox.WriterConfig{HotPath: cfg.HotPath, Notify: cfg.Notify})
 	if err != nil {
@@ -115,7 +116,7 @@ func (p *Publisher[Tx]) Publish(topic string, msgs ...*message.Message) error {
 		return ErrPublisherClosed
 	}
 	if topic == "" {
-		return fmt.Errorf("%w: watermilladapter: publish needs a topic", outbox.ErrInvalidRequest)
+		return fmt.Errorf("watermilladapter: publish: %w: no topic", outbox.ErrInvalidRequest)
 	}
 	if len(msgs) == 0 {
 		return nil
@@ -123,7 +124,7 @@ func (p *Publisher[Tx]) Publish(topic string, msgs ...*message.Message) error {
 	events := make([]outbox.Envelope, len(msgs))
 	for i, msg := range msgs {
 		if msg == nil {
-			return fmt.Errorf("%w: watermilladapter: publish to %s: message %d is nil", outbox.ErrInvalidRequest, topic, i)
+			return fmt.Errorf("watermilladapter: publish to %s: %w: message %d is nil", topic, outbox.ErrInvalidRequest, i)
 		}
 		e, err := toEnvelope(topic, msg)
 		if err != nil {
@@ -144,20 +145,30 @@ func (p *Publisher[Tx]) Publish(topic string, msgs ...*message.Message) error {
 	tx, ok := outbox.TxFromContext[Tx](ctx)
 	for _, msg := range msgs[1:] {
 		if other, has := outbox.TxFromContext[Tx](msg.Context()); has != ok || has && !nilcheck.Same(tx, other) {
-			return fmt.Errorf("%w: watermilladapter: publish to %s: message %s is not in the transaction of message %s; publish the messages of each transaction apart",
-				outbox.ErrInvalidRequest, topic, msg.UUID, msgs[0].UUID)
+			return fmt.Errorf("watermilladapter: publish to %s: %w: message %s is not in the transaction of message %s; publish the messages of each transaction apart",
+				topic, outbox.ErrInvalidRequest, msg.UUID, msgs[0].UUID)
 		}
 	}
 	if ok {
 		return p.write(ctx, tx, topic, msgs, events)
 	}
 	if !p.cfg.OwnTransaction {
-		return fmt.Errorf("watermilladapter: publish to %s: %w (pass it in the message context, bind it with WithTx, or set OwnTransaction)",
-			topic, outbox.ErrNoTransaction)
+		return fmt.Errorf("watermilladapter: publish to %s: %w", topic, noTransaction[Tx](ctx))
 	}
 	return p.store.InTx(ctx, func(ctx context.Context, tx Tx) error {
 		return p.write(ctx, tx, topic, msgs, events)
 	})
+}
+
+// noTransaction says why ctx, a message context, gave no transaction of
+// type Tx, and what to do: it matches [outbox.ErrNoTransaction].
+func noTransaction[Tx any](ctx context.Context) error {
+	if found := outbox.TxInContext(ctx); found != nil {
+		return fmt.Errorf("%w: the store's transactions are %v; the message context carries %T",
+			outbox.ErrNoTransaction, reflect.TypeFor[Tx](), found)
+	}
+	return fmt.Errorf("%w: the message context carries none; inside InTx, call msg.SetContext(ctx) with the context InTx gave "+
+		"(or bind a transaction with WithTx, or set OwnTransaction)", outbox.ErrNoTransaction)
 }
 
 // write writes the events of msgs in tx; an invalid one's error names its

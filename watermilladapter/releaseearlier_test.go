@@ -67,7 +67,7 @@ func TestSecondSubscribeKeepsTheLiveClaimsOfThisRun(t *testing.T) {
 	require.NoError(t, err)
 	other := &otherRelayPolls{Driver: store.Driver(), clock: clock}
 	sub, err := watermilladapter.NewSubscriber(storeOn(t, other, clock), watermilladapter.SubscriberConfig{
-		Owner: "relay-0", ReleaseEarlierClaims: true, Clock: clock, PollInterval: 20 * time.Millisecond})
+		Owner: "relay-0", ReleaseEarlierClaims: true, Clock: clock, PollInterval: 20 * time.Millisecond, AllowSharedTopic: true})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = sub.Close() })
 	clock.Advance(-time.Second) // the wall clock steps back

@@ -3,11 +3,10 @@ package watermilladapter
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"slices"
 	"sync"
 	"time"
-
-	"github.com/ThreeDotsLabs/watermill"
 
 	"github.com/wmoutbox/wmoutbox/outbox"
 	"github.com/wmoutbox/wmoutbox/outbox/outboxdriver"
@@ -76,7 +75,7 @@ type settler struct {
 	driver     outboxdriver.Executor
 	clock      outbox.Clock
 	owner      string
-	logger     watermill.LoggerAdapter
+	logger     *slog.Logger
 	storeError func(operation string) // counts failed statements for Metrics
 	wake       func(topics ...string)
 
@@ -108,7 +107,7 @@ type settler struct {
 	closed   bool
 }
 
-func newSettler(driver outboxdriver.Executor, clock outbox.Clock, owner string, logger watermill.LoggerAdapter, metrics outbox.Metrics, wake func(...string)) *settler {
+func newSettler(driver outboxdriver.Executor, clock outbox.Clock, owner string, logger *slog.Logger, metrics outbox.Metrics, wake func(...string)) *settler {
 	st := &settler{
 		driver:     driver,
 		clock:      clock,
@@ -169,7 +168,7 @@ func (st *settler) release(items []releaseItem) {
 	st.mu.Unlock()
 	if full {
 		st.logger.Error("outbox: too many claims waiting to be released; they will expire and the events be delivered then",
-			nil, watermill.LogFields{"events": len(items), "queued": maxQueuedReleases})
+			slog.Int("events", len(items)), slog.Int("queued", maxQueuedReleases))
 		return
 	}
 	signal(st.released)
@@ -182,7 +181,7 @@ func (st *settler) releaseNow(items []releaseItem) {
 	if err := st.releaseOp(items)(ctx); err != nil {
 		st.storeError("give_up")
 		st.logger.Error("outbox: cannot release claims after Close; they will expire and the events be delivered again",
-			err, watermill.LogFields{"events": len(items)})
+			slog.Int("events", len(items)), slog.Any("error", err))
 		return
 	}
 	st.wake(releasedTopics(items)...)
@@ -355,19 +354,14 @@ func (st *settler) retry(what string, n int, op func(ctx context.Context) error)
 		st.storeError("record")
 		if st.gaveUp() {
 			st.storeError("give_up")
-			st.logger.Error("outbox: giving up; the claims will expire and the events be delivered again", err,
-				watermill.LogFields{"operation": what, "events": n})
+			st.logger.Error("outbox: giving up; the claims will expire and the events be delivered again",
+				slog.String("operation", what), slog.Int("events", n), slog.Any("error", err))
 			st.notRecorded += n
 			return false
 		}
-		fields := watermill.LogFields{"operation": what, "pause": pause, "error": err}
-		if pause == settleRetry {
-			// A deadlock or a lost connection that the retry gets past is
-			// routine: an error only if the retry fails too.
-			st.logger.Info("outbox: retrying", fields)
-		} else {
-			st.logger.Error("outbox: retrying", err, fields)
-		}
+		// Every failed attempt is a warning; giving up is the error.
+		st.logger.Warn("outbox: recording failed; retrying after the pause",
+			slog.String("operation", what), slog.Int("events", n), slog.Duration("pause", pause), slog.Any("error", err))
 		sleep(st.clock, pause, nil)
 		pause = min(2*pause, settleRetryMax)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"slices"
 	"strings"
@@ -12,10 +13,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill"
 	"github.com/stretchr/testify/require"
 
 	"github.com/wmoutbox/wmoutbox/internal/clocktest"
+	"github.com/wmoutbox/wmoutbox/internal/logtest"
 	"github.com/wmoutbox/wmoutbox/outbox/outboxdriver"
 )
 
@@ -23,7 +24,7 @@ import (
 // logger nor metrics.
 func newTestSettler(driver outboxdriver.Executor) (*settler, *clocktest.Clock) {
 	clock := clocktest.New(testStart)
-	return newSettler(driver, clock, "relay", watermill.NopLogger{}, nopMetrics{}, func(...string) {}), clock
+	return newSettler(driver, clock, "relay", slog.New(slog.DiscardHandler), nopMetrics{}, func(...string) {}), clock
 }
 
 // stoppingSettler returns a settler on driver, on a test clock, that is
@@ -282,22 +283,26 @@ func (d *flakyDriver) MarkDone(ctx context.Context, p outboxdriver.MarkDoneParam
 }
 
 // A statement that fails once (a deadlock victim, a connection lost) and
-// then succeeds is routine: noted, not logged as an error. A second failure
-// in a row is an error.
-func TestSettlerLogsAnErrorOnlyWhenTheRetryFailsToo(t *testing.T) {
+// then succeeds is a warning, one line per failed attempt, with one error
+// attribute: a retry is not an error until the settler gives up.
+func TestSettlerWarnsOfEachFailedAttempt(t *testing.T) {
 	t.Parallel()
 	for _, failures := range []int{1, 2} {
 		driver := &flakyDriver{failures: failures}
-		logger := watermill.NewCaptureLogger()
+		logger, capture := logtest.New()
 		metrics := &backlogAges{}
 		clock := clocktest.New(testStart)
 		st := newSettler(driver, clock, "me", logger, metrics, func(...string) {})
 		st.update(outcome{update: done("done")})
 		runClockUntil(t, clock, flushing(st)) // through the retries' pauses
 		require.NoError(t, st.close())
-		captured := logger.Captured()
-		require.Len(t, captured[watermill.InfoLogLevel], 1, "%d failures: the first is noted", failures)
-		require.Len(t, captured[watermill.ErrorLogLevel], failures-1, "%d failures: the second is an error", failures)
+		records := capture.Records()
+		require.Len(t, records, failures, "one line per failed attempt")
+		for _, r := range records {
+			require.Equal(t, slog.LevelWarn, r.Level)
+			require.Equal(t, "outbox: recording failed; retrying after the pause", r.Msg)
+			require.Equal(t, []string{"error", "events", "operation", "pause"}, slices.Sorted(maps.Keys(r.Attrs)))
+		}
 		require.Equal(t, failures, metrics.storeErrorsOf(" record"), "every failed statement is counted")
 	}
 }

@@ -6,11 +6,12 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/wmoutbox/wmoutbox/internal/codec"
@@ -21,6 +22,23 @@ import (
 
 // ErrSubscriberClosed is returned by [Subscriber.Subscribe] after Close.
 var ErrSubscriberClosed = errors.New("watermilladapter: subscriber closed")
+
+// ErrTopicSubscribed is returned by [Subscriber.Subscribe] for a topic
+// this Subscriber already has a subscription to, unless
+// SubscriberConfig.AllowSharedTopic is set.
+var ErrTopicSubscribed = errors.New("watermilladapter: topic already subscribed")
+
+// topicSubscribedError is [ErrTopicSubscribed] for topic: it names the
+// package once, the operation, and the setting that allows it.
+type topicSubscribedError string
+
+func (topic topicSubscribedError) Error() string {
+	return "watermilladapter: subscribe to " + string(topic) + ": topic already subscribed: " +
+		"each subscription would get only some of its events (set SubscriberConfig.AllowSharedTopic to split them among subscriptions)"
+}
+
+// Is makes errors.Is(err, ErrTopicSubscribed) true.
+func (topicSubscribedError) Is(target error) bool { return target == ErrTopicSubscribed }
 
 // ErrNotRecorded is returned by [Subscriber.Close] when it gave up on
 // recording outcomes or releasing claims because the database kept
@@ -136,10 +154,19 @@ type SubscriberConfig struct {
 	// BacklogInterval is how often each subscription reports its queue
 	// depths and reads its topic's backlog (pending count, oldest age)
 	// for Metrics; each read is one query on the due index. With no
-	// Metrics, nothing is read. Default 15s.
+	// Metrics, nothing is read. As often, the Subscriber reads the pending
+	// events of every topic (one query of the pending rows, on the due
+	// index) for Metrics.Unserved and UnroutableAfter, when either is
+	// set. Default 15s.
 	BacklogInterval time.Duration
-	// Logger receives errors and notices. Default: none.
-	Logger watermill.LoggerAdapter
+	// Logger receives what the relay has to say, at the levels
+	// docs/operations.md lists: errors (a DEAD event, a failing claim or
+	// status write) at error level, events left to a later claim at warn
+	// level (counted: one line per topic and cause a minute at most), the
+	// release of an earlier run's claims at info level. Default
+	// slog.Default(), as every logger of this module. A router logging
+	// through watermill.NewSlogLogger(logger) shares logger with it.
+	Logger *slog.Logger
 	// Notify, when set, is told the topics of the claims this subscriber
 	// hands back (at Close, and for events its hot path could not take),
 	// so that relays in other processes claim them at once rather than at
@@ -162,6 +189,30 @@ type SubscriberConfig struct {
 	// its hot path takes events. Claims made before migration 2 stay until
 	// their lease ends. Default false.
 	ReleaseEarlierClaims bool
+	// UnroutableAfter, when set, makes DEAD the events of topics that no
+	// subscription of this Subscriber serves once they have waited this
+	// long, with last_error "no subscription for topic T within D": the
+	// specification's rule for events no listener takes. It assumes this
+	// Subscriber serves every topic of its table that anybody serves: a
+	// topic served only by relays of other processes loses the events
+	// those relays have not claimed within UnroutableAfter (during their
+	// outage, say). Leave it off unless every relay of the table has the
+	// same subscriptions. Events claimed by another relay are never
+	// touched, nor any before this Subscriber's first subscription is
+	// UnroutableAfter old. It takes the unserved topics' read (see
+	// Metrics), and up to BatchSize events per topic per BacklogInterval.
+	// Default 0: an unserved topic's events stay pending, counted by
+	// Metrics.Unserved.
+	UnroutableAfter time.Duration
+	// AllowSharedTopic lets Subscribe be called more than once for one
+	// topic on this Subscriber: the subscriptions then share the topic's
+	// events, each event going to one of them, as consumers of one queue
+	// do. Off by default, a second Subscribe to a topic fails with
+	// [ErrTopicSubscribed]: two router handlers on one topic usually mean
+	// that one of them was meant for another topic, and each would see
+	// only some of its events. Set it to split a topic's load among
+	// several handlers. Default false.
+	AllowSharedTopic bool
 	// Clock tells the time of claims, outcomes and retries, and runs every
 	// wait of the relay (polls, cooldowns, lingers, timeouts): give it the
 	// store's clock (its dialect Config.Clock). Default
@@ -183,7 +234,7 @@ func (c SubscriberConfig) withDefaults() (SubscriberConfig, error) {
 	}
 	for name, v := range map[string]time.Duration{"PollInterval": c.PollInterval, "LockTimeout": c.LockTimeout,
 		"SkipRecent": c.SkipRecent, "DrainTimeout": c.DrainTimeout, "BacklogInterval": c.BacklogInterval,
-		"WakeCooldown": c.WakeCooldown} {
+		"WakeCooldown": c.WakeCooldown, "UnroutableAfter": c.UnroutableAfter} {
 		if v < 0 {
 			return c, fmt.Errorf("%w: subscriber %s is negative", outbox.ErrInvalidRequest, name)
 		}
@@ -212,7 +263,7 @@ func (c SubscriberConfig) withDefaults() (SubscriberConfig, error) {
 		c.RetryPolicy = outbox.Backoff{}
 	}
 	if c.Logger == nil {
-		c.Logger = watermill.NopLogger{}
+		c.Logger = slog.Default()
 	}
 	if nilcheck.Is(c.Clock) {
 		c.Clock = outbox.SystemClock{}
@@ -274,9 +325,10 @@ func defaultOwner() string {
 // [MetadataEventID], [MetadataAttempt] and [MetadataSource]. A message's
 // context ends when it is acked or nacked, or when the subscriber closes.
 //
-// Events of a topic that no subscription of this process serves are never
-// marked DEAD here: they stay pending in the table for a relay that
-// serves the topic. Subscribe and Close are safe for concurrent use;
+// Events of a topic that no subscription of this Subscriber serves stay
+// pending in the table for a relay that serves the topic, counted by
+// Metrics.Unserved; with SubscriberConfig.UnroutableAfter set, they go
+// DEAD once they have waited that long. Subscribe and Close are safe for concurrent use;
 // Close is idempotent and closes the output channels before it returns.
 type Subscriber struct {
 	driver   outboxdriver.Executor
@@ -286,6 +338,7 @@ type Subscriber struct {
 	earlier  map[string]chan struct{} // by topic: see subscription.earlier
 	inflight *inFlight
 	settler  *settler
+	drops    *dropLog
 
 	mu     sync.Mutex
 	subs   map[string][]*subscription
@@ -295,6 +348,15 @@ type Subscriber struct {
 
 	closeOnce sync.Once
 	closeErr  error
+
+	checked atomic.Bool // the store's table passed its check
+	// schema checks the table at the first Subscribe; nil when the
+	// store's driver cannot.
+	schema outboxdriver.SchemaChecker
+
+	started   time.Time          // of the first subscription; zero before
+	stopped   context.Context    // ended by Close
+	stopWatch context.CancelFunc // ends stopped
 }
 
 var (
@@ -305,7 +367,7 @@ var (
 // NewSubscriber returns a subscriber relaying events from store.
 func NewSubscriber[Tx any](store *outbox.Store[Tx], cfg SubscriberConfig) (*Subscriber, error) {
 	if store == nil {
-		return nil, fmt.Errorf("%w: subscriber needs a store", outbox.ErrInvalidRequest)
+		return nil, fmt.Errorf("watermilladapter: new subscriber: %w: no store", outbox.ErrInvalidRequest)
 	}
 	cfg, err := cfg.withDefaults()
 	if err != nil {
@@ -325,9 +387,13 @@ func NewSubscriber[Tx any](store *outbox.Store[Tx], cfg SubscriberConfig) (*Subs
 		subs:     make(map[string][]*subscription),
 		next:     make(map[string]int),
 	}
+	// Taken before the tracer wraps the driver, which hides it.
+	s.schema, _ = s.driver.(outboxdriver.SchemaChecker)
 	if cfg.Tracer != nil {
 		s.driver = tracedExecutor{Executor: s.driver, tracer: cfg.Tracer}
 	}
+	s.stopped, s.stopWatch = context.WithCancel(context.Background())
+	s.drops = newDropLog(cfg.Logger, cfg.Clock)
 	s.settler = newSettler(s.driver, cfg.Clock, cfg.Owner, cfg.Logger, cfg.Metrics, s.released)
 	return s, nil
 }
@@ -341,14 +407,37 @@ func (s *Subscriber) Owner() string { return s.owner }
 // which returns when its handlers' channels are closed, leaves nothing
 // unrecorded for the database close that usually follows. An empty topic
 // fails with outbox.ErrInvalidRequest.
+//
+// Until one succeeds, Subscribe checks the store's table first
+// ([outbox.Store.Check]): a table that does not exist, or is at an older
+// migration than this wmoutbox needs, fails it with an error matching
+// outbox.ErrNotMigrated that names the migration to run. A check the
+// database cannot answer is logged at warn level, and the subscription
+// starts: its claims retry, and log their errors.
 func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
 	if topic == "" {
-		return nil, fmt.Errorf("%w: subscribe needs a topic", outbox.ErrInvalidRequest)
+		return nil, fmt.Errorf("watermilladapter: subscribe: %w: no topic", outbox.ErrInvalidRequest)
+	}
+	if err := s.checkSchema(ctx, topic); err != nil {
+		return nil, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
 		return nil, ErrSubscriberClosed
+	}
+	if len(s.subs[topic]) > 0 && !s.cfg.AllowSharedTopic {
+		return nil, topicSubscribedError(topic)
+	}
+	if s.started.IsZero() {
+		s.started = s.cfg.Clock.Now()
+		if _, nop := s.cfg.Metrics.(nopMetrics); !nop || s.cfg.UnroutableAfter > 0 {
+			s.wg.Add(1)
+			go func() {
+				defer s.wg.Done()
+				s.watchUnserved()
+			}()
+		}
 	}
 	sub := newSubscription(s, topic)
 	if s.cfg.ReleaseEarlierClaims {
@@ -364,6 +453,36 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 		sub.run(ctx)
 	}()
 	return sub.out, nil
+}
+
+// schemaCheckTimeout bounds the check of the table at Subscribe.
+const schemaCheckTimeout = 10 * time.Second
+
+// checkSchema checks the store's table, until a check passes: an error
+// when it is not migrated, nil when it is or when the database cannot
+// tell (which is logged).
+func (s *Subscriber) checkSchema(ctx context.Context, topic string) error {
+	if s.checked.Load() {
+		return nil
+	}
+	checker := s.schema
+	if checker == nil {
+		s.checked.Store(true)
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, schemaCheckTimeout)
+	defer cancel()
+	err := checker.CheckSchema(ctx)
+	switch {
+	case err == nil:
+		s.checked.Store(true)
+	case errors.Is(err, outbox.ErrNotMigrated):
+		return fmt.Errorf("watermilladapter: subscribe to %s: %w", topic, err)
+	default:
+		s.cfg.Logger.Warn("outbox: cannot check the table at subscribe; its claims will tell",
+			slog.String("topic", topic), slog.Any("error", err))
+	}
+	return nil
 }
 
 func (s *Subscriber) remove(sub *subscription) {
@@ -402,6 +521,7 @@ func (s *Subscriber) Close() error {
 func (s *Subscriber) close() error {
 	s.mu.Lock()
 	s.closed = true
+	s.stopWatch()
 	s.settler.stop()
 	for _, subs := range s.subs {
 		for _, sub := range subs {
@@ -443,9 +563,8 @@ func (s *Subscriber) DeliverHot(_ context.Context, events []outbox.Envelope, cla
 	if claimLeft <= s.cfg.LockTimeout/2 {
 		for _, e := range events {
 			s.cfg.Metrics.HotDropped(e.Topic)
+			s.drops.add(e.Topic, dropLateCommit)
 		}
-		s.cfg.Logger.Info("outbox transaction committed after half the claim of its events: events left to the next claim (raise LockTimeout above your longest transactions)",
-			watermill.LogFields{"events": len(events), "owner": s.owner, "claim_left": claimLeft})
 		return
 	}
 	var dropped []releaseItem
@@ -456,12 +575,11 @@ func (s *Subscriber) DeliverHot(_ context.Context, events []outbox.Envelope, cla
 			s.cfg.Metrics.HotEnqueued(e.Topic)
 		} else {
 			s.cfg.Metrics.HotDropped(e.Topic)
+			s.drops.add(e.Topic, dropHotFull)
 			dropped = append(dropped, releaseItem{id: e.ID, topic: e.Topic})
 		}
 	}
 	if len(dropped) > 0 {
-		s.cfg.Logger.Info("outbox hot path full or topic not served here: events left to the cold path",
-			watermill.LogFields{"events": len(dropped), "owner": s.owner})
 		s.settler.release(dropped)
 	}
 }

@@ -93,5 +93,5 @@ func TestNewPublisherRejectsNoStore(t *testing.T) {
 	var noStore *postgres.Store
 	_, err = watermilladapter.NewPublisher(noStore, watermilladapter.PublisherConfig{})
 	require.ErrorIs(t, err, outbox.ErrInvalidRequest)
-	require.ErrorContains(t, err, "publisher needs a store")
+	require.EqualError(t, err, "watermilladapter: new publisher: outbox: invalid request: no store")
 }

@@ -3,9 +3,9 @@ package watermilladapter
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/wmoutbox/wmoutbox/outbox"
@@ -83,8 +83,7 @@ func (sub *subscription) process(item queued, wait outbox.Timer) {
 		// makes it due again for any relay, this one included. Not a
 		// release: this relay may hold a newer claim of the event, queued
 		// behind this one, which a release would end too.
-		s.cfg.Logger.Info("outbox claim half spent in the queue: event left to the next claim (raise LockTimeout or WorkerCount, or lower the queue capacities)",
-			watermill.LogFields{"event_id": e.ID, "topic": sub.topic, "source": item.source, "locked_until": e.LockedUntil})
+		s.drops.add(sub.topic, dropQueued)
 		return
 	}
 	if !s.inflight.tryAcquire(e.ID) {
@@ -92,7 +91,7 @@ func (sub *subscription) process(item queued, wait outbox.Timer) {
 	}
 	defer s.inflight.release(e.ID)
 	if e.Malformed != nil {
-		sub.logDead("outbox event cannot be decoded: DEAD", e, e.Malformed)
+		sub.logDead("outbox: event cannot be decoded; it is DEAD", e, e.Malformed)
 		s.settler.update(outcome{update: dead(e.ID, e.Attempts+1, e.Malformed)})
 		s.cfg.Metrics.Dead(sub.topic)
 		return
@@ -122,8 +121,8 @@ func (sub *subscription) process(item queued, wait outbox.Timer) {
 		// delivered again, and the next event of its aggregate after it,
 		// while this handler still holds e. The lease holds the
 		// aggregate until it ends instead.
-		s.cfg.Logger.Info("outbox handler still running at Close: ordered event left to its lease, its aggregate waits",
-			watermill.LogFields{"event_id": e.ID, "topic": sub.topic, "locked_until": e.LockedUntil})
+		s.cfg.Logger.Warn("outbox: handler still running at Close; ordered event left to its lease, its aggregate waits",
+			slog.String("event_id", e.ID), slog.String("topic", sub.topic), slog.Time("locked_until", e.LockedUntil))
 	case !answered:
 		s.settler.release([]releaseItem{{id: e.ID, topic: sub.topic}})
 	case acked:
@@ -137,7 +136,7 @@ func (sub *subscription) process(item queued, wait outbox.Timer) {
 		u := decide(e.ID, e.Attempts+1, mctx.slot.errOr(errNacked), s.cfg.RetryPolicy, s.cfg.Clock.Now())
 		if u.status == outbox.StatusDead {
 			s.cfg.Metrics.Dead(sub.topic)
-			sub.logDead("outbox event is DEAD", e, errors.New(u.err))
+			sub.logDead("outbox: event is DEAD", e, errors.New(u.err))
 		}
 		o := outcome{update: u}
 		if !u.nextAt.IsZero() {
@@ -166,12 +165,12 @@ func (sub *subscription) holdsBack(e *outboxdriver.Row) bool {
 // ordered event holds back the later events of its aggregate, which the
 // fields say, so that an operator knows a replay or a purge is awaited.
 func (sub *subscription) logDead(msg string, e *outboxdriver.Row, err error) {
-	fields := watermill.LogFields{"event_id": e.ID, "topic": sub.topic, "attempts": e.Attempts + 1}
+	attrs := []any{slog.String("event_id", e.ID), slog.String("topic", sub.topic), slog.Int("attempts", e.Attempts+1)}
 	if sub.holdsBack(e) {
-		fields["aggregate_type"], fields["aggregate_id"] = e.AggregateType, e.AggregateID
-		fields["holds_back_aggregate"] = true
+		attrs = append(attrs, slog.String("aggregate_type", e.AggregateType), slog.String("aggregate_id", e.AggregateID),
+			slog.Bool("holds_back_aggregate", true))
 	}
-	sub.s.cfg.Logger.Error(msg, err, fields)
+	sub.s.cfg.Logger.Error(msg, append(attrs, slog.Any("error", err))...)
 }
 
 // handOver gives msg to the subscription's reader and reports whether it
@@ -195,8 +194,7 @@ func (sub *subscription) handOver(msg *message.Message, item *queued, wait outbo
 		if !e.LockedUntil.IsZero() {
 			left := sub.halfSpent(e).Sub(sub.s.cfg.Clock.Now())
 			if left <= 0 {
-				sub.s.cfg.Logger.Info("outbox claim half spent waiting for the subscription's reader: event left to the next claim (raise LockTimeout, or read the channel concurrently, as a Watermill router does)",
-					watermill.LogFields{"event_id": e.ID, "topic": sub.topic, "source": item.source, "locked_until": e.LockedUntil})
+				sub.s.drops.add(sub.topic, dropReader)
 				return false
 			}
 			// Left running afterwards: the next Reset moves it, which

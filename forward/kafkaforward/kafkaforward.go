@@ -1,11 +1,12 @@
 package kafkaforward
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"log/slog"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -48,9 +49,10 @@ type Config struct {
 	// cluster. Default [DefaultConnectTimeout].
 	ConnectTimeout time.Duration
 
-	// Logger receives a trace line for each record Kafka acknowledged.
-	// Default: none.
-	Logger watermill.LoggerAdapter
+	// Logger receives a debug line for each record Kafka acknowledged.
+	// Default slog.Default(), as every logger of this module (which
+	// shows no debug lines unless configured to).
+	Logger *slog.Logger
 }
 
 // DefaultOptions returns the franz-go producer options NewPublisher starts
@@ -144,5 +146,5 @@ func NewPublisher(brokers []string, cfg Config) (*Publisher, error) {
 	}
 	// franz-go validated it (at least 1) and keeps it as an int64.
 	buffered := client.OptValue(kgo.MaxBufferedRecords).(int64)
-	return &Publisher{client: client, logger: cfg.Logger, room: make(chan struct{}, buffered)}, nil
+	return &Publisher{client: client, logger: cmp.Or(cfg.Logger, slog.Default()), room: make(chan struct{}, buffered)}, nil
 }

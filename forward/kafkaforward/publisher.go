@@ -4,10 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 
-	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -18,7 +18,7 @@ import (
 // idempotent.
 type Publisher struct {
 	client *kgo.Client
-	logger watermill.LoggerAdapter // nil: none
+	logger *slog.Logger
 	// room holds a token for each record in franz-go's buffer, up to its
 	// MaxBufferedRecords: a publish waits for room here, where its
 	// message's context can end the wait.
@@ -78,10 +78,9 @@ func (p *Publisher) publish(topic string, msg *message.Message) error {
 	// in Produce for the count, a moment.
 	p.client.Produce(context.Background(), rec, func(rec *kgo.Record, err error) {
 		<-p.room
-		if err == nil && p.logger != nil {
-			p.logger.Trace("Message sent to Kafka", watermill.LogFields{
-				"topic": rec.Topic, "kafka_partition": rec.Partition, "kafka_partition_offset": rec.Offset,
-			})
+		if err == nil {
+			p.logger.Debug("kafkaforward: record sent to Kafka", slog.String("topic", rec.Topic),
+				slog.Int("kafka_partition", int(rec.Partition)), slog.Int64("kafka_partition_offset", rec.Offset))
 		}
 		answer <- err
 	})

@@ -21,15 +21,26 @@ var reserved = []string{"sqlite_", "pg_"}
 // quoted or not, in every dialect: no case folding, no quoting, no
 // injection. The error wraps invalid, the calling dialect's sentinel.
 func Validate(name string, maxLen int, invalid error) error {
+	return ValidateNamed("", name, maxLen, invalid)
+}
+
+// ValidateNamed is [Validate], the error naming what the name is for
+// ("table", "schema"): "postgres: invalid identifier: table "Orders" may
+// hold only...".
+func ValidateNamed(what, name string, maxLen int, invalid error) error {
+	quoted := fmt.Sprintf("%q", name)
+	if what != "" {
+		quoted = what + " " + quoted
+	}
 	if len(name) == 0 || len(name) > maxLen {
-		return fmt.Errorf("%w: %q must be 1 to %d characters", invalid, name, maxLen)
+		return fmt.Errorf("%w: %s must be 1 to %d characters", invalid, quoted, maxLen)
 	}
 	if !pattern.MatchString(name) {
-		return fmt.Errorf("%w: %q may hold only a-z, 0-9 and _, and not start with a digit", invalid, name)
+		return fmt.Errorf("%w: %s may hold only a-z, 0-9 and _, and not start with a digit", invalid, quoted)
 	}
 	for _, prefix := range reserved {
 		if strings.HasPrefix(name, prefix) {
-			return fmt.Errorf("%w: %q starts with %s, which a database keeps for itself", invalid, name, prefix)
+			return fmt.Errorf("%w: %s starts with %s, which a database keeps for itself", invalid, quoted, prefix)
 		}
 	}
 	return nil
@@ -47,11 +58,11 @@ const MaxTableLen = 48
 // ValidateTable is [Validate] for an outbox table's name, at most
 // [MaxTableLen] characters and not [MigrationTable].
 func ValidateTable(name string, invalid error) error {
-	if err := Validate(name, MaxTableLen, invalid); err != nil {
+	if err := ValidateNamed("table", name, MaxTableLen, invalid); err != nil {
 		return err
 	}
 	if name == MigrationTable {
-		return fmt.Errorf("%w: %q is the name of the migration table", invalid, name)
+		return fmt.Errorf("%w: table %q is the name of the migration table", invalid, name)
 	}
 	return nil
 }

@@ -320,7 +320,7 @@ func DeadFilter(f outboxdriver.DeadFilter) []any {
 // Stats reads a table's counts with topics, which returns topic, status,
 // count and earliest due time (NULL for none) rows, and claims, which
 // returns owner, topic, count, earliest locked_at and latest locked_until
-// rows, each run with its arguments.
+// rows, each run with its arguments; claims "" reads no claims.
 func Stats(ctx context.Context, q Querier, table, topics string, topicsArgs []any, claims string, claimsArgs []any) (outboxdriver.StatsResult, error) {
 	var res outboxdriver.StatsResult
 	rows, err := q.QueryContext(ctx, topics, topicsArgs...)
@@ -337,6 +337,9 @@ func Stats(ctx context.Context, q Querier, table, topics string, topicsArgs []an
 	}
 	if err != nil {
 		return res, fmt.Errorf("%s: stats: %w", table, err)
+	}
+	if claims == "" {
+		return res, nil
 	}
 	rows, err = q.QueryContext(ctx, claims, claimsArgs...)
 	if err == nil {
@@ -442,7 +445,7 @@ type Table struct {
 // wraps) and returns its names for dialect, quoted by quote.
 func NewTable(dialect, name string, quote func(string) string, invalid error) (Table, error) {
 	if err := ident.ValidateTable(name, invalid); err != nil {
-		return Table{}, fmt.Errorf("%s: table: %w", dialect, err)
+		return Table{}, err
 	}
 	inbox := name + migrationfiles.InboxSuffix
 	return Table{Name: name, Quoted: quote(name), Inbox: quote(inbox), Lease: quote(name + migrationfiles.LeaseSuffix),

@@ -208,6 +208,19 @@ func testStats[Tx any](t *testing.T, f *fixture[Tx]) {
 	require.True(t, claimedAt.Equal(c.OldestClaim), "%v", c.OldestClaim)
 	require.True(t, claimedAt.Add(DefaultLease).Equal(c.LeaseEnds), "%v", c.LeaseEnds)
 
+	// The relay's periodic read: the pending rows alone, no leases.
+	pending, err := f.Store.Driver().Stats(ctx, outboxdriver.StatsParams{Now: f.Clock.Now(), PendingOnly: true})
+	require.NoError(t, err)
+	require.Empty(t, pending.Claims)
+	counts := map[string]int64{}
+	for _, ts := range pending.Topics {
+		counts[fmt.Sprintf("%s/%s", ts.Topic, outbox.Status(ts.Status))] += ts.Count
+		if ts.Topic == "b" {
+			require.True(t, Start.Equal(ts.OldestDue), "%v", ts.OldestDue)
+		}
+	}
+	require.Equal(t, map[string]int64{"a/NEW": 2, "a/RETRY": 1, "b/NEW": 1}, counts)
+
 	f.Clock.Set(Start.Add(2 * time.Hour))
 	stats, err = f.Store.Stats(ctx)
 	require.NoError(t, err)

@@ -327,6 +327,14 @@ SELECT topic, status, count(*), min(CASE WHEN pending = 1 AND available_at <= ? 
 FROM {table}
 GROUP BY topic, status`
 
+// sqlStatsPending is sqlStatsTopics of the pending rows alone, which the
+// due index holds.
+const sqlStatsPending = `
+SELECT topic, status, count(*), min(CASE WHEN available_at <= ? THEN available_at END)
+FROM {table}
+WHERE pending = 1
+GROUP BY topic, status`
+
 // sqlStatsClaims counts the pending rows whose lease runs at a time (the
 // parameter), by owner and topic, through the due index.
 const sqlStatsClaims = `
@@ -423,24 +431,24 @@ type statements struct {
 	appliedMigrations                                       string
 	script                                                  migrationfiles.Recorder
 
-	undoInsert                       string
-	existing, existingOne, get       string
-	lease, release, updateStatus     string
-	ownedClaims, releaseOwned        string
-	markDone, deleteDone             string    // deleteDone empty unless Config.DeleteDone
-	claim                            [2]string // by ordered (0, 1)
-	claimAfter                       string    // unordered, with a cursor
-	queryDead, countDead, replayDead string
-	deadGroups, deadGroupTopics      string
-	statsTopics, statsClaims         string
-	queryPending, queryEvents        string
-	acquireLease, leaseHolder        string
-	backlog                          string
-	purgePick, purgeDelete           string
-	purgeDeadPick                    string
-	markProcessed                    string
-	purgeProcessedPick               string
-	purgeProcessedDelete             string
+	undoInsert                             string
+	existing, existingOne, get             string
+	lease, release, updateStatus           string
+	ownedClaims, releaseOwned              string
+	markDone, deleteDone                   string    // deleteDone empty unless Config.DeleteDone
+	claim                                  [2]string // by ordered (0, 1)
+	claimAfter                             string    // unordered, with a cursor
+	queryDead, countDead, replayDead       string
+	deadGroups, deadGroupTopics            string
+	statsTopics, statsPending, statsClaims string
+	queryPending, queryEvents              string
+	acquireLease, leaseHolder              string
+	backlog                                string
+	purgePick, purgeDelete                 string
+	purgeDeadPick                          string
+	markProcessed                          string
+	purgeProcessedPick                     string
+	purgeProcessedDelete                   string
 
 	table string // quoted, for the insert's text, which depends on the batch
 }
@@ -471,6 +479,7 @@ func renderStatements(quoted, idIndex, dueIndex, inbox, lease, migrations string
 		deadGroups:           r.Replace(sqlDeadGroups),
 		deadGroupTopics:      r.Replace(sqlDeadGroupTopics),
 		statsTopics:          r.Replace(sqlStatsTopics),
+		statsPending:         r.Replace(sqlStatsPending),
 		statsClaims:          r.Replace(sqlStatsClaims),
 		queryPending:         r.Replace(sqlQueryPending),
 		queryEvents:          r.Replace(sqlQueryEvents),

@@ -298,7 +298,7 @@ func (d *driver) insertStatement(ctx context.Context, tx *sql.Tx, rows []insertR
 		return fmt.Errorf("mysql: insert into %s: %w: %w", d.t.Name, outbox.ErrDuplicateEvent, err)
 	}
 	if err != nil {
-		return fmt.Errorf("mysql: insert into %s: %w", d.t.Name, err)
+		return fmt.Errorf("mysql: insert into %s: %w", d.t.Name, d.notMigrated(err))
 	}
 	return nil
 }
@@ -374,7 +374,7 @@ func (d *driver) Claim(ctx context.Context, p *outboxdriver.ClaimParams) ([]outb
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("mysql: claim: %w", err)
+		return nil, fmt.Errorf("mysql: claim: %w", d.notMigrated(err))
 	}
 	lockedAt, lockedUntil := sqlcodec.Stored(p.Now), sqlcodec.Stored(p.LockedUntil)
 	for i := range claimed {
@@ -540,6 +540,9 @@ func (d *driver) DeadGroups(ctx context.Context, p outboxdriver.DeadGroupsParams
 // Stats implements [outboxdriver.Executor] in two statements.
 func (d *driver) Stats(ctx context.Context, p outboxdriver.StatsParams) (outboxdriver.StatsResult, error) {
 	now := []any{sqlcodec.Micros(p.Now)}
+	if p.PendingOnly {
+		return sqlcodec.Stats(ctx, d.db, d.t.Label, d.t.sql.statsPending, now, "", nil)
+	}
 	return sqlcodec.Stats(ctx, d.db, d.t.Label, d.t.sql.statsTopics, now, d.t.sql.statsClaims, now)
 }
 

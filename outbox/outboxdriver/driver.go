@@ -50,6 +50,19 @@ type Driver[Tx any] interface {
 	MarkProcessed(ctx context.Context, tx Tx, consumer, id string, at time.Time) (bool, error)
 }
 
+// SchemaChecker is implemented by drivers that can tell whether their
+// table is migrated; the engine's Store.Check calls it, and a relay
+// before its first claim. A driver without it is assumed migrated.
+type SchemaChecker interface {
+	// CheckSchema returns an error matching outbox.ErrNotMigrated (an
+	// *outbox.NotMigratedError naming the fix) when the table does not
+	// exist, or when the migrations recorded applied to it stop before
+	// the latest the driver knows. A table with no migration recorded
+	// (migrated by another tool from the plain migration files) passes.
+	// Other errors are the database's.
+	CheckSchema(ctx context.Context) error
+}
+
 // Executor is what a driver runs outside business transactions: the
 // relay's claims and outcomes, and operators' queries.
 type Executor interface {
@@ -113,7 +126,9 @@ type Executor interface {
 
 	// Stats counts the rows by topic and status, with the earliest
 	// available_at of the pending rows due at p.Now, and the leases
-	// running at p.Now by owner and topic. See [StatsResult].
+	// running at p.Now by owner and topic. See [StatsResult]. With
+	// p.PendingOnly it counts the pending rows alone, reading only them
+	// where an index allows, and no leases.
 	Stats(ctx context.Context, p StatsParams) (StatsResult, error)
 	// DeadGroups groups the DEAD rows matching p.Filter by error_group (""
 	// for NULL), up to p.Limit groups, the largest first, then by group.
@@ -347,6 +362,9 @@ type PurgeDeadParams struct {
 // StatsParams ask for the table's counts at Now.
 type StatsParams struct {
 	Now time.Time
+	// PendingOnly asks for the NEW and RETRY rows alone, without leases:
+	// the relay's periodic read of which topics have events.
+	PendingOnly bool
 }
 
 // StatsResult is what [Executor.Stats] read. Its slices may be in any

@@ -166,3 +166,21 @@ func TestMigrationsInvalidIdentifier(t *testing.T) {
 		require.Nil(t, migrations)
 	}
 }
+
+// The identifier errors name the package once, then what the name is for:
+// not "postgres: table: postgres: invalid identifier: ...".
+func TestIdentifierErrorTexts(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		cfg  Config
+		text string
+	}{
+		{Config{Table: "Outbox"}, `postgres: invalid identifier: table "Outbox" may hold only a-z, 0-9 and _, and not start with a digit`},
+		{Config{Schema: "pg_catalog"}, `postgres: invalid identifier: schema "pg_catalog" starts with pg_, which a database keeps for itself`},
+		{Config{Table: strings.Repeat("a", 49)}, `postgres: invalid identifier: table "` + strings.Repeat("a", 49) + `" must be 1 to 48 characters`},
+	} {
+		_, err := Migrations(tt.cfg)
+		require.EqualError(t, err, tt.text)
+		require.ErrorIs(t, err, ErrInvalidIdentifier)
+	}
+}

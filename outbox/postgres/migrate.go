@@ -79,27 +79,33 @@ func AppliedMigrations(ctx context.Context, db DB, cfg Config) ([]AppliedMigrati
 	if err != nil {
 		return nil, err
 	}
+	applied, err := t.applied(ctx, db)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: applied migrations: %w", err)
+	}
+	return applied, nil
+}
+
+// applied reads the migrations recorded applied to t, in version order:
+// none when the migration table does not exist.
+func (t *table) applied(ctx context.Context, db DB) ([]AppliedMigration, error) {
 	var exists bool
 	if err := db.QueryRow(ctx, sqlMigrationTableExists, t.sql.migrationTable).Scan(&exists); err != nil {
-		return nil, fmt.Errorf("postgres: applied migrations: %w", err)
+		return nil, err
 	}
 	if !exists {
 		return nil, nil
 	}
 	rows, err := db.Query(ctx, t.sql.appliedMigrations, t.name)
 	if err != nil {
-		return nil, fmt.Errorf("postgres: applied migrations: %w", err)
+		return nil, err
 	}
-	applied, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (AppliedMigration, error) {
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (AppliedMigration, error) {
 		var m AppliedMigration
 		err := row.Scan(&m.Version, &m.Name, &m.AppliedAt)
 		m.AppliedAt = m.AppliedAt.UTC()
 		return m, err
 	})
-	if err != nil {
-		return nil, fmt.Errorf("postgres: applied migrations: %w", err)
-	}
-	return applied, nil
 }
 
 // Migrate applies the migrations cfg's table lacks, in one transaction on

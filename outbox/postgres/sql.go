@@ -408,6 +408,14 @@ SELECT topic, status, count(*), min(available_at) FILTER (WHERE status IN (0, 2)
 FROM {table}
 GROUP BY topic, status`
 
+// sqlStatsPending is sqlStatsTopics of the pending rows alone, which the
+// due index holds.
+const sqlStatsPending = `
+SELECT topic, status, count(*), min(available_at) FILTER (WHERE available_at <= $1)
+FROM {table}
+WHERE status IN (0, 2)
+GROUP BY topic, status`
+
 // sqlStatsClaims counts the pending rows whose lease runs at $1, by owner
 // and topic, through the due index.
 const sqlStatsClaims = `
@@ -478,22 +486,22 @@ type statements struct {
 	migrationTable, appliedMigrations                       string // the quoted name; the records
 	script                                                  migrationfiles.Recorder
 
-	insert, insertOne, get           string
-	insertHot, insertOneHot          string
-	release, releaseOwned            string
-	updateStatus                     string
-	markDone, deleteDone             string // deleteDone empty unless Config.DeleteDone
-	claim, claimAfter                string
-	claimOrdered, claimOrderedAfter  string
-	claimHeads                       string
-	queryDead, countDead, replayDead string
-	purgeDead, deadGroups            string
-	statsTopics, statsClaims         string
-	queryPending, acquireLease       string
-	queryEvents                      string
-	backlog                          string
-	purge                            string
-	markProcessed, purgeProcessed    string
+	insert, insertOne, get                 string
+	insertHot, insertOneHot                string
+	release, releaseOwned                  string
+	updateStatus                           string
+	markDone, deleteDone                   string // deleteDone empty unless Config.DeleteDone
+	claim, claimAfter                      string
+	claimOrdered, claimOrderedAfter        string
+	claimHeads                             string
+	queryDead, countDead, replayDead       string
+	purgeDead, deadGroups                  string
+	statsTopics, statsPending, statsClaims string
+	queryPending, acquireLease             string
+	queryEvents                            string
+	backlog                                string
+	purge                                  string
+	markProcessed, purgeProcessed          string
 }
 
 func renderStatements(schema, qualified, inbox, lease string, synchronous, deleteDone bool) statements {
@@ -527,6 +535,7 @@ func renderStatements(schema, qualified, inbox, lease string, synchronous, delet
 		purgeDead:            r.Replace(sqlPurgeDead),
 		deadGroups:           r.Replace(sqlDeadGroups),
 		statsTopics:          r.Replace(sqlStatsTopics),
+		statsPending:         r.Replace(sqlStatsPending),
 		statsClaims:          r.Replace(sqlStatsClaims),
 		queryPending:         r.Replace(sqlQueryPending),
 		queryEvents:          r.Replace(sqlQueryEvents),

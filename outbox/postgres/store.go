@@ -117,11 +117,11 @@ func newTable(cfg Config) (*table, error) {
 		name = DefaultTable
 	}
 	if err := ident.ValidateTable(name, ErrInvalidIdentifier); err != nil {
-		return nil, fmt.Errorf("postgres: table: %w", err)
+		return nil, err
 	}
 	if cfg.Schema != "" {
-		if err := ValidateIdentifier(cfg.Schema, maxSchemaLen); err != nil {
-			return nil, fmt.Errorf("postgres: schema: %w", err)
+		if err := ident.ValidateNamed("schema", cfg.Schema, maxSchemaLen, ErrInvalidIdentifier); err != nil {
+			return nil, err
 		}
 	}
 	t := &table{name: name, schema: cfg.Schema}
@@ -224,7 +224,7 @@ func (d *driver) insertError(err error) error {
 	if isUniqueViolation(err) {
 		return fmt.Errorf("postgres: insert into %s: %w: %w", d.t.qualified, outbox.ErrDuplicateEvent, err)
 	}
-	return fmt.Errorf("postgres: insert into %s: %w", d.t.qualified, err)
+	return fmt.Errorf("postgres: insert into %s: %w", d.t.qualified, d.t.notMigrated(err))
 }
 
 // Kept implements [outboxdriver.Driver]: all of ids when the savepoint
@@ -333,11 +333,11 @@ func (d *driver) Claim(ctx context.Context, p *outboxdriver.ClaimParams) ([]outb
 	}
 	rows, err := d.db.Query(ctx, sql, args...)
 	if err != nil {
-		return nil, fmt.Errorf("postgres: claim: %w", err)
+		return nil, fmt.Errorf("postgres: claim: %w", d.t.notMigrated(err))
 	}
 	claimed, err := collectRows(rows, p.Limit)
 	if err != nil {
-		return nil, fmt.Errorf("postgres: claim: %w", err)
+		return nil, fmt.Errorf("postgres: claim: %w", d.t.notMigrated(err))
 	}
 	return claimed, nil
 }
@@ -476,7 +476,11 @@ func (d *driver) DeadGroups(ctx context.Context, p outboxdriver.DeadGroupsParams
 // by topic and status, and the claims.
 func (d *driver) Stats(ctx context.Context, p outboxdriver.StatsParams) (outboxdriver.StatsResult, error) {
 	var res outboxdriver.StatsResult
-	rows, err := d.db.Query(ctx, d.t.sql.statsTopics, p.Now)
+	topics := d.t.sql.statsTopics
+	if p.PendingOnly {
+		topics = d.t.sql.statsPending
+	}
+	rows, err := d.db.Query(ctx, topics, p.Now)
 	if err == nil {
 		res.Topics, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (outboxdriver.TopicStatus, error) {
 			var (
@@ -492,6 +496,9 @@ func (d *driver) Stats(ctx context.Context, p outboxdriver.StatsParams) (outboxd
 	}
 	if err != nil {
 		return res, fmt.Errorf("postgres: stats of %s: %w", d.t.qualified, err)
+	}
+	if p.PendingOnly {
+		return res, nil
 	}
 	rows, err = d.db.Query(ctx, d.t.sql.statsClaims, p.Now)
 	if err == nil {

@@ -267,6 +267,14 @@ SELECT topic, status, count(*), min(CASE WHEN status IN (0, 2) AND available_at 
 FROM {table}
 GROUP BY topic, status`
 
+// sqlStatsPending is sqlStatsTopics of the pending rows alone, which the
+// due index holds.
+const sqlStatsPending = `
+SELECT topic, status, count(*), min(CASE WHEN available_at <= ?1 THEN available_at END)
+FROM {table}
+WHERE status IN (0, 2)
+GROUP BY topic, status`
+
 // sqlStatsClaims counts the pending rows whose lease runs at ?1, by owner
 // and topic.
 const sqlStatsClaims = `
@@ -336,20 +344,20 @@ type statements struct {
 	appliedMigrations                                       string
 	script                                                  migrationfiles.Recorder
 
-	insert, existing, existingOne, get string
-	release, releaseOwned              string
-	updateStatus                       string
-	markDone, deleteDone               string    // deleteDone empty unless Config.DeleteDone
-	claim                              [2]string // by ordered (0, 1)
-	queryDead, countDead, replayDead   string
-	purgeDead, queryPending            string
-	queryEvents                        string
-	deadGroups, deadGroupTopics        string
-	statsTopics, statsClaims           string
-	acquireLease                       string
-	backlog                            string
-	purge                              string
-	markProcessed, purgeProcessed      string
+	insert, existing, existingOne, get     string
+	release, releaseOwned                  string
+	updateStatus                           string
+	markDone, deleteDone                   string    // deleteDone empty unless Config.DeleteDone
+	claim                                  [2]string // by ordered (0, 1)
+	queryDead, countDead, replayDead       string
+	purgeDead, queryPending                string
+	queryEvents                            string
+	deadGroups, deadGroupTopics            string
+	statsTopics, statsPending, statsClaims string
+	acquireLease                           string
+	backlog                                string
+	purge                                  string
+	markProcessed, purgeProcessed          string
 }
 
 func renderStatements(quoted, inbox, lease string, deleteDone bool) statements {
@@ -374,6 +382,7 @@ func renderStatements(quoted, inbox, lease string, deleteDone bool) statements {
 		deadGroups:           r.Replace(sqlDeadGroups),
 		deadGroupTopics:      r.Replace(sqlDeadGroupTopics),
 		statsTopics:          r.Replace(sqlStatsTopics),
+		statsPending:         r.Replace(sqlStatsPending),
 		statsClaims:          r.Replace(sqlStatsClaims),
 		queryPending:         r.Replace(sqlQueryPending),
 		queryEvents:          r.Replace(sqlQueryEvents),

@@ -156,7 +156,7 @@ func (d *driver) Insert(ctx context.Context, tx *sql.Tx, p *outboxdriver.InsertP
 func (d *driver) insert(ctx context.Context, tx *sql.Tx, p *outboxdriver.InsertParams) (err error) {
 	defer inserting.lock(tx)()
 	if _, err := tx.ExecContext(ctx, sqlInsertSavepoint); err != nil {
-		return fmt.Errorf("sqlite: insert into %s: %w", d.t.Name, err)
+		return fmt.Errorf("sqlite: insert into %s: %w", d.t.Name, d.notMigrated(err))
 	}
 	defer func() {
 		if err != nil {
@@ -168,7 +168,7 @@ func (d *driver) insert(ctx context.Context, tx *sql.Tx, p *outboxdriver.InsertP
 	}()
 	stmt, err := tx.PrepareContext(ctx, d.t.sql.insert)
 	if err != nil {
-		return fmt.Errorf("sqlite: insert into %s: %w", d.t.Name, err)
+		return fmt.Errorf("sqlite: insert into %s: %w", d.t.Name, d.notMigrated(err))
 	}
 	defer stmt.Close()
 	for i := range p.Rows {
@@ -178,11 +178,11 @@ func (d *driver) insert(ctx context.Context, tx *sql.Tx, p *outboxdriver.InsertP
 			return fmt.Errorf("sqlite: insert into %s: %w: %w", d.t.Name, outbox.ErrDuplicateEvent, err)
 		}
 		if err != nil {
-			return fmt.Errorf("sqlite: insert into %s: %w", d.t.Name, err)
+			return fmt.Errorf("sqlite: insert into %s: %w", d.t.Name, d.notMigrated(err))
 		}
 	}
 	if _, err := tx.ExecContext(ctx, sqlInsertRelease); err != nil {
-		return fmt.Errorf("sqlite: insert into %s: %w", d.t.Name, err)
+		return fmt.Errorf("sqlite: insert into %s: %w", d.t.Name, d.notMigrated(err))
 	}
 	return nil
 }
@@ -262,7 +262,7 @@ func (d *driver) Claim(ctx context.Context, p *outboxdriver.ClaimParams) ([]outb
 	rows, err := sqlcodec.QueryRows(ctx, d.db, query, sqlcodec.Micros(p.Now), sqlcodec.Micros(p.CreatedBefore), p.Limit,
 		p.Owner, sqlcodec.Micros(p.LockedUntil), p.Topic)
 	if err != nil {
-		return nil, fmt.Errorf("sqlite: claim: %w", err)
+		return nil, fmt.Errorf("sqlite: claim: %w", d.notMigrated(err))
 	}
 	return rows, nil
 }
@@ -357,6 +357,9 @@ func (d *driver) DeadGroups(ctx context.Context, p outboxdriver.DeadGroupsParams
 // Stats implements [outboxdriver.Executor] in two statements.
 func (d *driver) Stats(ctx context.Context, p outboxdriver.StatsParams) (outboxdriver.StatsResult, error) {
 	now := []any{sqlcodec.Micros(p.Now)}
+	if p.PendingOnly {
+		return sqlcodec.Stats(ctx, d.db, d.t.Label, d.t.sql.statsPending, now, "", nil)
+	}
 	return sqlcodec.Stats(ctx, d.db, d.t.Label, d.t.sql.statsTopics, now, d.t.sql.statsClaims, now)
 }
 

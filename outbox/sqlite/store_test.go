@@ -250,6 +250,24 @@ func TestConfigRejectsBadIdentifiers(t *testing.T) {
 	require.NoError(t, err)
 }
 
+// The identifier errors name the package once, then what the name is for.
+func TestIdentifierErrorTexts(t *testing.T) {
+	t.Parallel()
+	for table, text := range map[string]string{
+		"Outbox":             `sqlite: invalid identifier: table "Outbox" may hold only a-z, 0-9 and _, and not start with a digit`,
+		"":                   "",
+		"sqlite_outbox":      `sqlite: invalid identifier: table "sqlite_outbox" starts with sqlite_, which a database keeps for itself`,
+		"wmoutbox_migration": `sqlite: invalid identifier: table "wmoutbox_migration" is the name of the migration table`,
+	} {
+		_, err := sqlite.Migrations(sqlite.Config{Table: table})
+		if text == "" {
+			require.NoError(t, err, "the default table")
+			continue
+		}
+		require.EqualError(t, err, text)
+	}
+}
+
 func TestMigrateIsIdempotentAndConcurrent(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
