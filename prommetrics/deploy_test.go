@@ -29,9 +29,10 @@ const (
 // seriesName matches a series name of the default namespace in a query.
 var seriesName = regexp.MustCompile(`\boutbox_[a-z_]+\b`)
 
-// tableWide are the series without a topic label, which no topic
-// variable selects.
-var tableWide = map[string]bool{"outbox_purged_rows_total": true}
+// tableWide are the series the topic variable does not select: those
+// without a topic label, and the unserved topics, which the variable
+// (the served topics) cannot list.
+var tableWide = map[string]bool{"outbox_purged_rows_total": true, "outbox_unserved_events": true}
 
 // exportedSeries returns the names a query can select among the series
 // New registers (a histogram's _bucket, _sum and _count), and the
@@ -54,6 +55,7 @@ func exportedSeries(t *testing.T) (queryable map[string]bool, families []string)
 	m.DeadEvents("orders", 1)
 	m.Handled("orders", true, time.Millisecond)
 	m.Purged("done", 1)
+	m.Unserved("invoices", 1)
 	gathered, err := reg.Gather()
 	require.NoError(t, err)
 	queryable = map[string]bool{}
