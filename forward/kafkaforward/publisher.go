@@ -78,7 +78,9 @@ func (p *Publisher) publish(topic string, msg *message.Message) error {
 	// in Produce for the count, a moment.
 	p.client.Produce(context.Background(), rec, func(rec *kgo.Record, err error) {
 		<-p.room
-		if err == nil {
+		// Asked first: the line's attributes would cost every record
+		// allocations that a logger showing no debug lines throws away.
+		if err == nil && p.logger.Enabled(context.Background(), slog.LevelDebug) {
 			p.logger.Debug("kafkaforward: record sent to Kafka", slog.String("topic", rec.Topic),
 				slog.Int("kafka_partition", int(rec.Partition)), slog.Int64("kafka_partition_offset", rec.Offset))
 		}
