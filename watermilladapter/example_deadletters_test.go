@@ -2,7 +2,6 @@ package watermilladapter_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -79,10 +78,12 @@ func Example_deadLetters() {
 			panic(err)
 		}
 	}
-	waitFor(func() bool {
-		n, err := store.CountDead(ctx, outbox.DeadFilter{Topic: "payments"})
-		return err == nil && n == 5
-	})
+	// Tests wait for the relay to record every outcome, not for a time.
+	wait, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := sub.WaitIdle(wait); err != nil { // all five rejected and recorded DEAD
+		panic(err)
+	}
 
 	groups, err := store.DeadGroups(ctx, outbox.DeadGroupQuery{})
 	if err != nil {
@@ -98,21 +99,12 @@ func Example_deadLetters() {
 		panic(err)
 	}
 	sub.Wake("payments")
-	waitFor(func() bool { return delivered.Load() == 3 })
+	if err := sub.WaitIdle(wait); err != nil {
+		panic(err)
+	}
 	fmt.Println("replayed", n, "and delivered", delivered.Load())
 	// Output:
 	// 3 × permanent: charge order <n>: card declined
 	// 2 × permanent: dial tcp <addr>: connection refused
 	// replayed 3 and delivered 3
-}
-
-// waitFor polls cond until it holds, for ten seconds at most.
-func waitFor(cond func() bool) {
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			panic(errors.New("timed out"))
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
