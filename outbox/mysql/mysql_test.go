@@ -107,7 +107,7 @@ func TestMigrationsAreRenderedForTheTable(t *testing.T) {
 	t.Parallel()
 	migrations, err := mysql.Migrations(mysql.Config{Table: "shop_events"})
 	require.NoError(t, err)
-	require.Len(t, migrations, 3)
+	require.Len(t, migrations, 4)
 	for i, m := range migrations {
 		require.Equal(t, i+1, m.Version)
 		require.NotContains(t, m.SQL, "outbox_event", m.Name)
@@ -450,17 +450,20 @@ func TestLockWaitTimeoutLeavesTheTransactionUsable(t *testing.T) {
 
 // TestMigrationCutShortRunsAgain: a migration whose statements were
 // applied but not recorded (a process stopped between the two) is applied
-// again from its start: migration 3's ALTER TABLE, which MySQL cannot
-// write IF NOT EXISTS, finds its column and keys and goes on.
+// again from its start: the latest migration's ALTER TABLE, which MySQL
+// cannot write IF NOT EXISTS, finds its column and keys and goes on.
 func TestMigrationCutShortRunsAgain(t *testing.T) {
 	t.Parallel()
 	db := testmysql.New(t)
 	ctx := t.Context()
-	_, err := db.ExecContext(ctx, `DELETE FROM wmoutbox_migration WHERE table_name = 'outbox_event' AND version = 3`)
+	migrations, err := mysql.Migrations(mysql.Config{})
+	require.NoError(t, err)
+	latest := migrations[len(migrations)-1].Version
+	_, err = db.ExecContext(ctx, `DELETE FROM wmoutbox_migration WHERE table_name = 'outbox_event' AND version = ?`, latest)
 	require.NoError(t, err)
 	require.NoError(t, mysql.Migrate(ctx, db, mysql.Config{}))
 	var versions int
 	require.NoError(t, db.QueryRowContext(ctx,
-		`SELECT count(*) FROM wmoutbox_migration WHERE table_name = 'outbox_event' AND version = 3`).Scan(&versions))
+		`SELECT count(*) FROM wmoutbox_migration WHERE table_name = 'outbox_event' AND version = ?`, latest).Scan(&versions))
 	require.Equal(t, 1, versions)
 }
