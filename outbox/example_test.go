@@ -158,6 +158,46 @@ func ExampleAfterCommit() {
 	// InTx: rolled back
 }
 
+// A hook registered for a rollback undoes what the transaction did
+// outside the database (here, a reservation held in memory) when the
+// transaction fails; after a commit it never runs.
+func ExampleAfterRollback() {
+	ctx := context.Background()
+	store, _, closeDB := exampleStore(ctx)
+	defer closeDB()
+
+	reserved := map[string]bool{}
+	reserve := func(ctx context.Context, sku string) error {
+		reserved[sku] = true
+		return outbox.AfterRollback(ctx, func(context.Context) error {
+			delete(reserved, sku)
+			fmt.Println("released", sku)
+			return nil
+		})
+	}
+	for _, order := range []struct {
+		sku  string
+		fail bool
+	}{{"book", false}, {"lamp", true}} {
+		err := store.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+			if err := reserve(ctx, order.sku); err != nil {
+				return err
+			}
+			if order.fail {
+				return errors.New("payment declined")
+			}
+			return nil
+		})
+		fmt.Println(order.sku, "InTx:", err)
+	}
+	fmt.Println("reserved:", reserved)
+	// Output:
+	// book InTx: <nil>
+	// released lamp
+	// lamp InTx: payment declined
+	// reserved: map[book:true]
+}
+
 // A consumer records each event it processed in the transaction of its
 // own writes: an event delivered twice has its effects once.
 func ExampleStore_MarkProcessed() {
