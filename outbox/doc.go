@@ -40,6 +40,14 @@
 // nothing is written then. A transaction you begin and commit yourself
 // works too: its events are left to the relays' claims.
 //
+// [WriterConfig].BeforeWrite hooks see each write just before the insert,
+// once the envelopes are validated, their defaults filled in and the
+// [HeaderInjector]'s headers added: they run in order, may add headers
+// (and change nothing else: the writer checks), and the first that
+// returns an error refuses the write, nothing written, its error wrapped
+// in Write's. [Envelope].DeliverIn delays an event relative to the write,
+// as DeliverAfter does to a time.
+//
 // # Transactions and after-commit hooks
 //
 // Go has no thread-local transaction: [Store.InTx] passes the transaction

@@ -202,6 +202,29 @@ func TestDelayedEventIsClaimedWhenDueNotAtThePoll(t *testing.T) {
 	}
 }
 
+// An event published with outbox_deliver_in is due that long after the
+// write by the store's clock, and claimed then, not at the poll.
+func TestDeliverInIsClaimedWhenDue(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t)
+	got := newReceived()
+	clock := clocktest.New(testStart)
+	r := relaytest.StartOnClock(t, pool, clock, watermilladapter.SubscriberConfig{PollInterval: time.Hour},
+		relaytest.Handlers{"orders": got.handler})
+	msg := newMsg("in 5 s")
+	msg.Metadata.Set(watermilladapter.MetadataDeliverIn, "5s")
+	due := clock.Now().Add(5 * time.Second)
+	r.Publish(t, "orders", msg)
+	e := statusOf(t, r.Store, onlyEventID(t, pool))
+	require.True(t, due.Equal(e.AvailableAt), "due at %v, not %v", due, e.AvailableAt)
+
+	delivered := nextMessageOnClock(t, clock, 100*time.Millisecond, got.ch, "the event for later")
+	require.Equal(t, "in 5 s", string(delivered.Payload))
+	require.False(t, clock.Now().Before(due), "delivered before its time")
+	require.Less(t, clock.Now().Sub(due), 30*time.Minute, "delivered at the poll, not when due")
+	require.Empty(t, delivered.Metadata.Get(watermilladapter.MetadataDeliverIn), "a delay is not passed on")
+}
+
 // publishForLater publishes msg on "orders" for 5 s later, moves the
 // clock on until it is delivered, and returns it: delivered once due, and
 // long before the poll, an hour away.

@@ -52,6 +52,14 @@ type PublisherConfig struct {
 	// Injector. A message published without an outbox_event_id is given
 	// its event id first, so that the injector sees it. Default: none.
 	Headers outbox.HeaderInjector
+
+	// BeforeWrite are run on the events of each Publish, as
+	// [outbox.WriterConfig]'s BeforeWrite, with the context of the first
+	// message (the context Publish writes with), after Headers: they may
+	// add headers (which come back as metadata) and refuse the write
+	// with an error, which Publish returns wrapped; nothing is written
+	// then. Default: none.
+	BeforeWrite []func(ctx context.Context, events []outbox.Envelope) error
 }
 
 // Publisher is a Watermill message.Publisher that writes each message as an
@@ -89,7 +97,7 @@ func NewPublisher[Tx any](store *outbox.Store[Tx], cfg PublisherConfig) (*Publis
 	if store == nil {
 		return nil, fmt.Errorf("watermilladapter: new publisher: %w: no store", outbox.ErrInvalidRequest)
 	}
-	writer, err := outbox.NewWriter(store, outbox.WriterConfig{HotPath: cfg.HotPath, Notify: cfg.Notify})
+	writer, err := outbox.NewWriter(store, outbox.WriterConfig{HotPath: cfg.HotPath, Notify: cfg.Notify, BeforeWrite: cfg.BeforeWrite})
 	if err != nil {
 		return nil, err
 	}
