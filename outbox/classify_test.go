@@ -83,3 +83,46 @@ func TestRetryAfter(t *testing.T) {
 	require.ErrorIs(t, outbox.RetryAfter(time.Minute, reason), reason, "the reason is kept")
 	require.False(t, outbox.IsPermanent(outbox.RetryAfter(time.Minute, reason)))
 }
+
+func TestFailRetryAfter(t *testing.T) {
+	t.Parallel()
+
+	reason := errors.New("downstream: HTTP 429")
+	tests := []struct {
+		name      string
+		err       error
+		text      string // "" to leave unchecked
+		wantDelay time.Duration
+		wantOK    bool
+	}{
+		{name: "with a reason", err: outbox.FailRetryAfter(time.Minute, reason), text: "failed, retry after 1m0s: downstream: HTTP 429",
+			wantDelay: time.Minute, wantOK: true},
+		{name: "without a reason", err: outbox.FailRetryAfter(1500*time.Millisecond, nil), text: "failed, retry after 1.5s",
+			wantDelay: 1500 * time.Millisecond, wantOK: true},
+		{name: "negative delay is at once", err: outbox.FailRetryAfter(-time.Second, nil), wantOK: true},
+		{name: "wrapped", err: fmt.Errorf("handler: %w", outbox.FailRetryAfter(time.Minute, reason)),
+			wantDelay: time.Minute, wantOK: true},
+		{name: "the outer one counts", err: outbox.FailRetryAfter(time.Second, outbox.FailRetryAfter(time.Hour, nil)),
+			wantDelay: time.Second, wantOK: true},
+		{name: "a retry after is another mark", err: outbox.RetryAfter(time.Minute, reason)},
+		{name: "plain error", err: reason},
+		{name: "nil", err: nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+
+			if tt.text != "" {
+				require.EqualError(t, tt.err, tt.text)
+			}
+			delay, ok := outbox.FailRetryAfterDelay(tt.err)
+			require.Equal(t, tt.wantOK, ok)
+			require.Equal(t, tt.wantDelay, delay)
+		})
+	}
+
+	require.ErrorIs(t, outbox.FailRetryAfter(time.Minute, reason), reason, "the reason is kept")
+	_, deferred := outbox.RetryAfterDelay(outbox.FailRetryAfter(time.Minute, reason))
+	require.False(t, deferred, "no deferral: the attempt is spent")
+	require.False(t, outbox.IsPermanent(outbox.FailRetryAfter(time.Minute, reason)))
+}

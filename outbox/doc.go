@@ -7,12 +7,12 @@
 // This package is what an application uses: the [Envelope] it writes, the
 // [Store] of its database (made by a dialect: outbox/postgres,
 // outbox/mysql, outbox/sqlite), the [Writer], transactions with
-// after-commit and after-rollback hooks, error classes for handlers ([Permanent],
-// [RetryAfter]), the [RetryPolicy], and operator queries on dead events.
-// Delivery is package watermilladapter's: a Watermill Subscriber that
-// relays events to router handlers, and a Publisher that writes them.
-// Store authors implement package outboxdriver; applications never need
-// it.
+// after-commit and after-rollback hooks, error classes for handlers
+// ([Permanent], [RetryAfter], [FailRetryAfter]), the [RetryPolicy], and
+// operator queries on dead events. Delivery is package
+// watermilladapter's: a Watermill Subscriber that relays events to router
+// handlers, and a Publisher that writes them. Store authors implement
+// package outboxdriver; applications never need it.
 //
 // # Writing
 //
