@@ -206,6 +206,21 @@ func ScanColumn[T any](rows *sql.Rows) ([]T, error) {
 	return values, rows.Err()
 }
 
+// ScanPairs scans rows of two text columns and returns their values. It
+// closes rows.
+func ScanPairs(rows *sql.Rows) ([][2]string, error) {
+	defer rows.Close()
+	var pairs [][2]string
+	for rows.Next() {
+		var p [2]string
+		if err := rows.Scan(&p[0], &p[1]); err != nil {
+			return nil, err
+		}
+		pairs = append(pairs, p)
+	}
+	return pairs, rows.Err()
+}
+
 // QueryRows runs query on q and returns the rows it selects: the drivers'
 // event columns, event_id, event_type, topic, aggregate_type,
 // aggregate_id, tenant_id, payload, payload_json, headers, status,
