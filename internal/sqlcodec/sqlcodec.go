@@ -206,6 +206,16 @@ func ScanColumn[T any](rows *sql.Rows) ([]T, error) {
 	return values, rows.Err()
 }
 
+// QueryPairs runs query on q and returns the values of its two text
+// columns.
+func QueryPairs(ctx context.Context, q Querier, query string, args ...any) ([][2]string, error) {
+	rows, err := q.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	return ScanPairs(rows)
+}
+
 // ScanPairs scans rows of two text columns and returns their values. It
 // closes rows.
 func ScanPairs(rows *sql.Rows) ([][2]string, error) {

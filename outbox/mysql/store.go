@@ -617,11 +617,7 @@ func (d *driver) Heartbeat(ctx context.Context, p outboxdriver.HeartbeatParams) 
 // deletes its heartbeat, reads its claims and releases them.
 func (d *driver) ReleaseDeadRelays(ctx context.Context, p outboxdriver.ReleaseDeadRelaysParams) ([]outboxdriver.ReleasedRelay, error) {
 	now := sqlcodec.Micros(p.Now)
-	rows, err := d.db.QueryContext(ctx, d.t.sql.expiredHeartbeats, outboxdriver.HeartbeatPattern, now, p.Limit)
-	var expired [][2]string // name, owner
-	if err == nil {
-		expired, err = sqlcodec.ScanPairs(rows)
-	}
+	expired, err := sqlcodec.QueryPairs(ctx, d.db, d.t.sql.expiredHeartbeats, outboxdriver.HeartbeatPattern, now, p.Limit) // name, owner
 	if err != nil {
 		return nil, fmt.Errorf("mysql: find dead relays: %w", err)
 	}
@@ -663,11 +659,7 @@ func (d *driver) ReleaseDeadRelays(ctx context.Context, p outboxdriver.ReleaseDe
 // claimsOf returns the ids of owner's claims on pending events, and their
 // distinct topics.
 func (d *driver) claimsOf(ctx context.Context, tx *sql.Tx, owner string) (ids, topics []string, err error) {
-	rows, err := tx.QueryContext(ctx, d.t.sql.claimsOf, owner)
-	if err != nil {
-		return nil, nil, err
-	}
-	claims, err := sqlcodec.ScanPairs(rows) // event_id, topic
+	claims, err := sqlcodec.QueryPairs(ctx, tx, d.t.sql.claimsOf, owner) // event_id, topic
 	if err != nil {
 		return nil, nil, err
 	}

@@ -421,11 +421,7 @@ func (d *driver) Heartbeat(ctx context.Context, p outboxdriver.HeartbeatParams) 
 // heartbeat and releases its claims.
 func (d *driver) ReleaseDeadRelays(ctx context.Context, p outboxdriver.ReleaseDeadRelaysParams) ([]outboxdriver.ReleasedRelay, error) {
 	now := sqlcodec.Micros(p.Now)
-	rows, err := d.db.QueryContext(ctx, d.t.sql.expiredHeartbeats, outboxdriver.HeartbeatPattern, now, p.Limit)
-	var expired [][2]string // name, owner
-	if err == nil {
-		expired, err = sqlcodec.ScanPairs(rows)
-	}
+	expired, err := sqlcodec.QueryPairs(ctx, d.db, d.t.sql.expiredHeartbeats, outboxdriver.HeartbeatPattern, now, p.Limit) // name, owner
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: find dead relays: %w", err)
 	}
