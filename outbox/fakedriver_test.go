@@ -378,6 +378,23 @@ func (d *fakeDriver[Tx]) AcquireLease(_ context.Context, p outboxdriver.LeasePar
 	return true, nil
 }
 
+// Heartbeat, ReleaseDeadRelays and EndHeartbeat are the relay's: the
+// engine calls none of them.
+func (d *fakeDriver[Tx]) Heartbeat(context.Context, outboxdriver.HeartbeatParams) (bool, error) {
+	d.add("heartbeat")
+	return true, nil
+}
+
+func (d *fakeDriver[Tx]) ReleaseDeadRelays(context.Context, outboxdriver.ReleaseDeadRelaysParams) ([]outboxdriver.ReleasedRelay, error) {
+	d.add("release dead relays")
+	return nil, nil
+}
+
+func (d *fakeDriver[Tx]) EndHeartbeat(context.Context, string) error {
+	d.add("end heartbeat")
+	return nil
+}
+
 // purgeBatch records p and returns the next of d.batches, 0 once they
 // ran out.
 func (d *fakeDriver[Tx]) purgeBatch(p outboxdriver.PurgeParams) (int64, error) {

@@ -79,6 +79,18 @@ func (d *instantDriver) Release(_ context.Context, p outboxdriver.ReleaseParams)
 	return int64(len(p.IDs)), nil
 }
 
+// Heartbeat finds the heartbeat there, and ReleaseDeadRelays no dead
+// relay: liveness is the heartbeat tests'.
+func (*instantDriver) Heartbeat(context.Context, outboxdriver.HeartbeatParams) (bool, error) {
+	return true, nil
+}
+
+func (*instantDriver) ReleaseDeadRelays(context.Context, outboxdriver.ReleaseDeadRelaysParams) ([]outboxdriver.ReleasedRelay, error) {
+	return nil, nil
+}
+
+func (*instantDriver) EndHeartbeat(context.Context, string) error { return nil }
+
 func (d *instantDriver) releasedCount() int {
 	d.mu.Lock()
 	defer d.mu.Unlock()

@@ -206,6 +206,31 @@ func ScanColumn[T any](rows *sql.Rows) ([]T, error) {
 	return values, rows.Err()
 }
 
+// QueryPairs runs query on q and returns the values of its two text
+// columns.
+func QueryPairs(ctx context.Context, q Querier, query string, args ...any) ([][2]string, error) {
+	rows, err := q.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	return ScanPairs(rows)
+}
+
+// ScanPairs scans rows of two text columns and returns their values. It
+// closes rows.
+func ScanPairs(rows *sql.Rows) ([][2]string, error) {
+	defer rows.Close()
+	var pairs [][2]string
+	for rows.Next() {
+		var p [2]string
+		if err := rows.Scan(&p[0], &p[1]); err != nil {
+			return nil, err
+		}
+		pairs = append(pairs, p)
+	}
+	return pairs, rows.Err()
+}
+
 // QueryRows runs query on q and returns the rows it selects: the drivers'
 // event columns, event_id, event_type, topic, aggregate_type,
 // aggregate_id, tenant_id, payload, payload_json, headers, status,

@@ -377,6 +377,34 @@ ON DUPLICATE KEY UPDATE
 	sqlLeaseHolder = `SELECT owner FROM {lease} WHERE name = ?`
 )
 
+// sqlHeartbeat writes a relay's heartbeat, or moves its until. Parameters:
+// name, owner, until. MySQL counts 1 changed row for an insert, 2 for an
+// update and 0 for a row already so (1 under the client flag
+// CLIENT_FOUND_ROWS).
+const sqlHeartbeat = `
+INSERT INTO {lease} (name, owner, until) VALUES (?, ?, ?)
+ON DUPLICATE KEY UPDATE owner = VALUES(owner), until = VALUES(until)`
+
+// sqlExpiredHeartbeats lists relay heartbeats expired before a time, the
+// longest expired first. Parameters: the name pattern, now, limit.
+const sqlExpiredHeartbeats = `
+SELECT name, owner FROM {lease} WHERE name LIKE ? AND until < ? ORDER BY until LIMIT ?`
+
+// sqlDeleteExpiredHeartbeat deletes a heartbeat if it is still expired
+// before a time: the reaper whose delete changes the row releases the
+// relay's claims, in the same transaction. Parameters: name, now.
+const sqlDeleteExpiredHeartbeat = `DELETE FROM {lease} WHERE name = ? AND until < ?`
+
+// sqlClaimsOf returns the ids and topics of an owner's claims on pending
+// events, which the release that follows (sqlRelease) ends. The due
+// index, which pending leads, keeps the read to the pending rows.
+const sqlClaimsOf = `
+SELECT event_id, topic FROM {table} FORCE INDEX ({due_idx})
+WHERE pending = 1 AND locked_by = ?`
+
+// sqlEndHeartbeat deletes a relay's heartbeat. Parameters: name, owner.
+const sqlEndHeartbeat = `DELETE FROM {lease} WHERE name = ? AND owner = ?`
+
 // A purge deletes a batch of rows in a READ COMMITTED transaction of its
 // own: the pick (sqlPurgePick, sqlPurgeProcessedPick) locks the batch with
 // SKIP LOCKED, passing over rows other transactions hold, which MySQL's
@@ -443,6 +471,9 @@ type statements struct {
 	statsTopics, statsPending, statsClaims string
 	queryPending, queryEvents              string
 	acquireLease, leaseHolder              string
+	heartbeat, expiredHeartbeats           string
+	deleteExpiredHeartbeat, claimsOf       string
+	endHeartbeat                           string
 	backlog                                string
 	purgePick, purgeDelete                 string
 	purgeDeadPick                          string
@@ -457,40 +488,45 @@ func renderStatements(quoted, idIndex, dueIndex, inbox, lease, migrations string
 	r := strings.NewReplacer("{table}", quoted, "{id_idx}", idIndex, "{due_idx}", dueIndex, "{inbox}", inbox, "{lease}", lease,
 		"{migrations}", migrations)
 	s := statements{
-		createMigrationTable: r.Replace(sqlCreateMigrationTable),
-		migrationVersion:     r.Replace(sqlMigrationVersion),
-		recordMigration:      r.Replace(sqlRecordMigration),
-		appliedMigrations:    r.Replace(sqlAppliedMigrations),
-		undoInsert:           r.Replace(sqlUndoInsert),
-		existing:             r.Replace(sqlExisting),
-		existingOne:          r.Replace(sqlExistingOne),
-		get:                  r.Replace(sqlGet),
-		lease:                r.Replace(sqlLease),
-		release:              r.Replace(sqlRelease),
-		ownedClaims:          r.Replace(sqlOwnedClaims),
-		releaseOwned:         r.Replace(sqlReleaseOwned),
-		updateStatus:         r.Replace(sqlUpdateStatus),
-		markDone:             r.Replace(sqlMarkDone),
-		queryDead:            r.Replace(sqlQueryDead),
-		countDead:            r.Replace(sqlCountDead),
-		replayDead:           r.Replace(sqlReplayDead),
-		purgePick:            r.Replace(sqlPurgePick),
-		purgeDeadPick:        r.Replace(sqlPurgeDeadPick),
-		deadGroups:           r.Replace(sqlDeadGroups),
-		deadGroupTopics:      r.Replace(sqlDeadGroupTopics),
-		statsTopics:          r.Replace(sqlStatsTopics),
-		statsPending:         r.Replace(sqlStatsPending),
-		statsClaims:          r.Replace(sqlStatsClaims),
-		queryPending:         r.Replace(sqlQueryPending),
-		queryEvents:          r.Replace(sqlQueryEvents),
-		acquireLease:         r.Replace(sqlAcquireLease),
-		leaseHolder:          r.Replace(sqlLeaseHolder),
-		purgeDelete:          r.Replace(sqlPurgeDelete),
-		backlog:              r.Replace(sqlBacklog),
-		markProcessed:        r.Replace(sqlMarkProcessed),
-		purgeProcessedPick:   r.Replace(sqlPurgeProcessedPick),
-		purgeProcessedDelete: r.Replace(sqlPurgeProcessedDelete),
-		table:                quoted,
+		createMigrationTable:   r.Replace(sqlCreateMigrationTable),
+		migrationVersion:       r.Replace(sqlMigrationVersion),
+		recordMigration:        r.Replace(sqlRecordMigration),
+		appliedMigrations:      r.Replace(sqlAppliedMigrations),
+		undoInsert:             r.Replace(sqlUndoInsert),
+		existing:               r.Replace(sqlExisting),
+		existingOne:            r.Replace(sqlExistingOne),
+		get:                    r.Replace(sqlGet),
+		lease:                  r.Replace(sqlLease),
+		release:                r.Replace(sqlRelease),
+		ownedClaims:            r.Replace(sqlOwnedClaims),
+		releaseOwned:           r.Replace(sqlReleaseOwned),
+		updateStatus:           r.Replace(sqlUpdateStatus),
+		markDone:               r.Replace(sqlMarkDone),
+		queryDead:              r.Replace(sqlQueryDead),
+		countDead:              r.Replace(sqlCountDead),
+		replayDead:             r.Replace(sqlReplayDead),
+		purgePick:              r.Replace(sqlPurgePick),
+		purgeDeadPick:          r.Replace(sqlPurgeDeadPick),
+		deadGroups:             r.Replace(sqlDeadGroups),
+		deadGroupTopics:        r.Replace(sqlDeadGroupTopics),
+		statsTopics:            r.Replace(sqlStatsTopics),
+		statsPending:           r.Replace(sqlStatsPending),
+		statsClaims:            r.Replace(sqlStatsClaims),
+		queryPending:           r.Replace(sqlQueryPending),
+		queryEvents:            r.Replace(sqlQueryEvents),
+		acquireLease:           r.Replace(sqlAcquireLease),
+		leaseHolder:            r.Replace(sqlLeaseHolder),
+		heartbeat:              r.Replace(sqlHeartbeat),
+		expiredHeartbeats:      r.Replace(sqlExpiredHeartbeats),
+		deleteExpiredHeartbeat: r.Replace(sqlDeleteExpiredHeartbeat),
+		claimsOf:               r.Replace(sqlClaimsOf),
+		endHeartbeat:           r.Replace(sqlEndHeartbeat),
+		purgeDelete:            r.Replace(sqlPurgeDelete),
+		backlog:                r.Replace(sqlBacklog),
+		markProcessed:          r.Replace(sqlMarkProcessed),
+		purgeProcessedPick:     r.Replace(sqlPurgeProcessedPick),
+		purgeProcessedDelete:   r.Replace(sqlPurgeProcessedDelete),
+		table:                  quoted,
 	}
 	s.script = migrationfiles.Recorder{
 		CreateTable: r.Replace(sqlCreateMigrationTable),

@@ -605,6 +605,81 @@ func (d *driver) AcquireLease(ctx context.Context, p outboxdriver.LeaseParams) (
 	return held, nil
 }
 
+// Heartbeat implements [outboxdriver.Executor] in one upsert, which
+// counts one changed row when it inserts.
+func (d *driver) Heartbeat(ctx context.Context, p outboxdriver.HeartbeatParams) (bool, error) {
+	n, err := d.exec(ctx, "heartbeat of "+p.Owner, d.t.sql.heartbeat, outboxdriver.HeartbeatName(p.Owner), p.Owner, sqlcodec.Micros(p.Until))
+	return err == nil && n != 1, err
+}
+
+// ReleaseDeadRelays implements [outboxdriver.Executor]: a read of the
+// expired heartbeats, then a READ COMMITTED transaction per relay that
+// deletes its heartbeat, reads its claims and releases them.
+func (d *driver) ReleaseDeadRelays(ctx context.Context, p outboxdriver.ReleaseDeadRelaysParams) ([]outboxdriver.ReleasedRelay, error) {
+	now := sqlcodec.Micros(p.Now)
+	expired, err := sqlcodec.QueryPairs(ctx, d.db, d.t.sql.expiredHeartbeats, outboxdriver.HeartbeatPattern, now, p.Limit) // name, owner
+	if err != nil {
+		return nil, fmt.Errorf("mysql: find dead relays: %w", err)
+	}
+	var released []outboxdriver.ReleasedRelay
+	for _, h := range expired {
+		name, owner := h[0], h[1]
+		r := outboxdriver.ReleasedRelay{Owner: owner}
+		won := false
+		err := d.readCommitted(ctx, func(tx *sql.Tx) error {
+			res, err := tx.ExecContext(ctx, d.t.sql.deleteExpiredHeartbeat, name, now)
+			if err != nil {
+				return err
+			}
+			if n, err := res.RowsAffected(); err != nil || n == 0 {
+				return err
+			}
+			won = true
+			ids, topics, err := d.claimsOf(ctx, tx, owner)
+			if err != nil || len(ids) == 0 {
+				return err
+			}
+			r.Topics = topics
+			res, err = tx.ExecContext(ctx, d.t.sql.release, sqlcodec.HexIDs(ids), owner)
+			if err == nil {
+				r.Events, err = res.RowsAffected()
+			}
+			return err
+		})
+		if err != nil {
+			return released, fmt.Errorf("mysql: release the claims of dead relay %s: %w", owner, err)
+		}
+		if won {
+			released = append(released, r)
+		}
+	}
+	return released, nil
+}
+
+// claimsOf returns the ids of owner's claims on pending events, and their
+// distinct topics.
+func (d *driver) claimsOf(ctx context.Context, tx *sql.Tx, owner string) (ids, topics []string, err error) {
+	claims, err := sqlcodec.QueryPairs(ctx, tx, d.t.sql.claimsOf, owner) // event_id, topic
+	if err != nil {
+		return nil, nil, err
+	}
+	seen := make(map[string]bool)
+	for _, c := range claims {
+		ids = append(ids, c[0])
+		if !seen[c[1]] {
+			seen[c[1]] = true
+			topics = append(topics, c[1])
+		}
+	}
+	return ids, topics, nil
+}
+
+// EndHeartbeat implements [outboxdriver.Executor].
+func (d *driver) EndHeartbeat(ctx context.Context, owner string) error {
+	_, err := d.exec(ctx, "end the heartbeat of "+owner, d.t.sql.endHeartbeat, outboxdriver.HeartbeatName(owner), owner)
+	return err
+}
+
 // readCommitted runs fn in a READ COMMITTED transaction and commits it
 // when fn returns nil: the isolation of claims and purges, whose scans
 // then lock no gap of an index, which would hold back the inserts of

@@ -149,6 +149,63 @@ type Executor interface {
 	// held it, when p.Owner did, or when the holder's lease ended before
 	// p.Now. Concurrent calls never both get a lease another holds.
 	AcquireLease(ctx context.Context, p LeaseParams) (bool, error)
+
+	// Heartbeat records that relay p.Owner is alive until p.Until: it
+	// writes the lease named [HeartbeatName](p.Owner), owner p.Owner,
+	// inserting it or moving its until, and reports whether the row
+	// existed. false tells a relay that it is new, or that it was presumed
+	// dead and its claims released (see ReleaseDeadRelays).
+	Heartbeat(ctx context.Context, p HeartbeatParams) (existed bool, err error)
+
+	// ReleaseDeadRelays hands back the claims of relays presumed dead: for
+	// each of up to p.Limit heartbeats (leases named with
+	// [HeartbeatPrefix]) whose until is before p.Now, in a transaction of
+	// its own, it deletes the heartbeat if it is still expired and, only
+	// then, ends its owner's leases on the pending rows (NEW, RETRY), as
+	// Release does: the rows are due at once, in their place. Concurrent
+	// callers release each relay once: the one whose delete won. It
+	// returns the relays it released, with how many rows and which
+	// topics. Named leases of other kinds are never touched.
+	ReleaseDeadRelays(ctx context.Context, p ReleaseDeadRelaysParams) ([]ReleasedRelay, error)
+
+	// EndHeartbeat deletes relay owner's heartbeat, if it is still owner's:
+	// a relay that closed cleanly and holds no claim any more.
+	EndHeartbeat(ctx context.Context, owner string) error
+}
+
+// HeartbeatPrefix starts the names of relay heartbeats in the lease
+// table, which the names of other leases (such as the retention job's)
+// never do.
+const HeartbeatPrefix = "relay:"
+
+// HeartbeatName is the name of relay owner's heartbeat in the lease
+// table.
+func HeartbeatName(owner string) string { return HeartbeatPrefix + owner }
+
+// HeartbeatPattern is a LIKE pattern of every heartbeat's name: the
+// prefix has no wildcard character.
+const HeartbeatPattern = HeartbeatPrefix + "%"
+
+// HeartbeatParams are a renewal of relay Owner's heartbeat: it is alive
+// until Until.
+type HeartbeatParams struct {
+	Owner string
+	Until time.Time
+}
+
+// ReleaseDeadRelaysParams select the heartbeats [Executor.ReleaseDeadRelays]
+// ends: up to Limit (at least 1) whose until is before Now.
+type ReleaseDeadRelaysParams struct {
+	Now   time.Time
+	Limit int
+}
+
+// ReleasedRelay is a relay presumed dead whose claims were handed back:
+// Events pending rows, of Topics (distinct, in any order).
+type ReleasedRelay struct {
+	Owner  string
+	Events int64
+	Topics []string
 }
 
 // InsertParams is a write of events in a business transaction.

@@ -453,6 +453,45 @@ ON CONFLICT (name) DO UPDATE SET owner = excluded.owner, until = excluded.until
 WHERE l.owner = excluded.owner OR l.until <= $3
 RETURNING true`
 
+// sqlHeartbeatRenew moves the until of heartbeat $1 to $3, and
+// sqlHeartbeatInsert writes it when the renewal found no row: a relay that
+// is new, or whose claims were released as it was presumed dead. Only the
+// relay writes its heartbeat, and a reaper deletes it: the insert takes
+// the row a concurrent delete left behind as well.
+const (
+	sqlHeartbeatRenew  = `UPDATE {lease} SET owner = $2, until = $3 WHERE name = $1`
+	sqlHeartbeatInsert = `
+INSERT INTO {lease} (name, owner, until) VALUES ($1, $2, $3)
+ON CONFLICT (name) DO UPDATE SET owner = excluded.owner, until = excluded.until`
+)
+
+// sqlExpiredHeartbeats lists up to $3 relay heartbeats (names like $1)
+// expired before $2, the longest expired first.
+const sqlExpiredHeartbeats = `
+SELECT name, owner FROM {lease} WHERE name LIKE $1 AND until < $2 ORDER BY until LIMIT $3`
+
+// sqlReleaseDeadRelay deletes heartbeat $1 if it is still expired before
+// $2 and, only then, ends its owner's claims on the pending rows, which are
+// due again in their place; one row per topic released (none when the
+// delete lost to a renewal or to another reaper), or one with a NULL topic
+// when the relay held no claim. A concurrent reaper's delete waits for
+// this one and then finds no row.
+const sqlReleaseDeadRelay = `
+WITH dead AS (
+    DELETE FROM {lease} WHERE name = $1 AND until < $2 RETURNING owner
+), released AS (
+    UPDATE {table} AS o SET locked_by = NULL, locked_at = NULL, locked_until = NULL
+    FROM dead
+    WHERE o.locked_by = dead.owner AND o.status IN (0, 2)
+    RETURNING o.topic
+)
+SELECT dead.owner, released.topic, count(released.topic)
+FROM dead LEFT JOIN released ON true
+GROUP BY dead.owner, released.topic`
+
+// sqlEndHeartbeat deletes heartbeat $1 of owner $2.
+const sqlEndHeartbeat = `DELETE FROM {lease} WHERE name = $1 AND owner = $2`
+
 // sqlPurge deletes one batch; the literal status list lets the planner use
 // the partial index whatever the parameter.
 const sqlPurge = `
@@ -498,6 +537,9 @@ type statements struct {
 	purgeDead, deadGroups                  string
 	statsTopics, statsPending, statsClaims string
 	queryPending, acquireLease             string
+	heartbeatRenew, heartbeatInsert        string
+	expiredHeartbeats, releaseDeadRelay    string
+	endHeartbeat                           string
 	queryEvents                            string
 	backlog                                string
 	purge                                  string
@@ -540,6 +582,11 @@ func renderStatements(schema, qualified, inbox, lease string, synchronous, delet
 		queryPending:         r.Replace(sqlQueryPending),
 		queryEvents:          r.Replace(sqlQueryEvents),
 		acquireLease:         r.Replace(sqlAcquireLease),
+		heartbeatRenew:       r.Replace(sqlHeartbeatRenew),
+		heartbeatInsert:      r.Replace(sqlHeartbeatInsert),
+		expiredHeartbeats:    r.Replace(sqlExpiredHeartbeats),
+		releaseDeadRelay:     r.Replace(sqlReleaseDeadRelay),
+		endHeartbeat:         r.Replace(sqlEndHeartbeat),
 		purge:                r.Replace(sqlPurge),
 		backlog:              r.Replace(sqlBacklog),
 		markProcessed:        r.Replace(sqlMarkProcessed),

@@ -543,6 +543,81 @@ func (d *driver) AcquireLease(ctx context.Context, p outboxdriver.LeaseParams) (
 	return held, nil
 }
 
+// Heartbeat implements [outboxdriver.Executor]: a renewal, and an insert
+// when it found no row.
+func (d *driver) Heartbeat(ctx context.Context, p outboxdriver.HeartbeatParams) (bool, error) {
+	name := outboxdriver.HeartbeatName(p.Owner)
+	tag, err := d.db.Exec(ctx, d.t.sql.heartbeatRenew, name, p.Owner, p.Until)
+	if err == nil && tag.RowsAffected() == 0 {
+		_, err = d.db.Exec(ctx, d.t.sql.heartbeatInsert, name, p.Owner, p.Until)
+	}
+	if err != nil {
+		return false, fmt.Errorf("postgres: heartbeat of %s: %w", p.Owner, d.t.notMigrated(err))
+	}
+	return tag.RowsAffected() > 0, nil
+}
+
+// ReleaseDeadRelays implements [outboxdriver.Executor]: a read of the
+// expired heartbeats, then one statement per relay.
+func (d *driver) ReleaseDeadRelays(ctx context.Context, p outboxdriver.ReleaseDeadRelaysParams) ([]outboxdriver.ReleasedRelay, error) {
+	rows, err := d.db.Query(ctx, d.t.sql.expiredHeartbeats, outboxdriver.HeartbeatPattern, p.Now, p.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: find dead relays: %w", err)
+	}
+	type heartbeat struct{ name, owner string }
+	expired, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (heartbeat, error) {
+		var h heartbeat
+		err := row.Scan(&h.name, &h.owner)
+		return h, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("postgres: find dead relays: %w", err)
+	}
+	var released []outboxdriver.ReleasedRelay
+	for _, h := range expired {
+		r, won, err := d.releaseDeadRelay(ctx, h.name, p.Now)
+		if err != nil {
+			return released, fmt.Errorf("postgres: release the claims of dead relay %s: %w", h.owner, err)
+		}
+		if won {
+			released = append(released, r)
+		}
+	}
+	return released, nil
+}
+
+// releaseDeadRelay runs sqlReleaseDeadRelay for heartbeat name, and
+// reports whether its delete won.
+func (d *driver) releaseDeadRelay(ctx context.Context, name string, now time.Time) (outboxdriver.ReleasedRelay, bool, error) {
+	var r outboxdriver.ReleasedRelay
+	rows, err := d.db.Query(ctx, d.t.sql.releaseDeadRelay, name, now)
+	if err != nil {
+		return r, false, err
+	}
+	var (
+		topic *string
+		n     int64
+		won   bool
+	)
+	_, err = pgx.ForEachRow(rows, []any{&r.Owner, &topic, &n}, func() error {
+		won = true
+		if topic != nil {
+			r.Topics = append(r.Topics, *topic)
+			r.Events += n
+		}
+		return nil
+	})
+	return r, won, err
+}
+
+// EndHeartbeat implements [outboxdriver.Executor].
+func (d *driver) EndHeartbeat(ctx context.Context, owner string) error {
+	if _, err := d.db.Exec(ctx, d.t.sql.endHeartbeat, outboxdriver.HeartbeatName(owner), owner); err != nil {
+		return fmt.Errorf("postgres: end the heartbeat of %s: %w", owner, err)
+	}
+	return nil
+}
+
 // Backlog implements [outboxdriver.Executor].
 func (d *driver) Backlog(ctx context.Context, topic string) (int64, time.Time, error) {
 	var (

@@ -311,6 +311,36 @@ INSERT INTO {lease} (name, owner, until) VALUES (?1, ?2, ?4)
 ON CONFLICT (name) DO UPDATE SET owner = excluded.owner, until = excluded.until
 WHERE owner = excluded.owner OR until <= ?3`
 
+// sqlHeartbeatRenew moves the until of heartbeat ?1 to ?3, and
+// sqlHeartbeatInsert writes it when the renewal found no row: a relay that
+// is new, or whose claims were released as it was presumed dead.
+const (
+	sqlHeartbeatRenew  = `UPDATE {lease} SET owner = ?2, until = ?3 WHERE name = ?1`
+	sqlHeartbeatInsert = `
+INSERT INTO {lease} (name, owner, until) VALUES (?1, ?2, ?3)
+ON CONFLICT (name) DO UPDATE SET owner = excluded.owner, until = excluded.until`
+)
+
+// sqlExpiredHeartbeats lists up to ?3 relay heartbeats (names like ?1)
+// expired before ?2, the longest expired first.
+const sqlExpiredHeartbeats = `
+SELECT name, owner FROM {lease} WHERE name LIKE ?1 AND until < ?2 ORDER BY until LIMIT ?3`
+
+// sqlDeleteExpiredHeartbeat deletes heartbeat ?1 if it is still expired
+// before ?2: the reaper whose delete changes the row releases the relay's
+// claims (sqlReleaseAllOwned), in the same transaction.
+const sqlDeleteExpiredHeartbeat = `DELETE FROM {lease} WHERE name = ?1 AND until < ?2`
+
+// sqlReleaseAllOwned ends owner ?1's claims on the pending events, which
+// are due again in their place, and returns the topic of each.
+const sqlReleaseAllOwned = `
+UPDATE {table} SET locked_by = NULL, locked_at = NULL, locked_until = NULL
+WHERE status IN (0, 2) AND locked_by = ?1
+RETURNING topic`
+
+// sqlEndHeartbeat deletes heartbeat ?1 of owner ?2.
+const sqlEndHeartbeat = `DELETE FROM {lease} WHERE name = ?1 AND owner = ?2`
+
 // sqlPurge deletes one batch (each statement is its own transaction); the
 // literal status list lets the planner use the partial index whatever the
 // parameter, a JSON array of statuses.
@@ -344,53 +374,62 @@ type statements struct {
 	appliedMigrations                                       string
 	script                                                  migrationfiles.Recorder
 
-	insert, existing, existingOne, get     string
-	release, releaseOwned                  string
-	updateStatus                           string
-	markDone, deleteDone                   string    // deleteDone empty unless Config.DeleteDone
-	claim                                  [2]string // by ordered (0, 1)
-	queryDead, countDead, replayDead       string
-	purgeDead, queryPending                string
-	queryEvents                            string
-	deadGroups, deadGroupTopics            string
-	statsTopics, statsPending, statsClaims string
-	acquireLease                           string
-	backlog                                string
-	purge                                  string
-	markProcessed, purgeProcessed          string
+	insert, existing, existingOne, get      string
+	release, releaseOwned                   string
+	updateStatus                            string
+	markDone, deleteDone                    string    // deleteDone empty unless Config.DeleteDone
+	claim                                   [2]string // by ordered (0, 1)
+	queryDead, countDead, replayDead        string
+	purgeDead, queryPending                 string
+	queryEvents                             string
+	deadGroups, deadGroupTopics             string
+	statsTopics, statsPending, statsClaims  string
+	acquireLease                            string
+	heartbeatRenew, heartbeatInsert         string
+	expiredHeartbeats, endHeartbeat         string
+	deleteExpiredHeartbeat, releaseAllOwned string
+	backlog                                 string
+	purge                                   string
+	markProcessed, purgeProcessed           string
 }
 
 func renderStatements(quoted, inbox, lease string, deleteDone bool) statements {
 	r := strings.NewReplacer("{table}", quoted, "{inbox}", inbox, "{lease}", lease, "{migrations}", ident.Quote(ident.MigrationTable))
 	s := statements{
-		createMigrationTable: r.Replace(sqlCreateMigrationTable),
-		migrationVersion:     r.Replace(sqlMigrationVersion),
-		recordMigration:      r.Replace(sqlRecordMigration),
-		appliedMigrations:    r.Replace(sqlAppliedMigrations),
-		insert:               r.Replace(sqlInsert),
-		existing:             r.Replace(sqlExisting),
-		existingOne:          r.Replace(sqlExistingOne),
-		get:                  r.Replace(sqlGet),
-		release:              r.Replace(sqlRelease),
-		releaseOwned:         r.Replace(sqlReleaseOwned),
-		updateStatus:         r.Replace(sqlUpdateStatus),
-		markDone:             r.Replace(sqlMarkDone),
-		queryDead:            r.Replace(sqlQueryDead),
-		countDead:            r.Replace(sqlCountDead),
-		replayDead:           r.Replace(sqlReplayDead),
-		purgeDead:            r.Replace(sqlPurgeDead),
-		deadGroups:           r.Replace(sqlDeadGroups),
-		deadGroupTopics:      r.Replace(sqlDeadGroupTopics),
-		statsTopics:          r.Replace(sqlStatsTopics),
-		statsPending:         r.Replace(sqlStatsPending),
-		statsClaims:          r.Replace(sqlStatsClaims),
-		queryPending:         r.Replace(sqlQueryPending),
-		queryEvents:          r.Replace(sqlQueryEvents),
-		acquireLease:         r.Replace(sqlAcquireLease),
-		purge:                r.Replace(sqlPurge),
-		backlog:              r.Replace(sqlBacklog),
-		markProcessed:        r.Replace(sqlMarkProcessed),
-		purgeProcessed:       r.Replace(sqlPurgeProcessed),
+		createMigrationTable:   r.Replace(sqlCreateMigrationTable),
+		migrationVersion:       r.Replace(sqlMigrationVersion),
+		recordMigration:        r.Replace(sqlRecordMigration),
+		appliedMigrations:      r.Replace(sqlAppliedMigrations),
+		insert:                 r.Replace(sqlInsert),
+		existing:               r.Replace(sqlExisting),
+		existingOne:            r.Replace(sqlExistingOne),
+		get:                    r.Replace(sqlGet),
+		release:                r.Replace(sqlRelease),
+		releaseOwned:           r.Replace(sqlReleaseOwned),
+		updateStatus:           r.Replace(sqlUpdateStatus),
+		markDone:               r.Replace(sqlMarkDone),
+		queryDead:              r.Replace(sqlQueryDead),
+		countDead:              r.Replace(sqlCountDead),
+		replayDead:             r.Replace(sqlReplayDead),
+		purgeDead:              r.Replace(sqlPurgeDead),
+		deadGroups:             r.Replace(sqlDeadGroups),
+		deadGroupTopics:        r.Replace(sqlDeadGroupTopics),
+		statsTopics:            r.Replace(sqlStatsTopics),
+		statsPending:           r.Replace(sqlStatsPending),
+		statsClaims:            r.Replace(sqlStatsClaims),
+		queryPending:           r.Replace(sqlQueryPending),
+		queryEvents:            r.Replace(sqlQueryEvents),
+		acquireLease:           r.Replace(sqlAcquireLease),
+		heartbeatRenew:         r.Replace(sqlHeartbeatRenew),
+		heartbeatInsert:        r.Replace(sqlHeartbeatInsert),
+		expiredHeartbeats:      r.Replace(sqlExpiredHeartbeats),
+		deleteExpiredHeartbeat: r.Replace(sqlDeleteExpiredHeartbeat),
+		releaseAllOwned:        r.Replace(sqlReleaseAllOwned),
+		endHeartbeat:           r.Replace(sqlEndHeartbeat),
+		purge:                  r.Replace(sqlPurge),
+		backlog:                r.Replace(sqlBacklog),
+		markProcessed:          r.Replace(sqlMarkProcessed),
+		purgeProcessed:         r.Replace(sqlPurgeProcessed),
 	}
 	s.script = migrationfiles.Recorder{
 		CreateTable: r.Replace(sqlCreateMigrationTable),
