@@ -484,9 +484,9 @@ func testHotPathTakesOnlyWhatSavepointsKept[Tx any](t *testing.T, f *fixture[Tx]
 		exec(ctx, tx, "SAVEPOINT a")
 		write(ctx, tx, "rolled back")
 		row := namedRow("inserted in a savepoint")
-		var err error
-		mark, err = f.driver.Insert(ctx, tx, &outboxdriver.InsertParams{Rows: []outboxdriver.InsertRow{row}, Now: Start, Mark: true})
+		res, err := f.driver.Insert(ctx, tx, &outboxdriver.InsertParams{Rows: []outboxdriver.InsertRow{row}, Now: Start, Mark: true})
 		require.NoError(t, err)
+		mark = res.Savepoint
 		keptOpen, err = f.driver.Kept(ctx, tx, mark, []string{row.ID})
 		require.NoError(t, err)
 		exec(ctx, tx, "ROLLBACK TO SAVEPOINT a")
@@ -501,11 +501,13 @@ func testHotPathTakesOnlyWhatSavepointsKept[Tx any](t *testing.T, f *fixture[Tx]
 		exec(ctx, tx, "SAVEPOINT c", "SAVEPOINT d")
 		write(ctx, tx, "released into a savepoint rolled back")
 		exec(ctx, tx, "RELEASE SAVEPOINT d", "ROLLBACK TO SAVEPOINT c", "RELEASE SAVEPOINT c")
-		coldMark, err = f.driver.Insert(ctx, tx, &outboxdriver.InsertParams{Rows: []outboxdriver.InsertRow{namedRow("cold")}, Now: Start})
+		res, err = f.driver.Insert(ctx, tx, &outboxdriver.InsertParams{Rows: []outboxdriver.InsertRow{namedRow("cold")}, Now: Start})
 		require.NoError(t, err)
+		coldMark = res.Savepoint
 		top := namedRow("top level, asked for its mark")
-		topMark, err = f.driver.Insert(ctx, tx, &outboxdriver.InsertParams{Rows: []outboxdriver.InsertRow{top}, Now: Start, Mark: true})
+		res, err = f.driver.Insert(ctx, tx, &outboxdriver.InsertParams{Rows: []outboxdriver.InsertRow{top}, Now: Start, Mark: true})
 		require.NoError(t, err)
+		topMark = res.Savepoint
 		if topMark != 0 {
 			// The driver cannot tell: it must find the row kept.
 			kept, err := f.driver.Kept(ctx, tx, topMark, []string{top.ID})

@@ -131,9 +131,9 @@ func TestInsertMarksWritesInASavepoint(t *testing.T) {
 			p.Rows[i].Claimed = true
 			ids = append(ids, p.Rows[i].ID)
 		}
-		mark, err := store.Driver().Insert(t.Context(), tx, p)
+		res, err := store.Driver().Insert(t.Context(), tx, p)
 		require.NoError(t, err)
-		return mark
+		return res.Savepoint
 	}
 	require.Zero(t, insert(1))
 	require.Zero(t, insert(3))
