@@ -54,6 +54,10 @@ type Harness[Tx any] struct {
 	// CorruptHeaders stores headers that are valid JSON but not an object
 	// of strings, {"a": 1}, in the row of event id.
 	CorruptHeaders func(t *testing.T, id string)
+	// Blocked reports whether a statement on the store's database waits
+	// for a lock now; nil for a database of one writer at a time, where a
+	// second transaction that writes waits to begin instead.
+	Blocked func(t *testing.T) bool
 }
 
 // TxFuncs begin, commit and roll back a transaction of type Tx.
@@ -79,6 +83,14 @@ func Run[Tx any](t *testing.T, newHarness func(t *testing.T) Harness[Tx]) {
 		{"InsertBatches", testInsertBatches[Tx]},
 		{"PayloadOfTheLargestSize", testPayloadOfTheLargestSize[Tx]},
 		{"DuplicateEventID", testDuplicateEventID[Tx]},
+		{"IdempotencyKeyWrittenTwiceInOneTransaction", testIdempotencyKeyWrittenTwiceInOneTransaction[Tx]},
+		{"IdempotencyKeyInSequentialTransactions", testIdempotencyKeyInSequentialTransactions[Tx]},
+		{"IdempotencyKeyIsPerTopic", testIdempotencyKeyIsPerTopic[Tx]},
+		{"IdempotencyKeyInConcurrentTransactions", testIdempotencyKeyInConcurrentTransactions[Tx]},
+		{"IdempotencyKeyRejected", testIdempotencyKeyRejected[Tx]},
+		{"IdempotencyKeyLimits", testIdempotencyKeyLimits[Tx]},
+		{"IdempotencyKeyAndDuplicateEventID", testIdempotencyKeyAndDuplicateEventID[Tx]},
+		{"IdempotencyKeyFreedWithItsRow", testIdempotencyKeyFreedWithItsRow[Tx]},
 		{"StatusTransitions", testStatusTransitions[Tx]},
 		{"StaleOutcomesChangeNothing", testStaleOutcomesChangeNothing[Tx]},
 		{"OutcomeWrittenTwiceCountsOnce", testOutcomeWrittenTwiceCountsOnce[Tx]},
