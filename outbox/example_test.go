@@ -268,3 +268,51 @@ func exampleStore(ctx context.Context) (*postgres.Store, *pgxpool.Pool, func()) 
 		drop()
 	}
 }
+
+// A command retried by its caller (a client that timed out and sent the
+// same request again) writes its event once: the retry's event carries
+// the same idempotency key, is skipped, and the command answers with the
+// event id of the first try. The retry's transaction commits as usual;
+// with WriterConfig.RejectDuplicateKeys it would get ErrDuplicateKey
+// instead, its transaction still usable.
+func ExampleWriter_WriteDetailed() {
+	ctx := context.Background()
+	store, _, closeDB := exampleStore(ctx)
+	defer closeDB()
+	writer, err := outbox.NewWriter(store, outbox.WriterConfig{})
+	if err != nil {
+		panic(err)
+	}
+
+	// requestID comes from the client, the same on every try.
+	placeOrder := func(requestID string) (eventID string, retried bool) {
+		err := store.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+			event := outbox.NewJSON(OrderCreated, []byte(`{"orderId":"order-1"}`))
+			event.IdempotencyKey = requestID
+			res, err := writer.WriteDetailed(ctx, tx, event)
+			if err != nil {
+				return err
+			}
+			eventID, retried = res.IDs[0], len(res.Skipped) > 0
+			return nil
+		})
+		if err != nil {
+			panic(err)
+		}
+		return eventID, retried
+	}
+
+	first, retried := placeOrder("request-7")
+	fmt.Println("first try, a retry:", retried)
+	again, retried := placeOrder("request-7")
+	fmt.Println("second try, a retry:", retried, "same event:", again == first)
+	n, _, err := store.Backlog(ctx, string(OrderCreated))
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("events:", n)
+	// Output:
+	// first try, a retry: false
+	// second try, a retry: true same event: true
+	// events: 1
+}
