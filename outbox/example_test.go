@@ -77,12 +77,8 @@ func Example() {
 // envelope fails it with a ValidationError that says which one and why.
 func ExampleWriter_Write() {
 	ctx := context.Background()
-	store, _, closeDB := exampleStore(ctx)
+	store, writer, closeDB := exampleWriter(ctx)
 	defer closeDB()
-	writer, err := outbox.NewWriter(store, outbox.WriterConfig{})
-	if err != nil {
-		panic(err)
-	}
 
 	order, err := outbox.MarshalJSON(OrderCreated, map[string]int{"order": 42})
 	if err != nil {
@@ -251,6 +247,19 @@ func ExampleBackoff() {
 	// 100 ms doubling, 5 attempts: 100ms 200ms 400ms 800ms DEAD after 5 failures
 }
 
+// exampleWriter returns a store as exampleStore does, a writer on it
+// with the default configuration, and the function that drops the
+// database.
+func exampleWriter(ctx context.Context) (*postgres.Store, *outbox.Writer[pgx.Tx], func()) {
+	store, _, closeDB := exampleStore(ctx)
+	writer, err := outbox.NewWriter(store, outbox.WriterConfig{})
+	if err != nil {
+		closeDB()
+		panic(err)
+	}
+	return store, writer, closeDB
+}
+
 // exampleStore returns a store on a migrated PostgreSQL database of its
 // own, its pool, and the function that drops it.
 func exampleStore(ctx context.Context) (*postgres.Store, *pgxpool.Pool, func()) {
@@ -277,12 +286,8 @@ func exampleStore(ctx context.Context) (*postgres.Store, *pgxpool.Pool, func()) 
 // instead, its transaction still usable.
 func ExampleWriter_WriteDetailed() {
 	ctx := context.Background()
-	store, _, closeDB := exampleStore(ctx)
+	store, writer, closeDB := exampleWriter(ctx)
 	defer closeDB()
-	writer, err := outbox.NewWriter(store, outbox.WriterConfig{})
-	if err != nil {
-		panic(err)
-	}
 
 	// requestID comes from the client, the same on every try.
 	placeOrder := func(requestID string) (eventID string, retried bool) {
