@@ -252,16 +252,17 @@ type insertDriver struct {
 	rows []outboxdriver.InsertRow // under instantDriver.mu
 }
 
-func (d *insertDriver) Insert(_ context.Context, _ fakeTx, p *outboxdriver.InsertParams) (uint64, error) {
+func (d *insertDriver) Insert(_ context.Context, _ fakeTx, p *outboxdriver.InsertParams) (outboxdriver.InsertResult, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.rows = append(d.rows, p.Rows...)
-	return 0, nil
+	return outboxdriver.InsertResult{}, nil
 }
 
 // storedRow is the row r wrote, as a claim reads it back.
 func storedRow(r *outboxdriver.InsertRow) outboxdriver.Row {
 	return outboxdriver.Row{ID: r.ID, Type: r.Type, Topic: r.Topic, AggregateType: r.AggregateType,
 		AggregateID: r.AggregateID, TenantID: r.TenantID, Payload: r.Payload, PayloadJSON: r.PayloadJSON,
-		Headers: r.Headers, Status: int16(outbox.StatusNew), OccurredAt: r.OccurredAt, AvailableAt: r.AvailableAt}
+		Headers: r.Headers, Status: int16(outbox.StatusNew), OccurredAt: r.OccurredAt, AvailableAt: r.AvailableAt,
+		IdempotencyKey: r.IdempotencyKey}
 }

@@ -52,6 +52,13 @@ type PublisherConfig struct {
 	// Injector. A message published without an outbox_event_id is given
 	// its event id first, so that the injector sees it. Default: none.
 	Headers outbox.HeaderInjector
+
+	// RejectDuplicateKeys makes a message whose [MetadataIdempotencyKey]
+	// an event of its topic has fail Publish with outbox.ErrDuplicateKey,
+	// writing none of the messages of the call and leaving the
+	// transaction usable (see outbox.WriterConfig.RejectDuplicateKeys).
+	// Default: false, such a message is skipped and the others written.
+	RejectDuplicateKeys bool
 }
 
 // Publisher is a Watermill message.Publisher that writes each message as an
@@ -89,7 +96,8 @@ func NewPublisher[Tx any](store *outbox.Store[Tx], cfg PublisherConfig) (*Publis
 	if store == nil {
 		return nil, fmt.Errorf("watermilladapter: new publisher: %w: no store", outbox.ErrInvalidRequest)
 	}
-	writer, err := outbox.NewWriter(store, outbox.WriterConfig{HotPath: cfg.HotPath, Notify: cfg.Notify})
+	writer, err := outbox.NewWriter(store, outbox.WriterConfig{HotPath: cfg.HotPath, Notify: cfg.Notify,
+		RejectDuplicateKeys: cfg.RejectDuplicateKeys})
 	if err != nil {
 		return nil, err
 	}

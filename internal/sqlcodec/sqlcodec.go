@@ -137,7 +137,7 @@ func scanRows(rows *sql.Rows, withKey bool) ([]outboxdriver.Row, []int64, error)
 		)
 		dest := []any{&r.ID, &r.Type, &r.Topic, &r.AggregateType, &r.AggregateID, &r.TenantID,
 			&r.Payload, &r.PayloadJSON, &headers, &r.Status, &r.Attempts, &occurred, &available,
-			&created, &updated, &doneAt, &r.LastError, &r.LockedBy, &lockedAt, &lockedUntil, &r.ErrorGroup}
+			&created, &updated, &doneAt, &r.LastError, &r.LockedBy, &lockedAt, &lockedUntil, &r.ErrorGroup, &r.IdempotencyKey}
 		if withKey {
 			dest = append(dest, &key)
 		}
@@ -167,7 +167,8 @@ func scanRows(rows *sql.Rows, withKey bool) ([]outboxdriver.Row, []int64, error)
 // aggregate_id, tenant_id (NULL for none), payload, payload_json, headers
 // (NULL for none), occurred_at, available_at, created_at, updated_at
 // (p.Now), locked_by, locked_at, locked_until (p's lease for a claimed
-// row, NULL otherwise); and the size of its payload and headers.
+// row, NULL otherwise), idempotency_key (NULL for none); and the size of
+// its payload and headers.
 func InsertValues(r *outboxdriver.InsertRow, p *outboxdriver.InsertParams) (values []any, size int) {
 	var claim [3]any // NULL
 	if r.Claimed {
@@ -177,7 +178,7 @@ func InsertValues(r *outboxdriver.InsertRow, p *outboxdriver.InsertParams) (valu
 	return []any{
 		r.ID, r.Type, r.Topic, r.AggregateType, NullIfEmpty(r.AggregateID), NullIfEmpty(r.TenantID),
 		r.Payload, r.PayloadJSON, NullIfEmpty(r.Headers), Micros(r.OccurredAt), Micros(r.AvailableAt),
-		now, now, claim[0], claim[1], claim[2],
+		now, now, claim[0], claim[1], claim[2], NullIfEmpty(r.IdempotencyKey),
 	}, len(r.Payload) + len(r.Headers)
 }
 
@@ -235,8 +236,8 @@ func ScanPairs(rows *sql.Rows) ([][2]string, error) {
 // event columns, event_id, event_type, topic, aggregate_type,
 // aggregate_id, tenant_id, payload, payload_json, headers, status,
 // attempts, occurred_at, available_at, created_at, updated_at, done_at,
-// last_error, locked_by, locked_at, locked_until, error_group, the
-// nullable text columns selected as empty for NULL. The headers come back as stored, ""
+// last_error, locked_by, locked_at, locked_until, error_group,
+// idempotency_key, the nullable text columns selected as empty for NULL. The headers come back as stored, ""
 // for NULL: the engine decodes them.
 func QueryRows(ctx context.Context, q Querier, query string, args ...any) ([]outboxdriver.Row, error) {
 	rows, err := q.QueryContext(ctx, query, args...)

@@ -30,12 +30,23 @@ type Driver[Tx any] interface {
 	// locked_until p.LockedUntil. Every row gets status NEW, attempts 0,
 	// and created_at and updated_at p.Now.
 	//
-	// With p.Mark set, it returns 0 when the rows went into the top-level
-	// transaction, outside any savepoint; otherwise a nonzero mark of the
-	// write for Kept: a savepoint holds the rows, which can roll back while
-	// the transaction commits, or the driver cannot tell. Without p.Mark
-	// it returns 0.
-	Insert(ctx context.Context, tx Tx, p *InsertParams) (savepoint uint64, err error)
+	// A row with an IdempotencyKey whose topic and key another row holds
+	// (committed, or written earlier in tx) is not written: Insert skips
+	// it, reports it in the result's Skipped with the event id of the row
+	// holding the key, and writes the others. A row holding the key that
+	// another transaction wrote and has not committed yet is waited for,
+	// as a unique index waits: once it commits the row is skipped, and if
+	// it rolls back the row is written. Skipping a row never aborts tx;
+	// an event id already in the table still fails the write, with an
+	// error matching outbox.ErrDuplicateEvent. The engine gives Insert no
+	// two rows with the same topic and key.
+	//
+	// With p.Mark set, the result's Savepoint is 0 when the rows went into
+	// the top-level transaction, outside any savepoint; otherwise a
+	// nonzero mark of the write for Kept: a savepoint holds the rows,
+	// which can roll back while the transaction commits, or the driver
+	// cannot tell. Without p.Mark it is 0.
+	Insert(ctx context.Context, tx Tx, p *InsertParams) (InsertResult, error)
 
 	// Kept returns those of ids, the rows of an Insert that returned the
 	// mark savepoint, that tx still holds: the engine asks, in the
@@ -224,6 +235,29 @@ type InsertParams struct {
 	// has hot rows, which go to the hot path after the commit only if no
 	// savepoint rolled them back.
 	Mark bool
+	// RejectDuplicateKeys makes a write that skips a row write none:
+	// Insert then removes again the rows it wrote, reports in Skipped
+	// every row whose key was taken, and returns no error, leaving tx
+	// usable.
+	RejectDuplicateKeys bool
+}
+
+// InsertResult is what [Driver.Insert] did.
+type InsertResult struct {
+	// Savepoint is the mark of the write, see [Driver.Insert].
+	Savepoint uint64
+	// Skipped are the rows not written because their topic and
+	// idempotency key were taken, in the order of the rows.
+	Skipped []SkippedRow
+}
+
+// SkippedRow is a row of an insert not written because its topic and
+// idempotency key were taken.
+type SkippedRow struct {
+	// Index is the row's place in InsertParams.Rows.
+	Index int
+	// ExistingID is the event id of the row that holds the key.
+	ExistingID string
 }
 
 // InsertRow is one event's row as the engine prepared it.
@@ -241,6 +275,9 @@ type InsertRow struct {
 	OccurredAt, AvailableAt time.Time
 	// Claimed rows are written leased (see [InsertParams]).
 	Claimed bool
+	// IdempotencyKey is "" for none (NULL); a row with one is written only
+	// if no row of its topic has the same key (see [Driver.Insert]).
+	IdempotencyKey string
 }
 
 // Row is a stored event as a driver reads it.
@@ -262,6 +299,8 @@ type Row struct {
 	LockedAt, LockedUntil time.Time
 	// ErrorGroup is the stored error_group, "" for NULL.
 	ErrorGroup string
+	// IdempotencyKey is the stored idempotency_key, "" for NULL.
+	IdempotencyKey string
 	// Malformed says why a row cannot be read as an event (a timestamp
 	// that is not a time, say), nil when it can. A claim returns such a
 	// row rather than fail: the relay records it DEAD with this error.

@@ -59,7 +59,8 @@ const (
 const eventColumns = `event_id, event_type, topic, aggregate_type,
     coalesce(aggregate_id, ''), coalesce(tenant_id, ''), payload, payload_json, headers,
     status, attempts, occurred_at, available_at, created_at, updated_at, done_at,
-    coalesce(last_error, ''), coalesce(locked_by, ''), locked_at, locked_until, coalesce(error_group, '')`
+    coalesce(last_error, ''), coalesce(locked_by, ''), locked_at, locked_until, coalesce(error_group, ''),
+    coalesce(idempotency_key, '')`
 
 // The savepoint around a batch insert: SQLite keeps a transaction usable
 // after a failed statement, so the batch is undone as a whole when one row
@@ -73,14 +74,22 @@ const (
 // sqlInsert writes one row; Insert runs it, prepared, for every event of a
 // batch, with the values of sqlcodec.InsertValues: ?12 and ?13 are the
 // write time; ?14, ?15 and ?16 are the claim (owner, time, end of the
-// lease) of a pre-claimed row, NULL otherwise.
+// lease) of a pre-claimed row, NULL otherwise; ?17 the idempotency key,
+// NULL for none. A row whose topic and key another row has is not
+// written: the statement changes no row.
 const sqlInsert = `
 INSERT INTO {table} (event_id, event_type, topic, aggregate_type, aggregate_id, tenant_id,
     payload, payload_json, headers, status, attempts,
-    occurred_at, available_at, created_at, updated_at, locked_by, locked_at, locked_until)
+    occurred_at, available_at, created_at, updated_at, locked_by, locked_at, locked_until, idempotency_key)
 VALUES (?1, ?2, ?3, ?4, ?5, ?6,
     ?7, ?8, ?9, 0, 0,
-    ?10, ?11, ?12, ?13, ?14, ?15, ?16)`
+    ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)
+ON CONFLICT (topic, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING`
+
+// sqlKeyHolder returns the event id of the row of topic ?1 with the
+// idempotency key ?2.
+const sqlKeyHolder = `
+SELECT event_id FROM {table} WHERE topic = ?1 AND idempotency_key = ?2 AND idempotency_key IS NOT NULL`
 
 // sqlExisting returns those of the event ids of sqlcodec.HexIDs(ids),
 // passed as ?1, that have a row; sqlExistingOne does for one id, ?1, what
@@ -375,6 +384,7 @@ type statements struct {
 	script                                                  migrationfiles.Recorder
 
 	insert, existing, existingOne, get      string
+	keyHolder                               string
 	release, releaseOwned                   string
 	updateStatus                            string
 	markDone, deleteDone                    string    // deleteDone empty unless Config.DeleteDone
@@ -403,6 +413,7 @@ func renderStatements(quoted, inbox, lease string, deleteDone bool) statements {
 		insert:                 r.Replace(sqlInsert),
 		existing:               r.Replace(sqlExisting),
 		existingOne:            r.Replace(sqlExistingOne),
+		keyHolder:              r.Replace(sqlKeyHolder),
 		get:                    r.Replace(sqlGet),
 		release:                r.Replace(sqlRelease),
 		releaseOwned:           r.Replace(sqlReleaseOwned),

@@ -136,56 +136,78 @@ func (d *driver) Outer() any { return nil }
 // one prepared statement, inside a savepoint, so that tx holds the whole
 // batch or, when a row fails, none of it (SQLite, unlike PostgreSQL, keeps
 // a transaction usable after a failed statement). Inserts in one
-// transaction made at once run one after the other.
+// transaction made at once run one after the other. A row skipped for its
+// idempotency key costs a query for the event id holding the key; SQLite
+// has one writer at a time, so that row is there to find.
 //
 // SQLite cannot tell whether a savepoint opened on tx (a SAVEPOINT
 // statement) holds the rows, so with p.Mark Insert returns a mark for
 // every write: the engine looks the rows up before the commit with Kept.
-func (d *driver) Insert(ctx context.Context, tx *sql.Tx, p *outboxdriver.InsertParams) (savepoint uint64, err error) {
+func (d *driver) Insert(ctx context.Context, tx *sql.Tx, p *outboxdriver.InsertParams) (outboxdriver.InsertResult, error) {
 	if len(p.Rows) == 0 {
-		return 0, nil
+		return outboxdriver.InsertResult{}, nil
 	}
-	if err := d.insert(ctx, tx, p); err != nil {
-		return 0, err
+	skipped, err := d.insert(ctx, tx, p)
+	if err != nil {
+		return outboxdriver.InsertResult{}, err
 	}
+	res := outboxdriver.InsertResult{Skipped: skipped}
 	if p.Mark {
-		savepoint = 1
+		res.Savepoint = 1
 	}
-	return savepoint, nil
+	return res, nil
 }
 
-func (d *driver) insert(ctx context.Context, tx *sql.Tx, p *outboxdriver.InsertParams) (err error) {
+func (d *driver) insert(ctx context.Context, tx *sql.Tx, p *outboxdriver.InsertParams) (skipped []outboxdriver.SkippedRow, err error) {
 	defer inserting.lock(tx)()
 	if _, err := tx.ExecContext(ctx, sqlInsertSavepoint); err != nil {
-		return fmt.Errorf("sqlite: insert into %s: %w", d.t.Name, d.notMigrated(err))
+		return nil, fmt.Errorf("sqlite: insert into %s: %w", d.t.Name, d.notMigrated(err))
+	}
+	// undo undoes the rows written so far; its statements fail only when
+	// the transaction is gone, which the caller learns from err, or from
+	// its next statement.
+	undo := func() {
+		_, _ = tx.ExecContext(context.WithoutCancel(ctx), sqlInsertUndo)
+		_, _ = tx.ExecContext(context.WithoutCancel(ctx), sqlInsertRelease)
 	}
 	defer func() {
 		if err != nil {
-			// Undo the rows written so far; the statements fail only when
-			// the transaction is gone, which the caller learns from err.
-			_, _ = tx.ExecContext(context.WithoutCancel(ctx), sqlInsertUndo)
-			_, _ = tx.ExecContext(context.WithoutCancel(ctx), sqlInsertRelease)
+			undo()
 		}
 	}()
 	stmt, err := tx.PrepareContext(ctx, d.t.sql.insert)
 	if err != nil {
-		return fmt.Errorf("sqlite: insert into %s: %w", d.t.Name, d.notMigrated(err))
+		return nil, fmt.Errorf("sqlite: insert into %s: %w", d.t.Name, d.notMigrated(err))
 	}
 	defer stmt.Close()
 	for i := range p.Rows {
-		values, _ := sqlcodec.InsertValues(&p.Rows[i], p)
-		_, err = stmt.ExecContext(ctx, values...)
+		r := &p.Rows[i]
+		values, _ := sqlcodec.InsertValues(r, p)
+		res, err := stmt.ExecContext(ctx, values...)
 		if isUniqueViolation(err) {
-			return fmt.Errorf("sqlite: insert into %s: %w: %w", d.t.Name, outbox.ErrDuplicateEvent, err)
+			return nil, fmt.Errorf("sqlite: insert into %s: %w: %w", d.t.Name, outbox.ErrDuplicateEvent, err)
+		}
+		var n int64
+		if err == nil {
+			n, err = res.RowsAffected()
+		}
+		if err == nil && n == 0 {
+			var holder string
+			err = tx.QueryRowContext(ctx, d.t.sql.keyHolder, r.Topic, r.IdempotencyKey).Scan(&holder)
+			skipped = append(skipped, outboxdriver.SkippedRow{Index: i, ExistingID: holder})
 		}
 		if err != nil {
-			return fmt.Errorf("sqlite: insert into %s: %w", d.t.Name, d.notMigrated(err))
+			return nil, fmt.Errorf("sqlite: insert into %s: %w", d.t.Name, d.notMigrated(err))
 		}
 	}
-	if _, err := tx.ExecContext(ctx, sqlInsertRelease); err != nil {
-		return fmt.Errorf("sqlite: insert into %s: %w", d.t.Name, d.notMigrated(err))
+	if len(skipped) > 0 && p.RejectDuplicateKeys {
+		undo()
+		return skipped, nil
 	}
-	return nil
+	if _, err := tx.ExecContext(ctx, sqlInsertRelease); err != nil {
+		return nil, fmt.Errorf("sqlite: insert into %s: %w", d.t.Name, d.notMigrated(err))
+	}
+	return skipped, nil
 }
 
 // inserting serializes the inserts made in one transaction, which a
