@@ -35,12 +35,11 @@ func chatConfig(metrics outbox.Metrics) watermilladapter.SubscriberConfig {
 	}
 }
 
+// chatEvent is a message posted in a conversation, their key.
 func chatEvent(t *testing.T, conversation, text string) outbox.Envelope {
 	t.Helper()
-	e, err := outbox.MarshalJSON("MessagePosted", map[string]string{"conversation": conversation, "text": text})
-	require.NoError(t, err)
-	e.Topic, e.AggregateType, e.AggregateID = "chat.messages", "Conversation", conversation // their key
-	return e
+	return jsonEvent(t, "MessagePosted", "chat.messages", "Conversation", conversation,
+		map[string]string{"conversation": conversation, "text": text})
 }
 
 func TestChatStatesAndDeadLetterFlow(t *testing.T) {

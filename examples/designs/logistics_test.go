@@ -57,12 +57,9 @@ func logistics(t *testing.T, kafka *broker, hold func(*message.Message)) (*relay
 	return r, reg
 }
 
-func shipmentEvent(t *testing.T, eventType, shipmentID string) outbox.Envelope {
+func shipmentEvent(t *testing.T, eventType outbox.EventType, shipmentID string) outbox.Envelope {
 	t.Helper()
-	e, err := outbox.MarshalJSON(outbox.EventType(eventType), map[string]string{"shipmentId": shipmentID})
-	require.NoError(t, err)
-	e.Topic, e.AggregateType, e.AggregateID = "shipments", "Shipment", shipmentID
-	return e
+	return jsonEvent(t, eventType, "shipments", "Shipment", shipmentID, map[string]string{"shipmentId": shipmentID})
 }
 
 // Backoff 1 s · 2^retry_count, FAILED after 5 retries; the alert on the

@@ -39,12 +39,9 @@ func orderService(t *testing.T, cfg watermilladapter.SubscriberConfig, kafka *br
 
 // orderEvent is an event of their table: aggregate type "Order", the
 // order's UUID as aggregate id, a JSON payload.
-func orderEvent(t *testing.T, eventType, orderID string) outbox.Envelope {
+func orderEvent(t *testing.T, eventType outbox.EventType, orderID string) outbox.Envelope {
 	t.Helper()
-	e, err := outbox.MarshalJSON(outbox.EventType(eventType), map[string]string{"orderId": orderID})
-	require.NoError(t, err)
-	e.Topic, e.AggregateType, e.AggregateID = "orders", "Order", orderID
-	return e
+	return jsonEvent(t, eventType, "orders", "Order", orderID, map[string]string{"orderId": orderID})
 }
 
 func TestOrderServiceRetryScheduleFailedAndResend(t *testing.T) {

@@ -133,6 +133,16 @@ func writeWith(t *testing.T, store *postgres.Store, w *outbox.Writer[pgx.Tx], ev
 	return ids
 }
 
+// jsonEvent is an event of topic about the aggregate aggregateType/id,
+// with payload encoded as JSON.
+func jsonEvent(t *testing.T, eventType outbox.EventType, topic string, aggregateType outbox.AggregateType, id string, payload any) outbox.Envelope {
+	t.Helper()
+	e, err := outbox.MarshalJSON(eventType, payload)
+	require.NoError(t, err)
+	e.Topic, e.AggregateType, e.AggregateID = topic, aggregateType, id
+	return e
+}
+
 // drain waits until every event due by the clock has its outcome
 // recorded.
 func (r *relay) drain(t *testing.T) {
