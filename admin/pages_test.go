@@ -208,6 +208,7 @@ func TestEventPage(t *testing.T) {
 	t.Parallel()
 	dead := deadEvent("01A", "orders", "g-timeout", "i/o timeout", 5)
 	dead.LockedBy = "relay-1"
+	dead.IdempotencyKey = "order-42 <created>"
 	binary := pendingEvent("02A", "orders", outbox.StatusNew)
 	binary.PayloadBytes = []byte("\x00\x01binary\xff")
 	huge := pendingEvent("02B", "orders", outbox.StatusNew)
@@ -224,12 +225,14 @@ func TestEventPage(t *testing.T) {
 	require.Contains(t, body, "<pre>i/o timeout</pre>")
 	require.Contains(t, body, `<a href="../dead?group=g-timeout">g-timeout</a>`)
 	require.Contains(t, body, "held by relay-1")
+	require.Contains(t, body, "<tr><th>Idempotency key</th><td>order-42 &lt;created&gt;</td></tr>")
 	require.Contains(t, body, "<td>trace</td><td>t-01A</td>")
 	require.Contains(t, body, "{\n  &#34;order&#34;: &#34;01A&#34;\n}", "the JSON payload, indented")
 	require.Contains(t, body, `action="../dead/replay"`)
 	require.Contains(t, body, "Purge…")
 
 	body = br.get("/events/02A", http.StatusOK)
+	require.Contains(t, body, "<tr><th>Idempotency key</th><td>—</td></tr>")
 	require.Contains(t, body, "00000000  00 01 62 69 6e 61 72 79  ff", "a hex dump")
 	require.NotContains(t, body, "Replay…", "replay is for DEAD events")
 

@@ -57,27 +57,7 @@ func TestDatabaseRestart(t *testing.T) {
 		write: writeWithPublisher(r.Store, r.Pub, dbRestartTopic, nil),
 	})
 
-	// The admin session is on the server's own database (the one testdb
-	// creates databases from): a database cannot refuse connections while
-	// one is made to it.
-	testCfg, err := pgx.ParseConfig(url)
-	require.NoError(t, err)
-	dbName := testCfg.Database
-	serverURL := os.Getenv("TEST_DATABASE_URL")
-	if serverURL == "" {
-		serverURL = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
-	}
-	admin, err := pgx.Connect(t.Context(), serverURL)
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		_, _ = admin.Exec(context.Background(), `ALTER DATABASE `+pgx.Identifier{dbName}.Sanitize()+` ALLOW_CONNECTIONS true`)
-		_ = admin.Close(context.Background())
-	})
-	allow := func(yes bool) {
-		_, err := admin.Exec(t.Context(), fmt.Sprintf(`ALTER DATABASE %s ALLOW_CONNECTIONS %t`, pgx.Identifier{dbName}.Sanitize(), yes))
-		require.NoError(t, err)
-	}
-
+	db := newDatabaseSwitch(t, url)
 	var terminated int64
 	var down time.Duration
 	for i := range dbRestarts {
@@ -91,16 +71,12 @@ func TestDatabaseRestart(t *testing.T) {
 		outage := time.Duration(0)
 		if i%2 == 0 {
 			outage = time.Duration(200+rand.IntN(800)) * time.Millisecond
-			allow(false)
+			db.allow(t, false)
 		}
-		var n int64
-		require.NoError(t, admin.QueryRow(t.Context(), `
-SELECT count(*) FILTER (WHERE pg_terminate_backend(pid))
-FROM pg_stat_activity WHERE datname = $1`, dbName).Scan(&n))
-		terminated += n
+		terminated += db.terminate(t)
 		if outage > 0 {
 			time.Sleep(outage) // the fault itself: the database stays down this long
-			allow(true)
+			db.allow(t, true)
 			down += outage
 		}
 	}
@@ -128,4 +104,49 @@ FROM pg_stat_activity WHERE datname = $1`, dbName).Scan(&n))
 	require.Equal(t, f.events, st.total, "no row from a failed or rolled-back transaction: %s", st)
 	require.Equal(t, st.total, st.done, "every row DONE, none stuck: %s", st)
 	require.Zero(t, st.claimed, "no claim left: %s", st)
+}
+
+// databaseSwitch cuts a test database off as a restart of PostgreSQL
+// would, without disturbing the other databases of the server.
+type databaseSwitch struct {
+	admin *pgx.Conn
+	name  string
+}
+
+// newDatabaseSwitch opens the admin session for the database of url. It is
+// on the server's own database (the one testdb creates databases from): a
+// database cannot refuse connections while one is made to it.
+func newDatabaseSwitch(t *testing.T, url string) *databaseSwitch {
+	t.Helper()
+	testCfg, err := pgx.ParseConfig(url)
+	require.NoError(t, err)
+	serverURL := os.Getenv("TEST_DATABASE_URL")
+	if serverURL == "" {
+		serverURL = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
+	}
+	admin, err := pgx.Connect(t.Context(), serverURL)
+	require.NoError(t, err)
+	d := &databaseSwitch{admin: admin, name: testCfg.Database}
+	t.Cleanup(func() {
+		_, _ = admin.Exec(context.Background(), `ALTER DATABASE `+pgx.Identifier{d.name}.Sanitize()+` ALLOW_CONNECTIONS true`)
+		_ = admin.Close(context.Background())
+	})
+	return d
+}
+
+// allow makes the database accept connections, or refuse them.
+func (d *databaseSwitch) allow(t *testing.T, yes bool) {
+	t.Helper()
+	_, err := d.admin.Exec(t.Context(), fmt.Sprintf(`ALTER DATABASE %s ALLOW_CONNECTIONS %t`, pgx.Identifier{d.name}.Sanitize(), yes))
+	require.NoError(t, err)
+}
+
+// terminate ends every session of the database and returns how many.
+func (d *databaseSwitch) terminate(t *testing.T) int64 {
+	t.Helper()
+	var n int64
+	require.NoError(t, d.admin.QueryRow(t.Context(), `
+SELECT count(*) FILTER (WHERE pg_terminate_backend(pid))
+FROM pg_stat_activity WHERE datname = $1`, d.name).Scan(&n))
+	return n
 }

@@ -28,8 +28,9 @@ const (
 	envOwner    = "WMOUTBOX_FAULTS_OWNER"
 	// envScenario picks the child relay's store, configuration and
 	// handler: empty for the crash scenario's, scenarioOrdered for the
-	// ordered relays', scenarioMySQLCrash for the crash scenario's on
-	// MySQL (envDatabase is then a MySQL DSN).
+	// ordered relays', scenarioLiveness for the recovery after SIGKILL,
+	// scenarioMySQLCrash for the crash scenario's on MySQL (envDatabase is
+	// then a MySQL DSN).
 	envScenario = "WMOUTBOX_FAULTS_SCENARIO"
 
 	roleRelay = "relay"
@@ -89,9 +90,13 @@ func runRelayProcess() int {
 	handler := func(msg *message.Message) error {
 		return recordDelivered(msg.Context(), pool, msg.Metadata.Get(watermilladapter.MetadataEventID), owner)
 	}
-	if os.Getenv(envScenario) == scenarioOrdered {
+	switch os.Getenv(envScenario) {
+	case scenarioOrdered:
 		subCfg, topic = orderedSubscriberConfig(owner), orderedTopic
 		handler = orderedHandler(pool, owner, dbOrderLog{pool: pool})
+	case scenarioLiveness:
+		subCfg, topic = livenessSubscriberConfig(owner), livenessTopic
+		handler = livenessHandler(pool, owner)
 	}
 	sub, err := watermilladapter.NewSubscriber(store, subCfg)
 	if err != nil {

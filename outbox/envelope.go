@@ -36,6 +36,7 @@ const (
 	maxAggregateTypeLen = 64
 	maxAggregateIDLen   = 128
 	maxTenantIDLen      = 64
+	maxIdempotencyKey   = 255
 )
 
 // Envelope is an event as written by business code. It is a plain value:
@@ -87,6 +88,17 @@ type Envelope struct {
 	// means no delay; a negative one, or one set with DeliverAfter, is
 	// invalid.
 	DeliverIn time.Duration
+	// IdempotencyKey, when set, names the write of this event within its
+	// topic, so that a command retried by its caller writes its event
+	// once: the [Writer] skips an event whose topic and key an event in
+	// the table has (see [Writer.WriteDetailed]), or with
+	// [WriterConfig.RejectDuplicateKeys] fails with [ErrDuplicateKey].
+	// Either way the caller's transaction goes on. A key is taken as long
+	// as its event's row is kept: once retention purges the row, or a
+	// store that deletes delivered events deletes it, the key can be
+	// written again. Optional, at most 255 characters, valid UTF-8
+	// without NUL.
+	IdempotencyKey string
 }
 
 // NewJSON returns an envelope with a JSON payload.
@@ -187,6 +199,7 @@ func (e *Envelope) validate() *ValidationError {
 		{"AggregateType", string(e.AggregateType), maxAggregateTypeLen},
 		{"AggregateID", e.AggregateID, maxAggregateIDLen},
 		{"TenantID", e.TenantID, maxTenantIDLen},
+		{"IdempotencyKey", e.IdempotencyKey, maxIdempotencyKey},
 	}
 	for _, t := range texts {
 		if reason := codec.CheckText(t.value, t.max); reason != "" {

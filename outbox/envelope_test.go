@@ -30,6 +30,7 @@ const (
 	maxAggregateTypeLen = 64
 	maxAggregateIDLen   = 128
 	maxTenantIDLen      = 64
+	maxIdempotencyKey   = 255
 )
 
 func TestPrepareValidation(t *testing.T) {
@@ -103,6 +104,8 @@ func TestPrepareValidation(t *testing.T) {
 		{"invalid UTF-8 in AggregateType", func(e *outbox.Envelope) { e.AggregateType = invalid }, "AggregateType"},
 		{"invalid UTF-8 in AggregateID", func(e *outbox.Envelope) { e.AggregateID = invalid }, "AggregateID"},
 		{"invalid UTF-8 in TenantID", func(e *outbox.Envelope) { e.TenantID = invalid }, "TenantID"},
+		{"invalid UTF-8 in IdempotencyKey", func(e *outbox.Envelope) { e.IdempotencyKey = invalid }, "IdempotencyKey"},
+		{"NUL in IdempotencyKey", func(e *outbox.Envelope) { e.IdempotencyKey = "a\x00b" }, "IdempotencyKey"},
 
 		// Every length limit at its boundary, counted in characters.
 		{"ID of 36 characters", func(e *outbox.Envelope) { e.ID = strings.Repeat("x", 36) }, ""},
@@ -123,6 +126,8 @@ func TestPrepareValidation(t *testing.T) {
 		{"AggregateID over limit", func(e *outbox.Envelope) { e.AggregateID = strings.Repeat("a", maxAggregateIDLen+1) }, "AggregateID"},
 		{"TenantID at limit", func(e *outbox.Envelope) { e.TenantID = strings.Repeat(twoByte, maxTenantIDLen) }, ""},
 		{"TenantID over limit", func(e *outbox.Envelope) { e.TenantID = strings.Repeat("t", maxTenantIDLen+1) }, "TenantID"},
+		{"IdempotencyKey at limit", func(e *outbox.Envelope) { e.IdempotencyKey = strings.Repeat(twoByte, maxIdempotencyKey) }, ""},
+		{"IdempotencyKey over limit", func(e *outbox.Envelope) { e.IdempotencyKey = strings.Repeat("k", maxIdempotencyKey+1) }, "IdempotencyKey"},
 		{"long header key and value", func(e *outbox.Envelope) {
 			e.Headers = map[string]string{strings.Repeat("k", 10000): strings.Repeat(twoByte, 10000)}
 		}, ""},

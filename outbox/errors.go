@@ -30,6 +30,13 @@ var (
 	// error, or with its commit: InTx returns it then.
 	ErrDuplicateEvent = errors.New("outbox: duplicate event id")
 
+	// ErrDuplicateKey is matched by the [*DuplicateKeyError] that
+	// [Writer.Write] returns, with [WriterConfig.RejectDuplicateKeys], when
+	// an event's topic and idempotency key are taken. Nothing of the write
+	// was written, and the transaction is usable on every dialect: the
+	// caller decides whether to commit it.
+	ErrDuplicateKey = errors.New("outbox: duplicate idempotency key")
+
 	// ErrNotFound is returned by [Store.Get] when no row has the event id.
 	ErrNotFound = errors.New("outbox: event not found")
 
@@ -107,3 +114,26 @@ func (e *ValidationError) Is(target error) bool { return target == ErrInvalidEnv
 func invalidRequest(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrInvalidRequest, fmt.Sprintf(format, args...))
 }
+
+// DuplicateKeyError says which events of a write had their topic and
+// idempotency key taken, when [WriterConfig.RejectDuplicateKeys] makes
+// that an error. It matches [ErrDuplicateKey] with errors.Is. When it is
+// returned, nothing of the batch was written.
+type DuplicateKeyError struct {
+	// Events are the events whose key was taken, in the order of the
+	// batch.
+	Events []SkippedEvent
+}
+
+func (e *DuplicateKeyError) Error() string {
+	first := e.Events[0]
+	msg := fmt.Sprintf("outbox: duplicate idempotency key: envelope %d: key %q of topic %s is event %s's",
+		first.Index, first.IdempotencyKey, first.Topic, first.ExistingID)
+	if n := len(e.Events) - 1; n > 0 {
+		msg += fmt.Sprintf(" (and %d more)", n)
+	}
+	return msg
+}
+
+// Is makes errors.Is(err, ErrDuplicateKey) true.
+func (e *DuplicateKeyError) Is(target error) bool { return target == ErrDuplicateKey }

@@ -77,12 +77,8 @@ func Example() {
 // envelope fails it with a ValidationError that says which one and why.
 func ExampleWriter_Write() {
 	ctx := context.Background()
-	store, _, closeDB := exampleStore(ctx)
+	store, writer, closeDB := exampleWriter(ctx)
 	defer closeDB()
-	writer, err := outbox.NewWriter(store, outbox.WriterConfig{})
-	if err != nil {
-		panic(err)
-	}
 
 	order, err := outbox.MarshalJSON(OrderCreated, map[string]int{"order": 42})
 	if err != nil {
@@ -348,6 +344,19 @@ func ExampleBackoff() {
 	// 100 ms doubling, 5 attempts: 100ms 200ms 400ms 800ms DEAD after 5 failures
 }
 
+// exampleWriter returns a store as exampleStore does, a writer on it
+// with the default configuration, and the function that drops the
+// database.
+func exampleWriter(ctx context.Context) (*postgres.Store, *outbox.Writer[pgx.Tx], func()) {
+	store, _, closeDB := exampleStore(ctx)
+	writer, err := outbox.NewWriter(store, outbox.WriterConfig{})
+	if err != nil {
+		closeDB()
+		panic(err)
+	}
+	return store, writer, closeDB
+}
+
 // exampleStore returns a store on a migrated PostgreSQL database of its
 // own, its pool, and the function that drops it.
 func exampleStore(ctx context.Context) (*postgres.Store, *pgxpool.Pool, func()) {
@@ -364,4 +373,48 @@ func exampleStore(ctx context.Context) (*postgres.Store, *pgxpool.Pool, func()) 
 		pool.Close()
 		drop()
 	}
+}
+
+// A command retried by its caller (a client that timed out and sent the
+// same request again) writes its event once: the retry's event carries
+// the same idempotency key, is skipped, and the command answers with the
+// event id of the first try. The retry's transaction commits as usual;
+// with WriterConfig.RejectDuplicateKeys it would get ErrDuplicateKey
+// instead, its transaction still usable.
+func ExampleWriter_WriteDetailed() {
+	ctx := context.Background()
+	store, writer, closeDB := exampleWriter(ctx)
+	defer closeDB()
+
+	// requestID comes from the client, the same on every try.
+	placeOrder := func(requestID string) (eventID string, retried bool) {
+		err := store.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+			event := outbox.NewJSON(OrderCreated, []byte(`{"orderId":"order-1"}`))
+			event.IdempotencyKey = requestID
+			res, err := writer.WriteDetailed(ctx, tx, event)
+			if err != nil {
+				return err
+			}
+			eventID, retried = res.IDs[0], len(res.Skipped) > 0
+			return nil
+		})
+		if err != nil {
+			panic(err)
+		}
+		return eventID, retried
+	}
+
+	first, retried := placeOrder("request-7")
+	fmt.Println("first try, a retry:", retried)
+	again, retried := placeOrder("request-7")
+	fmt.Println("second try, a retry:", retried, "same event:", again == first)
+	n, _, err := store.Backlog(ctx, string(OrderCreated))
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("events:", n)
+	// Output:
+	// first try, a retry: false
+	// second try, a retry: true same event: true
+	// events: 1
 }

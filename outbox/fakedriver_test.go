@@ -2,6 +2,7 @@ package outbox_test
 
 import (
 	"context"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -57,11 +58,15 @@ type fakeDriver[Tx any] struct {
 	commitDetached []bool // per commit: whether its context can end
 	rollbackCtxErr error  // of the context the last Rollback got
 
-	// Writes: Insert returns mark (when asked for one) and insertErr; Kept
-	// finds the ids not in gone, or fails with keptErr.
+	// Writes: Insert returns mark (when asked for one) and insertErr, and
+	// skips the rows whose topic and idempotency key keys holds, for the
+	// event id there, as a table would, and keeps the keys of the others
+	// (unless RejectDuplicateKeys saw a skip); Kept finds the ids not in
+	// gone, or fails with keptErr.
 	inserts   []insertCall[Tx]
 	insertErr error
 	mark      uint64
+	keys      map[[2]string]string
 	gone      map[string]bool
 	keptErr   error
 	kepts     []keptCall[Tx]
@@ -190,18 +195,38 @@ func (d *fakeDriver[Tx]) Outer() any {
 	return d.outer
 }
 
-func (d *fakeDriver[Tx]) Insert(_ context.Context, tx Tx, p *outboxdriver.InsertParams) (uint64, error) {
+func (d *fakeDriver[Tx]) Insert(_ context.Context, tx Tx, p *outboxdriver.InsertParams) (outboxdriver.InsertResult, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.log = append(d.log, "insert")
 	d.inserts = append(d.inserts, insertCall[Tx]{tx: tx, p: *p})
 	if d.insertErr != nil {
-		return 0, d.insertErr
+		return outboxdriver.InsertResult{}, d.insertErr
 	}
+	var res outboxdriver.InsertResult
 	if p.Mark {
-		return d.mark, nil
+		res.Savepoint = d.mark
 	}
-	return 0, nil
+	written := map[[2]string]string{}
+	for i, r := range p.Rows {
+		if r.IdempotencyKey == "" {
+			continue
+		}
+		key := [2]string{r.Topic, r.IdempotencyKey}
+		if existing, ok := d.keys[key]; ok {
+			res.Skipped = append(res.Skipped, outboxdriver.SkippedRow{Index: i, ExistingID: existing})
+		} else {
+			written[key] = r.ID
+		}
+	}
+	if len(res.Skipped) > 0 && p.RejectDuplicateKeys {
+		return res, nil
+	}
+	if d.keys == nil {
+		d.keys = map[[2]string]string{}
+	}
+	maps.Copy(d.keys, written)
+	return res, nil
 }
 
 func (d *fakeDriver[Tx]) Kept(_ context.Context, tx Tx, savepoint uint64, ids []string) ([]string, error) {
@@ -376,6 +401,23 @@ func (d *fakeDriver[Tx]) AcquireLease(_ context.Context, p outboxdriver.LeasePar
 	}
 	d.leases[p.Name] = fakeLease{owner: p.Owner, until: p.Until}
 	return true, nil
+}
+
+// Heartbeat, ReleaseDeadRelays and EndHeartbeat are the relay's: the
+// engine calls none of them.
+func (d *fakeDriver[Tx]) Heartbeat(context.Context, outboxdriver.HeartbeatParams) (bool, error) {
+	d.add("heartbeat")
+	return true, nil
+}
+
+func (d *fakeDriver[Tx]) ReleaseDeadRelays(context.Context, outboxdriver.ReleaseDeadRelaysParams) ([]outboxdriver.ReleasedRelay, error) {
+	d.add("release dead relays")
+	return nil, nil
+}
+
+func (d *fakeDriver[Tx]) EndHeartbeat(context.Context, string) error {
+	d.add("end heartbeat")
+	return nil
 }
 
 // purgeBatch records p and returns the next of d.batches, 0 once they

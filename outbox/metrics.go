@@ -36,10 +36,11 @@ type Metrics interface {
 	// outage or a stalled connection shows as a counter that rises, not
 	// only in the logs: "claim", "backlog" or "release_earlier" of a
 	// topic's subscription, and, with topic "", "record" (a statement
-	// recording outcomes or releasing claims, which the relay retries) and
+	// recording outcomes or releasing claims, which the relay retries),
 	// "give_up" (outcomes or releases it gave up on at Close; their events
-	// are delivered again when their leases end), and "retention" (a
-	// failed step of a [Store.Retain] round).
+	// are delivered again when their leases end), "heartbeat" (a relay's
+	// heartbeat), "release_dead" (the release of dead relays' claims), and
+	// "retention" (a failed step of a [Store.Retain] round).
 	StoreError(topic, operation string)
 	// DeadEvents records how many DEAD events of a topic the table holds,
 	// read with the backlog every BacklogInterval (a failed read counts

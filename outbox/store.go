@@ -353,13 +353,14 @@ func errorReason(err string) string {
 func eventOf(r *outboxdriver.Row) Event {
 	e := Event{
 		Envelope: Envelope{
-			ID:            r.ID,
-			Type:          EventType(r.Type),
-			Topic:         r.Topic,
-			OccurredAt:    r.OccurredAt,
-			AggregateType: AggregateType(r.AggregateType),
-			AggregateID:   r.AggregateID,
-			TenantID:      r.TenantID,
+			ID:             r.ID,
+			Type:           EventType(r.Type),
+			Topic:          r.Topic,
+			OccurredAt:     r.OccurredAt,
+			AggregateType:  AggregateType(r.AggregateType),
+			AggregateID:    r.AggregateID,
+			TenantID:       r.TenantID,
+			IdempotencyKey: r.IdempotencyKey,
 		},
 		Status:      Status(r.Status),
 		Attempts:    r.Attempts,

@@ -81,6 +81,39 @@ type WriterConfig struct {
 	// slice is the hook's to read during the call only. Hooks must be
 	// safe for concurrent use. Default: none.
 	BeforeWrite []func(ctx context.Context, events []Envelope) error
+	// RejectDuplicateKeys makes an event whose topic and idempotency key
+	// are taken an error: the write fails with a [*DuplicateKeyError]
+	// (matching [ErrDuplicateKey]) and writes nothing, leaving the
+	// transaction usable. Default: false, such an event is skipped and
+	// the others written (see [Writer.WriteDetailed]).
+	RejectDuplicateKeys bool
+}
+
+// WriteResult is what [Writer.WriteDetailed] wrote.
+type WriteResult struct {
+	// IDs holds, for each envelope in order, the id of its stored event:
+	// its own, or for a skipped one the id of the event that holds its
+	// key, so that a retried command answers with the id its first try
+	// wrote.
+	IDs []string
+	// Skipped are the envelopes not written because their topic and
+	// idempotency key were taken, in order; nil when all were written.
+	Skipped []SkippedEvent
+}
+
+// SkippedEvent is an envelope not written because an event of its topic
+// has its idempotency key.
+type SkippedEvent struct {
+	// Index is the envelope's position in the batch given to the writer.
+	Index int
+	// ID is the id the event would have had.
+	ID string
+	// Topic and IdempotencyKey are the envelope's (Topic with its
+	// default filled in).
+	Topic, IdempotencyKey string
+	// ExistingID is the id of the event that holds the key: one in the
+	// table, or an earlier envelope of the same batch.
+	ExistingID string
 }
 
 // Writer writes events in the caller's transaction. It is safe for
@@ -111,56 +144,141 @@ func NewWriter[Tx any](store *Store[Tx], cfg WriterConfig) (*Writer[Tx], error) 
 }
 
 // Write validates events and inserts them in tx (in one statement on
-// PostgreSQL; see the dialects for the others), and returns their ids in
-// order. It does not commit: the events become visible with the caller's
-// commit and vanish with its rollback. If ctx comes from [Store.InTx], the
-// hot path and Notify hear of the events after that commit.
+// PostgreSQL; see the dialects for the others), and returns the ids of
+// their stored events in order. It does not commit: the events become
+// visible with the caller's commit and vanish with its rollback. If ctx
+// comes from [Store.InTx], the hot path and Notify hear of the events
+// after that commit.
+//
+// An event whose topic and IdempotencyKey an event in the table (or an
+// earlier one of events) has is not written: its id in the result is
+// that event's. [Writer.WriteDetailed] tells which were skipped.
 //
 // Errors: [ErrNoTransaction] for a nil tx; a [*ValidationError] (matching
 // [ErrInvalidEnvelope]) for an invalid envelope, or one a BeforeWrite
-// hook changed beyond its headers; a BeforeWrite hook's error, wrapped;
-// in these cases nothing was written; the driver's error; or, with the rows written, an error
-// registering the after-commit hand-off in ctx (the transaction of an
-// InTx ended already). Writing no events is a no-op. In a transaction of
-// PostgreSQL's InTx the insert goes with the transaction's next
-// statement: its error, such as [ErrDuplicateEvent], comes from that one,
-// or from the commit.
+// hook changed beyond its headers, and a BeforeWrite hook's error,
+// wrapped, in which cases nothing was written; with
+// [WriterConfig.RejectDuplicateKeys], a [*DuplicateKeyError] (matching
+// [ErrDuplicateKey]) for a taken key, nothing written either; the
+// driver's error; or, with the rows written, an error registering the
+// after-commit hand-off in ctx (the transaction of an InTx ended
+// already). Writing no events is a no-op. In a transaction of
+// PostgreSQL's InTx the insert of events without an idempotency key goes
+// with the transaction's next statement: its error, such as
+// [ErrDuplicateEvent], comes from that one, or from the commit.
 func (w *Writer[Tx]) Write(ctx context.Context, tx Tx, events ...Envelope) ([]string, error) {
+	res, err := w.WriteDetailed(ctx, tx, events...)
+	return res.IDs, err
+}
+
+// WriteDetailed is [Writer.Write], reporting the events it skipped
+// because their topic and IdempotencyKey were taken: by an event in the
+// table (committed, or written earlier in tx), by an earlier event of the
+// same call, or by another transaction that commits while this write
+// waits for it (if that one rolls back instead, the event is written).
+// Skipping never aborts tx, on any dialect, and skipped events reach
+// neither the hot path nor Notify. The errors are Write's.
+func (w *Writer[Tx]) WriteDetailed(ctx context.Context, tx Tx, events ...Envelope) (WriteResult, error) {
 	if nilcheck.Is(tx) {
-		return nil, ErrNoTransaction
+		return WriteResult{}, ErrNoTransaction
 	}
 	if len(events) == 0 {
-		return nil, nil
+		return WriteResult{}, nil
 	}
 	now := w.store.clock.Now()
 	prepared, err := prepare(events, now)
 	if err != nil {
-		return nil, err
+		return WriteResult{}, err
 	}
 	if w.cfg.Headers != nil {
 		injectHeaders(ctx, w.cfg.Headers, prepared)
 	}
 	if err := w.beforeWrite(ctx, prepared); err != nil {
-		return nil, err
+		return WriteResult{}, err
 	}
-	hot, cold := w.hotEvents(ctx, tx, prepared)
-	params, err := w.insertParams(hot, cold, now)
+	toWrite, skipped := repeatedKeys(prepared)
+	if len(skipped) > 0 && w.cfg.RejectDuplicateKeys {
+		return WriteResult{}, &DuplicateKeyError{Events: skipped}
+	}
+	hot, cold := w.hotEvents(ctx, tx, prepared, toWrite)
+	params, err := w.insertParams(prepared, hot, cold, now)
 	if err != nil {
-		return nil, err
+		return WriteResult{}, err
 	}
-	savepoint, err := w.store.driver.Insert(ctx, tx, params)
+	params.RejectDuplicateKeys = w.cfg.RejectDuplicateKeys
+	inserted, err := w.store.driver.Insert(ctx, tx, params)
 	if err != nil {
-		return nil, fmt.Errorf("outbox: write %d events: %w", len(prepared), err)
+		return WriteResult{}, fmt.Errorf("outbox: write %d events: %w", len(prepared), err)
 	}
-	if err := w.afterCommit(ctx, tx, hot, cold, savepoint, params.LockedUntil); err != nil {
-		// The transaction already ended: these rows are the claims'.
-		return nil, fmt.Errorf("outbox: write: %w", err)
+	written := slices.Concat(hot, cold)
+	for _, s := range inserted.Skipped {
+		skipped = append(skipped, skippedEvent(prepared, written[s.Index], s.ExistingID))
 	}
-	ids := make([]string, len(prepared))
+	slices.SortFunc(skipped, func(a, b SkippedEvent) int { return cmp.Compare(a.Index, b.Index) })
+	if len(skipped) > 0 && w.cfg.RejectDuplicateKeys {
+		return WriteResult{}, &DuplicateKeyError{Events: skipped}
+	}
+	res := WriteResult{IDs: make([]string, len(prepared))}
+	isSkipped := make([]bool, len(prepared))
 	for i := range prepared {
-		ids[i] = prepared[i].ID
+		res.IDs[i] = prepared[i].ID
 	}
-	return ids, nil
+	for _, s := range skipped {
+		res.IDs[s.Index], isSkipped[s.Index] = s.ExistingID, true
+	}
+	if len(skipped) > 0 {
+		res.Skipped = skipped
+	}
+	// Rows the write skipped are another write's: not ours to hand over.
+	hotEvents, coldEvents := notSkipped(prepared, hot, isSkipped), notSkipped(prepared, cold, isSkipped)
+	if err := w.afterCommit(ctx, tx, hotEvents, coldEvents, inserted.Savepoint, params.LockedUntil); err != nil {
+		// The transaction already ended: these rows are the claims'.
+		return WriteResult{}, fmt.Errorf("outbox: write: %w", err)
+	}
+	return res, nil
+}
+
+// repeatedKeys returns the positions of the events to write, and as
+// skipped those whose topic and idempotency key an earlier one of events
+// has.
+func repeatedKeys(events []Envelope) (toWrite []int, skipped []SkippedEvent) {
+	toWrite = make([]int, 0, len(events))
+	var first map[[2]string]int
+	for i := range events {
+		e := &events[i]
+		if e.IdempotencyKey == "" {
+			toWrite = append(toWrite, i)
+			continue
+		}
+		key := [2]string{e.Topic, e.IdempotencyKey}
+		if j, ok := first[key]; ok {
+			skipped = append(skipped, skippedEvent(events, i, events[j].ID))
+			continue
+		}
+		if first == nil {
+			first = make(map[[2]string]int)
+		}
+		first[key] = i
+		toWrite = append(toWrite, i)
+	}
+	return toWrite, skipped
+}
+
+// skippedEvent reports events[i] skipped for the event existing.
+func skippedEvent(events []Envelope, i int, existing string) SkippedEvent {
+	e := &events[i]
+	return SkippedEvent{Index: i, ID: e.ID, Topic: e.Topic, IdempotencyKey: e.IdempotencyKey, ExistingID: existing}
+}
+
+// notSkipped returns the events at positions that the write did not skip.
+func notSkipped(events []Envelope, positions []int, skipped []bool) []Envelope {
+	out := make([]Envelope, 0, len(positions))
+	for _, i := range positions {
+		if !skipped[i] {
+			out = append(out, events[i])
+		}
+	}
+	return out
 }
 
 // injectHeaders lets inject add to the headers of prepared events, whose
@@ -218,21 +336,21 @@ func changedField(before, after *Envelope) string {
 	return ""
 }
 
-// insertParams is the insert of the hot events, claimed by the hot path,
-// then the cold ones, written at now.
-func (w *Writer[Tx]) insertParams(hot, cold []Envelope, now time.Time) (*outboxdriver.InsertParams, error) {
+// insertParams is the insert of events at positions hot, claimed by the
+// hot path, then cold, written at now.
+func (w *Writer[Tx]) insertParams(events []Envelope, hot, cold []int, now time.Time) (*outboxdriver.InsertParams, error) {
 	p := &outboxdriver.InsertParams{Rows: make([]outboxdriver.InsertRow, len(hot)+len(cold)), Now: now, Mark: len(hot) > 0}
 	if len(hot) > 0 {
 		owner, lease := w.cfg.HotPath.HotLease()
 		p.Owner, p.LockedUntil = owner, now.Add(cmp.Or(lease, defaultLockTimeout))
 	}
-	for i := range hot {
-		if err := insertRow(&p.Rows[i], &hot[i], now, true); err != nil {
+	for j, i := range hot {
+		if err := insertRow(&p.Rows[j], &events[i], now, true); err != nil {
 			return nil, err
 		}
 	}
-	for i := range cold {
-		if err := insertRow(&p.Rows[len(hot)+i], &cold[i], now, false); err != nil {
+	for j, i := range cold {
+		if err := insertRow(&p.Rows[len(hot)+j], &events[i], now, false); err != nil {
 			return nil, err
 		}
 	}
@@ -248,7 +366,7 @@ func insertRow(r *outboxdriver.InsertRow, e *Envelope, now time.Time, claimed bo
 	}
 	*r = outboxdriver.InsertRow{ID: e.ID, Type: string(e.Type), Topic: e.Topic, AggregateType: string(e.AggregateType),
 		AggregateID: e.AggregateID, TenantID: e.TenantID, Payload: e.Payload(), PayloadJSON: e.IsJSON(), Headers: headers,
-		OccurredAt: e.OccurredAt, AvailableAt: now, Claimed: claimed}
+		OccurredAt: e.OccurredAt, AvailableAt: now, Claimed: claimed, IdempotencyKey: e.IdempotencyKey}
 	if e.DeliverAfter.After(now) {
 		r.AvailableAt = e.DeliverAfter
 	}
@@ -345,22 +463,22 @@ func (w *Writer[Tx]) commitReported(ctx context.Context, tx Tx) bool {
 	return hooks != nil && nilcheck.Same(hooks.tx, tx)
 }
 
-// hotEvents splits events into those the hot path will deliver after
-// commit and the rest. None is hot without a hot path that claims them (an
-// owner), or when the commit of tx is not reported; delayed events and
-// topics the hot path does not take are never hot.
-func (w *Writer[Tx]) hotEvents(ctx context.Context, tx Tx, events []Envelope) (hot, cold []Envelope) {
+// hotEvents splits the events at positions into those the hot path will
+// deliver after commit and the rest. None is hot without a hot path that
+// claims them (an owner), or when the commit of tx is not reported;
+// delayed events and topics the hot path does not take are never hot.
+func (w *Writer[Tx]) hotEvents(ctx context.Context, tx Tx, events []Envelope, positions []int) (hot, cold []int) {
 	if w.cfg.HotPath == nil || !w.commitReported(ctx, tx) {
-		return nil, events
+		return nil, positions
 	}
 	if owner, _ := w.cfg.HotPath.HotLease(); owner == "" {
-		return nil, events // unclaimed, any relay could deliver them meanwhile
+		return nil, positions // unclaimed, any relay could deliver them meanwhile
 	}
-	for _, e := range events {
-		if e.DeliverAfter.IsZero() && w.cfg.HotPath.TakesHot(e.Topic) {
-			hot = append(hot, e)
+	for _, i := range positions {
+		if events[i].DeliverAfter.IsZero() && w.cfg.HotPath.TakesHot(events[i].Topic) {
+			hot = append(hot, i)
 		} else {
-			cold = append(cold, e)
+			cold = append(cold, i)
 		}
 	}
 	return hot, cold

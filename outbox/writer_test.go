@@ -824,3 +824,113 @@ func TestWriterNotifyWithoutHotPath(t *testing.T) {
 	b.write(t, delayed)
 	require.Len(t, b.notify.Calls(), 1, "no call without a due event")
 }
+
+// keyedEnvelope is a valid envelope of topic with the idempotency key key.
+func keyedEnvelope(topic, key string) outbox.Envelope {
+	e := withTopic(topic)
+	e.IdempotencyKey = key
+	return e
+}
+
+// Events skipped for a taken key are another write's: the hot path, its
+// savepoint lookup and Notify hear only of those written, hot or cold, and
+// the ids are the stored events'.
+func TestWriterSkippedEventsAreNotHandedOver(t *testing.T) {
+	t.Parallel()
+
+	b := setupWriter(t, nil)
+	b.hot.cold = map[string]bool{"payments": true}
+	b.driver.mark = 3
+	b.driver.keys = map[[2]string]string{{"orders", "taken"}: "stored-1", {"payments", "taken"}: "stored-2"}
+	events := []outbox.Envelope{
+		keyedEnvelope("orders", "taken"), keyedEnvelope("orders", "free"), keyedEnvelope("payments", "taken"),
+		withTopic("payments"), keyedEnvelope("orders", "free"),
+	}
+	var res outbox.WriteResult
+	require.NoError(t, b.store.InTx(t.Context(), func(ctx context.Context, tx *fakeTx) (err error) {
+		res, err = b.writer.WriteDetailed(ctx, tx, events...)
+		return err
+	}))
+	rows := b.insert(t).Rows
+	require.Len(t, rows, 4, "the key repeated in the call is not sent to the driver")
+	require.Equal(t, []string{"stored-1", res.IDs[1], "stored-2", res.IDs[3], res.IDs[1]}, res.IDs)
+	require.Len(t, res.Skipped, 3)
+	for i, want := range []outbox.SkippedEvent{
+		{Index: 0, Topic: "orders", IdempotencyKey: "taken", ExistingID: "stored-1"},
+		{Index: 2, Topic: "payments", IdempotencyKey: "taken", ExistingID: "stored-2"},
+		{Index: 4, Topic: "orders", IdempotencyKey: "free", ExistingID: res.IDs[1]},
+	} {
+		got := res.Skipped[i]
+		require.NotEmpty(t, got.ID)
+		require.NotContains(t, []string{"stored-1", "stored-2", res.IDs[1]}, got.ID, "the id it would have had")
+		got.ID = ""
+		require.Equal(t, want, got)
+	}
+
+	kepts := b.driver.Kepts()
+	require.Len(t, kepts, 1)
+	require.Equal(t, []string{res.IDs[1]}, kepts[0].ids, "only the hot row written is looked up")
+	require.Len(t, b.hot.Hot(), 1)
+	require.Equal(t, []string{res.IDs[1]}, idsOf(b.hot.Hot()[0]))
+	require.Equal(t, [][]string{{res.IDs[3]}}, committedIDs(b.hot.CommittedEvents()))
+	require.Equal(t, [][]string{{"payments"}}, b.notify.Calls())
+
+	// Write returns the same ids.
+	ids := b.write(t, events[0])
+	require.Equal(t, []string{"stored-1"}, ids)
+}
+
+// committedIDs returns the ids of each Committed call.
+func committedIDs(calls [][]outbox.Envelope) [][]string {
+	out := make([][]string, len(calls))
+	for i, events := range calls {
+		out[i] = idsOf(events)
+	}
+	return out
+}
+
+// A write whose every event is skipped hands nothing over.
+func TestWriterAllSkipped(t *testing.T) {
+	t.Parallel()
+
+	b := setupWriter(t, nil)
+	b.driver.mark = 3
+	b.driver.keys = map[[2]string]string{{"orders", "taken"}: "stored-1"}
+	require.Equal(t, []string{"stored-1"}, b.write(t, keyedEnvelope("orders", "taken")))
+	require.Empty(t, b.driver.Kepts())
+	b.requireNothingTold(t, "nothing written")
+}
+
+// With RejectDuplicateKeys a taken key fails the write with a
+// DuplicateKeyError, and the driver is asked to write nothing of it; a
+// key repeated within the call fails before any insert.
+func TestWriterRejectsDuplicateKeys(t *testing.T) {
+	t.Parallel()
+
+	b := setupWriter(t, func(cfg *outbox.WriterConfig) { cfg.RejectDuplicateKeys = true })
+	b.driver.keys = map[[2]string]string{{"orders", "taken"}: "stored-1"}
+	var err error
+	require.NoError(t, b.store.InTx(t.Context(), func(ctx context.Context, tx *fakeTx) error {
+		_, err = b.writer.Write(ctx, tx, keyedEnvelope("orders", "free"), keyedEnvelope("orders", "taken"))
+		return nil
+	}))
+	require.ErrorIs(t, err, outbox.ErrDuplicateKey)
+	var dup *outbox.DuplicateKeyError
+	require.ErrorAs(t, err, &dup)
+	require.Len(t, dup.Events, 1)
+	require.Equal(t, 1, dup.Events[0].Index)
+	require.Equal(t, "stored-1", dup.Events[0].ExistingID)
+	require.EqualError(t, err, `outbox: duplicate idempotency key: envelope 1: key "taken" of topic orders is event stored-1's`)
+	require.True(t, b.insert(t).RejectDuplicateKeys)
+	require.NotContains(t, b.driver.keys, [2]string{"orders", "free"}, "the driver wrote nothing")
+	b.requireNothingTold(t, "nothing written")
+
+	require.NoError(t, b.store.InTx(t.Context(), func(ctx context.Context, tx *fakeTx) error {
+		_, err = b.writer.Write(ctx, tx, keyedEnvelope("orders", "again"), withTopic("orders"), keyedEnvelope("orders", "again"))
+		return nil
+	}))
+	require.ErrorAs(t, err, &dup)
+	require.Len(t, dup.Events, 1)
+	require.Equal(t, 2, dup.Events[0].Index)
+	require.Len(t, b.driver.Inserts(), 1, "no insert for a key repeated in the call")
+}

@@ -79,6 +79,18 @@ func (d *instantDriver) Release(_ context.Context, p outboxdriver.ReleaseParams)
 	return int64(len(p.IDs)), nil
 }
 
+// Heartbeat finds the heartbeat there, and ReleaseDeadRelays no dead
+// relay: liveness is the heartbeat tests'.
+func (*instantDriver) Heartbeat(context.Context, outboxdriver.HeartbeatParams) (bool, error) {
+	return true, nil
+}
+
+func (*instantDriver) ReleaseDeadRelays(context.Context, outboxdriver.ReleaseDeadRelaysParams) ([]outboxdriver.ReleasedRelay, error) {
+	return nil, nil
+}
+
+func (*instantDriver) EndHeartbeat(context.Context, string) error { return nil }
+
 func (d *instantDriver) releasedCount() int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -240,16 +252,17 @@ type insertDriver struct {
 	rows []outboxdriver.InsertRow // under instantDriver.mu
 }
 
-func (d *insertDriver) Insert(_ context.Context, _ fakeTx, p *outboxdriver.InsertParams) (uint64, error) {
+func (d *insertDriver) Insert(_ context.Context, _ fakeTx, p *outboxdriver.InsertParams) (outboxdriver.InsertResult, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.rows = append(d.rows, p.Rows...)
-	return 0, nil
+	return outboxdriver.InsertResult{}, nil
 }
 
 // storedRow is the row r wrote, as a claim reads it back.
 func storedRow(r *outboxdriver.InsertRow) outboxdriver.Row {
 	return outboxdriver.Row{ID: r.ID, Type: r.Type, Topic: r.Topic, AggregateType: r.AggregateType,
 		AggregateID: r.AggregateID, TenantID: r.TenantID, Payload: r.Payload, PayloadJSON: r.PayloadJSON,
-		Headers: r.Headers, Status: int16(outbox.StatusNew), OccurredAt: r.OccurredAt, AvailableAt: r.AvailableAt}
+		Headers: r.Headers, Status: int16(outbox.StatusNew), OccurredAt: r.OccurredAt, AvailableAt: r.AvailableAt,
+		IdempotencyKey: r.IdempotencyKey}
 }

@@ -47,6 +47,13 @@ const (
 	// outbox Publisher, say): delete the key from the metadata first to
 	// write it as a new event.
 	MetadataEventID = "outbox_event_id"
+	// MetadataIdempotencyKey sets the event's idempotency key (see
+	// outbox.Envelope.IdempotencyKey): a message published with a key that
+	// an event of its topic has is not written, and Publish returns no
+	// error for it (with PublisherConfig.RejectDuplicateKeys it fails with
+	// outbox.ErrDuplicateKey instead). Set on delivery when the event has
+	// one, so a handler can tell which command wrote it.
+	MetadataIdempotencyKey = "outbox_idempotency_key"
 
 	// MetadataAttempt is the delivery attempt, 1 for the first, set on
 	// delivery.
@@ -70,22 +77,23 @@ const (
 // envelopeKeys are consumed by toEnvelope rather than stored as headers.
 var envelopeKeys = map[string]bool{
 	MetadataEventType: true, MetadataAggregateType: true, MetadataAggregateID: true,
-	MetadataTenantID: true, MetadataDeliverAfter: true, MetadataOccurredAt: true, MetadataEventID: true,
-	MetadataAttempt: true, MetadataSource: true, headerMessageUUID: true,
-	MetadataDeliverIn: true,
+	MetadataTenantID: true, MetadataDeliverAfter: true, MetadataDeliverIn: true, MetadataOccurredAt: true,
+	MetadataEventID: true, MetadataIdempotencyKey: true, MetadataAttempt: true, MetadataSource: true,
+	headerMessageUUID: true,
 }
 
 // toEnvelope maps a published message to the envelope stored for it.
 func toEnvelope(topic string, msg *message.Message) (outbox.Envelope, error) {
 	md := msg.Metadata
 	e := outbox.Envelope{
-		ID:            md.Get(MetadataEventID),
-		Type:          outbox.EventType(md.Get(MetadataEventType)),
-		Topic:         topic,
-		AggregateType: outbox.AggregateType(md.Get(MetadataAggregateType)),
-		AggregateID:   md.Get(MetadataAggregateID),
-		TenantID:      md.Get(MetadataTenantID),
-		PayloadBytes:  msg.Payload,
+		ID:             md.Get(MetadataEventID),
+		Type:           outbox.EventType(md.Get(MetadataEventType)),
+		Topic:          topic,
+		AggregateType:  outbox.AggregateType(md.Get(MetadataAggregateType)),
+		AggregateID:    md.Get(MetadataAggregateID),
+		TenantID:       md.Get(MetadataTenantID),
+		PayloadBytes:   msg.Payload,
+		IdempotencyKey: md.Get(MetadataIdempotencyKey),
 	}
 	if e.Type == "" {
 		e.Type = outbox.EventType(topic)
@@ -150,6 +158,9 @@ func toMessage(item *queued) *message.Message {
 	}
 	if e.TenantID != "" {
 		msg.Metadata.Set(MetadataTenantID, e.TenantID)
+	}
+	if e.IdempotencyKey != "" {
+		msg.Metadata.Set(MetadataIdempotencyKey, e.IdempotencyKey)
 	}
 	msg.Metadata.Set(MetadataOccurredAt, e.OccurredAt.UTC().Format(time.RFC3339Nano))
 	msg.Metadata.Set(MetadataAttempt, strconv.Itoa(e.Attempts+1))

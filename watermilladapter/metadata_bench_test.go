@@ -27,8 +27,8 @@ func benchMessage() *message.Message {
 // discardDriver is a driver that takes every insert and keeps nothing.
 type discardDriver struct{ instantDriver }
 
-func (*discardDriver) Insert(context.Context, fakeTx, *outboxdriver.InsertParams) (uint64, error) {
-	return 0, nil
+func (*discardDriver) Insert(context.Context, fakeTx, *outboxdriver.InsertParams) (outboxdriver.InsertResult, error) {
+	return outboxdriver.InsertResult{}, nil
 }
 
 // BenchmarkEnvelope is the CPU an event costs outside the database: on

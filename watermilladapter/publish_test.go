@@ -48,6 +48,40 @@ func TestDeliveredMessagePublishedAgainKeepsItsEventID(t *testing.T) {
 	require.Equal(t, 2, rowCount(t, pool), "a new event beside %s", id)
 }
 
+// A message's idempotency key makes a publish retried by its caller write
+// once: the retry is skipped without an error and is not delivered, and
+// the delivered message carries the key. With RejectDuplicateKeys the
+// retry fails, the transaction goes on.
+func TestPublishWithAnIdempotencyKey(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t)
+	got := newReceived()
+	r := relaytest.Start(t, pool, watermilladapter.SubscriberConfig{}, relaytest.Handlers{"orders": got.handler})
+	keyed := func(payload string) *message.Message {
+		msg := newMsg(payload)
+		msg.Metadata.Set(watermilladapter.MetadataIdempotencyKey, "place-order-42")
+		return msg
+	}
+	r.Publish(t, "orders", keyed("first"))
+	delivered := got.next(t)
+	require.Equal(t, "first", string(delivered.Payload))
+	require.Equal(t, "place-order-42", delivered.Metadata.Get(watermilladapter.MetadataIdempotencyKey))
+	_, isHeader := statusOf(t, r.Store, delivered.Metadata.Get(watermilladapter.MetadataEventID)).Headers[watermilladapter.MetadataIdempotencyKey]
+	require.False(t, isHeader, "the key is a column, not a header")
+
+	r.Publish(t, "orders", keyed("retried"), newMsg("another"))
+	require.Equal(t, "another", string(got.next(t).Payload), "the retried message is skipped, not delivered")
+	require.Equal(t, 2, rowCount(t, pool))
+
+	strict, err := watermilladapter.NewPublisher(r.Store, watermilladapter.PublisherConfig{RejectDuplicateKeys: true})
+	require.NoError(t, err)
+	require.NoError(t, r.Store.InTx(t.Context(), func(ctx context.Context, tx pgx.Tx) error {
+		require.ErrorIs(t, strict.WithTx(tx).Publish("orders", newMsg("new"), keyed("retried")), outbox.ErrDuplicateKey)
+		return strict.WithTx(tx).Publish("orders", newMsg("after"))
+	}))
+	require.Equal(t, 3, rowCount(t, pool), "nothing of the rejected publish, the later one committed")
+}
+
 func TestPublishWithoutTransactionFailsFast(t *testing.T) {
 	t.Parallel()
 	pool := testdb.New(t)

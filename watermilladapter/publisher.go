@@ -60,6 +60,13 @@ type PublisherConfig struct {
 	// with an error, which Publish returns wrapped; nothing is written
 	// then. Default: none.
 	BeforeWrite []func(ctx context.Context, events []outbox.Envelope) error
+
+	// RejectDuplicateKeys makes a message whose [MetadataIdempotencyKey]
+	// an event of its topic has fail Publish with outbox.ErrDuplicateKey,
+	// writing none of the messages of the call and leaving the
+	// transaction usable (see outbox.WriterConfig.RejectDuplicateKeys).
+	// Default: false, such a message is skipped and the others written.
+	RejectDuplicateKeys bool
 }
 
 // Publisher is a Watermill message.Publisher that writes each message as an
@@ -97,7 +104,8 @@ func NewPublisher[Tx any](store *outbox.Store[Tx], cfg PublisherConfig) (*Publis
 	if store == nil {
 		return nil, fmt.Errorf("watermilladapter: new publisher: %w: no store", outbox.ErrInvalidRequest)
 	}
-	writer, err := outbox.NewWriter(store, outbox.WriterConfig{HotPath: cfg.HotPath, Notify: cfg.Notify, BeforeWrite: cfg.BeforeWrite})
+	writer, err := outbox.NewWriter(store, outbox.WriterConfig{HotPath: cfg.HotPath, Notify: cfg.Notify,
+		BeforeWrite: cfg.BeforeWrite, RejectDuplicateKeys: cfg.RejectDuplicateKeys})
 	if err != nil {
 		return nil, err
 	}

@@ -57,6 +57,8 @@ const (
 	DefaultDrainTimeout      = 5 * time.Second
 	DefaultBacklogInterval   = 15 * time.Second
 	DefaultLockTimeout       = 5 * time.Minute
+	DefaultHeartbeatInterval = 2 * time.Second
+	DefaultHeartbeatTimeout  = 10 * time.Second
 
 	// MinLockTimeout is the shortest SubscriberConfig.LockTimeout: an
 	// event is handed to its handler only within the first half of its
@@ -102,17 +104,36 @@ type SubscriberConfig struct {
 	// are not delayed. Default 5ms; a nanosecond
 	// acts on every wake-up at once.
 	WakeCooldown time.Duration
-	// LockTimeout is the claim lease: an event claimed (or written for the
-	// hot path) by a relay that dies is due again this long after. Keep it
-	// well above the longest handler time plus queueing: an event whose
-	// handler outlives it may be claimed and delivered again, by another
-	// relay or by this one; the late outcome then counts if it is an Ack,
-	// or a Nack while no other relay claimed the event. An event that
-	// waited for half of it, in the hot or cold queue or for the
-	// subscription's reader to take it, is not handed to a handler but
-	// left to a claim after its lease ends, so that its handler has at
-	// least half the lease. At least [MinLockTimeout]. Default 5m.
+	// LockTimeout is the claim lease: the longest a live relay holds an
+	// event, from its claim (or its write for the hot path) to its
+	// outcome. A relay that dies loses its claims sooner, once its
+	// heartbeat expires (see HeartbeatTimeout). Keep it well above the
+	// longest handler time plus queueing: an event whose handler outlives
+	// it may be claimed and delivered again, by another relay or by this
+	// one; the late outcome then counts if it is an Ack, or a Nack while
+	// no other relay claimed the event. An event that waited for half of
+	// it, in the hot or cold queue or for the subscription's reader to
+	// take it, is not handed to a handler but left to a claim after its
+	// lease ends, so that its handler has at least half the lease. At
+	// least [MinLockTimeout]. Default 5m.
 	LockTimeout time.Duration
+	// HeartbeatInterval is how often the relay renews its heartbeat, a row
+	// of the table's lease table that says it is alive, and, once its own
+	// heartbeats have succeeded without a break for HeartbeatTimeout,
+	// hands back the claims of relays whose heartbeat expired: they are
+	// delivered at once, by this relay or, told through Notify, by
+	// others. Default 2s (or HeartbeatTimeout/5 when that is shorter).
+	HeartbeatInterval time.Duration
+	// HeartbeatTimeout is how long a heartbeat lasts: a relay that has not
+	// renewed it for this long is taken for dead, and its claims are
+	// handed back, within HeartbeatTimeout plus HeartbeatInterval of its
+	// last heartbeat. Clocks of the relays' hosts must agree to well
+	// within it. A relay that was taken for dead while alive (a pause
+	// longer than this, a network partition) logs a warning: what it had
+	// in flight may be delivered twice. At least twice HeartbeatInterval
+	// and below LockTimeout. Default 10s (or LockTimeout/2 when that is
+	// shorter).
+	HeartbeatTimeout time.Duration
 	// SkipRecent leaves events younger than this to the hot path; after a
 	// wake-up, a claim follows once the commits it announced are this old.
 	// Default 0: hot-path events are written claimed, so the cold path
@@ -233,6 +254,7 @@ func (c SubscriberConfig) withDefaults() (SubscriberConfig, error) {
 		}
 	}
 	for name, v := range map[string]time.Duration{"PollInterval": c.PollInterval, "LockTimeout": c.LockTimeout,
+		"HeartbeatInterval": c.HeartbeatInterval, "HeartbeatTimeout": c.HeartbeatTimeout,
 		"SkipRecent": c.SkipRecent, "DrainTimeout": c.DrainTimeout, "BacklogInterval": c.BacklogInterval,
 		"WakeCooldown": c.WakeCooldown, "UnroutableAfter": c.UnroutableAfter} {
 		if v < 0 {
@@ -254,6 +276,9 @@ func (c SubscriberConfig) withDefaults() (SubscriberConfig, error) {
 	c.PollInterval = cmpOr(c.PollInterval, DefaultPollInterval)
 	c.WakeCooldown = cmpOr(c.WakeCooldown, DefaultWakeCooldown)
 	c.LockTimeout = cmpOr(c.LockTimeout, DefaultLockTimeout)
+	if err := c.heartbeatDefaults(); err != nil {
+		return c, err
+	}
 	c.DrainTimeout = cmpOr(c.DrainTimeout, DefaultDrainTimeout)
 	c.BacklogInterval = cmpOr(c.BacklogInterval, DefaultBacklogInterval)
 	if nilcheck.Is(c.Metrics) {
@@ -287,6 +312,22 @@ func (c SubscriberConfig) withDefaults() (SubscriberConfig, error) {
 	}
 	c.BatchSize = min(c.BatchSize, c.ColdQueueCapacity)
 	return c, nil
+}
+
+// heartbeatDefaults sets the heartbeat's defaults, scaled down to a short
+// LockTimeout, or says why the values set are invalid.
+func (c *SubscriberConfig) heartbeatDefaults() error {
+	c.HeartbeatTimeout = cmpOr(c.HeartbeatTimeout, min(DefaultHeartbeatTimeout, c.LockTimeout/2))
+	c.HeartbeatInterval = cmpOr(c.HeartbeatInterval, min(DefaultHeartbeatInterval, c.HeartbeatTimeout/5))
+	switch {
+	case c.HeartbeatTimeout < 2*c.HeartbeatInterval:
+		return fmt.Errorf("%w: subscriber HeartbeatTimeout %s is below twice HeartbeatInterval %s",
+			outbox.ErrInvalidRequest, c.HeartbeatTimeout, c.HeartbeatInterval)
+	case c.HeartbeatTimeout >= c.LockTimeout:
+		return fmt.Errorf("%w: subscriber HeartbeatTimeout %s is not below LockTimeout %s",
+			outbox.ErrInvalidRequest, c.HeartbeatTimeout, c.LockTimeout)
+	}
+	return nil
 }
 
 // Limits of [SubscriberConfig]: the owner's column holds 128 characters,
@@ -339,6 +380,7 @@ type Subscriber struct {
 	inflight *inFlight
 	settler  *settler
 	drops    *dropLog
+	beats    *heartbeat
 
 	mu     sync.Mutex
 	subs   map[string][]*subscription
@@ -395,6 +437,7 @@ func NewSubscriber[Tx any](store *outbox.Store[Tx], cfg SubscriberConfig) (*Subs
 	s.stopped, s.stopWatch = context.WithCancel(context.Background())
 	s.drops = newDropLog(cfg.Logger, cfg.Clock)
 	s.settler = newSettler(s.driver, cfg.Clock, cfg.Owner, cfg.Logger, cfg.Metrics, s.released)
+	s.beats = newHeartbeat(s)
 	return s, nil
 }
 
@@ -421,6 +464,7 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 	if err := s.checkSchema(ctx, topic); err != nil {
 		return nil, err
 	}
+	s.beats.first()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -429,6 +473,7 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 	if len(s.subs[topic]) > 0 && !s.cfg.AllowSharedTopic {
 		return nil, topicSubscribedError(topic)
 	}
+	s.beats.start()
 	if s.started.IsZero() {
 		s.started = s.cfg.Clock.Now()
 		if _, nop := s.cfg.Metrics.(nopMetrics); !nop || s.cfg.UnroutableAfter > 0 {
@@ -530,7 +575,9 @@ func (s *Subscriber) close() error {
 	}
 	s.mu.Unlock()
 	s.wg.Wait()
-	return s.settler.close()
+	err := s.settler.close()
+	s.beats.end(err == nil)
+	return err
 }
 
 // HotLease implements [outbox.HotPath]: hot events are written claimed by

@@ -42,6 +42,11 @@ func TestNewSubscriberRejectsBadConfig(t *testing.T) {
 		"RetryPolicy base":                   {RetryPolicy: outbox.Backoff{Base: -time.Second}},
 		"RetryPolicy attempts":               {RetryPolicy: outbox.Backoff{MaxAttempts: -1}},
 		"ReleaseEarlierClaims with no Owner": {ReleaseEarlierClaims: true},
+		"HeartbeatInterval":                  {HeartbeatInterval: -time.Second},
+		"HeartbeatTimeout":                   {HeartbeatTimeout: -time.Second},
+		"HeartbeatTimeout below twice HeartbeatInterval": {HeartbeatInterval: 3 * time.Second, HeartbeatTimeout: 5 * time.Second},
+		"HeartbeatTimeout not below LockTimeout":         {HeartbeatTimeout: time.Minute, LockTimeout: time.Minute},
+		"HeartbeatTimeout above LockTimeout's default":   {HeartbeatTimeout: 6 * time.Minute},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()

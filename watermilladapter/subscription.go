@@ -237,5 +237,5 @@ func (sub *subscription) releaseEvents(events []outboxdriver.Row) {
 func hotRow(e *outbox.Envelope, claimedUntil time.Time) outboxdriver.Row {
 	return outboxdriver.Row{ID: e.ID, Type: string(e.Type), Topic: e.Topic, AggregateType: string(e.AggregateType),
 		AggregateID: e.AggregateID, TenantID: e.TenantID, Payload: e.Payload(), PayloadJSON: e.IsJSON(),
-		Status: int16(outbox.StatusNew), OccurredAt: e.OccurredAt, LockedUntil: claimedUntil}
+		Status: int16(outbox.StatusNew), OccurredAt: e.OccurredAt, LockedUntil: claimedUntil, IdempotencyKey: e.IdempotencyKey}
 }

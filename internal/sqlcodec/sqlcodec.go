@@ -137,7 +137,7 @@ func scanRows(rows *sql.Rows, withKey bool) ([]outboxdriver.Row, []int64, error)
 		)
 		dest := []any{&r.ID, &r.Type, &r.Topic, &r.AggregateType, &r.AggregateID, &r.TenantID,
 			&r.Payload, &r.PayloadJSON, &headers, &r.Status, &r.Attempts, &occurred, &available,
-			&created, &updated, &doneAt, &r.LastError, &r.LockedBy, &lockedAt, &lockedUntil, &r.ErrorGroup}
+			&created, &updated, &doneAt, &r.LastError, &r.LockedBy, &lockedAt, &lockedUntil, &r.ErrorGroup, &r.IdempotencyKey}
 		if withKey {
 			dest = append(dest, &key)
 		}
@@ -167,7 +167,8 @@ func scanRows(rows *sql.Rows, withKey bool) ([]outboxdriver.Row, []int64, error)
 // aggregate_id, tenant_id (NULL for none), payload, payload_json, headers
 // (NULL for none), occurred_at, available_at, created_at, updated_at
 // (p.Now), locked_by, locked_at, locked_until (p's lease for a claimed
-// row, NULL otherwise); and the size of its payload and headers.
+// row, NULL otherwise), idempotency_key (NULL for none); and the size of
+// its payload and headers.
 func InsertValues(r *outboxdriver.InsertRow, p *outboxdriver.InsertParams) (values []any, size int) {
 	var claim [3]any // NULL
 	if r.Claimed {
@@ -177,7 +178,7 @@ func InsertValues(r *outboxdriver.InsertRow, p *outboxdriver.InsertParams) (valu
 	return []any{
 		r.ID, r.Type, r.Topic, r.AggregateType, NullIfEmpty(r.AggregateID), NullIfEmpty(r.TenantID),
 		r.Payload, r.PayloadJSON, NullIfEmpty(r.Headers), Micros(r.OccurredAt), Micros(r.AvailableAt),
-		now, now, claim[0], claim[1], claim[2],
+		now, now, claim[0], claim[1], claim[2], NullIfEmpty(r.IdempotencyKey),
 	}, len(r.Payload) + len(r.Headers)
 }
 
@@ -206,12 +207,37 @@ func ScanColumn[T any](rows *sql.Rows) ([]T, error) {
 	return values, rows.Err()
 }
 
+// QueryPairs runs query on q and returns the values of its two text
+// columns.
+func QueryPairs(ctx context.Context, q Querier, query string, args ...any) ([][2]string, error) {
+	rows, err := q.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	return ScanPairs(rows)
+}
+
+// ScanPairs scans rows of two text columns and returns their values. It
+// closes rows.
+func ScanPairs(rows *sql.Rows) ([][2]string, error) {
+	defer rows.Close()
+	var pairs [][2]string
+	for rows.Next() {
+		var p [2]string
+		if err := rows.Scan(&p[0], &p[1]); err != nil {
+			return nil, err
+		}
+		pairs = append(pairs, p)
+	}
+	return pairs, rows.Err()
+}
+
 // QueryRows runs query on q and returns the rows it selects: the drivers'
 // event columns, event_id, event_type, topic, aggregate_type,
 // aggregate_id, tenant_id, payload, payload_json, headers, status,
 // attempts, occurred_at, available_at, created_at, updated_at, done_at,
-// last_error, locked_by, locked_at, locked_until, error_group, the
-// nullable text columns selected as empty for NULL. The headers come back as stored, ""
+// last_error, locked_by, locked_at, locked_until, error_group,
+// idempotency_key, the nullable text columns selected as empty for NULL. The headers come back as stored, ""
 // for NULL: the engine decodes them.
 func QueryRows(ctx context.Context, q Querier, query string, args ...any) ([]outboxdriver.Row, error) {
 	rows, err := q.QueryContext(ctx, query, args...)

@@ -56,13 +56,13 @@ func TestInsertValues(t *testing.T) {
 
 	values, size := InsertValues(&r, p)
 	require.Equal(t, []any{"id", "T", "t", "", nil, nil, []byte{}, false, nil,
-		Micros(now), Micros(now), Micros(now), Micros(now), nil, nil, nil}, values, "unclaimed: no lease")
+		Micros(now), Micros(now), Micros(now), Micros(now), nil, nil, nil, nil}, values, "unclaimed: no lease, no key")
 	require.Zero(t, size)
 
-	r.AvailableAt, r.Headers, r.AggregateID, r.Claimed = now.Add(time.Minute), `{"k":"v"}`, " ", true
+	r.AvailableAt, r.Headers, r.AggregateID, r.Claimed, r.IdempotencyKey = now.Add(time.Minute), `{"k":"v"}`, " ", true, "cmd-1"
 	values, size = InsertValues(&r, p)
 	require.Equal(t, []any{"id", "T", "t", "", " ", nil, []byte{}, false, `{"k":"v"}`,
 		Micros(now), Micros(now.Add(time.Minute)), Micros(now), Micros(now),
-		"me", Micros(now), Micros(now.Add(time.Second))}, values, "a blank aggregate id is one; a claimed row has p's lease")
+		"me", Micros(now), Micros(now.Add(time.Second)), "cmd-1"}, values, "a blank aggregate id is one; a claimed row has p's lease")
 	require.Equal(t, len(`{"k":"v"}`), size)
 }

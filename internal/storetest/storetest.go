@@ -54,6 +54,10 @@ type Harness[Tx any] struct {
 	// CorruptHeaders stores headers that are valid JSON but not an object
 	// of strings, {"a": 1}, in the row of event id.
 	CorruptHeaders func(t *testing.T, id string)
+	// Blocked reports whether a statement on the store's database waits
+	// for a lock now; nil for a database of one writer at a time, where a
+	// second transaction that writes waits to begin instead.
+	Blocked func(t *testing.T) bool
 }
 
 // TxFuncs begin, commit and roll back a transaction of type Tx.
@@ -80,6 +84,14 @@ func Run[Tx any](t *testing.T, newHarness func(t *testing.T) Harness[Tx]) {
 		{"InsertBatches", testInsertBatches[Tx]},
 		{"PayloadOfTheLargestSize", testPayloadOfTheLargestSize[Tx]},
 		{"DuplicateEventID", testDuplicateEventID[Tx]},
+		{"IdempotencyKeyWrittenTwiceInOneTransaction", testIdempotencyKeyWrittenTwiceInOneTransaction[Tx]},
+		{"IdempotencyKeyInSequentialTransactions", testIdempotencyKeyInSequentialTransactions[Tx]},
+		{"IdempotencyKeyIsPerTopic", testIdempotencyKeyIsPerTopic[Tx]},
+		{"IdempotencyKeyInConcurrentTransactions", testIdempotencyKeyInConcurrentTransactions[Tx]},
+		{"IdempotencyKeyRejected", testIdempotencyKeyRejected[Tx]},
+		{"IdempotencyKeyLimits", testIdempotencyKeyLimits[Tx]},
+		{"IdempotencyKeyAndDuplicateEventID", testIdempotencyKeyAndDuplicateEventID[Tx]},
+		{"IdempotencyKeyFreedWithItsRow", testIdempotencyKeyFreedWithItsRow[Tx]},
 		{"StatusTransitions", testStatusTransitions[Tx]},
 		{"StaleOutcomesChangeNothing", testStaleOutcomesChangeNothing[Tx]},
 		{"OutcomeWrittenTwiceCountsOnce", testOutcomeWrittenTwiceCountsOnce[Tx]},
@@ -110,6 +122,9 @@ func Run[Tx any](t *testing.T, newHarness func(t *testing.T) Harness[Tx]) {
 		{"QueryEvents", testQueryEvents[Tx]},
 		{"AcquireLease", testAcquireLease[Tx]},
 		{"Retain", testRetain[Tx]},
+		{"HeartbeatRenews", testHeartbeatRenews[Tx]},
+		{"ReleaseDeadRelays", testReleaseDeadRelays[Tx]},
+		{"ReleaseDeadRelaysOnce", testReleaseDeadRelaysOnce[Tx]},
 		{"MalformedHeadersDoNotBreakTheBatch", testMalformedHeadersDoNotBreakTheBatch[Tx]},
 		{"BatchReadsEqualSingleReads", testBatchReadsEqualSingleReads[Tx]},
 		{"GetUnknownEvent", testGetUnknownEvent[Tx]},
@@ -535,9 +550,9 @@ func testHotPathTakesOnlyWhatSavepointsKept[Tx any](t *testing.T, f *fixture[Tx]
 		exec(ctx, tx, "SAVEPOINT a")
 		write(ctx, tx, "rolled back")
 		row := namedRow("inserted in a savepoint")
-		var err error
-		mark, err = f.driver.Insert(ctx, tx, &outboxdriver.InsertParams{Rows: []outboxdriver.InsertRow{row}, Now: Start, Mark: true})
+		res, err := f.driver.Insert(ctx, tx, &outboxdriver.InsertParams{Rows: []outboxdriver.InsertRow{row}, Now: Start, Mark: true})
 		require.NoError(t, err)
+		mark = res.Savepoint
 		keptOpen, err = f.driver.Kept(ctx, tx, mark, []string{row.ID})
 		require.NoError(t, err)
 		exec(ctx, tx, "ROLLBACK TO SAVEPOINT a")
@@ -552,11 +567,13 @@ func testHotPathTakesOnlyWhatSavepointsKept[Tx any](t *testing.T, f *fixture[Tx]
 		exec(ctx, tx, "SAVEPOINT c", "SAVEPOINT d")
 		write(ctx, tx, "released into a savepoint rolled back")
 		exec(ctx, tx, "RELEASE SAVEPOINT d", "ROLLBACK TO SAVEPOINT c", "RELEASE SAVEPOINT c")
-		coldMark, err = f.driver.Insert(ctx, tx, &outboxdriver.InsertParams{Rows: []outboxdriver.InsertRow{namedRow("cold")}, Now: Start})
+		res, err = f.driver.Insert(ctx, tx, &outboxdriver.InsertParams{Rows: []outboxdriver.InsertRow{namedRow("cold")}, Now: Start})
 		require.NoError(t, err)
+		coldMark = res.Savepoint
 		top := namedRow("top level, asked for its mark")
-		topMark, err = f.driver.Insert(ctx, tx, &outboxdriver.InsertParams{Rows: []outboxdriver.InsertRow{top}, Now: Start, Mark: true})
+		res, err = f.driver.Insert(ctx, tx, &outboxdriver.InsertParams{Rows: []outboxdriver.InsertRow{top}, Now: Start, Mark: true})
 		require.NoError(t, err)
+		topMark = res.Savepoint
 		if topMark != 0 {
 			// The driver cannot tell: it must find the row kept.
 			kept, err := f.driver.Kept(ctx, tx, topMark, []string{top.ID})

@@ -64,27 +64,42 @@ const (
 const eventColumns = `event_id, event_type, topic, aggregate_type,
     coalesce(aggregate_id, ''), coalesce(tenant_id, ''), payload, payload_json, headers,
     status, attempts, occurred_at, available_at, created_at, updated_at, done_at,
-    coalesce(last_error, ''), coalesce(locked_by, ''), locked_at, locked_until, coalesce(error_group, '')`
+    coalesce(last_error, ''), coalesce(locked_by, ''), locked_at, locked_until, coalesce(error_group, ''),
+    coalesce(idempotency_key, '')`
 
 // sqlInsert writes the rows of a batch: {rows} is insertValues once for each.
 // The parameters of a row are its event's id, type, topic, aggregate type,
 // aggregate id and tenant id (NULL for none), payload, payload_json,
 // headers, occurred_at and available_at, the write time twice (created_at,
 // updated_at), and the claim of a pre-claimed row (owner, time, end of the
-// lease), NULL otherwise.
+// lease), NULL otherwise, and its idempotency key, NULL for none.
 //
 // No statement of this file compares a parameter with ”: MySQL's text
 // comparisons pad with spaces, so that ' ' = ”. An absent value is NULL.
 const sqlInsert = `
 INSERT INTO {table} (event_id, event_type, topic, aggregate_type, aggregate_id, tenant_id,
     payload, payload_json, headers, status, attempts,
-    occurred_at, available_at, created_at, updated_at, locked_by, locked_at, locked_until)
+    occurred_at, available_at, created_at, updated_at, locked_by, locked_at, locked_until, idempotency_key)
 VALUES {rows}`
 
-const insertValues = `(?, ?, ?, ?, ?, ?, ?, ?, ?, 0, 0, ?, ?, ?, ?, ?, ?, ?)`
+const insertValues = `(?, ?, ?, ?, ?, ?, ?, ?, ?, 0, 0, ?, ?, ?, ?, ?, ?, ?, ?)`
 
 // insertValuesParams is the number of parameters of insertValues.
-const insertValuesParams = 16
+const insertValuesParams = 17
+
+// sqlKeyHolders returns the rows holding the topics and idempotency keys
+// of a JSON array of [place, topic, key] arrays, topic and key in hex:
+// each one's place and event id. It is a locking read, which reads the
+// latest committed rows, not the transaction's snapshot: the insert that
+// failed on a taken key waited for the transaction that took it to
+// commit. The join order and the index are forced, as in sqlRowsOfIDs, so
+// that it locks only the rows it returns.
+const sqlKeyHolders = `
+SELECT k.i, o.event_id
+FROM JSON_TABLE(?, '$[*]' COLUMNS (i int PATH '$[0]', topic varchar(2040) PATH '$[1]', k varchar(2040) PATH '$[2]')) AS k
+STRAIGHT_JOIN {table} AS o FORCE INDEX ({idem_idx})
+    ON o.topic = unhex(k.topic) AND o.idempotency_key = unhex(k.k)
+LOCK IN SHARE MODE`
 
 // sqlIDs is a table of the event ids of a JSON array of hex ids (see
 // sqlcodec.HexIDs).
@@ -377,6 +392,34 @@ ON DUPLICATE KEY UPDATE
 	sqlLeaseHolder = `SELECT owner FROM {lease} WHERE name = ?`
 )
 
+// sqlHeartbeat writes a relay's heartbeat, or moves its until. Parameters:
+// name, owner, until. MySQL counts 1 changed row for an insert, 2 for an
+// update and 0 for a row already so (1 under the client flag
+// CLIENT_FOUND_ROWS).
+const sqlHeartbeat = `
+INSERT INTO {lease} (name, owner, until) VALUES (?, ?, ?)
+ON DUPLICATE KEY UPDATE owner = VALUES(owner), until = VALUES(until)`
+
+// sqlExpiredHeartbeats lists relay heartbeats expired before a time, the
+// longest expired first. Parameters: the name pattern, now, limit.
+const sqlExpiredHeartbeats = `
+SELECT name, owner FROM {lease} WHERE name LIKE ? AND until < ? ORDER BY until LIMIT ?`
+
+// sqlDeleteExpiredHeartbeat deletes a heartbeat if it is still expired
+// before a time: the reaper whose delete changes the row releases the
+// relay's claims, in the same transaction. Parameters: name, now.
+const sqlDeleteExpiredHeartbeat = `DELETE FROM {lease} WHERE name = ? AND until < ?`
+
+// sqlClaimsOf returns the ids and topics of an owner's claims on pending
+// events, which the release that follows (sqlRelease) ends. The due
+// index, which pending leads, keeps the read to the pending rows.
+const sqlClaimsOf = `
+SELECT event_id, topic FROM {table} FORCE INDEX ({due_idx})
+WHERE pending = 1 AND locked_by = ?`
+
+// sqlEndHeartbeat deletes a relay's heartbeat. Parameters: name, owner.
+const sqlEndHeartbeat = `DELETE FROM {lease} WHERE name = ? AND owner = ?`
+
 // A purge deletes a batch of rows in a READ COMMITTED transaction of its
 // own: the pick (sqlPurgePick, sqlPurgeProcessedPick) locks the batch with
 // SKIP LOCKED, passing over rows other transactions hold, which MySQL's
@@ -431,7 +474,7 @@ type statements struct {
 	appliedMigrations                                       string
 	script                                                  migrationfiles.Recorder
 
-	undoInsert                             string
+	undoInsert, keyHolders                 string
 	existing, existingOne, get             string
 	lease, release, updateStatus           string
 	ownedClaims, releaseOwned              string
@@ -443,6 +486,9 @@ type statements struct {
 	statsTopics, statsPending, statsClaims string
 	queryPending, queryEvents              string
 	acquireLease, leaseHolder              string
+	heartbeat, expiredHeartbeats           string
+	deleteExpiredHeartbeat, claimsOf       string
+	endHeartbeat                           string
 	backlog                                string
 	purgePick, purgeDelete                 string
 	purgeDeadPick                          string
@@ -453,44 +499,50 @@ type statements struct {
 	table string // quoted, for the insert's text, which depends on the batch
 }
 
-func renderStatements(quoted, idIndex, dueIndex, inbox, lease, migrations string, deleteDone bool) statements {
-	r := strings.NewReplacer("{table}", quoted, "{id_idx}", idIndex, "{due_idx}", dueIndex, "{inbox}", inbox, "{lease}", lease,
-		"{migrations}", migrations)
+func renderStatements(quoted, idIndex, dueIndex, idemIndex, inbox, lease, migrations string, deleteDone bool) statements {
+	r := strings.NewReplacer("{table}", quoted, "{id_idx}", idIndex, "{due_idx}", dueIndex, "{idem_idx}", idemIndex,
+		"{inbox}", inbox, "{lease}", lease, "{migrations}", migrations)
 	s := statements{
-		createMigrationTable: r.Replace(sqlCreateMigrationTable),
-		migrationVersion:     r.Replace(sqlMigrationVersion),
-		recordMigration:      r.Replace(sqlRecordMigration),
-		appliedMigrations:    r.Replace(sqlAppliedMigrations),
-		undoInsert:           r.Replace(sqlUndoInsert),
-		existing:             r.Replace(sqlExisting),
-		existingOne:          r.Replace(sqlExistingOne),
-		get:                  r.Replace(sqlGet),
-		lease:                r.Replace(sqlLease),
-		release:              r.Replace(sqlRelease),
-		ownedClaims:          r.Replace(sqlOwnedClaims),
-		releaseOwned:         r.Replace(sqlReleaseOwned),
-		updateStatus:         r.Replace(sqlUpdateStatus),
-		markDone:             r.Replace(sqlMarkDone),
-		queryDead:            r.Replace(sqlQueryDead),
-		countDead:            r.Replace(sqlCountDead),
-		replayDead:           r.Replace(sqlReplayDead),
-		purgePick:            r.Replace(sqlPurgePick),
-		purgeDeadPick:        r.Replace(sqlPurgeDeadPick),
-		deadGroups:           r.Replace(sqlDeadGroups),
-		deadGroupTopics:      r.Replace(sqlDeadGroupTopics),
-		statsTopics:          r.Replace(sqlStatsTopics),
-		statsPending:         r.Replace(sqlStatsPending),
-		statsClaims:          r.Replace(sqlStatsClaims),
-		queryPending:         r.Replace(sqlQueryPending),
-		queryEvents:          r.Replace(sqlQueryEvents),
-		acquireLease:         r.Replace(sqlAcquireLease),
-		leaseHolder:          r.Replace(sqlLeaseHolder),
-		purgeDelete:          r.Replace(sqlPurgeDelete),
-		backlog:              r.Replace(sqlBacklog),
-		markProcessed:        r.Replace(sqlMarkProcessed),
-		purgeProcessedPick:   r.Replace(sqlPurgeProcessedPick),
-		purgeProcessedDelete: r.Replace(sqlPurgeProcessedDelete),
-		table:                quoted,
+		createMigrationTable:   r.Replace(sqlCreateMigrationTable),
+		migrationVersion:       r.Replace(sqlMigrationVersion),
+		recordMigration:        r.Replace(sqlRecordMigration),
+		appliedMigrations:      r.Replace(sqlAppliedMigrations),
+		undoInsert:             r.Replace(sqlUndoInsert),
+		keyHolders:             r.Replace(sqlKeyHolders),
+		existing:               r.Replace(sqlExisting),
+		existingOne:            r.Replace(sqlExistingOne),
+		get:                    r.Replace(sqlGet),
+		lease:                  r.Replace(sqlLease),
+		release:                r.Replace(sqlRelease),
+		ownedClaims:            r.Replace(sqlOwnedClaims),
+		releaseOwned:           r.Replace(sqlReleaseOwned),
+		updateStatus:           r.Replace(sqlUpdateStatus),
+		markDone:               r.Replace(sqlMarkDone),
+		queryDead:              r.Replace(sqlQueryDead),
+		countDead:              r.Replace(sqlCountDead),
+		replayDead:             r.Replace(sqlReplayDead),
+		purgePick:              r.Replace(sqlPurgePick),
+		purgeDeadPick:          r.Replace(sqlPurgeDeadPick),
+		deadGroups:             r.Replace(sqlDeadGroups),
+		deadGroupTopics:        r.Replace(sqlDeadGroupTopics),
+		statsTopics:            r.Replace(sqlStatsTopics),
+		statsPending:           r.Replace(sqlStatsPending),
+		statsClaims:            r.Replace(sqlStatsClaims),
+		queryPending:           r.Replace(sqlQueryPending),
+		queryEvents:            r.Replace(sqlQueryEvents),
+		acquireLease:           r.Replace(sqlAcquireLease),
+		leaseHolder:            r.Replace(sqlLeaseHolder),
+		heartbeat:              r.Replace(sqlHeartbeat),
+		expiredHeartbeats:      r.Replace(sqlExpiredHeartbeats),
+		deleteExpiredHeartbeat: r.Replace(sqlDeleteExpiredHeartbeat),
+		claimsOf:               r.Replace(sqlClaimsOf),
+		endHeartbeat:           r.Replace(sqlEndHeartbeat),
+		purgeDelete:            r.Replace(sqlPurgeDelete),
+		backlog:                r.Replace(sqlBacklog),
+		markProcessed:          r.Replace(sqlMarkProcessed),
+		purgeProcessedPick:     r.Replace(sqlPurgeProcessedPick),
+		purgeProcessedDelete:   r.Replace(sqlPurgeProcessedDelete),
+		table:                  quoted,
 	}
 	s.script = migrationfiles.Recorder{
 		CreateTable: r.Replace(sqlCreateMigrationTable),

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -87,7 +88,7 @@ func newTable(cfg Config) (*table, error) {
 		return nil, err
 	}
 	t := &table{Table: names}
-	t.sql = renderStatements(t.Quoted, quote(t.Name+"_id_idx"), quote(t.Name+"_due_idx"), t.Inbox, t.Lease, quote(ident.MigrationTable), cfg.DeleteDone)
+	t.sql = renderStatements(t.Quoted, quote(t.Name+"_id_idx"), quote(t.Name+"_due_idx"), quote(t.Name+"_idem_key_idx"), t.Inbox, t.Lease, quote(ident.MigrationTable), cfg.DeleteDone)
 	return t, nil
 }
 
@@ -222,42 +223,134 @@ const (
 // goes on after most failed statements; after a deadlock, see
 // [ErrTransactionRolledBack]).
 //
+// MySQL has no insert that skips the rows of a taken idempotency key and
+// only those (INSERT IGNORE skips rows for any error, ON DUPLICATE KEY
+// UPDATE for a taken event id too). A taken key fails the statement
+// alone, once the transaction that took it has committed (InnoDB waits
+// for it); Insert then reads which keys of the statement's rows are taken,
+// with a locking read that sees that commit, and runs the statement again
+// without those rows, until it succeeds or the failure was not a key's (a
+// duplicate event id). A write whose keys are all free costs nothing more.
+//
 // MySQL cannot tell whether a savepoint opened on tx (a SAVEPOINT
 // statement) holds the rows, so with p.Mark Insert returns a mark for
 // every write: the engine looks the rows up before the commit with Kept.
-func (d *driver) Insert(ctx context.Context, tx *sql.Tx, p *outboxdriver.InsertParams) (savepoint uint64, err error) {
+func (d *driver) Insert(ctx context.Context, tx *sql.Tx, p *outboxdriver.InsertParams) (outboxdriver.InsertResult, error) {
 	if len(p.Rows) == 0 {
-		return 0, nil
+		return outboxdriver.InsertResult{}, nil
 	}
 	if err := rolledBack(tx); err != nil {
-		return 0, err
+		return outboxdriver.InsertResult{}, err
 	}
+	var (
+		res      outboxdriver.InsertResult
+		inserted []string // the ids of the statements that succeeded
+	)
 	rows := insertRows(p)
-	var inserted []string // the ids of the statements that succeeded
 	for len(rows) > 0 {
 		n := statementRows(rows)
-		if err := d.insertStatement(ctx, tx, rows[:n]); err != nil {
+		written, skipped, err := d.insertSkipping(ctx, tx, p, rows[:n])
+		if err != nil {
 			if rolledBack(tx) != nil {
-				return 0, err // and with the transaction, its rows
+				return outboxdriver.InsertResult{}, err // and with the transaction, its rows
 			}
 			if undoErr := d.undoInsert(ctx, tx, inserted); undoErr != nil {
 				err = errors.Join(err, undoErr)
 			}
-			return 0, err
+			return outboxdriver.InsertResult{}, err
 		}
-		for _, r := range rows[:n] {
-			inserted = append(inserted, r.id)
-		}
+		inserted = append(inserted, written...)
+		res.Skipped = append(res.Skipped, skipped...)
 		rows = rows[n:]
 	}
-	if p.Mark {
-		savepoint = 1
+	if p.RejectDuplicateKeys && len(res.Skipped) > 0 {
+		if err := d.undoInsert(ctx, tx, inserted); err != nil {
+			return outboxdriver.InsertResult{}, err
+		}
 	}
-	return savepoint, nil
+	if p.Mark {
+		res.Savepoint = 1
+	}
+	return res, nil
+}
+
+// insertSkipping writes rows, which one statement takes, but those whose
+// topic and idempotency key are taken, and returns the ids it wrote and
+// the rows it skipped. Each run of the statement after the first leaves
+// out at least one row more, so it runs at most once per row.
+func (d *driver) insertSkipping(ctx context.Context, tx *sql.Tx, p *outboxdriver.InsertParams, rows []insertRow) (written []string, skipped []outboxdriver.SkippedRow, err error) {
+	for len(rows) > 0 {
+		err := d.insertStatement(ctx, tx, rows)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, outbox.ErrDuplicateEvent) || rolledBack(tx) != nil {
+			return nil, nil, err
+		}
+		holders, lookupErr := d.keyHolders(ctx, tx, p.Rows, rows)
+		if lookupErr != nil {
+			return nil, nil, errors.Join(err, lookupErr)
+		}
+		if len(holders) == 0 {
+			return nil, nil, err // an event id, not a key
+		}
+		rows = slices.DeleteFunc(slices.Clone(rows), func(r insertRow) bool {
+			id, held := holders[r.index]
+			if held {
+				skipped = append(skipped, outboxdriver.SkippedRow{Index: r.index, ExistingID: id})
+			}
+			return held
+		})
+	}
+	for _, r := range rows {
+		written = append(written, r.id)
+	}
+	slices.SortFunc(skipped, func(a, b outboxdriver.SkippedRow) int { return cmp.Compare(a.Index, b.Index) })
+	return written, skipped, nil
+}
+
+// keyHolders returns the event ids of the rows holding the topics and
+// idempotency keys of rows, by place in all (those without a key hold
+// none), with a locking read (see sqlKeyHolders).
+func (d *driver) keyHolders(ctx context.Context, tx *sql.Tx, all []outboxdriver.InsertRow, rows []insertRow) (map[int]string, error) {
+	var keys [][3]any
+	for _, r := range rows {
+		if k := all[r.index].IdempotencyKey; k != "" {
+			keys = append(keys, [3]any{r.index, hex.EncodeToString([]byte(all[r.index].Topic)), hex.EncodeToString([]byte(k))})
+		}
+	}
+	if len(keys) == 0 {
+		return nil, nil
+	}
+	batch, err := json.Marshal(keys)
+	if err != nil {
+		return nil, err
+	}
+	holders := make(map[int]string, len(keys))
+	result, err := tx.QueryContext(ctx, d.t.sql.keyHolders, string(batch))
+	if err == nil {
+		defer result.Close()
+		for result.Next() {
+			var (
+				place int
+				id    string
+			)
+			if err = result.Scan(&place, &id); err != nil {
+				break
+			}
+			holders[place] = id
+		}
+		err = cmp.Or(err, result.Err())
+	}
+	if err = failedIn(ctx, tx, err); err != nil {
+		return nil, fmt.Errorf("mysql: look up %d idempotency keys: %w", len(keys), err)
+	}
+	return holders, nil
 }
 
 // insertRow is an event's row as sqlInsert's parameters for it.
 type insertRow struct {
+	index  int // in the InsertParams' rows
 	id     string
 	params []any
 	size   int // of the payload and headers, in bytes
@@ -268,7 +361,7 @@ func insertRows(p *outboxdriver.InsertParams) []insertRow {
 	rows := make([]insertRow, len(p.Rows))
 	for i := range p.Rows {
 		params, size := sqlcodec.InsertValues(&p.Rows[i], p)
-		rows[i] = insertRow{id: p.Rows[i].ID, params: params, size: size}
+		rows[i] = insertRow{index: i, id: p.Rows[i].ID, params: params, size: size}
 	}
 	return rows
 }
@@ -603,6 +696,81 @@ func (d *driver) AcquireLease(ctx context.Context, p outboxdriver.LeaseParams) (
 		return false, fmt.Errorf("mysql: lease %s: %w", p.Name, err)
 	}
 	return held, nil
+}
+
+// Heartbeat implements [outboxdriver.Executor] in one upsert, which
+// counts one changed row when it inserts.
+func (d *driver) Heartbeat(ctx context.Context, p outboxdriver.HeartbeatParams) (bool, error) {
+	n, err := d.exec(ctx, "heartbeat of "+p.Owner, d.t.sql.heartbeat, outboxdriver.HeartbeatName(p.Owner), p.Owner, sqlcodec.Micros(p.Until))
+	return err == nil && n != 1, err
+}
+
+// ReleaseDeadRelays implements [outboxdriver.Executor]: a read of the
+// expired heartbeats, then a READ COMMITTED transaction per relay that
+// deletes its heartbeat, reads its claims and releases them.
+func (d *driver) ReleaseDeadRelays(ctx context.Context, p outboxdriver.ReleaseDeadRelaysParams) ([]outboxdriver.ReleasedRelay, error) {
+	now := sqlcodec.Micros(p.Now)
+	expired, err := sqlcodec.QueryPairs(ctx, d.db, d.t.sql.expiredHeartbeats, outboxdriver.HeartbeatPattern, now, p.Limit) // name, owner
+	if err != nil {
+		return nil, fmt.Errorf("mysql: find dead relays: %w", err)
+	}
+	var released []outboxdriver.ReleasedRelay
+	for _, h := range expired {
+		name, owner := h[0], h[1]
+		r := outboxdriver.ReleasedRelay{Owner: owner}
+		won := false
+		err := d.readCommitted(ctx, func(tx *sql.Tx) error {
+			res, err := tx.ExecContext(ctx, d.t.sql.deleteExpiredHeartbeat, name, now)
+			if err != nil {
+				return err
+			}
+			if n, err := res.RowsAffected(); err != nil || n == 0 {
+				return err
+			}
+			won = true
+			ids, topics, err := d.claimsOf(ctx, tx, owner)
+			if err != nil || len(ids) == 0 {
+				return err
+			}
+			r.Topics = topics
+			res, err = tx.ExecContext(ctx, d.t.sql.release, sqlcodec.HexIDs(ids), owner)
+			if err == nil {
+				r.Events, err = res.RowsAffected()
+			}
+			return err
+		})
+		if err != nil {
+			return released, fmt.Errorf("mysql: release the claims of dead relay %s: %w", owner, err)
+		}
+		if won {
+			released = append(released, r)
+		}
+	}
+	return released, nil
+}
+
+// claimsOf returns the ids of owner's claims on pending events, and their
+// distinct topics.
+func (d *driver) claimsOf(ctx context.Context, tx *sql.Tx, owner string) (ids, topics []string, err error) {
+	claims, err := sqlcodec.QueryPairs(ctx, tx, d.t.sql.claimsOf, owner) // event_id, topic
+	if err != nil {
+		return nil, nil, err
+	}
+	seen := make(map[string]bool)
+	for _, c := range claims {
+		ids = append(ids, c[0])
+		if !seen[c[1]] {
+			seen[c[1]] = true
+			topics = append(topics, c[1])
+		}
+	}
+	return ids, topics, nil
+}
+
+// EndHeartbeat implements [outboxdriver.Executor].
+func (d *driver) EndHeartbeat(ctx context.Context, owner string) error {
+	_, err := d.exec(ctx, "end the heartbeat of "+owner, d.t.sql.endHeartbeat, outboxdriver.HeartbeatName(owner), owner)
+	return err
 }
 
 // readCommitted runs fn in a READ COMMITTED transaction and commits it

@@ -30,12 +30,23 @@ type Driver[Tx any] interface {
 	// locked_until p.LockedUntil. Every row gets status NEW, attempts 0,
 	// and created_at and updated_at p.Now.
 	//
-	// With p.Mark set, it returns 0 when the rows went into the top-level
-	// transaction, outside any savepoint; otherwise a nonzero mark of the
-	// write for Kept: a savepoint holds the rows, which can roll back while
-	// the transaction commits, or the driver cannot tell. Without p.Mark
-	// it returns 0.
-	Insert(ctx context.Context, tx Tx, p *InsertParams) (savepoint uint64, err error)
+	// A row with an IdempotencyKey whose topic and key another row holds
+	// (committed, or written earlier in tx) is not written: Insert skips
+	// it, reports it in the result's Skipped with the event id of the row
+	// holding the key, and writes the others. A row holding the key that
+	// another transaction wrote and has not committed yet is waited for,
+	// as a unique index waits: once it commits the row is skipped, and if
+	// it rolls back the row is written. Skipping a row never aborts tx;
+	// an event id already in the table still fails the write, with an
+	// error matching outbox.ErrDuplicateEvent. The engine gives Insert no
+	// two rows with the same topic and key.
+	//
+	// With p.Mark set, the result's Savepoint is 0 when the rows went into
+	// the top-level transaction, outside any savepoint; otherwise a
+	// nonzero mark of the write for Kept: a savepoint holds the rows,
+	// which can roll back while the transaction commits, or the driver
+	// cannot tell. Without p.Mark it is 0.
+	Insert(ctx context.Context, tx Tx, p *InsertParams) (InsertResult, error)
 
 	// Kept returns those of ids, the rows of an Insert that returned the
 	// mark savepoint, that tx still holds: the engine asks, in the
@@ -149,6 +160,63 @@ type Executor interface {
 	// held it, when p.Owner did, or when the holder's lease ended before
 	// p.Now. Concurrent calls never both get a lease another holds.
 	AcquireLease(ctx context.Context, p LeaseParams) (bool, error)
+
+	// Heartbeat records that relay p.Owner is alive until p.Until: it
+	// writes the lease named [HeartbeatName](p.Owner), owner p.Owner,
+	// inserting it or moving its until, and reports whether the row
+	// existed. false tells a relay that it is new, or that it was presumed
+	// dead and its claims released (see ReleaseDeadRelays).
+	Heartbeat(ctx context.Context, p HeartbeatParams) (existed bool, err error)
+
+	// ReleaseDeadRelays hands back the claims of relays presumed dead: for
+	// each of up to p.Limit heartbeats (leases named with
+	// [HeartbeatPrefix]) whose until is before p.Now, in a transaction of
+	// its own, it deletes the heartbeat if it is still expired and, only
+	// then, ends its owner's leases on the pending rows (NEW, RETRY), as
+	// Release does: the rows are due at once, in their place. Concurrent
+	// callers release each relay once: the one whose delete won. It
+	// returns the relays it released, with how many rows and which
+	// topics. Named leases of other kinds are never touched.
+	ReleaseDeadRelays(ctx context.Context, p ReleaseDeadRelaysParams) ([]ReleasedRelay, error)
+
+	// EndHeartbeat deletes relay owner's heartbeat, if it is still owner's:
+	// a relay that closed cleanly and holds no claim any more.
+	EndHeartbeat(ctx context.Context, owner string) error
+}
+
+// HeartbeatPrefix starts the names of relay heartbeats in the lease
+// table, which the names of other leases (such as the retention job's)
+// never do.
+const HeartbeatPrefix = "relay:"
+
+// HeartbeatName is the name of relay owner's heartbeat in the lease
+// table.
+func HeartbeatName(owner string) string { return HeartbeatPrefix + owner }
+
+// HeartbeatPattern is a LIKE pattern of every heartbeat's name: the
+// prefix has no wildcard character.
+const HeartbeatPattern = HeartbeatPrefix + "%"
+
+// HeartbeatParams are a renewal of relay Owner's heartbeat: it is alive
+// until Until.
+type HeartbeatParams struct {
+	Owner string
+	Until time.Time
+}
+
+// ReleaseDeadRelaysParams select the heartbeats [Executor.ReleaseDeadRelays]
+// ends: up to Limit (at least 1) whose until is before Now.
+type ReleaseDeadRelaysParams struct {
+	Now   time.Time
+	Limit int
+}
+
+// ReleasedRelay is a relay presumed dead whose claims were handed back:
+// Events pending rows, of Topics (distinct, in any order).
+type ReleasedRelay struct {
+	Owner  string
+	Events int64
+	Topics []string
 }
 
 // InsertParams is a write of events in a business transaction.
@@ -167,6 +235,29 @@ type InsertParams struct {
 	// has hot rows, which go to the hot path after the commit only if no
 	// savepoint rolled them back.
 	Mark bool
+	// RejectDuplicateKeys makes a write that skips a row write none:
+	// Insert then removes again the rows it wrote, reports in Skipped
+	// every row whose key was taken, and returns no error, leaving tx
+	// usable.
+	RejectDuplicateKeys bool
+}
+
+// InsertResult is what [Driver.Insert] did.
+type InsertResult struct {
+	// Savepoint is the mark of the write, see [Driver.Insert].
+	Savepoint uint64
+	// Skipped are the rows not written because their topic and
+	// idempotency key were taken, in the order of the rows.
+	Skipped []SkippedRow
+}
+
+// SkippedRow is a row of an insert not written because its topic and
+// idempotency key were taken.
+type SkippedRow struct {
+	// Index is the row's place in InsertParams.Rows.
+	Index int
+	// ExistingID is the event id of the row that holds the key.
+	ExistingID string
 }
 
 // InsertRow is one event's row as the engine prepared it.
@@ -184,6 +275,9 @@ type InsertRow struct {
 	OccurredAt, AvailableAt time.Time
 	// Claimed rows are written leased (see [InsertParams]).
 	Claimed bool
+	// IdempotencyKey is "" for none (NULL); a row with one is written only
+	// if no row of its topic has the same key (see [Driver.Insert]).
+	IdempotencyKey string
 }
 
 // Row is a stored event as a driver reads it.
@@ -205,6 +299,8 @@ type Row struct {
 	LockedAt, LockedUntil time.Time
 	// ErrorGroup is the stored error_group, "" for NULL.
 	ErrorGroup string
+	// IdempotencyKey is the stored idempotency_key, "" for NULL.
+	IdempotencyKey string
 	// Malformed says why a row cannot be read as an event (a timestamp
 	// that is not a time, say), nil when it can. A claim returns such a
 	// row rather than fail: the relay records it DEAD with this error.

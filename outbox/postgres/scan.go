@@ -36,7 +36,8 @@ func collectRows(rows pgx.Rows, capacity int) ([]outboxdriver.Row, error) {
 // once, and a string equal to the previous row's keeps it.
 type eventScanner struct {
 	id, eventType, topic, aggregateType, aggregateID,
-	tenantID, lastError, lockedBy, errorGroup repeated
+	tenantID, lastError, lockedBy, errorGroup,
+	idempotencyKey repeated
 	payload  []byte
 	headers  pgtype.DriverBytes
 	isJSON   bool
@@ -51,7 +52,8 @@ func newEventScanner() *eventScanner {
 	s := &eventScanner{}
 	s.dest = []any{&s.id, &s.eventType, &s.topic, &s.aggregateType, &s.aggregateID, &s.tenantID,
 		&s.payload, &s.isJSON, &s.headers, &s.status, &s.attempts, &s.occurredAt, &s.availableAt,
-		&s.createdAt, &s.updatedAt, &s.doneAt, &s.lastError, &s.lockedBy, &s.lockedAt, &s.lockedUntil, &s.errorGroup}
+		&s.createdAt, &s.updatedAt, &s.doneAt, &s.lastError, &s.lockedBy, &s.lockedAt, &s.lockedUntil, &s.errorGroup,
+		&s.idempotencyKey}
 	return s
 }
 
@@ -63,26 +65,27 @@ func (s *eventScanner) scan(rows pgx.Rows) (outboxdriver.Row, error) {
 	}
 	var notTime error
 	r := outboxdriver.Row{
-		ID:            string(s.id),
-		Type:          string(s.eventType),
-		Topic:         string(s.topic),
-		AggregateType: string(s.aggregateType),
-		AggregateID:   string(s.aggregateID),
-		TenantID:      string(s.tenantID),
-		Payload:       s.payload,
-		PayloadJSON:   s.isJSON,
-		Status:        s.status,
-		Attempts:      s.attempts,
-		OccurredAt:    finite("occurred_at", s.occurredAt, &notTime),
-		AvailableAt:   finite("available_at", s.availableAt, &notTime),
-		CreatedAt:     finite("created_at", s.createdAt, &notTime),
-		UpdatedAt:     finite("updated_at", s.updatedAt, &notTime),
-		DoneAt:        finite("done_at", s.doneAt, &notTime),
-		LastError:     string(s.lastError),
-		LockedBy:      string(s.lockedBy),
-		LockedAt:      finite("locked_at", s.lockedAt, &notTime),
-		LockedUntil:   finite("locked_until", s.lockedUntil, &notTime),
-		ErrorGroup:    string(s.errorGroup),
+		ID:             string(s.id),
+		Type:           string(s.eventType),
+		Topic:          string(s.topic),
+		AggregateType:  string(s.aggregateType),
+		AggregateID:    string(s.aggregateID),
+		TenantID:       string(s.tenantID),
+		Payload:        s.payload,
+		PayloadJSON:    s.isJSON,
+		Status:         s.status,
+		Attempts:       s.attempts,
+		OccurredAt:     finite("occurred_at", s.occurredAt, &notTime),
+		AvailableAt:    finite("available_at", s.availableAt, &notTime),
+		CreatedAt:      finite("created_at", s.createdAt, &notTime),
+		UpdatedAt:      finite("updated_at", s.updatedAt, &notTime),
+		DoneAt:         finite("done_at", s.doneAt, &notTime),
+		LastError:      string(s.lastError),
+		LockedBy:       string(s.lockedBy),
+		LockedAt:       finite("locked_at", s.lockedAt, &notTime),
+		LockedUntil:    finite("locked_until", s.lockedUntil, &notTime),
+		ErrorGroup:     string(s.errorGroup),
+		IdempotencyKey: string(s.idempotencyKey),
 	}
 	if r.Payload == nil {
 		r.Payload = []byte{}

@@ -50,7 +50,7 @@ const eventColumns = `{o}event_id, {o}event_type, {o}topic, {o}aggregate_type,
     coalesce({o}aggregate_id, ''), coalesce({o}tenant_id, ''), {o}payload, {o}payload_json, {o}headers,
     {o}status, {o}attempts, {o}occurred_at, {o}available_at, {o}created_at, {o}updated_at, {o}done_at,
     coalesce({o}last_error, ''), coalesce({o}locked_by, ''), {o}locked_at, {o}locked_until,
-    coalesce({o}error_group, '')`
+    coalesce({o}error_group, ''), coalesce({o}idempotency_key, '')`
 
 // sqlInsert writes any number of rows in one statement: one array per
 // column. $1 is the write time; rows whose claim flag is set are written
@@ -91,6 +91,42 @@ VALUES ($3, $4, $5, $6, nullif($7::text, ''), nullif($8::text, ''),
 // sqlInsertOneHot is sqlInsertOne returning the savepoint mark.
 const sqlInsertOneHot = sqlInsertOne + `
 RETURNING ` + sqlSavepoint
+
+// sqlInsertKeyed is sqlInsert for a write with idempotency keys ($16,
+// empty for none): a row whose topic and key another row has is skipped,
+// after waiting for the transaction that wrote that row if it is still
+// open.
+// It returns the event id of each row written and the write's savepoint
+// mark ({mark}: sqlSavepoint, or 0 when none is asked for).
+const sqlInsertKeyed = `
+INSERT INTO {table} (event_id, event_type, topic, aggregate_type, aggregate_id, tenant_id,
+    payload, payload_json, headers, status, attempts,
+    occurred_at, available_at, created_at, updated_at, locked_by, locked_at, locked_until, idempotency_key)
+SELECT u.event_id, u.event_type, u.topic, u.aggregate_type, nullif(u.aggregate_id, ''), nullif(u.tenant_id, ''),
+    u.payload, u.payload_json, u.headers::jsonb, 0, 0,
+    u.occurred_at, u.available_at, $1, $1,
+    CASE WHEN u.claimed THEN $2 END, CASE WHEN u.claimed THEN $1::timestamptz END,
+    CASE WHEN u.claimed THEN $15::timestamptz END, nullif(u.idempotency_key, '')
+FROM unnest($3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[],
+    $9::bytea[], $10::boolean[], $11::text[], $12::timestamptz[], $13::timestamptz[], $14::boolean[], $16::text[])
+    AS u(event_id, event_type, topic, aggregate_type, aggregate_id, tenant_id,
+         payload, payload_json, headers, occurred_at, available_at, claimed, idempotency_key)
+ON CONFLICT (topic, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+RETURNING event_id, {mark}`
+
+// sqlKeyHolders returns, for the topics $1 and idempotency keys $2 taken
+// by a row, the key's place in the arrays (from 1) and that row's event
+// id. A statement of its own, it sees the rows that transactions
+// committed while the insert before it waited for them.
+const sqlKeyHolders = `
+SELECT k.i, o.event_id
+FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS k(topic, idempotency_key, i)
+JOIN {table} AS o ON o.topic = k.topic AND o.idempotency_key = k.idempotency_key
+WHERE o.idempotency_key IS NOT NULL`
+
+// sqlUndoKeyed deletes the rows of the event ids $1 that a write rejected
+// for a taken idempotency key had written.
+const sqlUndoKeyed = `DELETE FROM {table} WHERE event_id = ANY($1::text[])`
 
 // sqlSavepoint is the savepoint mark of an inserted row: 0 when the
 // top-level transaction wrote it, otherwise the full (64-bit) id of the
@@ -453,6 +489,45 @@ ON CONFLICT (name) DO UPDATE SET owner = excluded.owner, until = excluded.until
 WHERE l.owner = excluded.owner OR l.until <= $3
 RETURNING true`
 
+// sqlHeartbeatRenew moves the until of heartbeat $1 to $3, and
+// sqlHeartbeatInsert writes it when the renewal found no row: a relay that
+// is new, or whose claims were released as it was presumed dead. Only the
+// relay writes its heartbeat, and a reaper deletes it: the insert takes
+// the row a concurrent delete left behind as well.
+const (
+	sqlHeartbeatRenew  = `UPDATE {lease} SET owner = $2, until = $3 WHERE name = $1`
+	sqlHeartbeatInsert = `
+INSERT INTO {lease} (name, owner, until) VALUES ($1, $2, $3)
+ON CONFLICT (name) DO UPDATE SET owner = excluded.owner, until = excluded.until`
+)
+
+// sqlExpiredHeartbeats lists up to $3 relay heartbeats (names like $1)
+// expired before $2, the longest expired first.
+const sqlExpiredHeartbeats = `
+SELECT name, owner FROM {lease} WHERE name LIKE $1 AND until < $2 ORDER BY until LIMIT $3`
+
+// sqlReleaseDeadRelay deletes heartbeat $1 if it is still expired before
+// $2 and, only then, ends its owner's claims on the pending rows, which are
+// due again in their place; one row per topic released (none when the
+// delete lost to a renewal or to another reaper), or one with a NULL topic
+// when the relay held no claim. A concurrent reaper's delete waits for
+// this one and then finds no row.
+const sqlReleaseDeadRelay = `
+WITH dead AS (
+    DELETE FROM {lease} WHERE name = $1 AND until < $2 RETURNING owner
+), released AS (
+    UPDATE {table} AS o SET locked_by = NULL, locked_at = NULL, locked_until = NULL
+    FROM dead
+    WHERE o.locked_by = dead.owner AND o.status IN (0, 2)
+    RETURNING o.topic
+)
+SELECT dead.owner, released.topic, count(released.topic)
+FROM dead LEFT JOIN released ON true
+GROUP BY dead.owner, released.topic`
+
+// sqlEndHeartbeat deletes heartbeat $1 of owner $2.
+const sqlEndHeartbeat = `DELETE FROM {lease} WHERE name = $1 AND owner = $2`
+
 // sqlPurge deletes one batch; the literal status list lets the planner use
 // the partial index whatever the parameter.
 const sqlPurge = `
@@ -488,6 +563,8 @@ type statements struct {
 
 	insert, insertOne, get                 string
 	insertHot, insertOneHot                string
+	insertKeyed, insertKeyedHot            string
+	keyHolders, undoKeyed                  string
 	release, releaseOwned                  string
 	updateStatus                           string
 	markDone, deleteDone                   string // deleteDone empty unless Config.DeleteDone
@@ -498,6 +575,9 @@ type statements struct {
 	purgeDead, deadGroups                  string
 	statsTopics, statsPending, statsClaims string
 	queryPending, acquireLease             string
+	heartbeatRenew, heartbeatInsert        string
+	expiredHeartbeats, releaseDeadRelay    string
+	endHeartbeat                           string
 	queryEvents                            string
 	backlog                                string
 	purge                                  string
@@ -524,6 +604,10 @@ func renderStatements(schema, qualified, inbox, lease string, synchronous, delet
 		insertHot:            r.Replace(sqlInsertHot),
 		insertOneHot:         r.Replace(sqlInsertOneHot),
 		insertOne:            r.Replace(sqlInsertOne),
+		insertKeyed:          r.Replace(strings.Replace(sqlInsertKeyed, "{mark}", "0", 1)),
+		insertKeyedHot:       r.Replace(strings.Replace(sqlInsertKeyed, "{mark}", sqlSavepoint, 1)),
+		keyHolders:           r.Replace(sqlKeyHolders),
+		undoKeyed:            r.Replace(sqlUndoKeyed),
 		get:                  r.Replace(sqlGet),
 		release:              r.Replace(sqlRelease),
 		releaseOwned:         r.Replace(sqlReleaseOwned),
@@ -540,6 +624,11 @@ func renderStatements(schema, qualified, inbox, lease string, synchronous, delet
 		queryPending:         r.Replace(sqlQueryPending),
 		queryEvents:          r.Replace(sqlQueryEvents),
 		acquireLease:         r.Replace(sqlAcquireLease),
+		heartbeatRenew:       r.Replace(sqlHeartbeatRenew),
+		heartbeatInsert:      r.Replace(sqlHeartbeatInsert),
+		expiredHeartbeats:    r.Replace(sqlExpiredHeartbeats),
+		releaseDeadRelay:     r.Replace(sqlReleaseDeadRelay),
+		endHeartbeat:         r.Replace(sqlEndHeartbeat),
 		purge:                r.Replace(sqlPurge),
 		backlog:              r.Replace(sqlBacklog),
 		markProcessed:        r.Replace(sqlMarkProcessed),

@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -196,26 +197,161 @@ func (d *driver) Outer() any {
 // Insert implements [outboxdriver.Driver]: one statement for any number
 // of events, run in tx, which with p.Mark also tells whether a savepoint
 // holds the rows (from their xmin, which the writing role must be allowed
-// to read: GRANT SELECT (xmin) at least).
-func (d *driver) Insert(ctx context.Context, tx pgx.Tx, p *outboxdriver.InsertParams) (savepoint uint64, err error) {
+// to read: GRANT SELECT (xmin) at least). A write with idempotency keys
+// is sent at once, even in a transaction of InTx, and takes a second
+// statement when it skips rows, to read the event ids holding their keys.
+func (d *driver) Insert(ctx context.Context, tx pgx.Tx, p *outboxdriver.InsertParams) (outboxdriver.InsertResult, error) {
 	if len(p.Rows) == 0 {
-		return 0, nil
+		return outboxdriver.InsertResult{}, nil
 	}
 	var owner *string // nil: the rows are written unclaimed
 	if p.Owner != "" {
 		owner = &p.Owner
 	}
+	if slices.ContainsFunc(p.Rows, func(r outboxdriver.InsertRow) bool { return r.IdempotencyKey != "" }) {
+		return d.insertKeyed(ctx, tx, p, owner)
+	}
+	var (
+		savepoint uint64
+		err       error
+	)
 	if len(p.Rows) == 1 {
 		r := &p.Rows[0]
 		savepoint, err = d.run(ctx, tx, p.Mark, d.t.sql.insertOne, d.t.sql.insertOneHot, []any{p.Now, owner, r.ID, r.Type, r.Topic,
 			r.AggregateType, r.AggregateID, r.TenantID, r.Payload, r.PayloadJSON, nullIfEmpty(r.Headers), r.OccurredAt, r.AvailableAt, r.Claimed, p.LockedUntil})
 	} else {
-		savepoint, err = d.insertMany(ctx, tx, p, owner)
+		savepoint, err = d.run(ctx, tx, p.Mark, d.t.sql.insert, d.t.sql.insertHot, insertArgs(p, owner, nil))
 	}
 	if err != nil {
-		return 0, d.insertError(err)
+		return outboxdriver.InsertResult{}, d.insertError(err)
 	}
-	return savepoint, nil
+	return outboxdriver.InsertResult{Savepoint: savepoint}, nil
+}
+
+// keyAttempts bounds the inserts of a write with idempotency keys: each
+// one after the first writes again the rows whose key holder was deleted
+// (delivered, or purged) between the insert that skipped them and the
+// read of the holders.
+const keyAttempts = 5
+
+// insertKeyed writes p's rows, some with idempotency keys, at once: what
+// was skipped is known before the write returns. A transaction of InTx
+// sends what it held back first.
+func (d *driver) insertKeyed(ctx context.Context, tx pgx.Tx, p *outboxdriver.InsertParams, owner *string) (outboxdriver.InsertResult, error) {
+	if t, ok := tx.(*pipelineTx); ok {
+		if err := t.begun(ctx); err != nil {
+			return outboxdriver.InsertResult{}, err // a held insert's, wrapped as Insert wraps it
+		}
+	}
+	sql := d.t.sql.insertKeyed
+	if p.Mark {
+		sql = d.t.sql.insertKeyedHot
+	}
+	var (
+		res     outboxdriver.InsertResult
+		written []string
+		pending = make([]int, len(p.Rows)) // the rows left to write, by place in p.Rows
+	)
+	for i := range pending {
+		pending[i] = i
+	}
+	for attempt := 1; len(pending) > 0; attempt++ {
+		if attempt > keyAttempts {
+			return outboxdriver.InsertResult{}, fmt.Errorf("postgres: insert into %s: the holders of %d idempotency keys were deleted %d times in a row",
+				d.t.qualified, len(pending), keyAttempts)
+		}
+		inserted, mark, err := d.insertRows(ctx, tx, sql, p, owner, pending)
+		if err != nil {
+			return outboxdriver.InsertResult{}, err
+		}
+		res.Savepoint = max(res.Savepoint, mark)
+		var skipped []int
+		for _, i := range pending {
+			if inserted[p.Rows[i].ID] {
+				written = append(written, p.Rows[i].ID)
+			} else {
+				skipped = append(skipped, i)
+			}
+		}
+		holders, err := d.keyHolders(ctx, tx, p.Rows, skipped)
+		if err != nil {
+			return outboxdriver.InsertResult{}, err
+		}
+		pending = pending[:0]
+		for _, i := range skipped {
+			if id, ok := holders[i]; ok {
+				res.Skipped = append(res.Skipped, outboxdriver.SkippedRow{Index: i, ExistingID: id})
+			} else {
+				pending = append(pending, i)
+			}
+		}
+	}
+	slices.SortFunc(res.Skipped, func(a, b outboxdriver.SkippedRow) int { return cmp.Compare(a.Index, b.Index) })
+	if p.RejectDuplicateKeys && len(res.Skipped) > 0 && len(written) > 0 {
+		if _, err := tx.Exec(ctx, d.t.sql.undoKeyed, written); err != nil {
+			return outboxdriver.InsertResult{}, fmt.Errorf("postgres: undo a write of %d events rejected for a taken idempotency key: %w", len(written), err)
+		}
+	}
+	return res, nil
+}
+
+// insertRows runs sql, an insertKeyed statement, for the rows of p at
+// places, and returns the event ids it wrote and its savepoint mark.
+func (d *driver) insertRows(ctx context.Context, tx pgx.Tx, sql string, p *outboxdriver.InsertParams, owner *string, places []int) (map[string]bool, uint64, error) {
+	sub := *p
+	sub.Rows = make([]outboxdriver.InsertRow, len(places))
+	keys := make(array[text], len(places))
+	for j, i := range places {
+		sub.Rows[j], keys[j] = p.Rows[i], text(p.Rows[i].IdempotencyKey)
+	}
+	rows, err := tx.Query(ctx, sql, insertArgs(&sub, owner, keys)...)
+	if err != nil {
+		return nil, 0, d.insertError(err)
+	}
+	inserted := make(map[string]bool, len(places))
+	var (
+		id   string
+		mark int64
+		last uint64
+	)
+	_, err = pgx.ForEachRow(rows, []any{&id, &mark}, func() error {
+		inserted[id], last = true, max(last, uint64(mark))
+		return nil
+	})
+	if err != nil {
+		return nil, 0, d.insertError(err)
+	}
+	return inserted, last, nil
+}
+
+// keyHolders returns the event ids of the rows holding the topics and
+// idempotency keys of rows at places, by place; a key nobody holds any
+// more is missing.
+func (d *driver) keyHolders(ctx context.Context, tx pgx.Tx, rows []outboxdriver.InsertRow, places []int) (map[int]string, error) {
+	if len(places) == 0 {
+		return nil, nil
+	}
+	topics, keys := make(array[text], len(places)), make(array[text], len(places))
+	for j, i := range places {
+		topics[j], keys[j] = text(rows[i].Topic), text(rows[i].IdempotencyKey)
+	}
+	result, err := tx.Query(ctx, d.t.sql.keyHolders, topics, keys)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: look up %d idempotency keys: %w", len(places), err)
+	}
+	holders := make(map[int]string, len(places))
+	var (
+		at int64
+		id string
+	)
+	_, err = pgx.ForEachRow(result, []any{&at, &id}, func() error {
+		holders[places[at-1]] = id
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("postgres: look up %d idempotency keys: %w", len(places), err)
+	}
+	return holders, nil
 }
 
 // insertError wraps the error of an insert, returned by Insert or, for an
@@ -269,8 +405,9 @@ func (d *driver) run(ctx context.Context, tx pgx.Tx, hot bool, plain, hotSQL str
 	return uint64(mark), err
 }
 
-// insertMany inserts p's rows with sqlInsert, one array per column.
-func (d *driver) insertMany(ctx context.Context, tx pgx.Tx, p *outboxdriver.InsertParams, owner *string) (savepoint uint64, err error) {
+// insertArgs are the parameters of sqlInsert for p's rows, one array per
+// column, and with keys those of sqlInsertKeyed.
+func insertArgs(p *outboxdriver.InsertParams, owner *string, keys array[text]) []any {
 	n := len(p.Rows)
 	var (
 		ids, types, topics, aggTypes, aggIDs, tenants = make(array[text], n), make(array[text], n), make(array[text], n), make(array[text], n), make(array[text], n), make(array[text], n)
@@ -289,8 +426,12 @@ func (d *driver) insertMany(ctx context.Context, tx pgx.Tx, p *outboxdriver.Inse
 			headers[i] = &r.Headers
 		}
 	}
-	return d.run(ctx, tx, p.Mark, d.t.sql.insert, d.t.sql.insertHot, []any{p.Now, owner, ids, types, topics, aggTypes, aggIDs, tenants,
-		payloads, isJSON, headers, occurred, available, claimed, p.LockedUntil})
+	args := []any{p.Now, owner, ids, types, topics, aggTypes, aggIDs, tenants,
+		payloads, isJSON, headers, occurred, available, claimed, p.LockedUntil}
+	if keys != nil {
+		args = append(args, keys)
+	}
+	return args
 }
 
 // nullIfEmpty is s as a parameter, NULL when it is empty.
@@ -541,6 +682,81 @@ func (d *driver) AcquireLease(ctx context.Context, p outboxdriver.LeaseParams) (
 		return false, fmt.Errorf("postgres: lease %s: %w", p.Name, err)
 	}
 	return held, nil
+}
+
+// Heartbeat implements [outboxdriver.Executor]: a renewal, and an insert
+// when it found no row.
+func (d *driver) Heartbeat(ctx context.Context, p outboxdriver.HeartbeatParams) (bool, error) {
+	name := outboxdriver.HeartbeatName(p.Owner)
+	tag, err := d.db.Exec(ctx, d.t.sql.heartbeatRenew, name, p.Owner, p.Until)
+	if err == nil && tag.RowsAffected() == 0 {
+		_, err = d.db.Exec(ctx, d.t.sql.heartbeatInsert, name, p.Owner, p.Until)
+	}
+	if err != nil {
+		return false, fmt.Errorf("postgres: heartbeat of %s: %w", p.Owner, d.t.notMigrated(err))
+	}
+	return tag.RowsAffected() > 0, nil
+}
+
+// ReleaseDeadRelays implements [outboxdriver.Executor]: a read of the
+// expired heartbeats, then one statement per relay.
+func (d *driver) ReleaseDeadRelays(ctx context.Context, p outboxdriver.ReleaseDeadRelaysParams) ([]outboxdriver.ReleasedRelay, error) {
+	rows, err := d.db.Query(ctx, d.t.sql.expiredHeartbeats, outboxdriver.HeartbeatPattern, p.Now, p.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: find dead relays: %w", err)
+	}
+	type heartbeat struct{ name, owner string }
+	expired, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (heartbeat, error) {
+		var h heartbeat
+		err := row.Scan(&h.name, &h.owner)
+		return h, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("postgres: find dead relays: %w", err)
+	}
+	var released []outboxdriver.ReleasedRelay
+	for _, h := range expired {
+		r, won, err := d.releaseDeadRelay(ctx, h.name, p.Now)
+		if err != nil {
+			return released, fmt.Errorf("postgres: release the claims of dead relay %s: %w", h.owner, err)
+		}
+		if won {
+			released = append(released, r)
+		}
+	}
+	return released, nil
+}
+
+// releaseDeadRelay runs sqlReleaseDeadRelay for heartbeat name, and
+// reports whether its delete won.
+func (d *driver) releaseDeadRelay(ctx context.Context, name string, now time.Time) (outboxdriver.ReleasedRelay, bool, error) {
+	var r outboxdriver.ReleasedRelay
+	rows, err := d.db.Query(ctx, d.t.sql.releaseDeadRelay, name, now)
+	if err != nil {
+		return r, false, err
+	}
+	var (
+		topic *string
+		n     int64
+		won   bool
+	)
+	_, err = pgx.ForEachRow(rows, []any{&r.Owner, &topic, &n}, func() error {
+		won = true
+		if topic != nil {
+			r.Topics = append(r.Topics, *topic)
+			r.Events += n
+		}
+		return nil
+	})
+	return r, won, err
+}
+
+// EndHeartbeat implements [outboxdriver.Executor].
+func (d *driver) EndHeartbeat(ctx context.Context, owner string) error {
+	if _, err := d.db.Exec(ctx, d.t.sql.endHeartbeat, outboxdriver.HeartbeatName(owner), owner); err != nil {
+		return fmt.Errorf("postgres: end the heartbeat of %s: %w", owner, err)
+	}
+	return nil
 }
 
 // Backlog implements [outboxdriver.Executor].

@@ -79,6 +79,12 @@ func runConformance(t *testing.T, mode pgx.QueryExecMode, begin func(ctx context
 				require.NoError(t, err)
 				require.EqualValues(t, 1, tag.RowsAffected())
 			},
+			Blocked: func(t *testing.T) bool {
+				var n int
+				require.NoError(t, pool.QueryRow(t.Context(), `
+SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&n))
+				return n > 0
+			},
 		}
 	})
 }
@@ -132,9 +138,9 @@ func TestInsertMarksWritesInASavepoint(t *testing.T) {
 			p.Rows[i].Claimed = true
 			ids = append(ids, p.Rows[i].ID)
 		}
-		mark, err := store.Driver().Insert(t.Context(), tx, p)
+		res, err := store.Driver().Insert(t.Context(), tx, p)
 		require.NoError(t, err)
-		return mark
+		return res.Savepoint
 	}
 	require.Zero(t, insert(1))
 	require.Zero(t, insert(3))

@@ -59,7 +59,8 @@ const (
 const eventColumns = `event_id, event_type, topic, aggregate_type,
     coalesce(aggregate_id, ''), coalesce(tenant_id, ''), payload, payload_json, headers,
     status, attempts, occurred_at, available_at, created_at, updated_at, done_at,
-    coalesce(last_error, ''), coalesce(locked_by, ''), locked_at, locked_until, coalesce(error_group, '')`
+    coalesce(last_error, ''), coalesce(locked_by, ''), locked_at, locked_until, coalesce(error_group, ''),
+    coalesce(idempotency_key, '')`
 
 // The savepoint around a batch insert: SQLite keeps a transaction usable
 // after a failed statement, so the batch is undone as a whole when one row
@@ -73,14 +74,22 @@ const (
 // sqlInsert writes one row; Insert runs it, prepared, for every event of a
 // batch, with the values of sqlcodec.InsertValues: ?12 and ?13 are the
 // write time; ?14, ?15 and ?16 are the claim (owner, time, end of the
-// lease) of a pre-claimed row, NULL otherwise.
+// lease) of a pre-claimed row, NULL otherwise; ?17 the idempotency key,
+// NULL for none. A row whose topic and key another row has is not
+// written: the statement changes no row.
 const sqlInsert = `
 INSERT INTO {table} (event_id, event_type, topic, aggregate_type, aggregate_id, tenant_id,
     payload, payload_json, headers, status, attempts,
-    occurred_at, available_at, created_at, updated_at, locked_by, locked_at, locked_until)
+    occurred_at, available_at, created_at, updated_at, locked_by, locked_at, locked_until, idempotency_key)
 VALUES (?1, ?2, ?3, ?4, ?5, ?6,
     ?7, ?8, ?9, 0, 0,
-    ?10, ?11, ?12, ?13, ?14, ?15, ?16)`
+    ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)
+ON CONFLICT (topic, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING`
+
+// sqlKeyHolder returns the event id of the row of topic ?1 with the
+// idempotency key ?2.
+const sqlKeyHolder = `
+SELECT event_id FROM {table} WHERE topic = ?1 AND idempotency_key = ?2 AND idempotency_key IS NOT NULL`
 
 // sqlExisting returns those of the event ids of sqlcodec.HexIDs(ids),
 // passed as ?1, that have a row; sqlExistingOne does for one id, ?1, what
@@ -311,6 +320,36 @@ INSERT INTO {lease} (name, owner, until) VALUES (?1, ?2, ?4)
 ON CONFLICT (name) DO UPDATE SET owner = excluded.owner, until = excluded.until
 WHERE owner = excluded.owner OR until <= ?3`
 
+// sqlHeartbeatRenew moves the until of heartbeat ?1 to ?3, and
+// sqlHeartbeatInsert writes it when the renewal found no row: a relay that
+// is new, or whose claims were released as it was presumed dead.
+const (
+	sqlHeartbeatRenew  = `UPDATE {lease} SET owner = ?2, until = ?3 WHERE name = ?1`
+	sqlHeartbeatInsert = `
+INSERT INTO {lease} (name, owner, until) VALUES (?1, ?2, ?3)
+ON CONFLICT (name) DO UPDATE SET owner = excluded.owner, until = excluded.until`
+)
+
+// sqlExpiredHeartbeats lists up to ?3 relay heartbeats (names like ?1)
+// expired before ?2, the longest expired first.
+const sqlExpiredHeartbeats = `
+SELECT name, owner FROM {lease} WHERE name LIKE ?1 AND until < ?2 ORDER BY until LIMIT ?3`
+
+// sqlDeleteExpiredHeartbeat deletes heartbeat ?1 if it is still expired
+// before ?2: the reaper whose delete changes the row releases the relay's
+// claims (sqlReleaseAllOwned), in the same transaction.
+const sqlDeleteExpiredHeartbeat = `DELETE FROM {lease} WHERE name = ?1 AND until < ?2`
+
+// sqlReleaseAllOwned ends owner ?1's claims on the pending events, which
+// are due again in their place, and returns the topic of each.
+const sqlReleaseAllOwned = `
+UPDATE {table} SET locked_by = NULL, locked_at = NULL, locked_until = NULL
+WHERE status IN (0, 2) AND locked_by = ?1
+RETURNING topic`
+
+// sqlEndHeartbeat deletes heartbeat ?1 of owner ?2.
+const sqlEndHeartbeat = `DELETE FROM {lease} WHERE name = ?1 AND owner = ?2`
+
 // sqlPurge deletes one batch (each statement is its own transaction); the
 // literal status list lets the planner use the partial index whatever the
 // parameter, a JSON array of statuses.
@@ -344,53 +383,64 @@ type statements struct {
 	appliedMigrations                                       string
 	script                                                  migrationfiles.Recorder
 
-	insert, existing, existingOne, get     string
-	release, releaseOwned                  string
-	updateStatus                           string
-	markDone, deleteDone                   string    // deleteDone empty unless Config.DeleteDone
-	claim                                  [2]string // by ordered (0, 1)
-	queryDead, countDead, replayDead       string
-	purgeDead, queryPending                string
-	queryEvents                            string
-	deadGroups, deadGroupTopics            string
-	statsTopics, statsPending, statsClaims string
-	acquireLease                           string
-	backlog                                string
-	purge                                  string
-	markProcessed, purgeProcessed          string
+	insert, existing, existingOne, get      string
+	keyHolder                               string
+	release, releaseOwned                   string
+	updateStatus                            string
+	markDone, deleteDone                    string    // deleteDone empty unless Config.DeleteDone
+	claim                                   [2]string // by ordered (0, 1)
+	queryDead, countDead, replayDead        string
+	purgeDead, queryPending                 string
+	queryEvents                             string
+	deadGroups, deadGroupTopics             string
+	statsTopics, statsPending, statsClaims  string
+	acquireLease                            string
+	heartbeatRenew, heartbeatInsert         string
+	expiredHeartbeats, endHeartbeat         string
+	deleteExpiredHeartbeat, releaseAllOwned string
+	backlog                                 string
+	purge                                   string
+	markProcessed, purgeProcessed           string
 }
 
 func renderStatements(quoted, inbox, lease string, deleteDone bool) statements {
 	r := strings.NewReplacer("{table}", quoted, "{inbox}", inbox, "{lease}", lease, "{migrations}", ident.Quote(ident.MigrationTable))
 	s := statements{
-		createMigrationTable: r.Replace(sqlCreateMigrationTable),
-		migrationVersion:     r.Replace(sqlMigrationVersion),
-		recordMigration:      r.Replace(sqlRecordMigration),
-		appliedMigrations:    r.Replace(sqlAppliedMigrations),
-		insert:               r.Replace(sqlInsert),
-		existing:             r.Replace(sqlExisting),
-		existingOne:          r.Replace(sqlExistingOne),
-		get:                  r.Replace(sqlGet),
-		release:              r.Replace(sqlRelease),
-		releaseOwned:         r.Replace(sqlReleaseOwned),
-		updateStatus:         r.Replace(sqlUpdateStatus),
-		markDone:             r.Replace(sqlMarkDone),
-		queryDead:            r.Replace(sqlQueryDead),
-		countDead:            r.Replace(sqlCountDead),
-		replayDead:           r.Replace(sqlReplayDead),
-		purgeDead:            r.Replace(sqlPurgeDead),
-		deadGroups:           r.Replace(sqlDeadGroups),
-		deadGroupTopics:      r.Replace(sqlDeadGroupTopics),
-		statsTopics:          r.Replace(sqlStatsTopics),
-		statsPending:         r.Replace(sqlStatsPending),
-		statsClaims:          r.Replace(sqlStatsClaims),
-		queryPending:         r.Replace(sqlQueryPending),
-		queryEvents:          r.Replace(sqlQueryEvents),
-		acquireLease:         r.Replace(sqlAcquireLease),
-		purge:                r.Replace(sqlPurge),
-		backlog:              r.Replace(sqlBacklog),
-		markProcessed:        r.Replace(sqlMarkProcessed),
-		purgeProcessed:       r.Replace(sqlPurgeProcessed),
+		createMigrationTable:   r.Replace(sqlCreateMigrationTable),
+		migrationVersion:       r.Replace(sqlMigrationVersion),
+		recordMigration:        r.Replace(sqlRecordMigration),
+		appliedMigrations:      r.Replace(sqlAppliedMigrations),
+		insert:                 r.Replace(sqlInsert),
+		existing:               r.Replace(sqlExisting),
+		existingOne:            r.Replace(sqlExistingOne),
+		keyHolder:              r.Replace(sqlKeyHolder),
+		get:                    r.Replace(sqlGet),
+		release:                r.Replace(sqlRelease),
+		releaseOwned:           r.Replace(sqlReleaseOwned),
+		updateStatus:           r.Replace(sqlUpdateStatus),
+		markDone:               r.Replace(sqlMarkDone),
+		queryDead:              r.Replace(sqlQueryDead),
+		countDead:              r.Replace(sqlCountDead),
+		replayDead:             r.Replace(sqlReplayDead),
+		purgeDead:              r.Replace(sqlPurgeDead),
+		deadGroups:             r.Replace(sqlDeadGroups),
+		deadGroupTopics:        r.Replace(sqlDeadGroupTopics),
+		statsTopics:            r.Replace(sqlStatsTopics),
+		statsPending:           r.Replace(sqlStatsPending),
+		statsClaims:            r.Replace(sqlStatsClaims),
+		queryPending:           r.Replace(sqlQueryPending),
+		queryEvents:            r.Replace(sqlQueryEvents),
+		acquireLease:           r.Replace(sqlAcquireLease),
+		heartbeatRenew:         r.Replace(sqlHeartbeatRenew),
+		heartbeatInsert:        r.Replace(sqlHeartbeatInsert),
+		expiredHeartbeats:      r.Replace(sqlExpiredHeartbeats),
+		deleteExpiredHeartbeat: r.Replace(sqlDeleteExpiredHeartbeat),
+		releaseAllOwned:        r.Replace(sqlReleaseAllOwned),
+		endHeartbeat:           r.Replace(sqlEndHeartbeat),
+		purge:                  r.Replace(sqlPurge),
+		backlog:                r.Replace(sqlBacklog),
+		markProcessed:          r.Replace(sqlMarkProcessed),
+		purgeProcessed:         r.Replace(sqlPurgeProcessed),
 	}
 	s.script = migrationfiles.Recorder{
 		CreateTable: r.Replace(sqlCreateMigrationTable),

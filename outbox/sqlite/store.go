@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -135,56 +136,78 @@ func (d *driver) Outer() any { return nil }
 // one prepared statement, inside a savepoint, so that tx holds the whole
 // batch or, when a row fails, none of it (SQLite, unlike PostgreSQL, keeps
 // a transaction usable after a failed statement). Inserts in one
-// transaction made at once run one after the other.
+// transaction made at once run one after the other. A row skipped for its
+// idempotency key costs a query for the event id holding the key; SQLite
+// has one writer at a time, so that row is there to find.
 //
 // SQLite cannot tell whether a savepoint opened on tx (a SAVEPOINT
 // statement) holds the rows, so with p.Mark Insert returns a mark for
 // every write: the engine looks the rows up before the commit with Kept.
-func (d *driver) Insert(ctx context.Context, tx *sql.Tx, p *outboxdriver.InsertParams) (savepoint uint64, err error) {
+func (d *driver) Insert(ctx context.Context, tx *sql.Tx, p *outboxdriver.InsertParams) (outboxdriver.InsertResult, error) {
 	if len(p.Rows) == 0 {
-		return 0, nil
+		return outboxdriver.InsertResult{}, nil
 	}
-	if err := d.insert(ctx, tx, p); err != nil {
-		return 0, err
+	skipped, err := d.insert(ctx, tx, p)
+	if err != nil {
+		return outboxdriver.InsertResult{}, err
 	}
+	res := outboxdriver.InsertResult{Skipped: skipped}
 	if p.Mark {
-		savepoint = 1
+		res.Savepoint = 1
 	}
-	return savepoint, nil
+	return res, nil
 }
 
-func (d *driver) insert(ctx context.Context, tx *sql.Tx, p *outboxdriver.InsertParams) (err error) {
+func (d *driver) insert(ctx context.Context, tx *sql.Tx, p *outboxdriver.InsertParams) (skipped []outboxdriver.SkippedRow, err error) {
 	defer inserting.lock(tx)()
 	if _, err := tx.ExecContext(ctx, sqlInsertSavepoint); err != nil {
-		return fmt.Errorf("sqlite: insert into %s: %w", d.t.Name, d.notMigrated(err))
+		return nil, fmt.Errorf("sqlite: insert into %s: %w", d.t.Name, d.notMigrated(err))
+	}
+	// undo undoes the rows written so far; its statements fail only when
+	// the transaction is gone, which the caller learns from err, or from
+	// its next statement.
+	undo := func() {
+		_, _ = tx.ExecContext(context.WithoutCancel(ctx), sqlInsertUndo)
+		_, _ = tx.ExecContext(context.WithoutCancel(ctx), sqlInsertRelease)
 	}
 	defer func() {
 		if err != nil {
-			// Undo the rows written so far; the statements fail only when
-			// the transaction is gone, which the caller learns from err.
-			_, _ = tx.ExecContext(context.WithoutCancel(ctx), sqlInsertUndo)
-			_, _ = tx.ExecContext(context.WithoutCancel(ctx), sqlInsertRelease)
+			undo()
 		}
 	}()
 	stmt, err := tx.PrepareContext(ctx, d.t.sql.insert)
 	if err != nil {
-		return fmt.Errorf("sqlite: insert into %s: %w", d.t.Name, d.notMigrated(err))
+		return nil, fmt.Errorf("sqlite: insert into %s: %w", d.t.Name, d.notMigrated(err))
 	}
 	defer stmt.Close()
 	for i := range p.Rows {
-		values, _ := sqlcodec.InsertValues(&p.Rows[i], p)
-		_, err = stmt.ExecContext(ctx, values...)
+		r := &p.Rows[i]
+		values, _ := sqlcodec.InsertValues(r, p)
+		res, err := stmt.ExecContext(ctx, values...)
 		if isUniqueViolation(err) {
-			return fmt.Errorf("sqlite: insert into %s: %w: %w", d.t.Name, outbox.ErrDuplicateEvent, err)
+			return nil, fmt.Errorf("sqlite: insert into %s: %w: %w", d.t.Name, outbox.ErrDuplicateEvent, err)
+		}
+		var n int64
+		if err == nil {
+			n, err = res.RowsAffected()
+		}
+		if err == nil && n == 0 {
+			var holder string
+			err = tx.QueryRowContext(ctx, d.t.sql.keyHolder, r.Topic, r.IdempotencyKey).Scan(&holder)
+			skipped = append(skipped, outboxdriver.SkippedRow{Index: i, ExistingID: holder})
 		}
 		if err != nil {
-			return fmt.Errorf("sqlite: insert into %s: %w", d.t.Name, d.notMigrated(err))
+			return nil, fmt.Errorf("sqlite: insert into %s: %w", d.t.Name, d.notMigrated(err))
 		}
 	}
-	if _, err := tx.ExecContext(ctx, sqlInsertRelease); err != nil {
-		return fmt.Errorf("sqlite: insert into %s: %w", d.t.Name, d.notMigrated(err))
+	if len(skipped) > 0 && p.RejectDuplicateKeys {
+		undo()
+		return skipped, nil
 	}
-	return nil
+	if _, err := tx.ExecContext(ctx, sqlInsertRelease); err != nil {
+		return nil, fmt.Errorf("sqlite: insert into %s: %w", d.t.Name, d.notMigrated(err))
+	}
+	return skipped, nil
 }
 
 // inserting serializes the inserts made in one transaction, which a
@@ -390,6 +413,94 @@ func (d *driver) QueryEvents(ctx context.Context, p outboxdriver.QueryEventsPara
 func (d *driver) AcquireLease(ctx context.Context, p outboxdriver.LeaseParams) (bool, error) {
 	n, err := d.exec(ctx, "lease "+p.Name, d.t.sql.acquireLease, p.Name, p.Owner, sqlcodec.Micros(p.Now), sqlcodec.Micros(p.Until))
 	return n == 1, err
+}
+
+// Heartbeat implements [outboxdriver.Executor]: a renewal, and an insert
+// when it found no row, together through the gate.
+func (d *driver) Heartbeat(ctx context.Context, p outboxdriver.HeartbeatParams) (existed bool, err error) {
+	name, until := outboxdriver.HeartbeatName(p.Owner), sqlcodec.Micros(p.Until)
+	err = d.gate.write(ctx, "heartbeat", func() error {
+		res, err := d.db.ExecContext(ctx, d.t.sql.heartbeatRenew, name, p.Owner, until)
+		if err != nil {
+			return err
+		}
+		n, err := res.RowsAffected()
+		if err != nil || n > 0 {
+			existed = n > 0
+			return err
+		}
+		_, err = d.db.ExecContext(ctx, d.t.sql.heartbeatInsert, name, p.Owner, until)
+		return err
+	})
+	if err != nil {
+		return false, fmt.Errorf("sqlite: heartbeat of %s: %w", p.Owner, d.notMigrated(err))
+	}
+	return existed, nil
+}
+
+// ReleaseDeadRelays implements [outboxdriver.Executor]: a read of the
+// expired heartbeats, then a transaction per relay that deletes its
+// heartbeat and releases its claims.
+func (d *driver) ReleaseDeadRelays(ctx context.Context, p outboxdriver.ReleaseDeadRelaysParams) ([]outboxdriver.ReleasedRelay, error) {
+	now := sqlcodec.Micros(p.Now)
+	expired, err := sqlcodec.QueryPairs(ctx, d.db, d.t.sql.expiredHeartbeats, outboxdriver.HeartbeatPattern, now, p.Limit) // name, owner
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: find dead relays: %w", err)
+	}
+	var released []outboxdriver.ReleasedRelay
+	for _, h := range expired {
+		r, won, err := d.releaseDeadRelay(ctx, h[0], h[1], now)
+		if err != nil {
+			return released, fmt.Errorf("sqlite: release the claims of dead relay %s: %w", h[1], err)
+		}
+		if won {
+			released = append(released, r)
+		}
+	}
+	return released, nil
+}
+
+// releaseDeadRelay deletes heartbeat name of owner if it is still expired
+// at now and then releases owner's claims, in one transaction, and
+// reports whether the delete won.
+func (d *driver) releaseDeadRelay(ctx context.Context, name, owner string, now int64) (outboxdriver.ReleasedRelay, bool, error) {
+	tx, err := d.Begin(ctx)
+	if err != nil {
+		return outboxdriver.ReleasedRelay{}, false, err
+	}
+	topics, won, err := d.releaseDeadRelayTx(ctx, tx, name, owner, now)
+	if err != nil {
+		return outboxdriver.ReleasedRelay{}, false, errors.Join(err, d.Rollback(ctx, tx))
+	}
+	if err := d.Commit(ctx, tx); err != nil {
+		return outboxdriver.ReleasedRelay{}, false, err
+	}
+	return outboxdriver.ReleasedRelay{Owner: owner, Events: int64(len(topics)),
+		Topics: slices.Compact(slices.Sorted(slices.Values(topics)))}, won, nil
+}
+
+// releaseDeadRelayTx is releaseDeadRelay's statements in tx: the topic of
+// each claim released.
+func (d *driver) releaseDeadRelayTx(ctx context.Context, tx *sql.Tx, name, owner string, now int64) (topics []string, won bool, err error) {
+	res, err := tx.ExecContext(ctx, d.t.sql.deleteExpiredHeartbeat, name, now)
+	if err != nil {
+		return nil, false, err
+	}
+	if n, err := res.RowsAffected(); err != nil || n == 0 {
+		return nil, false, err
+	}
+	rows, err := tx.QueryContext(ctx, d.t.sql.releaseAllOwned, owner)
+	if err != nil {
+		return nil, false, err
+	}
+	topics, err = sqlcodec.ScanColumn[string](rows)
+	return topics, err == nil, err
+}
+
+// EndHeartbeat implements [outboxdriver.Executor].
+func (d *driver) EndHeartbeat(ctx context.Context, owner string) error {
+	_, err := d.exec(ctx, "end the heartbeat of "+owner, d.t.sql.endHeartbeat, outboxdriver.HeartbeatName(owner), owner)
+	return err
 }
 
 // exec runs one write statement through the gate and returns how many
