@@ -39,8 +39,8 @@
 // outbox's rules apply: the event is retried with the subscriber's retry
 // policy and goes DEAD when the attempts are spent. With the middleware
 // package's RecordErrors the error, and what it wraps, is stored in
-// last_error, and errors marked with outbox.Permanent or outbox.RetryAfter
-// (by a Topic function, say) keep their meaning.
+// last_error, and errors marked with outbox.Permanent, outbox.RetryAfter
+// or outbox.FailRetryAfter (by a Topic function, say) keep their meaning.
 //
 // A downstream outage spends the attempts of the events that meet it:
 // with the default retry policy (10 attempts, backoff capped at 60 s) an

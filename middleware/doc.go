@@ -17,7 +17,10 @@
 //
 // Error classes come from package outbox: return outbox.Permanent(err) to
 // make an event DEAD at once, outbox.RetryAfter(d, err) to have it
-// delivered again after d without spending an attempt. With Watermill's
+// delivered again after d without spending an attempt,
+// outbox.FailRetryAfter(d, err) to spend the attempt and have it
+// delivered again after d rather than the retry policy's delay (an HTTP
+// 429 with Retry-After from a downstream). With Watermill's
 // Retry middleware, set its ShouldRetry to [ShouldRetry], so that Retry
 // does not retry those in the handler.
 package middleware

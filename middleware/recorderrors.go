@@ -10,7 +10,7 @@ import (
 
 // RecordErrors attaches the handler's error to the message before the
 // router nacks it, so that the outbox stores it in last_error and honours
-// outbox.Permanent and outbox.RetryAfter. Without it a Nack is recorded as
+// outbox.Permanent, outbox.RetryAfter and outbox.FailRetryAfter. Without it a Nack is recorded as
 // a plain failure with a generic last_error. Add it first, so it sees the
 // error the other middleware let through.
 //

@@ -9,9 +9,10 @@ import (
 // ShouldRetry is a ShouldRetry for Watermill's Retry middleware that
 // leaves the outbox's error classes to the outbox: it refuses to retry in
 // the handler an error marked outbox.Permanent (retrying cannot fix it;
-// the event goes DEAD) or outbox.RetryAfter (the handler asked to come
-// back after a delay, which Retry's backoff would not honour; the event
-// is deferred). Every other error is retried.
+// the event goes DEAD) or outbox.RetryAfter or outbox.FailRetryAfter
+// (the handler asked to come back after a delay, which Retry's backoff
+// would not honour; the event is deferred, or retried after the delay).
+// Every other error is retried.
 //
 //	router.AddMiddleware(
 //		outboxmw.RecordErrors,
@@ -23,5 +24,6 @@ func ShouldRetry(p wmmw.RetryParams) bool {
 		return false
 	}
 	_, deferred := outbox.RetryAfterDelay(p.Err)
-	return !deferred
+	_, scheduled := outbox.FailRetryAfterDelay(p.Err)
+	return !deferred && !scheduled
 }

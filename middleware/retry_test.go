@@ -23,6 +23,7 @@ func TestShouldRetryLeavesOutboxErrorClassesToTheOutbox(t *testing.T) {
 	}{
 		{"permanent", outbox.Permanent(errors.New("schema violation")), 1},
 		{"retry after", outbox.RetryAfter(time.Minute, errors.New("rate limited")), 1},
+		{"fail, retry after", outbox.FailRetryAfter(time.Minute, errors.New("HTTP 429")), 1},
 		{"wrapped permanent", errors.Join(errors.New("publish"), outbox.Permanent(transient)), 1},
 		{"other", transient, 4},
 	} {

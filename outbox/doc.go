@@ -7,12 +7,12 @@
 // This package is what an application uses: the [Envelope] it writes, the
 // [Store] of its database (made by a dialect: outbox/postgres,
 // outbox/mysql, outbox/sqlite), the [Writer], transactions with
-// after-commit hooks, error classes for handlers ([Permanent],
-// [RetryAfter]), the [RetryPolicy], and operator queries on dead events.
-// Delivery is package watermilladapter's: a Watermill Subscriber that
-// relays events to router handlers, and a Publisher that writes them.
-// Store authors implement package outboxdriver; applications never need
-// it.
+// after-commit and after-rollback hooks, error classes for handlers
+// ([Permanent], [RetryAfter], [FailRetryAfter]), the [RetryPolicy], and
+// operator queries on dead events. Delivery is package
+// watermilladapter's: a Watermill Subscriber that relays events to router
+// handlers, and a Publisher that writes them. Store authors implement
+// package outboxdriver; applications never need it.
 //
 // # Writing
 //
@@ -40,17 +40,34 @@
 // nothing is written then. A transaction you begin and commit yourself
 // works too: its events are left to the relays' claims.
 //
+// [WriterConfig].BeforeWrite hooks see each write just before the insert,
+// once the envelopes are validated, their defaults filled in and the
+// [HeaderInjector]'s headers added: they run in order, may add headers
+// (and change nothing else: the writer checks), and the first that
+// returns an error refuses the write, nothing written, its error wrapped
+// in Write's. [Envelope].DeliverIn delays an event relative to the write,
+// as DeliverAfter does to a time.
+//
 // # Transactions and after-commit hooks
 //
 // Go has no thread-local transaction: [Store.InTx] passes the transaction
 // and a context to your function, and runs the hooks registered with
 // [AfterCommit] during it once it commits, in order. A rolled-back
-// transaction runs none; a hook that fails or panics is logged and never
-// fails the caller, whose transaction is committed. The context carries
-// the transaction too ([TxFromContext]), which is how a Watermill
-// publisher given it as message context writes in it.
+// transaction runs those registered with [AfterRollback] instead, in
+// order, once it has rolled back, whatever rolled it back: the function's
+// error or panic, its context ending, a check before the commit, or a
+// commit that failed. Exactly one of the two lists runs. A hook that fails
+// or panics is logged and the next one runs; hooks never change what InTx
+// returns. Both return [ErrNoCommitHooks] outside InTx's function. The
+// context carries the transaction too ([TxFromContext]), which is how a
+// Watermill publisher given it as message context writes in it.
 //
-// A savepoint can roll back while its transaction commits. Events written
+// An InTx of a store on a transaction (PostgreSQL's store on a pgx.Tx)
+// opens a savepoint. Its after-commit hooks wait for the enclosing
+// transaction's commit; its after-rollback hooks run at once if the
+// savepoint rolls back, and if it is released, when the enclosing
+// transaction rolls back, after those registered there before. A
+// savepoint can roll back while its transaction commits. Events written
 // while one is open go to the hot path only if the savepoint kept them:
 // the writer asks the driver just before the top-level commit.
 //

@@ -82,6 +82,12 @@ type Envelope struct {
 	// zero) means at once. Like OccurredAt, it lies in the years 1 to 9999
 	// and is kept to the microsecond.
 	DeliverAfter time.Time
+	// DeliverIn delays delivery by a duration from the write: the writer
+	// sets DeliverAfter to its clock's time of the write plus DeliverIn,
+	// and DeliverIn to zero, in the events it writes and hands on. Zero
+	// means no delay; a negative one, or one set with DeliverAfter, is
+	// invalid.
+	DeliverIn time.Duration
 	// IdempotencyKey, when set, names the write of this event within its
 	// topic, so that a command retried by its caller writes its event
 	// once: the [Writer] skips an event whose topic and key an event in
@@ -147,6 +153,9 @@ func prepare(envelopes []Envelope, now time.Time) ([]Envelope, error) {
 		}
 		// What the hot path hands out then equals what a claim reads back.
 		e.OccurredAt = e.OccurredAt.Truncate(time.Microsecond)
+		if e.DeliverIn > 0 {
+			e.DeliverAfter, e.DeliverIn = now.Add(e.DeliverIn), 0
+		}
 		e.DeliverAfter = e.DeliverAfter.Truncate(time.Microsecond)
 		if !e.DeliverAfter.After(now) {
 			e.DeliverAfter = time.Time{} // due at once: the hot path takes it
@@ -214,6 +223,12 @@ func (e *Envelope) validate() *ValidationError {
 	}
 	if e.PayloadJSON != nil && !json.Valid(e.PayloadJSON) {
 		return fail("PayloadJSON", "not valid JSON")
+	}
+	switch {
+	case e.DeliverIn < 0:
+		return fail("DeliverIn", "%s is negative", e.DeliverIn)
+	case e.DeliverIn > 0 && !e.DeliverAfter.IsZero():
+		return fail("DeliverIn", "set only one of DeliverAfter and DeliverIn")
 	}
 	for _, t := range []struct {
 		field string

@@ -90,6 +90,11 @@ func TestPrepareValidation(t *testing.T) {
 		{"delivered past what microseconds since 1970 can count", func(e *outbox.Envelope) {
 			e.DeliverAfter = time.Date(300000, 1, 1, 0, 0, 0, 0, time.UTC)
 		}, "DeliverAfter"},
+		{"delivered in a minute", func(e *outbox.Envelope) { e.DeliverIn = time.Minute }, ""},
+		{"delivered in a negative duration", func(e *outbox.Envelope) { e.DeliverIn = -time.Nanosecond }, "DeliverIn"},
+		{"delivered in a duration and after a time", func(e *outbox.Envelope) {
+			e.DeliverIn, e.DeliverAfter = time.Minute, time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+		}, "DeliverIn"},
 		{"NUL in AggregateID", func(e *outbox.Envelope) { e.AggregateID = "order\x0042" }, "AggregateID"},
 		{"NUL in ID", func(e *outbox.Envelope) { e.ID = "\x00" }, "ID"},
 		{"NUL in Type", func(e *outbox.Envelope) { e.Type = "Order\x00Created" }, "Type"},
@@ -234,6 +239,20 @@ func TestPrepareKeepsTimesToTheMicrosecond(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, time.Date(2026, 1, 2, 3, 4, 5, 123456000, time.UTC), prepared[0].OccurredAt)
 	require.Equal(t, time.Date(2026, 1, 2, 4, 4, 5, 123456000, time.UTC), prepared[0].DeliverAfter)
+}
+
+// DeliverIn is resolved with the writer's clock into DeliverAfter, to the
+// microsecond, and is zero in the prepared envelope: what a claim reads
+// back, and what the hot path would hand out.
+func TestPrepareResolvesDeliverIn(t *testing.T) {
+	t.Parallel()
+	e := validEnvelope()
+	e.DeliverIn = 90*time.Second + 1500*time.Nanosecond
+	prepared, err := outbox.Prepare([]outbox.Envelope{e}, prepareNow)
+	require.NoError(t, err)
+	require.Equal(t, prepareNow.Add(90*time.Second+time.Microsecond), prepared[0].DeliverAfter, "to the microsecond")
+	require.Zero(t, prepared[0].DeliverIn)
+	require.Equal(t, 90*time.Second+1500*time.Nanosecond, e.DeliverIn, "the caller's envelope is left alone")
 }
 
 // A DeliverAfter not after the write is due at once, as if zero: the hot

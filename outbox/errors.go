@@ -15,9 +15,11 @@ var (
 	// ErrInvalidEnvelope is matched (errors.Is) by every [*ValidationError].
 	ErrInvalidEnvelope = errors.New("outbox: invalid envelope")
 
-	// ErrNoCommitHooks is returned by [AfterCommit] when the context does not
-	// come from [Store.InTx] (or its function has returned), so there is no
-	// commit to run the hook after.
+	// ErrNoCommitHooks is returned by [AfterCommit] and [AfterRollback]
+	// when the context does not come from [Store.InTx] (or its function
+	// has returned), so there is no commit or rollback to run the hook
+	// after. A savepoint's InTx (a store on a transaction) returns it too
+	// when no InTx runs the transaction it is in.
 	ErrNoCommitHooks = errors.New("outbox: context carries no transaction started by an InTx helper")
 
 	// ErrDuplicateEvent is returned by [Writer.Write] (from the store's

@@ -122,6 +122,63 @@ func ExampleWriter_Write() {
 	// payload: {"order":42} JSON: true
 }
 
+type tenantKey struct{}
+
+// A BeforeWrite hook stamps every event with the tenant of the request
+// that writes it, and refuses writes made outside a request: the write
+// fails with the hook's error, and nothing is written.
+func ExampleWriterConfig_beforeWrite() {
+	ctx := context.Background()
+	store, _, closeDB := exampleStore(ctx)
+	defer closeDB()
+	errNoTenant := errors.New("no tenant in the context")
+	writer, err := outbox.NewWriter(store, outbox.WriterConfig{
+		BeforeWrite: []func(context.Context, []outbox.Envelope) error{
+			func(ctx context.Context, events []outbox.Envelope) error {
+				tenant, ok := ctx.Value(tenantKey{}).(string)
+				if !ok {
+					return errNoTenant
+				}
+				for i := range events {
+					if events[i].Headers == nil {
+						events[i].Headers = map[string]string{}
+					}
+					events[i].Headers["tenant"] = tenant
+				}
+				return nil
+			},
+		},
+	})
+	if err != nil {
+		panic(err)
+	}
+	write := func(ctx context.Context) (id string, err error) {
+		err = store.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+			ids, err := writer.Write(ctx, tx, outbox.NewJSON(OrderCreated, []byte(`{"order":1}`)))
+			if err == nil {
+				id = ids[0]
+			}
+			return err
+		})
+		return id, err
+	}
+
+	id, err := write(context.WithValue(ctx, tenantKey{}, "acme"))
+	if err != nil {
+		panic(err)
+	}
+	e, err := store.Get(ctx, id)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("tenant header:", e.Headers["tenant"])
+	_, err = write(ctx)
+	fmt.Println(err, errors.Is(err, errNoTenant))
+	// Output:
+	// tenant header: acme
+	// outbox: before write: hook 0: no tenant in the context true
+}
+
 // A hook registered in a transaction runs after its commit, and not at
 // all when it rolls back.
 func ExampleAfterCommit() {
@@ -152,6 +209,46 @@ func ExampleAfterCommit() {
 	// InTx: <nil>
 	// in the transaction
 	// InTx: rolled back
+}
+
+// A hook registered for a rollback undoes what the transaction did
+// outside the database (here, a reservation held in memory) when the
+// transaction fails; after a commit it never runs.
+func ExampleAfterRollback() {
+	ctx := context.Background()
+	store, _, closeDB := exampleStore(ctx)
+	defer closeDB()
+
+	reserved := map[string]bool{}
+	reserve := func(ctx context.Context, sku string) error {
+		reserved[sku] = true
+		return outbox.AfterRollback(ctx, func(context.Context) error {
+			delete(reserved, sku)
+			fmt.Println("released", sku)
+			return nil
+		})
+	}
+	for _, order := range []struct {
+		sku  string
+		fail bool
+	}{{"book", false}, {"lamp", true}} {
+		err := store.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+			if err := reserve(ctx, order.sku); err != nil {
+				return err
+			}
+			if order.fail {
+				return errors.New("payment declined")
+			}
+			return nil
+		})
+		fmt.Println(order.sku, "InTx:", err)
+	}
+	fmt.Println("reserved:", reserved)
+	// Output:
+	// book InTx: <nil>
+	// released lamp
+	// lamp InTx: payment declined
+	// reserved: map[book:true]
 }
 
 // A consumer records each event it processed in the transaction of its

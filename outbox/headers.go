@@ -15,8 +15,9 @@ import "context"
 // e.Headers is the event's own copy
 // (nil when it has none: set a new map). Entries it sets replace those of
 // the same name; it must not change other fields, and must be safe for
-// concurrent use. The headers it adds are not validated again: keep them
-// small, and their names out of the "outbox_" prefix.
+// concurrent use. The headers it adds are validated again only when
+// [WriterConfig].BeforeWrite hooks are set: keep them small, and their
+// names out of the "outbox_" prefix.
 type HeaderInjector interface {
 	InjectHeaders(ctx context.Context, e *Envelope)
 }

@@ -22,53 +22,63 @@ type txDriver[Tx any] interface {
 // nil; it rolls back when fn returns an error or panics (the panic goes on),
 // and when ctx has ended by then (it returns ctx's cause).
 // After a successful commit it runs the hooks registered with [AfterCommit]
-// during fn, in registration order. A hook's error or panic is logged to
-// logger and never returned: the transaction is committed, and the relays'
-// claims deliver whatever a failed hook would have. A rolled-back
-// transaction runs no hook. Just before the commit it runs the checks a
-// [Writer] registered in the transaction (which of the events written in
-// savepoints they kept); a failed check rolls the transaction back and is
-// returned.
+// during fn, in registration order; otherwise, once the transaction has
+// rolled back (or its commit failed), those registered with
+// [AfterRollback]. A hook's error or panic is logged to logger and never
+// returned: the transaction has ended by then, and for an after-commit
+// hook the relays' claims deliver whatever a failed hook would have. Just
+// before the commit it runs the checks a [Writer] registered in the
+// transaction (which of the events written in savepoints they kept); a
+// failed check rolls the transaction back and is returned.
 //
 // The context given to fn carries the transaction ([TxFromContext]) and the
 // hook list.
 //
-// A savepoint (d.Outer() set) commits nothing: its hooks go to the
-// runInTx running the outer transaction, to run after that commits. When
-// no runInTx in ctx runs it, nothing reports that commit, so fn gets no
-// hook list: [AfterCommit] returns [ErrNoCommitHooks], and a [Writer]
-// leaves the events to the relays' claims.
+// A savepoint (d.Outer() set) commits nothing: when it is released, its
+// hooks go to the runInTx running the outer transaction, to run when that
+// one ends; when it rolls back, its after-rollback hooks run at once. When
+// no runInTx in ctx runs the outer transaction, nothing reports how it
+// ends, so fn gets no hook list: [AfterCommit] and [AfterRollback] return
+// [ErrNoCommitHooks], and a [Writer] leaves the events to the relays'
+// claims.
 func runInTx[Tx any](ctx context.Context, d txDriver[Tx], logger *slog.Logger, fn func(ctx context.Context, tx Tx) error) (err error) {
 	tx, err := d.Begin(ctx)
 	if err != nil {
 		return fmt.Errorf("outbox: begin transaction: %w", err)
 	}
-	hooks := &commitHooks{tx: tx}
-	var enclosing *commitHooks
+	hooks := &txHooks{tx: tx}
+	var enclosing *txHooks
 	outer := d.Outer()
 	if outer != nil {
 		if enclosing = hooksFrom(ctx); enclosing == nil || !nilcheck.Same(enclosing.tx, outer) {
 			enclosing, hooks = nil, nil
 		}
 	}
-	txCtx := context.WithValue(context.WithValue(ctx, commitHooksKey{}, hooks), txKey{}, tx)
+	txCtx := context.WithValue(context.WithValue(ctx, txHooksKey{}, hooks), txKey{}, tx)
 
-	committed := false
+	var (
+		registered hookSet
+		sent       bool // the commit (or release) was sent: nothing left to roll back
+		committed  bool // and it succeeded
+	)
 	defer func() {
-		hooks.close()
-		if !committed {
+		if committed {
+			return
+		}
+		if !sent {
 			// The caller's error (or panic) matters more than the
 			// rollback's; a failed rollback ends with the connection anyway.
 			_ = d.Rollback(context.WithoutCancel(ctx), tx)
 		}
+		runHooks(context.WithoutCancel(ctx), hooks.close().rollbacks, logger, "outbox: after-rollback hook failed")
 	}()
 	err = fn(txCtx, tx)
-	registered, checks := hooks.close()
+	registered = hooks.close()
 	if err != nil {
 		return err
 	}
 	if enclosing == nil {
-		for _, check := range checks {
+		for _, check := range registered.checks {
 			if err := check(txCtx); err != nil {
 				return fmt.Errorf("outbox: before commit: %w", err)
 			}
@@ -80,7 +90,7 @@ func runInTx[Tx any](ctx context.Context, d txDriver[Tx], logger *slog.Logger, f
 	if ctx.Err() != nil {
 		return fmt.Errorf("outbox: commit: %w", context.Cause(ctx))
 	}
-	committed = true // from here on there is nothing left to roll back
+	sent = true // from here on there is nothing left to roll back
 	commitCtx := ctx
 	if outer != nil {
 		// For the same reason, a savepoint's release, once decided, is
@@ -88,15 +98,19 @@ func runInTx[Tx any](ctx context.Context, d txDriver[Tx], logger *slog.Logger, f
 		commitCtx = context.WithoutCancel(ctx)
 	}
 	if err := d.Commit(commitCtx, tx); err != nil {
+		// Counted as a rollback: the database undoes a transaction whose
+		// commit fails (or, its connection lost, may have committed it:
+		// the hooks hear what InTx returns).
 		return fmt.Errorf("outbox: commit: %w", err)
 	}
+	committed = true
 	if enclosing != nil {
-		if !enclosing.forward(registered, checks) {
-			logger.ErrorContext(ctx, "outbox: the enclosing transaction ended before its savepoint; after-commit hooks dropped, the relays' claims will deliver")
+		if !enclosing.forward(registered) {
+			logger.ErrorContext(ctx, "outbox: the enclosing transaction ended before its savepoint; its after-commit and after-rollback hooks dropped, the relays' claims will deliver")
 		}
 		return nil
 	}
-	runHooks(context.WithoutCancel(ctx), registered, logger)
+	runHooks(context.WithoutCancel(ctx), registered.commits, logger, "outbox: after-commit hook failed; the relays' claims will deliver")
 	return nil
 }
 
@@ -105,7 +119,25 @@ func runInTx[Tx any](ctx context.Context, d txDriver[Tx], logger *slog.Logger, f
 // returns [ErrNoCommitHooks]. A hook's error or panic is logged, never
 // returned: the transaction is committed by then.
 func AfterCommit(ctx context.Context, fn func(ctx context.Context) error) error {
-	if !hooksFrom(ctx).add(fn) {
+	if !hooksFrom(ctx).forward(hookSet{commits: []func(context.Context) error{fn}}) {
+		return ErrNoCommitHooks
+	}
+	return nil
+}
+
+// AfterRollback registers fn to run after the transaction in ctx rolls
+// back, whatever the reason: its function returned an error or panicked,
+// its context ended, a check before the commit failed, or the commit
+// failed. It never runs after a commit. ctx must come from [Store.InTx]
+// whose function is still running; otherwise it returns
+// [ErrNoCommitHooks]. A hook's error or panic is logged, never returned:
+// InTx returns what rolled the transaction back (or panics with it).
+//
+// Registered in a savepoint (an InTx of a store on a transaction of an
+// enclosing InTx), fn runs at once if the savepoint rolls back, and if it
+// is released, when the enclosing transaction rolls back.
+func AfterRollback(ctx context.Context, fn func(ctx context.Context) error) error {
+	if !hooksFrom(ctx).forward(hookSet{rollbacks: []func(context.Context) error{fn}}) {
 		return ErrNoCommitHooks
 	}
 	return nil
@@ -118,15 +150,15 @@ func AfterCommit(ctx context.Context, fn func(ctx context.Context) error) error 
 // returned by runInTx. ctx must come from runInTx whose function is still
 // running; otherwise it returns [ErrNoCommitHooks].
 func beforeCommit(ctx context.Context, check func(ctx context.Context) error) error {
-	if !hooksFrom(ctx).addCheck(check) {
+	if !hooksFrom(ctx).forward(hookSet{checks: []func(context.Context) error{check}}) {
 		return ErrNoCommitHooks
 	}
 	return nil
 }
 
 // hooksFrom returns the hook list in ctx, nil when there is none.
-func hooksFrom(ctx context.Context) *commitHooks {
-	hooks, _ := ctx.Value(commitHooksKey{}).(*commitHooks)
+func hooksFrom(ctx context.Context) *txHooks {
+	hooks, _ := ctx.Value(txHooksKey{}).(*txHooks)
 	return hooks
 }
 
@@ -152,34 +184,30 @@ func TxInContext(ctx context.Context) any {
 }
 
 type (
-	commitHooksKey struct{}
-	txKey          struct{}
+	txHooksKey struct{}
+	txKey      struct{}
 )
 
-// commitHooks are the hooks to run after tx commits, and the checks to
-// run before. A nil list takes none: nothing reports the commit.
-type commitHooks struct {
+// txHooks are the hooks to run when tx ends, and the checks to run
+// before it commits. A nil list takes none: nothing reports how tx ends.
+type txHooks struct {
 	tx     any
 	mu     sync.Mutex
-	fns    []func(ctx context.Context) error
-	checks []func(ctx context.Context) error
+	set    hookSet
 	closed bool // the transaction has ended: no more hooks
 }
 
-// add registers fn, or reports false when the transaction has ended or h
-// is nil.
-func (h *commitHooks) add(fn func(ctx context.Context) error) bool {
-	return h.forward([]func(ctx context.Context) error{fn}, nil)
+// hookSet holds the functions registered in a transaction, each kind in
+// registration order.
+type hookSet struct {
+	commits   []func(ctx context.Context) error // [AfterCommit]
+	checks    []func(ctx context.Context) error // beforeCommit
+	rollbacks []func(ctx context.Context) error // [AfterRollback]
 }
 
-// addCheck registers check as add registers a hook.
-func (h *commitHooks) addCheck(check func(ctx context.Context) error) bool {
-	return h.forward(nil, []func(ctx context.Context) error{check})
-}
-
-// forward registers hooks and checks, those of a savepoint that was
-// released, or reports false when the transaction has ended or h is nil.
-func (h *commitHooks) forward(fns, checks []func(ctx context.Context) error) bool {
+// forward registers set (one hook, or those of a savepoint that was
+// released), or reports false when the transaction has ended or h is nil.
+func (h *txHooks) forward(set hookSet) bool {
 	if h == nil {
 		return false
 	}
@@ -188,30 +216,30 @@ func (h *commitHooks) forward(fns, checks []func(ctx context.Context) error) boo
 	if h.closed {
 		return false
 	}
-	h.fns = append(h.fns, fns...)
-	h.checks = append(h.checks, checks...)
+	h.set.commits = append(h.set.commits, set.commits...)
+	h.set.checks = append(h.set.checks, set.checks...)
+	h.set.rollbacks = append(h.set.rollbacks, set.rollbacks...)
 	return true
 }
 
-// close ends registration and returns the hooks and checks registered so
-// far.
-func (h *commitHooks) close() (fns, checks []func(ctx context.Context) error) {
+// close ends registration and returns what was registered, the same
+// each time it is called.
+func (h *txHooks) close() hookSet {
 	if h == nil {
-		return nil, nil
+		return hookSet{}
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.closed = true
-	fns, checks = h.fns, h.checks
-	h.fns, h.checks = nil, nil
-	return fns, checks
+	return h.set
 }
 
-func runHooks(ctx context.Context, fns []func(ctx context.Context) error, logger *slog.Logger) {
+// runHooks runs fns in order, logging msg with the error of each that
+// fails or panics.
+func runHooks(ctx context.Context, fns []func(ctx context.Context) error, logger *slog.Logger, msg string) {
 	for i, fn := range fns {
 		if err := runHook(ctx, fn); err != nil {
-			logger.ErrorContext(ctx, "outbox: after-commit hook failed; the relays' claims will deliver",
-				slog.Int("hook", i), slog.Any("error", err))
+			logger.ErrorContext(ctx, msg, slog.Int("hook", i), slog.Any("error", err))
 		}
 	}
 }

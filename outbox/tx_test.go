@@ -383,3 +383,146 @@ func TestInTxSavepointAfterTheEnclosingTransactionEnded(t *testing.T) {
 	require.Equal(t, []string{"begin", "commit"}, outer.driver.Log(), "the hook never runs")
 	require.Contains(t, inner.logs.String(), "the enclosing transaction ended before its savepoint")
 }
+
+// After-rollback hooks run, in order, once the transaction has rolled
+// back, whatever rolled it back; a failed commit counts as a rollback. A
+// hook that fails or panics is logged and the next one runs.
+func TestInTxAfterRollbackRunsOnEveryRollback(t *testing.T) {
+	t.Parallel()
+
+	fnErr, commitErr := errors.New("business rule violated"), errors.New("serialization failure")
+	tests := []struct {
+		name      string
+		commitErr error
+		fn        func(cancel context.CancelCauseFunc) error
+		wantLog   []string // the driver's calls before the hooks
+	}{
+		{name: "fn error", fn: func(context.CancelCauseFunc) error { return fnErr }, wantLog: []string{"begin", "rollback"}},
+		{name: "context ended", fn: func(cancel context.CancelCauseFunc) error {
+			cancel(fnErr)
+			return nil
+		}, wantLog: []string{"begin", "rollback"}},
+		{name: "commit failed", commitErr: commitErr, fn: func(context.CancelCauseFunc) error { return nil },
+			wantLog: []string{"begin", "commit"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+
+			b := setupTx(t, func(d *fakeDriver[*fakeTx]) { d.commitErr = tt.commitErr })
+			ctx, cancel := context.WithCancelCause(t.Context())
+			defer cancel(nil)
+			err := b.store.InTx(ctx, func(ctx context.Context, tx *fakeTx) error {
+				require.NoError(t, outbox.AfterCommit(ctx, b.driver.hook("after commit")))
+				require.NoError(t, outbox.AfterRollback(ctx, b.driver.hook("rollback hook 1")))
+				require.NoError(t, outbox.AfterRollback(ctx, func(context.Context) error { return errors.New("audit log unreachable") }))
+				require.NoError(t, outbox.AfterRollback(ctx, func(context.Context) error { panic("hook exploded") }))
+				require.NoError(t, outbox.AfterRollback(ctx, b.driver.hook("rollback hook 2")))
+				return tt.fn(cancel)
+			})
+			require.Error(t, err)
+			require.Equal(t, append(tt.wantLog, "rollback hook 1", "rollback hook 2"), b.driver.Log())
+			out := b.logs.String()
+			require.Contains(t, out, "after-rollback hook failed")
+			require.Contains(t, out, "audit log unreachable")
+			require.Contains(t, out, "hook exploded")
+		})
+	}
+}
+
+// A panic in fn rolls back and runs the after-rollback hooks, and goes on
+// as it was, a hook's own panic recovered.
+func TestInTxAfterRollbackOnPanic(t *testing.T) {
+	t.Parallel()
+
+	b := setupTx(t, nil)
+	require.PanicsWithValue(t, "kaboom", func() {
+		_ = b.store.InTx(t.Context(), func(ctx context.Context, tx *fakeTx) error {
+			require.NoError(t, outbox.AfterRollback(ctx, func(context.Context) error { panic("hook exploded") }))
+			require.NoError(t, outbox.AfterRollback(ctx, b.driver.hook("rollback hook")))
+			panic("kaboom")
+		})
+	})
+	require.Equal(t, []string{"begin", "rollback", "rollback hook"}, b.driver.Log())
+	require.Contains(t, b.logs.String(), "hook exploded")
+}
+
+func TestInTxNoAfterRollbackAfterCommit(t *testing.T) {
+	t.Parallel()
+
+	b := setupTx(t, nil)
+	require.NoError(t, b.store.InTx(t.Context(), func(ctx context.Context, tx *fakeTx) error {
+		require.NoError(t, outbox.AfterRollback(ctx, b.driver.hook("rollback hook")))
+		return outbox.AfterCommit(ctx, b.driver.hook("after commit"))
+	}))
+	require.Equal(t, []string{"begin", "commit", "after commit"}, b.driver.Log())
+}
+
+func TestAfterRollbackOutsideInTx(t *testing.T) {
+	t.Parallel()
+
+	noop := func(context.Context) error { return nil }
+	require.ErrorIs(t, outbox.AfterRollback(t.Context(), noop), outbox.ErrNoCommitHooks)
+
+	b := setupTx(t, nil)
+	var ended context.Context
+	require.Error(t, b.store.InTx(t.Context(), func(ctx context.Context, tx *fakeTx) error {
+		ended = ctx
+		return errors.New("rollback")
+	}))
+	require.ErrorIs(t, outbox.AfterRollback(ended, noop), outbox.ErrNoCommitHooks, "the transaction has ended")
+}
+
+// A savepoint that rolls back runs its after-rollback hooks at once, and
+// the enclosing transaction, which goes on and commits, runs neither
+// those nor its own.
+func TestInTxSavepointRolledBackRunsItsRollbackHooksAtOnce(t *testing.T) {
+	t.Parallel()
+
+	outer := setupTx(t, nil)
+	require.NoError(t, outer.store.InTx(t.Context(), func(ctx context.Context, tx *fakeTx) error {
+		require.NoError(t, outbox.AfterRollback(ctx, outer.driver.hook("outer rollback hook")))
+		inner := outer.savepointStore(t)
+		require.Error(t, inner.store.InTx(ctx, func(ctx context.Context, _ *fakeTx) error {
+			require.NoError(t, outbox.AfterRollback(ctx, inner.driver.hook("savepoint rollback hook")))
+			return errors.New("savepoint rolled back")
+		}))
+		require.Equal(t, []string{"begin", "rollback", "savepoint rollback hook"}, inner.driver.Log())
+		return nil
+	}))
+	require.Equal(t, []string{"begin", "commit"}, outer.driver.Log())
+}
+
+// A savepoint that is released hands its after-rollback hooks to the
+// enclosing transaction: they run if it rolls back, after its own
+// registered before them, and not if it commits.
+func TestInTxSavepointReleasedForwardsItsRollbackHooks(t *testing.T) {
+	t.Parallel()
+
+	for _, outerFails := range []bool{false, true} {
+		t.Run(fmt.Sprint("outer fails: ", outerFails), func(t *testing.T) {
+			t.Parallel()
+
+			outer := setupTx(t, nil)
+			err := outer.store.InTx(t.Context(), func(ctx context.Context, tx *fakeTx) error {
+				require.NoError(t, outbox.AfterRollback(ctx, outer.driver.hook("outer rollback hook")))
+				inner := outer.savepointStore(t)
+				require.NoError(t, inner.store.InTx(ctx, func(ctx context.Context, _ *fakeTx) error {
+					return outbox.AfterRollback(ctx, outer.driver.hook("savepoint rollback hook"))
+				}))
+				require.Equal(t, []string{"begin", "commit"}, inner.driver.Log(), "released, no hook yet")
+				if outerFails {
+					return errors.New("business rule")
+				}
+				return nil
+			})
+			if outerFails {
+				require.Error(t, err)
+				require.Equal(t, []string{"begin", "rollback", "outer rollback hook", "savepoint rollback hook"}, outer.driver.Log())
+			} else {
+				require.NoError(t, err)
+				require.Equal(t, []string{"begin", "commit"}, outer.driver.Log())
+			}
+		})
+	}
+}

@@ -63,6 +63,24 @@ type WriterConfig struct {
 	// context given to Write, before the event is written: the W3C trace
 	// context, with package outboxotel's Injector. Default: none.
 	Headers HeaderInjector
+	// BeforeWrite are run on the events of each Write, in order, on the
+	// writing goroutine, after the events are validated and their
+	// defaults filled in (ids, topics, a DeliverIn resolved into
+	// DeliverAfter) and after Headers has added its entries, just before
+	// they are inserted. A hook may inspect the events, change their
+	// headers (each event's Headers is the writer's own copy, nil when
+	// it has none: set a new map), and refuse the write with an error:
+	// the first error stops the hooks, nothing is written, and Write
+	// returns it wrapped (errors.Is and errors.As see it). A panic goes
+	// on to the caller of Write, as any panic of its function does.
+	//
+	// Only Headers may change: an event with any other field changed
+	// fails the write with a [*ValidationError] naming the field, and
+	// the headers are validated again. The payload's bytes are the
+	// writer's copy and must not be modified (that is not checked). The
+	// slice is the hook's to read during the call only. Hooks must be
+	// safe for concurrent use. Default: none.
+	BeforeWrite []func(ctx context.Context, events []Envelope) error
 	// RejectDuplicateKeys makes an event whose topic and idempotency key
 	// are taken an error: the write fails with a [*DuplicateKeyError]
 	// (matching [ErrDuplicateKey]) and writes nothing, leaving the
@@ -116,6 +134,12 @@ func NewWriter[Tx any](store *Store[Tx], cfg WriterConfig) (*Writer[Tx], error) 
 	if nilcheck.Is(cfg.Headers) {
 		cfg.Headers = nil
 	}
+	for i, hook := range cfg.BeforeWrite {
+		if hook == nil {
+			return nil, invalidRequest("writer BeforeWrite hook %d is nil", i)
+		}
+	}
+	cfg.BeforeWrite = slices.Clone(cfg.BeforeWrite)
 	return &Writer[Tx]{store: store, cfg: cfg}, nil
 }
 
@@ -131,10 +155,12 @@ func NewWriter[Tx any](store *Store[Tx], cfg WriterConfig) (*Writer[Tx], error) 
 // that event's. [Writer.WriteDetailed] tells which were skipped.
 //
 // Errors: [ErrNoTransaction] for a nil tx; a [*ValidationError] (matching
-// [ErrInvalidEnvelope]) for an invalid envelope, in which case nothing was
-// written; with [WriterConfig.RejectDuplicateKeys], a [*DuplicateKeyError]
-// (matching [ErrDuplicateKey]) for a taken key, nothing written either;
-// the driver's error; or, with the rows written, an error registering the
+// [ErrInvalidEnvelope]) for an invalid envelope, or one a BeforeWrite
+// hook changed beyond its headers, and a BeforeWrite hook's error,
+// wrapped, in which cases nothing was written; with
+// [WriterConfig.RejectDuplicateKeys], a [*DuplicateKeyError] (matching
+// [ErrDuplicateKey]) for a taken key, nothing written either; the
+// driver's error; or, with the rows written, an error registering the
 // after-commit hand-off in ctx (the transaction of an InTx ended
 // already). Writing no events is a no-op. In a transaction of
 // PostgreSQL's InTx the insert of events without an idempotency key goes
@@ -166,6 +192,9 @@ func (w *Writer[Tx]) WriteDetailed(ctx context.Context, tx Tx, events ...Envelop
 	}
 	if w.cfg.Headers != nil {
 		injectHeaders(ctx, w.cfg.Headers, prepared)
+	}
+	if err := w.beforeWrite(ctx, prepared); err != nil {
+		return WriteResult{}, err
 	}
 	toWrite, skipped := repeatedKeys(prepared)
 	if len(skipped) > 0 && w.cfg.RejectDuplicateKeys {
@@ -261,6 +290,50 @@ func injectHeaders(ctx context.Context, inject HeaderInjector, events []Envelope
 			events[i].Headers = nil
 		}
 	}
+}
+
+// beforeWrite runs the BeforeWrite hooks on prepared events, then checks
+// that they changed no field but Headers, and that the headers are still
+// valid.
+func (w *Writer[Tx]) beforeWrite(ctx context.Context, events []Envelope) error {
+	if len(w.cfg.BeforeWrite) == 0 {
+		return nil
+	}
+	// The same header maps and payloads: a change of those in place goes
+	// unseen, and a payload kept is found equal at once (DeepEqual
+	// compares a slice with itself without reading it).
+	before := slices.Clone(events)
+	for i, hook := range w.cfg.BeforeWrite {
+		if err := hook(ctx, events); err != nil {
+			return fmt.Errorf("outbox: before write: hook %d: %w", i, err)
+		}
+	}
+	for i := range events {
+		if field := changedField(&before[i], &events[i]); field != "" {
+			return &ValidationError{Index: i, Field: field, Reason: "changed by a BeforeWrite hook, which may change only Headers"}
+		}
+		if reason := codec.ValidateHeaders(events[i].Headers, MaxHeadersSize); reason != "" {
+			return &ValidationError{Index: i, Field: "Headers", Reason: reason + " (after the BeforeWrite hooks)"}
+		}
+		if len(events[i].Headers) == 0 {
+			events[i].Headers = nil
+		}
+	}
+	return nil
+}
+
+// changedField returns the name of the first field of [Envelope] but
+// Headers whose value differs between before and after, "" when none
+// does.
+func changedField(before, after *Envelope) string {
+	b, a := reflect.ValueOf(before).Elem(), reflect.ValueOf(after).Elem()
+	for i := range b.NumField() {
+		name := b.Type().Field(i).Name
+		if name != "Headers" && !reflect.DeepEqual(b.Field(i).Interface(), a.Field(i).Interface()) {
+			return name
+		}
+	}
+	return ""
 }
 
 // insertParams is the insert of events at positions hot, claimed by the

@@ -759,12 +759,13 @@ func TestWriterLookupFailureRollsBack(t *testing.T) {
 	b.driver.mark = 7
 	b.driver.keptErr = errors.New("connection lost")
 	err := b.store.InTx(t.Context(), func(ctx context.Context, tx *fakeTx) error {
+		require.NoError(t, outbox.AfterRollback(ctx, b.driver.hook("after rollback")))
 		_, err := b.writer.Write(ctx, tx, validEnvelope(), withTopic("billing"))
 		return err
 	})
 	require.ErrorIs(t, err, b.driver.keptErr)
 	require.ErrorContains(t, err, "before commit")
-	require.Equal(t, []string{"begin", "insert", "kept", "rollback"}, b.driver.Log())
+	require.Equal(t, []string{"begin", "insert", "kept", "rollback", "after rollback"}, b.driver.Log())
 	b.requireNothingTold(t, "the transaction rolled back")
 }
 

@@ -179,6 +179,21 @@ func TestDelayedDeliverySkipsHotPath(t *testing.T) {
 	require.ErrorIs(t, err, outbox.ErrInvalidEnvelope)
 	require.ErrorContains(t, err, bad.UUID)
 	require.ErrorContains(t, err, `want an RFC 3339 time in years 1 to 9999 (2026-11-27T09:30:00Z), got "tomorrow"`)
+
+	// outbox_deliver_in: due that long after the write, by the store's
+	// clock, and claimed then.
+	in5s := newMsg("in 5 s")
+	in5s.Metadata.Set(watermilladapter.MetadataDeliverIn, "5s")
+	id := outbox.NewID()
+	in5s.Metadata.Set(watermilladapter.MetadataEventID, id)
+	due := clock.Now().Add(5 * time.Second)
+	r.Publish(t, "orders", in5s)
+	require.True(t, due.Equal(statusOf(t, r.Store, id).AvailableAt), "due at %v", due)
+	delivered = nextMessageOnClock(t, clock, 100*time.Millisecond, got.ch, "the event for later")
+	require.Equal(t, "in 5 s", string(delivered.Payload))
+	require.False(t, clock.Now().Before(due), "delivered before its time")
+	require.Less(t, clock.Now().Sub(due), 30*time.Minute, "delivered at the poll, not when due")
+	require.Empty(t, delivered.Metadata.Get(watermilladapter.MetadataDeliverIn), "a delay is not passed on")
 }
 
 // An event this process writes for later is claimed when it comes due, not

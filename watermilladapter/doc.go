@@ -60,8 +60,10 @@
 // Nack records RETRY with the retry policy's backoff, or
 // DEAD when the attempts are used up; with the handler error recorded
 // ([RecordError], or the middleware package's RecordErrors), an
-// outbox.Permanent error is DEAD at once and outbox.RetryAfter defers the
-// event without spending an attempt. Outcomes are written in batches by
+// outbox.Permanent error is DEAD at once, outbox.RetryAfter defers the
+// event without spending an attempt, and outbox.FailRetryAfter spends one
+// and has the event due again after its own delay rather than the
+// policy's. Outcomes are written in batches by
 // one goroutine per subscriber: what queued while the previous statement
 // ran, or arrives within 50 ms of the first (250 outcomes end the wait
 // sooner), goes into the next, so a row shows its outcome up to 50 ms

@@ -17,8 +17,9 @@ var errNacked = errors.New("nacked (no handler error recorded: add the outbox er
 // RecordError attaches the handler's error to a message the [Subscriber]
 // delivered, so that a following Nack stores it in last_error and
 // classifies it: [outbox.Permanent] → DEAD at once, [outbox.RetryAfter] →
-// deferred without spending an attempt, anything else → RETRY or DEAD by
-// the retry policy. Watermill's Nack carries no error, hence this; the
+// deferred without spending an attempt, [outbox.FailRetryAfter] → RETRY
+// after its delay or DEAD by the retry policy's count, anything else →
+// RETRY or DEAD by the retry policy. Watermill's Nack carries no error, hence this; the
 // middleware package's error-capturing middleware calls it for you. It
 // reports false for messages that did not come from a Subscriber.
 func RecordError(msg *message.Message, err error) bool {

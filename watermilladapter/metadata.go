@@ -18,8 +18,9 @@ import (
 // other metadata entry is stored as a header and comes back as metadata.
 // A message published with an empty UUID is delivered with its event id
 // as UUID. On delivery the
-// subscriber sets all of them but [MetadataDeliverAfter]: by then the
-// event is due, and a message forwarded with it would be delayed again.
+// subscriber sets all of them but [MetadataDeliverAfter] and
+// [MetadataDeliverIn]: by then the event is due, and a message forwarded
+// with them would be delayed again.
 const (
 	// MetadataEventType sets the event type. Default: the topic.
 	MetadataEventType = "outbox_event_type"
@@ -31,6 +32,10 @@ const (
 	MetadataTenantID = "outbox_tenant_id"
 	// MetadataDeliverAfter delays delivery until this time (RFC 3339).
 	MetadataDeliverAfter = "outbox_deliver_after"
+	// MetadataDeliverIn delays delivery by a duration from the write, a
+	// Go duration ("90s", "1h30m"; outbox.Envelope's DeliverIn). Not with
+	// MetadataDeliverAfter.
+	MetadataDeliverIn = "outbox_deliver_in"
 	// MetadataOccurredAt is when the event happened (RFC 3339). Default:
 	// the time of publishing.
 	MetadataOccurredAt = "outbox_occurred_at"
@@ -72,8 +77,9 @@ const (
 // envelopeKeys are consumed by toEnvelope rather than stored as headers.
 var envelopeKeys = map[string]bool{
 	MetadataEventType: true, MetadataAggregateType: true, MetadataAggregateID: true,
-	MetadataTenantID: true, MetadataDeliverAfter: true, MetadataOccurredAt: true, MetadataEventID: true, MetadataIdempotencyKey: true,
-	MetadataAttempt: true, MetadataSource: true, headerMessageUUID: true,
+	MetadataTenantID: true, MetadataDeliverAfter: true, MetadataDeliverIn: true, MetadataOccurredAt: true,
+	MetadataEventID: true, MetadataIdempotencyKey: true, MetadataAttempt: true, MetadataSource: true,
+	headerMessageUUID: true,
 }
 
 // toEnvelope maps a published message to the envelope stored for it.
@@ -101,6 +107,12 @@ func toEnvelope(topic string, msg *message.Message) (outbox.Envelope, error) {
 	}
 	if e.OccurredAt, err = parseTime(md, MetadataOccurredAt); err != nil {
 		return e, err
+	}
+	if v := md.Get(MetadataDeliverIn); v != "" {
+		if e.DeliverIn, err = time.ParseDuration(v); err != nil {
+			return e, fmt.Errorf("%w: metadata %s: want a Go duration (90s, 1h30m), got %q: %w",
+				outbox.ErrInvalidEnvelope, MetadataDeliverIn, v, err)
+		}
 	}
 	e.Headers = make(map[string]string, len(md)+1)
 	for k, v := range md {

@@ -34,6 +34,9 @@ func FuzzStoredMessage(f *testing.F) {
 		{"u", nil, headerMessageUUID, "spoofed", MetadataAttempt, "7", []byte(`{"outbox_message_uuid":""}`), "", ""},
 		{"ключ", []byte{0, 0xff}, "ключ", "значение", "<>&", "\u2028", []byte(`{"":"x"}`), "agg\x00", "tomorrow"},
 		{"u", []byte("x"), "k\xff", "v", "k", "v\x00", []byte(`[1]`), "", ""},
+		{"u", []byte("x"), MetadataDeliverIn, "90s", "x-seq", "1", []byte(`{}`), "", ""},
+		{"u", []byte("x"), MetadataDeliverIn, "-1h", "x-seq", "1", []byte(`{}`), "", ""},
+		{"u", []byte("x"), MetadataDeliverIn, "soon", "k", "v", []byte(`{}`), "", "2030-01-02T03:04:05Z"},
 	}
 	for _, s := range seeds {
 		f.Add(s.uuid, s.payload, s.k1, s.v1, s.k2, s.v2, s.storedHeaders, s.aggregateID, s.deliverAfterRFC)
@@ -90,6 +93,9 @@ func FuzzStoredMessage(f *testing.F) {
 				require.NotContains(t, got.Metadata, headerMessageUUID)
 			case k == MetadataDeliverAfter || k == MetadataOccurredAt:
 				// Times are parsed, and come back formatted.
+			case k == MetadataDeliverIn:
+				// A delay is spent by the time of delivery.
+				require.NotContains(t, got.Metadata, k)
 			case k == MetadataEventType && v == "":
 				require.Equal(t, "orders", got.Metadata.Get(k), "the type defaults to the topic")
 			case k == MetadataAggregateType && v == "":

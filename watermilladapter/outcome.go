@@ -38,10 +38,12 @@ func dead(id string, attempt int, err error) update {
 // decide turns the outcome of delivery attempt number attempt (1 for the
 // first) into the update to record: DONE for a nil err; a deferral for
 // [outbox.RetryAfter]; DEAD for an [outbox.Permanent] error or when
-// policy has no attempts left; RETRY otherwise. now is when the outcome is
-// known. An error carrying both a RetryAfter and a Permanent mark,
-// whichever wraps the other, is deferred: a deferral costs one more
-// delivery, while DEAD would stop one that was asked for.
+// policy has no attempts left; RETRY otherwise, due after the delay of an
+// [outbox.FailRetryAfter] or else the policy's. now is when the outcome is
+// known. An error carrying a RetryAfter or FailRetryAfter and a Permanent
+// mark, whichever wraps the other, is retried: a retry costs one more
+// delivery, while DEAD would stop one that was asked for. A RetryAfter
+// counts before a FailRetryAfter.
 func decide(id string, attempt int, err error, policy outbox.RetryPolicy, now time.Time) update {
 	if err == nil {
 		return done(id)
@@ -49,12 +51,16 @@ func decide(id string, attempt int, err error, policy outbox.RetryPolicy, now ti
 	if d, ok := outbox.RetryAfterDelay(err); ok {
 		return update{id: id, status: outbox.StatusNew, nextAt: now.Add(d), err: err.Error()}
 	}
-	if outbox.IsPermanent(err) {
+	requested, failRetry := outbox.FailRetryAfterDelay(err)
+	if !failRetry && outbox.IsPermanent(err) {
 		return dead(id, attempt, err)
 	}
 	delay, ok := policy.NextRetry(attempt)
 	if !ok {
 		return dead(id, attempt, err)
+	}
+	if failRetry {
+		delay = requested
 	}
 	return update{id: id, status: outbox.StatusRetry, nextAt: now.Add(delay), err: err.Error(), attempt: attempt}
 }

@@ -21,6 +21,7 @@ func TestDecide(t *testing.T) {
 	policy := outbox.Backoff{Base: time.Second, MaxAttempts: 3, NoJitter: true}
 	failed := errors.New("broker down")
 	later := outbox.RetryAfter(time.Minute, errors.New("rate limited"))
+	limited := outbox.FailRetryAfter(30*time.Second, errors.New("HTTP 429"))
 	deferral := func(err error) update {
 		return update{id: "e", status: outbox.StatusNew, nextAt: now.Add(time.Minute), err: err.Error()}
 	}
@@ -41,6 +42,16 @@ func TestDecide(t *testing.T) {
 			deferral(outbox.RetryAfter(time.Minute, outbox.Permanent(failed)))},
 		{"permanent wrapping a retry after", 1, outbox.Permanent(later), deferral(outbox.Permanent(later))},
 		{"retry after in a wrapped chain", 1, fmt.Errorf("handler: %w", later), deferral(fmt.Errorf("handler: %w", later))},
+		{"fail, retry after: the attempt spent, the delay asked for", 1, limited,
+			update{id: "e", status: outbox.StatusRetry, nextAt: now.Add(30 * time.Second), err: limited.Error(), attempt: 1}},
+		{"fail, retry after, no attempt left", 3, limited, update{id: "e", status: outbox.StatusDead, err: limited.Error(), attempt: 3}},
+		{"fail, retry after wrapping a permanent error", 2, outbox.FailRetryAfter(30*time.Second, outbox.Permanent(failed)),
+			update{id: "e", status: outbox.StatusRetry, nextAt: now.Add(30 * time.Second),
+				err: outbox.FailRetryAfter(30*time.Second, outbox.Permanent(failed)).Error(), attempt: 2}},
+		{"permanent wrapping a fail, retry after", 2, outbox.Permanent(limited),
+			update{id: "e", status: outbox.StatusRetry, nextAt: now.Add(30 * time.Second), err: outbox.Permanent(limited).Error(), attempt: 2}},
+		{"retry after wrapping a fail, retry after", 3, outbox.RetryAfter(time.Minute, limited),
+			deferral(outbox.RetryAfter(time.Minute, limited))},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

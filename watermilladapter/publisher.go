@@ -53,6 +53,14 @@ type PublisherConfig struct {
 	// its event id first, so that the injector sees it. Default: none.
 	Headers outbox.HeaderInjector
 
+	// BeforeWrite are run on the events of each Publish, as
+	// [outbox.WriterConfig]'s BeforeWrite, with the context of the first
+	// message (the context Publish writes with), after Headers: they may
+	// add headers (which come back as metadata) and refuse the write
+	// with an error, which Publish returns wrapped; nothing is written
+	// then. Default: none.
+	BeforeWrite []func(ctx context.Context, events []outbox.Envelope) error
+
 	// RejectDuplicateKeys makes a message whose [MetadataIdempotencyKey]
 	// an event of its topic has fail Publish with outbox.ErrDuplicateKey,
 	// writing none of the messages of the call and leaving the
@@ -97,7 +105,7 @@ func NewPublisher[Tx any](store *outbox.Store[Tx], cfg PublisherConfig) (*Publis
 		return nil, fmt.Errorf("watermilladapter: new publisher: %w: no store", outbox.ErrInvalidRequest)
 	}
 	writer, err := outbox.NewWriter(store, outbox.WriterConfig{HotPath: cfg.HotPath, Notify: cfg.Notify,
-		RejectDuplicateKeys: cfg.RejectDuplicateKeys})
+		BeforeWrite: cfg.BeforeWrite, RejectDuplicateKeys: cfg.RejectDuplicateKeys})
 	if err != nil {
 		return nil, err
 	}

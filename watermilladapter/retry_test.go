@@ -57,6 +57,48 @@ func TestRetryAfterKeepsAttempts(t *testing.T) {
 	require.Contains(t, e.LastError, "rate limited")
 }
 
+// A handler's FailRetryAfter spends the attempt and has the event
+// delivered again after the delay it asked for, by the relay's clock,
+// rather than after the policy's hour; on the last attempt it is DEAD.
+func TestFailRetryAfterSpendsAnAttempt(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t)
+	clock := clocktest.New(testStart)
+	const delay = 5 * time.Second
+	type call struct {
+		attempt string
+		at      time.Time
+	}
+	calls := make(chan call, 2)
+	r := relaytest.StartOnClock(t, pool, clock, watermilladapter.SubscriberConfig{PollInterval: time.Hour,
+		RetryPolicy: outbox.Backoff{Base: time.Hour, MaxAttempts: 2, NoJitter: true}},
+		relaytest.Handlers{"orders": func(msg *message.Message) error {
+			calls <- call{msg.Metadata.Get(watermilladapter.MetadataAttempt), clock.Now()}
+			return outbox.FailRetryAfter(delay, errors.New("downstream: HTTP 429"))
+		}})
+	r.Publish(t, "orders", newMsg("x"))
+	id := onlyEventID(t, pool)
+	first := <-calls
+	require.Equal(t, "1", first.attempt)
+	relaytest.AdvanceUntil(t, clock, watermilladapter.SettleLinger, "RETRY recorded", func() bool {
+		return statusOf(t, r.Store, id).Status == outbox.StatusRetry
+	})
+	e := statusOf(t, r.Store, id)
+	require.Equal(t, 1, e.Attempts, "the attempt is spent")
+	require.Equal(t, "failed, retry after 5s: downstream: HTTP 429", e.LastError)
+	require.False(t, e.AvailableAt.Before(first.at.Add(delay)), "due at %v", e.AvailableAt)
+	require.False(t, e.AvailableAt.After(clock.Now().Add(delay)), "due at %v, not after the delay asked for", e.AvailableAt)
+
+	relaytest.AdvanceUntil(t, clock, watermilladapter.SettleLinger, "DEAD after the last attempt", func() bool {
+		return statusOf(t, r.Store, id).Status == outbox.StatusDead
+	})
+	second := <-calls
+	require.Equal(t, "2", second.attempt)
+	require.False(t, second.at.Before(e.AvailableAt), "delivered again before its time")
+	require.Less(t, second.at.Sub(testStart), time.Hour, "delivered again at the policy's delay, not the one asked for")
+	require.Equal(t, 2, statusOf(t, r.Store, id).Attempts)
+}
+
 // Retries do not wait for a poll (an hour here): neither one due before
 // the settler has recorded it (the claim its wake-up brings must come
 // after the record, or it finds the event still held), nor one due after

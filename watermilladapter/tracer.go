@@ -92,8 +92,9 @@ func (x tracedExecutor) Release(ctx context.Context, p outboxdriver.ReleaseParam
 // nacked (acked, for a nil err): [outbox.StatusDone] for nil;
 // [outbox.StatusNew] for an [outbox.RetryAfter] error (due again later,
 // no attempt spent); [outbox.StatusDead] for an [outbox.Permanent] error
-// or when the subscriber's RetryPolicy has no attempt left after this
-// one; [outbox.StatusRetry] otherwise. It reports false for a message
+// (not also marked with RetryAfter or [outbox.FailRetryAfter]) or when the
+// subscriber's RetryPolicy has no attempt left after this one;
+// [outbox.StatusRetry] otherwise. It reports false for a message
 // that no Subscriber delivered. Tracing middleware calls it to end a
 // span with the outcome before the router nacks; a retry policy that
 // decides at random may decide otherwise when the Nack comes.

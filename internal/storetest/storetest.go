@@ -77,6 +77,7 @@ func Run[Tx any](t *testing.T, newHarness func(t *testing.T) Harness[Tx]) {
 		{"RollbackLeavesNoRowCommitLeavesOne", testRollbackLeavesNoRowCommitLeavesOne[Tx]},
 		{"WriteInCallerOwnedTransaction", testWriteInCallerOwnedTransaction[Tx]},
 		{"AfterCommitHooksRunOnlyOnCommitInOrder", testAfterCommitHooksRunOnlyOnCommitInOrder[Tx]},
+		{"AfterRollbackHooksRunOnlyOnRollback", testAfterRollbackHooksRunOnlyOnRollback[Tx]},
 		{"HotPathReceivesCommittedEventsWrittenClaimed", testHotPathReceivesCommittedEventsWrittenClaimed[Tx]},
 		{"HotPathTakesOnlyWhatSavepointsKept", testHotPathTakesOnlyWhatSavepointsKept[Tx]},
 		{"InsertRoundTripsEveryField", testInsertRoundTripsEveryField[Tx]},
@@ -400,20 +401,35 @@ func testWriteInCallerOwnedTransaction[Tx any](t *testing.T, f *fixture[Tx]) {
 	require.Equal(t, 1, f.Count(t))
 }
 
+// hookLog is the names of the hooks that ran, in order.
+type hookLog struct {
+	mu    sync.Mutex
+	names []string
+}
+
+// hook returns a hook that adds name to the log.
+func (l *hookLog) hook(name string) func(context.Context) error {
+	return func(context.Context) error {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		l.names = append(l.names, name)
+		return nil
+	}
+}
+
+// take returns the names logged, and empties the log.
+func (l *hookLog) take() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	names := l.names
+	l.names = nil
+	return names
+}
+
 func testAfterCommitHooksRunOnlyOnCommitInOrder[Tx any](t *testing.T, f *fixture[Tx]) {
 	ctx := t.Context()
-	var (
-		mu  sync.Mutex
-		got []string
-	)
-	record := func(name string) func(context.Context) error {
-		return func(context.Context) error {
-			mu.Lock()
-			defer mu.Unlock()
-			got = append(got, name)
-			return nil
-		}
-	}
+	var got hookLog
+	record := got.hook
 	err := f.Store.InTx(ctx, func(ctx context.Context, tx Tx) error {
 		require.NoError(t, outbox.AfterCommit(ctx, record("first")))
 		require.NoError(t, outbox.AfterCommit(ctx, func(context.Context) error { panic("hook panics") }))
@@ -423,16 +439,51 @@ func testAfterCommitHooksRunOnlyOnCommitInOrder[Tx any](t *testing.T, f *fixture
 		return err
 	})
 	require.NoError(t, err, "failing hooks never fail the commit")
-	require.Equal(t, []string{"first", "second"}, got)
+	require.Equal(t, []string{"first", "second"}, got.take())
 	require.Equal(t, 1, f.Count(t))
 
-	got = nil
 	err = f.Store.InTx(ctx, func(ctx context.Context, tx Tx) error {
 		require.NoError(t, outbox.AfterCommit(ctx, record("rolled back")))
 		return errors.New("rollback")
 	})
 	require.Error(t, err)
-	require.Empty(t, got)
+	require.Empty(t, got.take())
+}
+
+// After-rollback hooks run once the transaction has rolled back, in
+// order, whether its function failed or its commit did (a duplicate event
+// id, which PostgreSQL's InTx may report only at the commit), and never
+// after a commit.
+func testAfterRollbackHooksRunOnlyOnRollback[Tx any](t *testing.T, f *fixture[Tx]) {
+	ctx := t.Context()
+	var got hookLog
+	record := got.hook
+	inTx := func(events []outbox.Envelope, fnErr error) error {
+		return f.Store.InTx(ctx, func(ctx context.Context, tx Tx) error {
+			require.NoError(t, outbox.AfterCommit(ctx, record("after commit")))
+			require.NoError(t, outbox.AfterRollback(ctx, record("first")))
+			require.NoError(t, outbox.AfterRollback(ctx, func(context.Context) error { panic("hook panics") }))
+			require.NoError(t, outbox.AfterRollback(ctx, record("second")))
+			if _, err := f.writer.Write(ctx, tx, events...); err != nil {
+				return err
+			}
+			return fnErr
+		})
+	}
+	event := JSONEvent(1)
+	event.ID = outbox.NewID()
+
+	require.Error(t, inTx([]outbox.Envelope{event}, errors.New("rollback")))
+	require.Equal(t, []string{"first", "second"}, got.take())
+	require.Zero(t, f.Count(t))
+
+	require.NoError(t, inTx([]outbox.Envelope{event}, nil))
+	require.Equal(t, []string{"after commit"}, got.take())
+	require.Equal(t, 1, f.Count(t))
+
+	require.ErrorIs(t, inTx([]outbox.Envelope{event}, nil), outbox.ErrDuplicateEvent)
+	require.Equal(t, []string{"first", "second"}, got.take())
+	require.Equal(t, 1, f.Count(t))
 }
 
 // The rows a hot path takes are written leased to it, due at once; a

@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -690,4 +691,48 @@ func TestPurgePassesOverLockedRows(t *testing.T) {
 	var left int
 	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM outbox_event`).Scan(&left))
 	require.Zero(t, left)
+}
+
+// A savepoint rolled back runs its after-rollback hooks at once; one
+// released hands them to the enclosing transaction, which runs them if
+// it rolls back, and never once it commits.
+func TestSavepointAfterRollbackHooks(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t)
+	store, err := postgres.NewStore(pool, postgres.Config{})
+	require.NoError(t, err)
+	var got []string
+	record := func(name string) func(context.Context) error {
+		return func(context.Context) error {
+			got = append(got, name)
+			return nil
+		}
+	}
+	run := func(savepointErr, outerErr error) error {
+		got = nil
+		return store.InTx(t.Context(), func(ctx context.Context, tx pgx.Tx) error {
+			require.NoError(t, outbox.AfterRollback(ctx, record("outer")))
+			err := savepoint(t, tx).InTx(ctx, func(ctx context.Context, sp pgx.Tx) error {
+				require.NoError(t, outbox.AfterRollback(ctx, record("savepoint")))
+				return savepointErr
+			})
+			require.ErrorIs(t, err, savepointErr)
+			if savepointErr != nil {
+				require.Equal(t, []string{"savepoint"}, got, "a savepoint rolled back runs its hooks at once")
+			} else {
+				require.Empty(t, got, "a savepoint released runs none")
+			}
+			return outerErr
+		})
+	}
+	failed := errors.New("failed")
+
+	require.NoError(t, run(failed, nil))
+	require.Equal(t, []string{"savepoint"}, got, "the enclosing commit runs none")
+	require.Error(t, run(failed, failed))
+	require.Equal(t, []string{"savepoint", "outer"}, got, "the savepoint's hooks run once")
+	require.NoError(t, run(nil, nil))
+	require.Empty(t, got)
+	require.Error(t, run(nil, failed))
+	require.Equal(t, []string{"outer", "savepoint"}, got)
 }
