@@ -1,12 +1,15 @@
 package designs_test
 
 import (
+	"context"
 	"slices"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
@@ -20,10 +23,8 @@ import (
 // docs/coming-from.md, "pending / publishing / published / failed /
 // dead_lettered: a chat backend": their states as ours, a worker every
 // second, their dead-letter flow (inspect, resend, purge), the Prometheus
-// metrics they planned, and their operator queries. Their (topic,
-// idempotency_key) uniqueness is not checked here: the issue's idempotency
-// keys replace the page's derived event id, and its section changes with
-// them.
+// metrics they planned, their operator queries, and their (topic,
+// idempotency_key) uniqueness as our idempotency keys.
 
 // chatConfig is the relay of their settings table. Their design leaves the
 // backoff and the maximum open: these are ours to pick.
@@ -176,6 +177,122 @@ func TestChatStatesAndDeadLetterFlow(t *testing.T) {
 	requireMetric(t, reg, "outbox_dead_total", 2)
 	count, _ := histogram(t, reg, "outbox_delivery_latency_seconds")
 	require.EqualValues(t, 1, count)
+}
+
+// Their (topic, idempotency_key) unique: a command retried by its caller
+// stores its event once, and every try commits its business change. The
+// retries come through each way the page names: Write, WriteDetailed, the
+// Publisher's metadata key, and a writer that rejects duplicate keys.
+func TestChatIdempotencyKey(t *testing.T) {
+	t.Parallel()
+	kafka := newBroker(outboxtest.NewClock(time.Now()), false)
+	fwd, err := forward.Handler(forward.Config{Publisher: kafka})
+	require.NoError(t, err)
+	r := startRelay(t, kafka.clock, chatConfig(nil), map[string]message.NoPublishHandlerFunc{
+		"chat.messages": fwd, "chat.receipts": fwd,
+	})
+	// Their business row: the message, stored once per request, and a
+	// count of the transactions that committed it.
+	_, err = r.pool.Exec(t.Context(), `CREATE TABLE chat_message (
+		request_id text PRIMARY KEY, conversation text NOT NULL, body text NOT NULL, tries int NOT NULL DEFAULT 1)`)
+	require.NoError(t, err)
+	request := watermill.NewUUID()
+	post := func(topic string, write func(context.Context, pgx.Tx, outbox.Envelope) error) {
+		t.Helper()
+		e := chatEvent(t, "conv-1", "hello")
+		e.Topic, e.IdempotencyKey = topic, request
+		require.NoError(t, r.store.InTx(t.Context(), func(ctx context.Context, tx pgx.Tx) error {
+			if err := write(ctx, tx, e); err != nil {
+				return err
+			}
+			// After the event's write: fails if that aborted the transaction.
+			_, err := tx.Exec(ctx, `INSERT INTO chat_message (request_id, conversation, body) VALUES ($1, 'conv-1', 'hello')
+				ON CONFLICT (request_id) DO UPDATE SET tries = chat_message.tries + 1`, request)
+			return err
+		}))
+	}
+
+	var first string
+	post("chat.messages", func(ctx context.Context, tx pgx.Tx, e outbox.Envelope) error {
+		ids, err := r.writer.Write(ctx, tx, e)
+		if err != nil {
+			return err
+		}
+		first = ids[0]
+		return nil
+	})
+	// The caller timed out and sends the request again.
+	post("chat.messages", func(ctx context.Context, tx pgx.Tx, e outbox.Envelope) error {
+		res, err := r.writer.WriteDetailed(ctx, tx, e)
+		require.NoError(t, err)
+		require.Equal(t, []string{first}, res.IDs, "the first try's event")
+		require.Len(t, res.Skipped, 1)
+		s := res.Skipped[0]
+		require.Equal(t, 0, s.Index)
+		require.NotEmpty(t, s.ID)
+		require.NotEqual(t, first, s.ID)
+		require.Equal(t, "chat.messages", s.Topic)
+		require.Equal(t, request, s.IdempotencyKey)
+		require.Equal(t, first, s.ExistingID)
+		return nil
+	})
+	post("chat.messages", func(ctx context.Context, tx pgx.Tx, e outbox.Envelope) error {
+		ids, err := r.writer.Write(ctx, tx, e)
+		require.Equal(t, []string{first}, ids, "Write answers with the first try's event")
+		return err
+	})
+	pub, err := watermilladapter.NewPublisher(r.store, watermilladapter.PublisherConfig{HotPath: r.sub})
+	require.NoError(t, err)
+	post("chat.messages", func(ctx context.Context, _ pgx.Tx, e outbox.Envelope) error {
+		msg := message.NewMessage(watermill.NewUUID(), e.PayloadJSON)
+		msg.Metadata.Set(watermilladapter.MetadataEventType, string(e.Type))
+		msg.Metadata.Set(watermilladapter.MetadataIdempotencyKey, request)
+		msg.SetContext(ctx)
+		return pub.Publish(e.Topic, msg)
+	})
+	require.NoError(t, pub.Close())
+	rejecting, err := outbox.NewWriter(r.store, outbox.WriterConfig{HotPath: r.sub, RejectDuplicateKeys: true})
+	require.NoError(t, err)
+	post("chat.messages", func(ctx context.Context, tx pgx.Tx, e outbox.Envelope) error {
+		_, err := rejecting.Write(ctx, tx, e)
+		require.ErrorIs(t, err, outbox.ErrDuplicateKey)
+		var dup *outbox.DuplicateKeyError
+		require.ErrorAs(t, err, &dup)
+		require.Equal(t, first, dup.Events[0].ExistingID)
+		return nil // a retry: commit the business change all the same
+	})
+	require.EqualValues(t, 5, r.count(t, `SELECT tries FROM chat_message WHERE request_id = $1`, request),
+		"every try committed")
+	require.Equal(t, []string{first},
+		r.ids(t, `SELECT * FROM outbox_event WHERE topic = 'chat.messages' AND idempotency_key = $1`, request))
+
+	// The same key on another topic is another event.
+	var receipt string
+	post("chat.receipts", func(ctx context.Context, tx pgx.Tx, e outbox.Envelope) error {
+		res, err := r.writer.WriteDetailed(ctx, tx, e)
+		require.NoError(t, err)
+		require.Empty(t, res.Skipped)
+		receipt = res.IDs[0]
+		return nil
+	})
+	require.NotEqual(t, first, receipt)
+	require.ElementsMatch(t, []string{first, receipt},
+		r.ids(t, `SELECT * FROM outbox_event WHERE idempotency_key = $1`, request))
+
+	// Delivered once, with its key, and not again at the worker's next tick.
+	r.drain(t)
+	r.clock.Advance(time.Second)
+	r.drain(t)
+	byEvent := map[string][]*message.Message{}
+	for _, msg := range kafka.received() {
+		id := msg.Metadata.Get(watermilladapter.MetadataEventID)
+		byEvent[id] = append(byEvent[id], msg)
+	}
+	require.Len(t, byEvent, 2)
+	require.Len(t, byEvent[first], 1, "the message, once")
+	require.Len(t, byEvent[receipt], 1, "the receipt, once")
+	require.Equal(t, request, byEvent[first][0].Metadata.Get(watermilladapter.MetadataIdempotencyKey))
+	require.Equal(t, outbox.StatusDone, r.get(t, first).Status)
 }
 
 // requireSortedByAvailableAt checks that got holds the events ids, in the

@@ -1,12 +1,17 @@
 package designs_test
 
 import (
+	"context"
+	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -21,9 +26,8 @@ import (
 // docs/coming-from.md, "PENDING / PUBLISHED / FAILED: a logistics
 // service's plan": backoff 1 s · 2^retry_count and FAILED (DEAD) after 5
 // retries, the metrics their alerts watch under our names, the event id on
-// the message, and their operator queries. Their crash row ("picked up at
-// once") is not checked here: with the defaults a dead relay's claims wait
-// out the lease, which the issue's relay heartbeats change.
+// the message, their operator queries, and their crash row: what a dead
+// worker held goes to another within seconds.
 
 // logisticsConfig is the relay of their settings table, with the metrics
 // of their metrics table.
@@ -191,6 +195,125 @@ func TestLogisticsQueries(t *testing.T) {
 	require.NoError(t, r.pool.QueryRow(t.Context(),
 		`SELECT convert_from(payload, 'UTF8')::jsonb ->> 'shipmentId' FROM outbox_event WHERE event_id = $1`, published).Scan(&got))
 	require.Equal(t, shipment, got)
+}
+
+// errRelayDied is what the publish of a relay that died returns, once
+// the test lets it return.
+var errRelayDied = errors.New("the relay died during the publish")
+
+// Their crash row: "the lock goes with the connection, the row is picked
+// up at once". Two relays of the service with the default heartbeat; one
+// claims an event and dies in its publish: its database connections are
+// cut and its publish never returns. The other delivers the event
+// HeartbeatTimeout plus HeartbeatInterval after the dead relay's last
+// heartbeat, and not before; while the first lives, it keeps the event
+// past that time, its publish still running.
+func TestLogisticsCrashRecovery(t *testing.T) {
+	t.Parallel()
+	kafka := newBroker(outboxtest.NewClock(time.Now()), false)
+	clock := kafka.clock
+	fwd, err := forward.Handler(forward.Config{Publisher: kafka})
+	require.NoError(t, err)
+	survivor := startRelay(t, clock, logisticsConfig(nil), map[string]message.NoPublishHandlerFunc{"shipments": fwd})
+
+	// The relay that dies runs on a pool of its own, whose connections the
+	// test cuts: each statement then fails, as from a process that is gone.
+	var cut atomic.Bool
+	poolCfg := survivor.pool.Config()
+	poolCfg.PrepareConn = func(context.Context, *pgx.Conn) (bool, error) {
+		if cut.Load() {
+			return false, errConnectionCut
+		}
+		return true, nil
+	}
+	pool, err := pgxpool.NewWithConfig(t.Context(), poolCfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	held := make(chan string, 1)
+	release := make(chan struct{})
+	dying := startRelayOn(t, pool, clock, logisticsConfig(nil), map[string]message.NoPublishHandlerFunc{
+		"shipments": func(msg *message.Message) error {
+			held <- msg.Metadata.Get(watermilladapter.MetadataEventID)
+			<-release
+			return errRelayDied
+		},
+	})
+	// Before it closes, the dead relay comes back: its late Nack changes
+	// nothing, and it closes cleanly.
+	t.Cleanup(func() {
+		cut.Store(false)
+		close(release)
+	})
+
+	start := clock.Now()
+	id := dying.write(t, shipmentEvent(t, "ShipmentDispatched", watermill.NewUUID()))[0]
+	select {
+	case got := <-held:
+		require.Equal(t, id, got)
+	case <-time.After(waitLimit):
+		t.Fatal("the event did not reach the first relay's publish")
+	}
+	stillHeld := func(when string) {
+		t.Helper()
+		e := survivor.get(t, id)
+		require.Equal(t, outbox.StatusNew, e.Status, when)
+		require.Equal(t, dying.sub.Owner(), e.LockedBy, when)
+		require.Empty(t, kafka.publishes(), when)
+	}
+
+	timeout := watermilladapter.DefaultHeartbeatTimeout
+	interval := watermilladapter.DefaultHeartbeatInterval
+	for clock.Now().Before(start.Add(timeout + interval)) {
+		heartbeat(t, clock)
+		stillHeld("alive, with a publish that takes " + clock.Now().Sub(start).String())
+	}
+	lastBeat := clock.Now()
+	cut.Store(true)
+	for clock.Now().Before(lastBeat.Add(timeout)) {
+		heartbeat(t, clock)
+		stillHeld(clock.Now().Sub(lastBeat).String() + " after the last heartbeat")
+	}
+	released := heartbeat(t, clock)
+	require.Equal(t, lastBeat.Add(timeout+interval), released)
+	// The survivor's poll may fall due with the release and claim just
+	// before it: the wake-up then waits out the WakeCooldown, which a
+	// clock that stands still never ends.
+	atOnce := clock.Advance(watermilladapter.DefaultWakeCooldown)
+	survivor.drain(t)
+	published := kafka.publishes()
+	require.Len(t, published, 1, "published once")
+	require.WithinRange(t, published[0], released, atOnce, "published at the release")
+	got := kafka.received()
+	require.Len(t, got, 1)
+	require.Equal(t, id, got[0].Metadata.Get(watermilladapter.MetadataEventID))
+	e := survivor.get(t, id)
+	require.Equal(t, outbox.StatusDone, e.Status)
+	require.WithinRange(t, e.DoneAt, released, atOnce)
+}
+
+// errConnectionCut is what the statements of a relay whose database
+// connections the test cut return.
+var errConnectionCut = errors.New("connection to the database cut by the test")
+
+// heartbeat moves clock to the next heartbeat of the two relays of
+// TestLogisticsCrashRecovery, which beat together, and waits until both
+// have beaten (and handed back what a dead relay held) and wait for the
+// next; it returns the clock's time.
+func heartbeat(t *testing.T, clock *outboxtest.Clock) time.Time {
+	t.Helper()
+	waitForHeartbeats(t, clock)
+	now := clock.Advance(watermilladapter.DefaultHeartbeatInterval)
+	waitForHeartbeats(t, clock)
+	return now
+}
+
+func waitForHeartbeats(t *testing.T, clock *outboxtest.Clock) {
+	t.Helper()
+	// No other timer of the relays is armed for a HeartbeatInterval: polls
+	// wait 5 s, failed claims 50 ms doubling up to the poll interval.
+	if !clock.WaitForTimersOf(2, watermilladapter.DefaultHeartbeatInterval, waitLimit) {
+		t.Fatalf("the relays do not wait for their heartbeats; the clock's timers: %v", clock.Armed())
+	}
 }
 
 // requireMetric waits until the series name{topic="shipments"} (or the

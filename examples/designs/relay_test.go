@@ -45,14 +45,21 @@ type relay struct {
 	writer *outbox.Writer[pgx.Tx]
 }
 
-// startRelay starts a relay on clock, configured by cfg
-// (its Clock and, when unset, its Logger are the test's), running
-// handlers by topic behind RecordErrors and mw. Everything is closed at
-// the test's cleanup.
+// startRelay starts a relay on a database of its own and clock,
+// configured by cfg (its Clock and, when unset, its Logger are the
+// test's), running handlers by topic behind RecordErrors and mw.
+// Everything is closed at the test's cleanup.
 func startRelay(t *testing.T, clock *outboxtest.Clock, cfg watermilladapter.SubscriberConfig,
 	handlers map[string]message.NoPublishHandlerFunc, mw ...message.HandlerMiddleware) *relay {
 	t.Helper()
-	pool := testdb.New(t)
+	return startRelayOn(t, testdb.New(t), clock, cfg, handlers, mw...)
+}
+
+// startRelayOn is startRelay on the database of pool, which the relay
+// does not close: one of several relays of a service.
+func startRelayOn(t *testing.T, pool *pgxpool.Pool, clock *outboxtest.Clock, cfg watermilladapter.SubscriberConfig,
+	handlers map[string]message.NoPublishHandlerFunc, mw ...message.HandlerMiddleware) *relay {
+	t.Helper()
 	store, err := postgres.NewStore(pool, postgres.Config{Clock: clock})
 	require.NoError(t, err)
 	cfg.Clock = clock
