@@ -57,15 +57,7 @@ func aggregateEvents(ctx context.Context, c *cli, q outbox.AggregateQuery) error
 		return err
 	}
 	if c.globals.json {
-		list := make([]eventJSON, len(page.Events))
-		for i := range page.Events {
-			list[i] = toJSON(&page.Events[i], false)
-		}
-		return c.writeJSON(struct {
-			Events []eventJSON `json:"events"`
-			// Next is the --before of the next page, "" on the last.
-			Next string `json:"next,omitempty"`
-		}{list, page.Next.String()})
+		return c.writeJSON(pageJSON(page.Events, page.Next.String()))
 	}
 	if len(page.Events) == 0 {
 		c.printf("No events of aggregate %s/%s.\n", cmp.Or(q.Type, outbox.GlobalAggregate), q.ID)

@@ -219,7 +219,7 @@ func TestStats(t *testing.T) {
 	})
 }
 
-// deadListJSON is the JSON of dead list.
+// deadListJSON is the JSON of dead list, and of events.
 type deadListJSON struct {
 	Events []eventJSON `json:"events"`
 	Next   string      `json:"next"`
@@ -381,12 +381,6 @@ func TestPurge(t *testing.T) {
 	})
 }
 
-// eventsListJSON is the JSON of events.
-type eventsListJSON struct {
-	Events []eventJSON `json:"events"`
-	Next   string      `json:"next"`
-}
-
 func TestEvents(t *testing.T) {
 	t.Parallel()
 	forEachDialect(t, func(t *testing.T, url string) {
@@ -425,12 +419,12 @@ func TestEvents(t *testing.T) {
 		require.Equal(t, 2, strings.Count(out, "\n"), out)
 		require.Contains(t, out, first[0])
 
-		var list eventsListJSON
+		var list deadListJSON
 		args := []string{"events", "--json", "--database-url", url, "--aggregate-type", "order", "--aggregate-id", "7", "--limit", "2"}
 		require.NoError(t, json.Unmarshal([]byte(ok(t, args...)), &list))
 		require.Equal(t, newestFirst[:2], []string{list.Events[0].ID, list.Events[1].ID})
 		require.NotEmpty(t, list.Next)
-		var last eventsListJSON
+		var last deadListJSON
 		require.NoError(t, json.Unmarshal([]byte(ok(t, append(args, "--before", list.Next)...)), &last))
 		list = last
 		require.Equal(t, newestFirst[2:], []string{list.Events[0].ID, list.Events[1].ID})

@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"cmp"
+	"fmt"
 	"testing"
 	"time"
 
@@ -79,4 +80,28 @@ func testAggregateEvents[Tx any](t *testing.T, f *fixture[Tx]) {
 
 	_, err = f.Store.AggregateEvents(ctx, outbox.AggregateQuery{Type: "Order"})
 	require.ErrorIs(t, err, outbox.ErrInvalidRequest)
+}
+
+// PlanAggregate is the aggregate id of type "Order" that the dialects'
+// tests of the aggregate query's plan read.
+const PlanAggregate = "o-2"
+
+// AggregatePlanEvents are n events of topic "orders" and aggregate type
+// "Order" for those tests: every other one of PlanAggregate, a page's
+// worth many times over; one in three of the others spread over ten
+// other aggregates; the rest without an aggregate id.
+func AggregatePlanEvents(n int) []outbox.Envelope {
+	events := make([]outbox.Envelope, n)
+	for i := range events {
+		e := JSONEvent(i)
+		e.Topic, e.AggregateType = "orders", "Order"
+		switch {
+		case i%2 == 0:
+			e.AggregateID = PlanAggregate
+		case i%3 == 0:
+			e.AggregateID = fmt.Sprintf("o-%d", i%20)
+		}
+		events[i] = e
+	}
+	return events
 }

@@ -3,13 +3,12 @@ package mysql_test
 import (
 	"context"
 	"database/sql"
-	"fmt"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/wmoutbox/wmoutbox/outbox"
+	"github.com/wmoutbox/wmoutbox/internal/storetest"
 	"github.com/wmoutbox/wmoutbox/outbox/mysql"
 )
 
@@ -20,18 +19,7 @@ import (
 func TestAggregateQueryReadsTheAggregateIndex(t *testing.T) {
 	t.Parallel()
 	db, store, writer := storeWithWriter(t)
-	var events []outbox.Envelope
-	for i := range 1000 {
-		e := outbox.NewJSON("OrderCreated", []byte(`{}`))
-		e.Topic, e.AggregateType = "orders", "Order"
-		switch {
-		case i%2 == 0:
-			e.AggregateID = "o-2"
-		case i%3 == 0:
-			e.AggregateID = fmt.Sprintf("o-%d", i%20)
-		}
-		events = append(events, e)
-	}
+	events := storetest.AggregatePlanEvents(1000)
 	require.NoError(t, store.InTx(t.Context(), func(ctx context.Context, tx *sql.Tx) error {
 		_, err := writer.Write(ctx, tx, events...)
 		return err
@@ -41,7 +29,7 @@ func TestAggregateQueryReadsTheAggregateIndex(t *testing.T) {
 
 	for _, topic := range []any{nil, "orders"} {
 		for _, before := range []bool{false, true} {
-			args := []any{"o-2", "Order", topic, topic}
+			args := []any{storetest.PlanAggregate, "Order", topic, topic}
 			if before {
 				at := time.Now().UnixMicro()
 				args = append(args, at, at, "x")

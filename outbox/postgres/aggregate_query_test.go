@@ -1,15 +1,14 @@
 package postgres_test
 
 import (
-	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/wmoutbox/wmoutbox/internal/storetest"
 	"github.com/wmoutbox/wmoutbox/internal/testdb"
-	"github.com/wmoutbox/wmoutbox/outbox"
 	"github.com/wmoutbox/wmoutbox/outbox/postgres"
 )
 
@@ -24,27 +23,16 @@ func TestAggregateQueryReadsTheAggregateIndex(t *testing.T) {
 	pool := testdb.New(t)
 	store, err := postgres.NewStore(pool, postgres.Config{})
 	require.NoError(t, err)
-	var events []outbox.Envelope
-	for i := range 1000 {
-		e := outbox.NewJSON("OrderCreated", []byte(`{}`))
-		e.Topic, e.AggregateType = "orders", "Order"
-		switch {
-		case i%2 == 0:
-			e.AggregateID = "o-2"
-		case i%3 == 0:
-			e.AggregateID = fmt.Sprintf("o-%d", i%20)
-		}
-		events = append(events, e)
-	}
+	events := storetest.AggregatePlanEvents(1000)
 	commit(t, store, events...)
 	conn := planner(t, pool)
 	_, err = conn.Exec(t.Context(), `SET enable_seqscan = off`)
 	require.NoError(t, err)
 
 	for _, topic := range []string{"", "orders"} {
-		plan := strings.Join(explain(t, conn, postgres.AggregateStatement(store, false), "o-2", "Order", topic, 10), "\n")
+		plan := strings.Join(explain(t, conn, postgres.AggregateStatement(store, false), storetest.PlanAggregate, "Order", topic, 10), "\n")
 		requireAggregateIndexScan(t, plan)
-		plan = strings.Join(explain(t, conn, postgres.AggregateStatement(store, true), "o-2", "Order", topic, 10, time.Now(), "x"), "\n")
+		plan = strings.Join(explain(t, conn, postgres.AggregateStatement(store, true), storetest.PlanAggregate, "Order", topic, 10, time.Now(), "x"), "\n")
 		requireAggregateIndexScan(t, plan)
 		require.Regexp(t, `Index Cond: .*aggregate_type.* AND \(ROW\(created_at, \(?event_id`, plan, "the cursor is where the scan starts")
 	}

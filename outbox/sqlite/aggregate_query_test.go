@@ -3,14 +3,13 @@ package sqlite_test
 import (
 	"context"
 	"database/sql"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/wmoutbox/wmoutbox/outbox"
+	"github.com/wmoutbox/wmoutbox/internal/storetest"
 	"github.com/wmoutbox/wmoutbox/outbox/sqlite"
 )
 
@@ -20,15 +19,7 @@ import (
 func TestAggregateQueryReadsTheAggregateIndex(t *testing.T) {
 	t.Parallel()
 	db, store, writer := storeWithWriter(t, nil)
-	var events []outbox.Envelope
-	for i := range 100 {
-		e := outbox.NewJSON("OrderCreated", []byte(`{}`))
-		e.Topic, e.AggregateType = "orders", "Order"
-		if i%2 == 0 {
-			e.AggregateID = fmt.Sprintf("o-%d", i%10)
-		}
-		events = append(events, e)
-	}
+	events := storetest.AggregatePlanEvents(1000)
 	require.NoError(t, store.InTx(t.Context(), func(ctx context.Context, tx *sql.Tx) error {
 		_, err := writer.Write(ctx, tx, events...)
 		return err
@@ -38,7 +29,7 @@ func TestAggregateQueryReadsTheAggregateIndex(t *testing.T) {
 
 	for _, topic := range []any{nil, "orders"} {
 		for _, before := range []bool{false, true} {
-			args := []any{"o-2", "Order", topic, 10}
+			args := []any{storetest.PlanAggregate, "Order", topic, 10}
 			if before {
 				args = append(args, time.Now().UnixMicro(), "x")
 			}
