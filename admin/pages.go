@@ -373,10 +373,9 @@ func (h *Handler) aggregate(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, http.StatusBadRequest, "Bad page: "+err.Error())
 		return
 	}
-	d := &aggregateData{
-		Type: strings.TrimSpace(q.Get(pAggType)), ID: strings.TrimSpace(q.Get(pAggID)),
-		Topic: strings.TrimSpace(q.Get(pTopic)), Limit: limit,
-	}
+	// The aggregate as given, spaces and all: the links of events carry
+	// it whole.
+	d := &aggregateData{Type: q.Get(pAggType), ID: q.Get(pAggID), Topic: strings.TrimSpace(q.Get(pTopic)), Limit: limit}
 	var page outbox.AggregatePage
 	if d.ID != "" {
 		page, err = h.store.AggregateEvents(r.Context(), outbox.AggregateQuery{

@@ -39,12 +39,12 @@ func parsePages(names ...string) map[string]*template.Template {
 		// whether they have checkboxes, and which time the time column
 		// shows: "Due" (pending), "Updated" (dead: when they died) or
 		// "Created" (an aggregate's, in their order).
-		"eventsTable": func(events []eventRow, selectable bool, time string) any {
+		"eventsTable": func(events []eventRow, selectable bool, column string) any {
 			return struct {
 				Events []eventRow
 				Select bool
 				Time   string
-			}{events, selectable, time}
+			}{events, selectable, column}
 		},
 	}
 	m := make(map[string]*template.Template, len(names))

@@ -258,7 +258,7 @@ func TestHostileContentIsEscaped(t *testing.T) {
 	ev.Type = `"><img src=x onerror=alert(1)>`
 	ev.Headers = map[string]string{evil: evil}
 	ev.PayloadJSON = []byte(`{"x":"` + evil + `"}`)
-	ev.AggregateType, ev.AggregateID = outbox.AggregateType(evil), evil+`&aggid=other"/../#`
+	ev.AggregateType, ev.AggregateID = outbox.AggregateType(evil), " "+evil+`&aggid=other"/../# `
 	b := setup(t, testConfig(), ev)
 	br := newBrowser(t, b.h)
 	aggregate := "/aggregates?aggtype=" + url.QueryEscape(string(ev.AggregateType)) + "&aggid=" + url.QueryEscape(ev.AggregateID) +
