@@ -27,6 +27,9 @@ type Store interface {
 	CountDead(ctx context.Context, f outbox.DeadFilter) (int64, error)
 	// QueryPending pages through NEW and RETRY events by id.
 	QueryPending(ctx context.Context, q outbox.PendingQuery) ([]outbox.Event, error)
+	// AggregateEvents pages through one aggregate's events, newest
+	// first.
+	AggregateEvents(ctx context.Context, q outbox.AggregateQuery) (outbox.AggregatePage, error)
 	// Get reads one event; an error matching outbox.ErrNotFound when
 	// there is none.
 	Get(ctx context.Context, id string) (outbox.Event, error)
@@ -141,6 +144,7 @@ func New(store Store, cfg Config) (*Handler, error) {
 	h.mux.HandleFunc("POST /dead/{action}", h.action)
 	h.mux.HandleFunc("GET /events/{id}", h.event)
 	h.mux.HandleFunc("GET /pending", h.pending)
+	h.mux.HandleFunc("GET /aggregates", h.aggregate)
 	for _, name := range []string{"admin.css", "admin.js"} {
 		h.mux.HandleFunc("GET /static/"+name, func(w http.ResponseWriter, r *http.Request) {
 			http.ServeFileFS(w, r, staticFS, name)

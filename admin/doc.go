@@ -37,6 +37,11 @@
 //     Config.PayloadLimit bytes.
 //   - GET /pending — the NEW and RETRY events, by topic and status, a page
 //     at a time.
+//   - GET /aggregates — one aggregate's events (?aggtype= and ?aggid=;
+//     ?topic= narrows them), every status, newest first, a page at a time
+//     (?before= where the previous page ended), from
+//     [outbox.Store.AggregateEvents]. The event page and the rows of the
+//     other lists link an event's aggregate to it.
 //
 // No page reads a table whole: lists are pages of Config.PageSize rows,
 // asked of the store as one row more to know whether another follows.

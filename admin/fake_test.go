@@ -30,6 +30,7 @@ type fakeStore struct {
 	deadQueries    []outbox.DeadQuery
 	counts         []outbox.DeadFilter
 	pendingQueries []outbox.PendingQuery
+	aggQueries     []outbox.AggregateQuery
 	replays        []outbox.DeadFilter
 	purges         []outbox.DeadFilter
 }
@@ -241,6 +242,27 @@ func (s *fakeStore) QueryPending(_ context.Context, q outbox.PendingQuery) ([]ou
 		return slices.Contains(statuses, e.Status) && (q.Topic == "" || e.Topic == q.Topic)
 	})
 	return page(events, q.After, cmp.Or(q.Limit, 100)), nil
+}
+
+func (s *fakeStore) AggregateEvents(_ context.Context, q outbox.AggregateQuery) (outbox.AggregatePage, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.aggQueries = append(s.aggQueries, q)
+	if s.err != nil {
+		return outbox.AggregatePage{}, s.err
+	}
+	events := s.sorted(func(e *outbox.Event) bool {
+		return e.AggregateID == q.ID && e.AggregateType == cmp.Or(q.Type, outbox.GlobalAggregate) && (q.Topic == "" || e.Topic == q.Topic) &&
+			(q.Before.IsZero() || e.CreatedAt.Before(q.Before.CreatedAt) || e.CreatedAt.Equal(q.Before.CreatedAt) && e.ID < q.Before.ID)
+	})
+	slices.SortStableFunc(events, func(a, b outbox.Event) int { return cmp.Or(b.CreatedAt.Compare(a.CreatedAt), cmp.Compare(b.ID, a.ID)) })
+	var page outbox.AggregatePage
+	if limit := cmp.Or(q.Limit, 100); len(events) > limit {
+		events = events[:limit]
+		page.Next = outbox.AggregateCursor{CreatedAt: events[limit-1].CreatedAt, ID: events[limit-1].ID}
+	}
+	page.Events = events
+	return page, nil
 }
 
 func (s *fakeStore) Get(_ context.Context, id string) (outbox.Event, error) {

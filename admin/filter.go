@@ -11,7 +11,7 @@ import (
 	"github.com/wmoutbox/wmoutbox/outbox"
 )
 
-// Query and form parameters of the dead-letter page and its actions.
+// Query and form parameters of the pages and their actions.
 const (
 	pTopic      = "topic"
 	pType       = "type"
@@ -23,6 +23,7 @@ const (
 	pDiedBefore = "died_before"
 	pID         = "id"
 	pAfter      = "after"
+	pBefore     = "before"
 	pLimit      = "limit"
 	pStatus     = "status"
 )

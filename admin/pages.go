@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"cmp"
 	"errors"
 	"net/http"
 	"net/url"
@@ -110,8 +111,8 @@ type deadData struct {
 type eventRow struct {
 	ID, Status, Topic, Type, Aggregate string
 	Attempts                           int
-	Updated, Due, LastError            string
-	Link, GroupLink                    string
+	Updated, Due, Created, LastError   string
+	Link, GroupLink, AggregateLink     string
 }
 
 // newGroupRow returns the row of g, linked to link.
@@ -205,11 +206,12 @@ func (h *Handler) eventRows(base string, events []outbox.Event) []eventRow {
 		e := &events[i]
 		rows[i] = eventRow{
 			ID: e.ID, Status: e.Status.String(), Topic: e.Topic, Type: string(e.Type), Aggregate: string(e.AggregateType),
-			Attempts: e.Attempts, Updated: fmtTime(e.UpdatedAt), Due: fmtTime(e.AvailableAt), LastError: shorten(160, e.LastError),
-			Link: eventLink(base, e.ID),
+			Attempts: e.Attempts, Updated: fmtTime(e.UpdatedAt), Due: fmtTime(e.AvailableAt), Created: fmtTime(e.CreatedAt),
+			LastError: shorten(160, e.LastError), Link: eventLink(base, e.ID),
 		}
 		if e.AggregateID != "" {
 			rows[i].Aggregate += " / " + e.AggregateID
+			rows[i].AggregateLink = aggregateLink(base, e.AggregateType, e.AggregateID)
 		}
 		if g := e.ErrorGroup; g != "" {
 			rows[i].GroupLink = link(base, "dead", url.Values{pGroup: {g}})
@@ -240,15 +242,16 @@ func resultMessage(q url.Values) string {
 }
 
 type eventData struct {
-	Event      outbox.Event
-	Headers    []header
-	Payload    payloadView
-	GroupLink  string
-	Dead       bool
-	Hidden     url.Values
-	LeaseLeft  string
-	Malformed  string
-	HeaderSize int
+	Event         outbox.Event
+	Headers       []header
+	Payload       payloadView
+	GroupLink     string
+	AggregateLink string
+	Dead          bool
+	Hidden        url.Values
+	LeaseLeft     string
+	Malformed     string
+	HeaderSize    int
 }
 
 type header struct {
@@ -277,6 +280,9 @@ func (h *Handler) event(w http.ResponseWriter, r *http.Request) {
 	}
 	if ev.ErrorGroup != "" {
 		d.GroupLink = link(p.Base, "dead", url.Values{pGroup: {ev.ErrorGroup}})
+	}
+	if ev.AggregateID != "" {
+		d.AggregateLink = aggregateLink(p.Base, ev.AggregateType, ev.AggregateID)
 	}
 	if ev.Malformed != nil {
 		d.Malformed = ev.Malformed.Error()
@@ -344,4 +350,58 @@ func (h *Handler) pending(w http.ResponseWriter, r *http.Request) {
 	d.Events = h.eventRows(p.Base, events)
 	p.Data = d
 	h.render(w, r, http.StatusOK, "pending", p)
+}
+
+type aggregateData struct {
+	Type, ID, Topic string
+	Events          []eventRow
+	Next, First     string
+	Limit           int
+}
+
+// aggregate lists one aggregate's events, newest first: the form alone
+// until an aggregate id is given.
+func (h *Handler) aggregate(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	limit, err := pageLimit(q, h.cfg.PageSize)
+	if err != nil {
+		h.fail(w, r, http.StatusBadRequest, "Bad page size: "+err.Error())
+		return
+	}
+	before, err := outbox.ParseAggregateCursor(q.Get(pBefore))
+	if err != nil {
+		h.fail(w, r, http.StatusBadRequest, "Bad page: "+err.Error())
+		return
+	}
+	// The aggregate as given, spaces and all: the links of events carry
+	// it whole.
+	d := &aggregateData{Type: q.Get(pAggType), ID: q.Get(pAggID), Topic: strings.TrimSpace(q.Get(pTopic)), Limit: limit}
+	var page outbox.AggregatePage
+	if d.ID != "" {
+		page, err = h.store.AggregateEvents(r.Context(), outbox.AggregateQuery{
+			Type: outbox.AggregateType(d.Type), ID: d.ID, Topic: d.Topic, Before: before, Limit: limit,
+		})
+		if err != nil {
+			h.storeFailed(w, r, "list the aggregate's events", err)
+			return
+		}
+	}
+	title := "Aggregate"
+	if d.ID != "" {
+		title += " " + cmp.Or(d.Type, string(outbox.GlobalAggregate)) + " / " + d.ID
+	}
+	p := h.newPage(w, r, "aggregates", title)
+	paging := with(url.Values{}, pAggType, d.Type, pAggID, d.ID, pTopic, d.Topic)
+	if limit != h.cfg.PageSize {
+		paging = with(paging, pLimit, q.Get(pLimit))
+	}
+	if !page.Next.IsZero() {
+		d.Next = link(p.Base, "aggregates", with(paging, pBefore, page.Next.String()))
+	}
+	if !before.IsZero() {
+		d.First = link(p.Base, "aggregates", paging)
+	}
+	d.Events = h.eventRows(p.Base, page.Events)
+	p.Data = d
+	h.render(w, r, http.StatusOK, "aggregate", p)
 }

@@ -265,12 +265,99 @@ func TestPendingPage(t *testing.T) {
 		b.store.pendingQueries[1])
 }
 
+// aggregateEvents are five events of the aggregate order/o-7, of every
+// status, the middle three written at the same time, and one of another
+// aggregate type with the same id.
+func aggregateEvents() []outbox.Event {
+	var events []outbox.Event
+	for i, st := range []outbox.Status{outbox.StatusDone, outbox.StatusDead, outbox.StatusRetry, outbox.StatusDone, outbox.StatusNew} {
+		e := pendingEvent(fmt.Sprintf("03%c", 'A'+i), "orders", st)
+		e.AggregateID = "o-7"
+		e.CreatedAt = fakeNow.Add(time.Duration(min(max(i, 1), 3)) * time.Minute)
+		e.Attempts, e.LastError = i, fmt.Sprintf("failure %d", i)
+		events = append(events, e)
+	}
+	other := pendingEvent("03Z", "orders", outbox.StatusNew)
+	other.AggregateType, other.AggregateID = "invoice", "o-7"
+	return append(events, other)
+}
+
+func TestAggregatePage(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig()
+	cfg.PageSize = 2
+	b := setup(t, cfg, aggregateEvents()...)
+	br := newBrowser(t, b.h)
+
+	body := br.get("/aggregates", http.StatusOK)
+	require.Contains(t, body, "Give an aggregate id")
+	require.Empty(t, b.store.aggQueries, "no id, no query")
+
+	body = br.get("/aggregates?aggtype=order&aggid=o-7", http.StatusOK)
+	require.Contains(t, body, "<title>Aggregate order / o-7 · wmoutbox</title>")
+	require.Contains(t, body, "<th>Created</th>")
+	require.Contains(t, body, `<a href="./events/03E">03E</a>`)
+	require.Contains(t, body, `<a href="./events/03D">03D</a>`)
+	require.NotContains(t, body, "03C")
+	require.Less(t, strings.Index(body, "03E"), strings.Index(body, "03D"), "newest first")
+	require.Contains(t, body, `<span class="status sNEW">NEW</span>`)
+	require.Contains(t, body, "failure 3")
+	require.Contains(t, body, "2026-11-29 12:03:00.000 UTC")
+	require.NotContains(t, body, "First page")
+	next := hrefTo(t, body, "Next page")
+	require.Equal(t, "./aggregates?aggid=o-7&aggtype=order&before=2026-11-29T12%3A03%3A00Z%2F03D", next)
+
+	// The second page starts within the events written at the same time.
+	body = br.get(next[1:], http.StatusOK)
+	require.Contains(t, body, `<a href="./events/03C">03C</a>`)
+	require.Contains(t, body, `<a href="./events/03B">03B</a>`)
+	require.NotContains(t, body, "03D")
+	require.Equal(t, "./aggregates?aggid=o-7&aggtype=order", hrefTo(t, body, "First page"))
+	body = br.get(hrefTo(t, body, "Next page")[1:], http.StatusOK)
+	require.Contains(t, body, "03A")
+	require.NotContains(t, body, "03Z", "another aggregate type")
+	require.NotContains(t, body, "Next page")
+	for _, q := range b.store.aggQueries {
+		require.Equal(t, 2, q.Limit)
+		require.Equal(t, outbox.AggregateType("order"), q.Type)
+	}
+
+	// The topic and the page size reach the store and stay in the links.
+	body = br.get("/aggregates?aggtype=order&aggid=o-7&topic=orders&limit=1", http.StatusOK)
+	require.Equal(t, outbox.AggregateQuery{Type: "order", ID: "o-7", Topic: "orders", Limit: 1}, b.store.aggQueries[len(b.store.aggQueries)-1])
+	require.Contains(t, hrefTo(t, body, "Next page"), "limit=1")
+	require.Contains(t, hrefTo(t, body, "Next page"), "topic=orders")
+
+	require.Contains(t, br.get("/aggregates?aggid=o-7&before=yesterday", http.StatusBadRequest), "Bad page")
+	require.Contains(t, br.get("/aggregates?aggid=o-7&limit=0", http.StatusBadRequest), "Bad page size")
+}
+
+// The event page, and the rows of the lists, link an event's aggregate to
+// its page; an event without an aggregate id links nowhere.
+func TestAggregateLinks(t *testing.T) {
+	t.Parallel()
+	b := setup(t, testConfig(), append(someEvents(), aggregateEvents()...)...)
+	br := newBrowser(t, b.h)
+
+	body := br.get("/events/01A", http.StatusOK)
+	require.Contains(t, body, `<a href="../aggregates?aggid=o-01A&amp;aggtype=order">order / o-01A</a>`)
+	body = br.get(resolve(t, "/events/01A", hrefTo(t, body, "order / o-01A")), http.StatusOK)
+	require.Contains(t, body, `<a href="./events/01A">01A</a>`)
+
+	body = br.get("/dead", http.StatusOK)
+	require.Contains(t, body, `<a href="./aggregates?aggid=o-01B&amp;aggtype=order" title="The aggregate's events">order / o-01B</a>`)
+	body = br.get("/pending", http.StatusOK)
+	require.Contains(t, body, `<a href="./aggregates?aggid=o-7&amp;aggtype=invoice"`)
+	require.Contains(t, body, "<td>order</td>", "02A has no aggregate id: no link")
+	require.NotContains(t, br.get("/events/02A", http.StatusOK), "aggregates?")
+}
+
 func TestStoreErrors(t *testing.T) {
 	t.Parallel()
 	b := setup(t, testConfig(), someEvents()...)
 	b.store.err = errStoreDown
 	br := newBrowser(t, b.h)
-	for _, path := range []string{"/", "/dead", "/pending", "/events/01A"} {
+	for _, path := range []string{"/", "/dead", "/pending", "/events/01A", "/aggregates?aggid=o-7"} {
 		body := br.get(path, http.StatusInternalServerError)
 		require.Contains(t, body, "connection refused", path)
 	}

@@ -164,9 +164,9 @@ func BenchmarkPagesPostgres(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	var middle, group, smallGroup string
-	err = pool.QueryRow(ctx, `SELECT event_id FROM outbox_event WHERE status = 3 ORDER BY event_id
-OFFSET $1 LIMIT 1`, seedDead/2).Scan(&middle)
+	var middle, aggregate, group, smallGroup string
+	err = pool.QueryRow(ctx, `SELECT event_id, aggregate_id FROM outbox_event WHERE status = 3 ORDER BY event_id
+OFFSET $1 LIMIT 1`, seedDead/2).Scan(&middle, &aggregate)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -186,6 +186,7 @@ GROUP BY error_group) AS g`).Scan(&group, &smallGroup)
 		{"dead/deep", "/dead?" + url.Values{"after": {middle}}.Encode()},
 		{"event", "/events/" + middle},
 		{"pending", "/pending"},
+		{"aggregate", "/aggregates?" + url.Values{"aggtype": {"Order"}, "aggid": {aggregate}}.Encode()},
 	} {
 		b.Run(page.name, func(b *testing.B) {
 			r := httptest.NewRequest(http.MethodGet, page.path, http.NoBody)

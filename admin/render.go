@@ -14,6 +14,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/wmoutbox/wmoutbox/outbox"
 )
 
 //go:embed templates/*.html
@@ -26,7 +28,7 @@ var embedded embed.FS
 var staticFS, _ = fs.Sub(embedded, "static")
 
 // pages are the templates, one per page, each with the layout.
-var pages = parsePages("overview", "dead", "confirm", "event", "pending", "error")
+var pages = parsePages("overview", "dead", "confirm", "event", "pending", "aggregate", "error")
 
 func parsePages(names ...string) map[string]*template.Template {
 	funcs := template.FuncMap{
@@ -34,14 +36,15 @@ func parsePages(names ...string) map[string]*template.Template {
 		"num":   fmtNumber,
 		"short": shorten,
 		// eventsTable is the argument of the events template: the rows,
-		// whether they have checkboxes, and whether the time column is
-		// when they are due (pending) or when they were last updated
-		// (dead: when they died).
-		"eventsTable": func(events []eventRow, selectable, due bool) any {
+		// whether they have checkboxes, and which time the time column
+		// shows: "Due" (pending), "Updated" (dead: when they died) or
+		// "Created" (an aggregate's, in their order).
+		"eventsTable": func(events []eventRow, selectable bool, column string) any {
 			return struct {
-				Events      []eventRow
-				Select, Due bool
-			}{events, selectable, due}
+				Events []eventRow
+				Select bool
+				Time   string
+			}{events, selectable, column}
 		},
 	}
 	m := make(map[string]*template.Template, len(names))
@@ -147,6 +150,11 @@ func link(base, path string, v url.Values) string {
 		return base + path + "?" + q
 	}
 	return base + path
+}
+
+// aggregateLink returns the link to the page of an aggregate's events.
+func aggregateLink(base string, typ outbox.AggregateType, id string) string {
+	return link(base, "aggregates", url.Values{pAggType: {string(typ)}, pAggID: {id}})
 }
 
 // eventLink returns the link to an event's page.

@@ -1,6 +1,7 @@
 package admin_test
 
 import (
+	"html"
 	"net/http"
 	"net/url"
 	"strings"
@@ -257,15 +258,23 @@ func TestHostileContentIsEscaped(t *testing.T) {
 	ev.Type = `"><img src=x onerror=alert(1)>`
 	ev.Headers = map[string]string{evil: evil}
 	ev.PayloadJSON = []byte(`{"x":"` + evil + `"}`)
+	ev.AggregateType, ev.AggregateID = outbox.AggregateType(evil), " "+evil+`&aggid=other"/../# `
 	b := setup(t, testConfig(), ev)
 	br := newBrowser(t, b.h)
-	for _, path := range []string{"/", "/dead", "/dead?topic=" + url.QueryEscape(evil), "/events/01A", "/pending?topic=" + url.QueryEscape(evil)} {
+	aggregate := "/aggregates?aggtype=" + url.QueryEscape(string(ev.AggregateType)) + "&aggid=" + url.QueryEscape(ev.AggregateID) +
+		"&topic=" + url.QueryEscape(evil)
+	for _, path := range []string{"/", "/dead", "/dead?topic=" + url.QueryEscape(evil), "/events/01A", "/pending?topic=" + url.QueryEscape(evil), aggregate} {
 		body := br.get(path, http.StatusOK)
 		require.NotContains(t, body, "<script>alert", path)
 		require.NotContains(t, body, "<script>x", path)
 		require.NotContains(t, body, "<img", path)
 	}
 	require.Contains(t, br.get("/dead", http.StatusOK), "&lt;script&gt;alert(1)&lt;/script&gt;")
+	// The event's link to its aggregate carries the id whole: the page
+	// it leads to lists the event.
+	ref := hrefTo(t, br.get("/events/01A", http.StatusOK), html.EscapeString(string(ev.AggregateType)+" / "+ev.AggregateID))
+	require.Contains(t, br.get(resolve(t, "/events/01A", ref), http.StatusOK), `<a href="./events/01A">01A</a>`)
+	require.Equal(t, ev.AggregateID, b.store.aggQueries[len(b.store.aggQueries)-1].ID)
 	// A result message is a fixed sentence: a link cannot write on the
 	// page.
 	body := br.get("/dead?did=replay&n=1%3Cb%3E", http.StatusOK)
@@ -274,14 +283,16 @@ func TestHostileContentIsEscaped(t *testing.T) {
 
 func TestMountedUnderAPrefix(t *testing.T) {
 	t.Parallel()
-	b := setup(t, testConfig(), someEvents()...)
+	b := setup(t, testConfig(), append(someEvents(), aggregateEvents()...)...)
 	mux := http.NewServeMux()
 	mux.Handle("/ops/outbox/", http.StripPrefix("/ops/outbox", b.h))
 	br := newBrowser(t, mux)
 
 	// Every link, source and form of every page stays under the prefix.
 	for _, page := range []string{"/ops/outbox/", "/ops/outbox/dead", "/ops/outbox/dead?group=g-timeout",
-		"/ops/outbox/events/01A", "/ops/outbox/pending?status=NEW"} {
+		"/ops/outbox/events/01A", "/ops/outbox/pending?status=NEW", "/ops/outbox/aggregates",
+		"/ops/outbox/aggregates?aggtype=order&aggid=o-7&limit=2",
+		"/ops/outbox/aggregates?aggtype=order&aggid=o-7&limit=2&before=2026-11-29T12%3A03%3A00Z%2F03D"} {
 		body := br.get(page, http.StatusOK)
 		all := refs(body)
 		require.NotEmpty(t, all)

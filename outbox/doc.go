@@ -86,7 +86,8 @@
 //
 // [Store.Stats] counts every topic's events by status, with how long the
 // oldest due event has waited and the claims in flight; [Store.QueryPending]
-// pages through pending events. DEAD events are found with a [DeadFilter]
+// pages through pending events, and [Store.AggregateEvents] through one
+// aggregate's events of every status, newest first. DEAD events are found with a [DeadFilter]
 // ([Store.QueryDead], [Store.CountDead]), grouped by failure reason
 // ([Store.DeadGroups]: errors alike but for ids, numbers and addresses are
 // one group), replayed ([Store.ReplayDead]) or deleted ([Store.PurgeDead]).

@@ -304,6 +304,53 @@ func ExampleStore_Retain() {
 	}
 }
 
+// An operator asks what happened to one order: its events, whatever their
+// status, newest first, a page at a time.
+func ExampleStore_AggregateEvents() {
+	ctx := context.Background()
+	store, _, closeDB := exampleStore(ctx)
+	defer closeDB()
+	writer, err := outbox.NewWriter(store, outbox.WriterConfig{})
+	if err != nil {
+		panic(err)
+	}
+	for _, step := range []struct {
+		typ   outbox.EventType
+		order string
+	}{{"OrderCreated", "order-7"}, {"OrderCreated", "order-8"}, {"OrderPaid", "order-7"}, {"OrderShipped", "order-7"}} {
+		err := store.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+			event := outbox.NewJSON(step.typ, []byte(`{}`))
+			event.AggregateType, event.AggregateID = "Order", step.order
+			_, err := writer.Write(ctx, tx, event)
+			return err
+		})
+		if err != nil {
+			panic(err)
+		}
+	}
+
+	q := outbox.AggregateQuery{Type: "Order", ID: "order-7", Limit: 2}
+	for {
+		page, err := store.AggregateEvents(ctx, q)
+		if err != nil {
+			panic(err)
+		}
+		for _, e := range page.Events {
+			fmt.Println(e.Type, e.Status)
+		}
+		if page.Next.IsZero() {
+			break
+		}
+		fmt.Println("-- next page")
+		q.Before = page.Next // page.Next.String() in a URL or on a command line
+	}
+	// Output:
+	// OrderShipped NEW
+	// OrderPaid NEW
+	// -- next page
+	// OrderCreated NEW
+}
+
 // Permanent and RetryAfter tell a relay what a handler's error means.
 func ExamplePermanent() {
 	rejected := outbox.Permanent(errors.New("unknown currency"))

@@ -89,7 +89,8 @@ type fakeDriver[Tx any] struct {
 	purges   []outboxdriver.PurgeParams
 
 	// The operator API: Stats returns stats, DeadGroups groups and
-	// QueryPending and QueryEvents pending, each failing with err when set; PurgeDeadBatch
+	// QueryPending and QueryEvents pending, QueryAggregate up to its limit of
+	// them, each failing with err when set; PurgeDeadBatch
 	// returns batches as the other purges do. Each records its parameters.
 	stats         outboxdriver.StatsResult
 	groups        []outboxdriver.DeadGroup
@@ -98,6 +99,7 @@ type fakeDriver[Tx any] struct {
 	groupQueries  []outboxdriver.DeadGroupsParams
 	pendingCalls  []outboxdriver.QueryPendingParams
 	eventsCalls   []outboxdriver.QueryEventsParams
+	aggCalls      []outboxdriver.QueryAggregateParams
 	deadPurges    []outboxdriver.PurgeDeadParams
 	leaseAttempts []outboxdriver.LeaseParams
 
@@ -373,6 +375,14 @@ func (d *fakeDriver[Tx]) QueryEvents(_ context.Context, p outboxdriver.QueryEven
 	defer d.mu.Unlock()
 	d.eventsCalls = append(d.eventsCalls, p)
 	return slices.Clone(d.pending), d.err
+}
+
+func (d *fakeDriver[Tx]) QueryAggregate(_ context.Context, p outboxdriver.QueryAggregateParams) ([]outboxdriver.Row, error) {
+	d.add("query aggregate")
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.aggCalls = append(d.aggCalls, p)
+	return slices.Clone(d.pending[:min(p.Limit, len(d.pending))]), d.err
 }
 
 func (d *fakeDriver[Tx]) PurgeDeadBatch(_ context.Context, p outboxdriver.PurgeDeadParams) (int64, error) {

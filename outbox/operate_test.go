@@ -194,3 +194,63 @@ func TestQueryPending(t *testing.T) {
 	}
 	require.Len(t, b.driver.pendingCalls, 2, "an invalid query reaches no driver")
 }
+
+// AggregateEvents names the global aggregate type when none is given,
+// asks for one row more than the page to tell whether another follows,
+// and refuses a query without an aggregate id or with half a cursor.
+func TestAggregateEvents(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2026, 1, 2, 3, 4, 5, 6000, time.UTC)
+	b := setupStore(t, func(d *fakeDriver[*fakeTx]) {
+		d.pending = []outboxdriver.Row{
+			{ID: "c", CreatedAt: at.Add(2 * time.Second), Payload: []byte{}},
+			{ID: "b", CreatedAt: at.Add(time.Second), Payload: []byte{}},
+			{ID: "a", CreatedAt: at, Payload: []byte{}},
+		}
+	})
+	page, err := b.store.AggregateEvents(t.Context(), outbox.AggregateQuery{ID: "42", Limit: 2})
+	require.NoError(t, err)
+	require.Equal(t, []string{"c", "b"}, []string{page.Events[0].ID, page.Events[1].ID})
+	require.Equal(t, outbox.AggregateCursor{CreatedAt: at.Add(time.Second), ID: "b"}, page.Next)
+
+	page, err = b.store.AggregateEvents(t.Context(), outbox.AggregateQuery{Type: "Order", ID: "42", Topic: "orders", Before: page.Next})
+	require.NoError(t, err)
+	require.Len(t, page.Events, 3)
+	require.True(t, page.Next.IsZero(), "the last page has no next")
+	require.Equal(t, []outboxdriver.QueryAggregateParams{
+		{Type: string(outbox.GlobalAggregate), ID: "42", Limit: 3},
+		{Type: "Order", ID: "42", Topic: "orders", Before: &outboxdriver.AggregateCursor{CreatedAt: at.Add(time.Second), ID: "b"}, Limit: 101},
+	}, b.driver.aggCalls)
+
+	for _, q := range []outbox.AggregateQuery{
+		{Type: "Order"},
+		{ID: "42", Before: outbox.AggregateCursor{ID: "b"}},
+		{ID: "42", Before: outbox.AggregateCursor{CreatedAt: at}},
+		{ID: "42", Limit: -1},
+		{ID: "42", Limit: 10001},
+	} {
+		_, err = b.store.AggregateEvents(t.Context(), q)
+		require.ErrorIs(t, err, outbox.ErrInvalidRequest, "%+v", q)
+	}
+	require.Len(t, b.driver.aggCalls, 2, "an invalid query reaches no driver")
+}
+
+// A cursor's text reads back as the same cursor, to the nanosecond and
+// whatever its event id holds; other text is refused.
+func TestAggregateCursorText(t *testing.T) {
+	t.Parallel()
+	for _, c := range []outbox.AggregateCursor{
+		{},
+		{CreatedAt: time.Date(2026, 1, 2, 3, 4, 5, 123456000, time.UTC), ID: "01JX0000000000000000000000"},
+		{CreatedAt: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC), ID: "a/b c?&<"},
+	} {
+		got, err := outbox.ParseAggregateCursor(c.String())
+		require.NoError(t, err)
+		require.Equal(t, c, got)
+	}
+	require.Equal(t, "2026-01-02T03:04:05.1Z/x", outbox.AggregateCursor{CreatedAt: time.Date(2026, 1, 2, 4, 4, 5, 100000000, time.FixedZone("", 3600)), ID: "x"}.String())
+	for _, s := range []string{"x", "2026-01-02T03:04:05Z", "2026-01-02T03:04:05Z/", "yesterday/x"} {
+		_, err := outbox.ParseAggregateCursor(s)
+		require.ErrorIs(t, err, outbox.ErrInvalidRequest, s)
+	}
+}

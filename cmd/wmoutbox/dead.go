@@ -204,15 +204,7 @@ func deadList(ctx context.Context, c *cli, f outbox.DeadFilter, limit int, after
 		next = events[len(events)-1].ID
 	}
 	if c.globals.json {
-		list := make([]eventJSON, len(events))
-		for i := range events {
-			list[i] = toJSON(&events[i], false)
-		}
-		return c.writeJSON(struct {
-			Events []eventJSON `json:"events"`
-			// Next is the --after of the next page, "" on the last.
-			Next string `json:"next,omitempty"`
-		}{list, next})
+		return c.writeJSON(pageJSON(events, next))
 	}
 	if len(events) == 0 {
 		c.printf("No DEAD events match %s.\n", describeFilter(f))
@@ -225,6 +217,23 @@ func deadList(ctx context.Context, c *cli, f outbox.DeadFilter, limit int, after
 		fmt.Fprintf(c.stderr, "More may follow: add --after %s for the next page.\n", next)
 	}
 	return nil
+}
+
+// eventPageJSON is a page of events in JSON output, without their
+// payloads.
+type eventPageJSON struct {
+	Events []eventJSON `json:"events"`
+	// Next is the flag that reads the next page (--after of dead list,
+	// --before of events), "" on the last.
+	Next string `json:"next,omitempty"`
+}
+
+func pageJSON(events []outbox.Event, next string) eventPageJSON {
+	p := eventPageJSON{Events: make([]eventJSON, len(events)), Next: next}
+	for i := range events {
+		p.Events[i] = toJSON(&events[i], false)
+	}
+	return p
 }
 
 // writeEvents writes DEAD events as a table.

@@ -53,6 +53,9 @@
 //	                 (JSON indented, else a hex dump; --hide-payload)
 //	dead replay      return the DEAD events matching the filter to NEW
 //	dead purge       delete the DEAD events matching the filter
+//	events           one aggregate's events (--aggregate-type,
+//	                 --aggregate-id; --topic), every status, newest
+//	                 first, a page at a time (--limit, --before)
 //	purge            delete DONE (--done-older-than) and DEAD
 //	                 (--dead-older-than) events by age, in batches
 //	serve            the admin page at /, Prometheus gauges of the table

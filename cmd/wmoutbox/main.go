@@ -50,6 +50,7 @@ var commands = []*command{
 	migrateCommand,
 	statsCommand,
 	deadCommand,
+	eventsCommand,
 	purgeCommand,
 	serveCommand,
 }

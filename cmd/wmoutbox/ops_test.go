@@ -219,7 +219,7 @@ func TestStats(t *testing.T) {
 	})
 }
 
-// deadListJSON is the JSON of dead list.
+// deadListJSON is the JSON of dead list, and of events.
 type deadListJSON struct {
 	Events []eventJSON `json:"events"`
 	Next   string      `json:"next"`
@@ -381,6 +381,66 @@ func TestPurge(t *testing.T) {
 	})
 }
 
+func TestEvents(t *testing.T) {
+	t.Parallel()
+	forEachDialect(t, func(t *testing.T, url string) {
+		first := seed(t, url,
+			seedEvent{topic: "orders", aggregateID: "7", status: outbox.StatusDone},
+			seedEvent{topic: "orders", aggregateID: "8"},
+		)
+		// Written later, in one transaction: one creation time, newest
+		// first by event id.
+		later := seed(t, url,
+			seedEvent{topic: "payments", aggregateID: "7", status: outbox.StatusDead, err: "POST /charge: 503", group: groupHTTP},
+			seedEvent{topic: "orders", aggregateID: "7"},
+			seedEvent{topic: "orders", aggregateID: "7", status: outbox.StatusRetry},
+		)
+		newestFirst := []string{later[2], later[1], later[0], first[0]}
+
+		out := ok(t, "events", "--database-url", url, "--aggregate-type", "order", "--aggregate-id", "7")
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		require.Len(t, lines, 5, out) // the header and 4 events
+		require.Regexp(t, `^ID\s+STATUS\s+TOPIC\s+TYPE\s+CREATED\s+ATTEMPTS\s+ERROR`, lines[0])
+		for i, id := range newestFirst {
+			require.True(t, strings.HasPrefix(lines[i+1], id), "line %d: %s", i+1, lines[i+1])
+		}
+		require.Regexp(t, `RETRY\s+orders\s+order.placed\s+\S+\s+1\s+timeout`, lines[1])
+		require.Regexp(t, `DEAD\s+payments\s+.*POST /charge: 503`, lines[3])
+		require.Regexp(t, `DONE\s+orders`, lines[4])
+
+		// Paging: the next page's flag goes to standard error.
+		r := wmoutbox(t, nil, "events", "--database-url", url, "--aggregate-type", "order", "--aggregate-id", "7", "--limit", "3")
+		require.Equal(t, exitOK, r.code, r.stderr)
+		require.Equal(t, 4, strings.Count(r.stdout, "\n"), r.stdout)
+		_, hint, found := strings.Cut(r.stderr, "--before ")
+		require.True(t, found, r.stderr)
+		out = ok(t, "events", "--database-url", url, "--aggregate-type", "order", "--aggregate-id", "7", "--limit", "3",
+			"--before", strings.Fields(hint)[0])
+		require.Equal(t, 2, strings.Count(out, "\n"), out)
+		require.Contains(t, out, first[0])
+
+		var list deadListJSON
+		args := []string{"events", "--json", "--database-url", url, "--aggregate-type", "order", "--aggregate-id", "7", "--limit", "2"}
+		require.NoError(t, json.Unmarshal([]byte(ok(t, args...)), &list))
+		require.Equal(t, newestFirst[:2], []string{list.Events[0].ID, list.Events[1].ID})
+		require.NotEmpty(t, list.Next)
+		var last deadListJSON
+		require.NoError(t, json.Unmarshal([]byte(ok(t, append(args, "--before", list.Next)...)), &last))
+		list = last
+		require.Equal(t, newestFirst[2:], []string{list.Events[0].ID, list.Events[1].ID})
+		require.Empty(t, list.Next, "the last page")
+		require.Equal(t, "DONE", list.Events[1].Status)
+
+		require.NoError(t, json.Unmarshal([]byte(ok(t, "events", "--json", "--database-url", url, "--aggregate-type", "order",
+			"--aggregate-id", "7", "--topic", "payments")), &list))
+		require.Len(t, list.Events, 1)
+		require.Equal(t, later[0], list.Events[0].ID)
+
+		out = ok(t, "events", "--database-url", url, "--aggregate-id", "7")
+		require.Equal(t, "No events of aggregate __GLOBAL__/7.\n", out, "the default type is the global aggregate")
+	})
+}
+
 func TestOperatorCommandsNeedMigrations(t *testing.T) {
 	t.Parallel()
 	for _, d := range dialects {
@@ -394,6 +454,7 @@ func TestOperatorCommandsNeedMigrations(t *testing.T) {
 				{"dead", "replay", "--all", "--yes"},
 				{"dead", "purge", "--topic", "t", "--dry-run"},
 				{"purge", "--done-older-than", "1d"},
+				{"events", "--aggregate-id", "7"},
 				{"serve", "--read-only", "--addr", "127.0.0.1:0"},
 			} {
 				r := wmoutbox(t, nil, append([]string{"--database-url", url}, args...)...)
@@ -422,6 +483,9 @@ func TestBadFlagValues(t *testing.T) {
 		{[]string{"dead", "purge"}, "dead purge: no filter"},
 		{[]string{"dead", "replay", "--sample", "-1", "--all"}, "--sample: want 0 to 10000"},
 		{[]string{"purge"}, "purge: give --done-older-than, --dead-older-than or both"},
+		{[]string{"events", "--aggregate-type", "order"}, "events: --aggregate-id is required"},
+		{[]string{"events", "--aggregate-id", "7", "--limit", "10001"}, "--limit: want 1 to 10000"},
+		{[]string{"events", "--aggregate-id", "7", "--before", "yesterday"}, "--before: outbox: invalid request: aggregate cursor"},
 		{[]string{"purge", "--dead-older-than", "0d"}, `invalid value "0d" for flag -dead-older-than`},
 		{[]string{"purge", "--done-older-than", "1d", "--batch-size", "0"}, "--batch-size: want 1 to 100000"},
 		{[]string{"stats", "extra"}, `unexpected argument "extra"`},

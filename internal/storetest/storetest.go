@@ -120,6 +120,7 @@ func Run[Tx any](t *testing.T, newHarness func(t *testing.T) Harness[Tx]) {
 		{"DeadGroups", testDeadGroups[Tx]},
 		{"QueryPending", testQueryPending[Tx]},
 		{"QueryEvents", testQueryEvents[Tx]},
+		{"AggregateEvents", testAggregateEvents[Tx]},
 		{"AcquireLease", testAcquireLease[Tx]},
 		{"Retain", testRetain[Tx]},
 		{"HeartbeatRenews", testHeartbeatRenews[Tx]},

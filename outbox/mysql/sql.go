@@ -375,6 +375,24 @@ WHERE event_id > ?
 ORDER BY event_id
 LIMIT ?`
 
+// sqlQueryAggregate pages through the rows of one aggregate, newest first,
+// reading the aggregate index backwards and filtering by topic as it
+// goes. Parameters: the aggregate id and type, the topic twice (NULL for
+// every topic), those of {before} (empty or aggregateBefore), the page
+// size.
+const sqlQueryAggregate = `
+SELECT ` + eventColumns + ` FROM {table}
+WHERE aggregate_id = ? AND aggregate_type = ? AND (? IS NULL OR topic = ?){before}
+ORDER BY created_at DESC, event_id DESC
+LIMIT ?`
+
+// aggregateBefore starts the page of sqlQueryAggregate after a row:
+// parameters its created_at twice, then its event id. Spelled out rather
+// than as a row comparison, which MariaDB does not turn into an index
+// range.
+const aggregateBefore = `
+    AND (created_at < ? OR created_at = ? AND event_id < ?)`
+
 // sqlAcquireLease takes a lease for an owner until a time, or renews it.
 // Parameters: name, owner, until, then now. The insert takes a lease
 // nobody held; on the duplicate, owner changes only when the owner holds
@@ -485,6 +503,7 @@ type statements struct {
 	deadGroups, deadGroupTopics            string
 	statsTopics, statsPending, statsClaims string
 	queryPending, queryEvents              string
+	queryAggregate, queryAggregateBefore   string
 	acquireLease, leaseHolder              string
 	heartbeat, expiredHeartbeats           string
 	deleteExpiredHeartbeat, claimsOf       string
@@ -530,6 +549,8 @@ func renderStatements(quoted, idIndex, dueIndex, idemIndex, inbox, lease, migrat
 		statsClaims:            r.Replace(sqlStatsClaims),
 		queryPending:           r.Replace(sqlQueryPending),
 		queryEvents:            r.Replace(sqlQueryEvents),
+		queryAggregate:         r.Replace(strings.Replace(sqlQueryAggregate, "{before}", "", 1)),
+		queryAggregateBefore:   r.Replace(strings.Replace(sqlQueryAggregate, "{before}", aggregateBefore, 1)),
 		acquireLease:           r.Replace(sqlAcquireLease),
 		leaseHolder:            r.Replace(sqlLeaseHolder),
 		heartbeat:              r.Replace(sqlHeartbeat),

@@ -667,6 +667,21 @@ func (d *driver) QueryEvents(ctx context.Context, p outboxdriver.QueryEventsPara
 	return rows, nil
 }
 
+// QueryAggregate implements [outboxdriver.Executor].
+func (d *driver) QueryAggregate(ctx context.Context, p outboxdriver.QueryAggregateParams) ([]outboxdriver.Row, error) {
+	topic := sqlcodec.NullIfEmpty(p.Topic)
+	query, args := d.t.sql.queryAggregate, []any{p.ID, p.Type, topic, topic}
+	if p.Before != nil {
+		at := sqlcodec.Micros(p.Before.CreatedAt)
+		query, args = d.t.sql.queryAggregateBefore, append(args, at, at, p.Before.ID)
+	}
+	rows, err := sqlcodec.QueryRows(ctx, d.db, query, append(args, p.Limit)...)
+	if err != nil {
+		return nil, fmt.Errorf("mysql: query aggregate: %w", err)
+	}
+	return rows, nil
+}
+
 // leaseAttempts is how many times AcquireLease tries a lease whose
 // statement InnoDB chose as a deadlock's victim: concurrent inserts of a
 // new key can deadlock on it, and the victim is only told to try again.

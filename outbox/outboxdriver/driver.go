@@ -151,6 +151,12 @@ type Executor interface {
 	// QueryEvents returns up to p.Limit rows of every status with an
 	// event id above p.After, ordered by event id.
 	QueryEvents(ctx context.Context, p QueryEventsParams) ([]Row, error)
+	// QueryAggregate returns up to p.Limit rows of every status of the
+	// aggregate p.Type, p.ID, of p.Topic unless it is "", newest first:
+	// by created_at, then event_id, both descending; with p.Before set,
+	// only the rows after it in that order. It reads the aggregate index
+	// (<table>_agg_time_idx) backwards.
+	QueryAggregate(ctx context.Context, p QueryAggregateParams) ([]Row, error)
 	// PurgeDeadBatch deletes, in a transaction of its own, up to p.Limit
 	// DEAD rows matching p.Filter, and returns how many. It may pass over
 	// rows other transactions hold locked.
@@ -520,6 +526,25 @@ type QueryPendingParams struct {
 type QueryEventsParams struct {
 	After string
 	Limit int
+}
+
+// QueryAggregateParams page through one aggregate's rows, newest first.
+type QueryAggregateParams struct {
+	// Type and ID name the aggregate; ID is never "".
+	Type, ID string
+	// Topic, when not "", restricts to the rows of that topic.
+	Topic string
+	// Before, when not nil, is the last row of the previous page: the
+	// page holds the rows older than it, by (created_at, event_id).
+	Before *AggregateCursor
+	// Limit is at least 1.
+	Limit int
+}
+
+// AggregateCursor is a row's place in an aggregate's newest-first order.
+type AggregateCursor struct {
+	CreatedAt time.Time
+	ID        string
 }
 
 // LeaseParams are a take or renewal of a named lease: one instance at a

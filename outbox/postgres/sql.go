@@ -477,6 +477,22 @@ WHERE event_id > $1
 ORDER BY event_id
 LIMIT $2`
 
+// sqlQueryAggregate pages through the rows of aggregate id $1 of type $2,
+// of topic $3 unless it is empty, newest first, up to $4 of them; {before}
+// is empty or aggregateBefore. It reads the aggregate index backwards
+// (its condition spelled out), filtering by topic as it goes.
+const sqlQueryAggregate = `
+SELECT ` + eventColumns + ` FROM {table}
+WHERE aggregate_id = $1 AND aggregate_id IS NOT NULL AND aggregate_type = $2
+    AND ($3::text = '' OR topic = $3){before}
+ORDER BY created_at DESC, event_id DESC
+LIMIT $4`
+
+// aggregateBefore starts the page of sqlQueryAggregate after the row
+// created at $5 with event id $6: where the index scan starts.
+const aggregateBefore = `
+    AND (created_at, event_id) < ($5::timestamptz, $6)`
+
 // sqlAcquireLease takes lease $1 for owner $2 until $4, or renews it: the
 // insert takes a lease nobody held; on the conflict, the update applies
 // only when $2 holds it already or its holder's lease ended by $3. A row
@@ -579,6 +595,7 @@ type statements struct {
 	expiredHeartbeats, releaseDeadRelay    string
 	endHeartbeat                           string
 	queryEvents                            string
+	queryAggregate, queryAggregateBefore   string
 	backlog                                string
 	purge                                  string
 	markProcessed, purgeProcessed          string
@@ -623,6 +640,8 @@ func renderStatements(schema, qualified, inbox, lease string, synchronous, delet
 		statsClaims:          r.Replace(sqlStatsClaims),
 		queryPending:         r.Replace(sqlQueryPending),
 		queryEvents:          r.Replace(sqlQueryEvents),
+		queryAggregate:       r.Replace(strings.Replace(sqlQueryAggregate, "{before}", "", 1)),
+		queryAggregateBefore: r.Replace(strings.Replace(sqlQueryAggregate, "{before}", aggregateBefore, 1)),
 		acquireLease:         r.Replace(sqlAcquireLease),
 		heartbeatRenew:       r.Replace(sqlHeartbeatRenew),
 		heartbeatInsert:      r.Replace(sqlHeartbeatInsert),

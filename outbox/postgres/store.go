@@ -671,6 +671,14 @@ func (d *driver) QueryEvents(ctx context.Context, p outboxdriver.QueryEventsPara
 	return d.queryRows(ctx, "query events", d.t.sql.queryEvents, p.After, p.Limit)
 }
 
+// QueryAggregate implements [outboxdriver.Executor].
+func (d *driver) QueryAggregate(ctx context.Context, p outboxdriver.QueryAggregateParams) ([]outboxdriver.Row, error) {
+	if p.Before == nil {
+		return d.queryRows(ctx, "query aggregate", d.t.sql.queryAggregate, p.ID, p.Type, p.Topic, p.Limit)
+	}
+	return d.queryRows(ctx, "query aggregate", d.t.sql.queryAggregateBefore, p.ID, p.Type, p.Topic, p.Limit, p.Before.CreatedAt, p.Before.ID)
+}
+
 // AcquireLease implements [outboxdriver.Executor] in one statement.
 func (d *driver) AcquireLease(ctx context.Context, p outboxdriver.LeaseParams) (bool, error) {
 	var held bool

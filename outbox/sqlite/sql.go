@@ -310,6 +310,24 @@ WHERE event_id > ?1
 ORDER BY event_id
 LIMIT ?2`
 
+// sqlQueryAggregate pages through the rows of aggregate id ?1 of type ?2,
+// of topic ?3 unless it is NULL, newest first, up to ?4 of them; {before}
+// is empty or aggregateBefore. It reads the aggregate index backwards,
+// filtering by topic as it goes. The index is partial: the statement
+// spells out its condition rather than leave the planner to infer it from
+// the equality.
+const sqlQueryAggregate = `
+SELECT ` + eventColumns + ` FROM {table}
+WHERE aggregate_id = ?1 AND aggregate_id IS NOT NULL AND aggregate_type = ?2
+    AND (?3 IS NULL OR topic = ?3){before}
+ORDER BY created_at DESC, event_id DESC
+LIMIT ?4`
+
+// aggregateBefore starts the page of sqlQueryAggregate after the row
+// created at ?5 with event id ?6: where the index scan starts.
+const aggregateBefore = `
+    AND (created_at, event_id) < (?5, ?6)`
+
 // sqlAcquireLease takes lease ?1 for owner ?2 until ?4, or renews it: the
 // insert takes a lease nobody held; on the conflict, the update applies
 // only when ?2 holds it already or its holder's lease ended by ?3. It
@@ -392,6 +410,7 @@ type statements struct {
 	queryDead, countDead, replayDead        string
 	purgeDead, queryPending                 string
 	queryEvents                             string
+	queryAggregate, queryAggregateBefore    string
 	deadGroups, deadGroupTopics             string
 	statsTopics, statsPending, statsClaims  string
 	acquireLease                            string
@@ -430,6 +449,8 @@ func renderStatements(quoted, inbox, lease string, deleteDone bool) statements {
 		statsClaims:            r.Replace(sqlStatsClaims),
 		queryPending:           r.Replace(sqlQueryPending),
 		queryEvents:            r.Replace(sqlQueryEvents),
+		queryAggregate:         r.Replace(strings.Replace(sqlQueryAggregate, "{before}", "", 1)),
+		queryAggregateBefore:   r.Replace(strings.Replace(sqlQueryAggregate, "{before}", aggregateBefore, 1)),
 		acquireLease:           r.Replace(sqlAcquireLease),
 		heartbeatRenew:         r.Replace(sqlHeartbeatRenew),
 		heartbeatInsert:        r.Replace(sqlHeartbeatInsert),

@@ -408,6 +408,19 @@ func (d *driver) QueryEvents(ctx context.Context, p outboxdriver.QueryEventsPara
 	return rows, nil
 }
 
+// QueryAggregate implements [outboxdriver.Executor].
+func (d *driver) QueryAggregate(ctx context.Context, p outboxdriver.QueryAggregateParams) ([]outboxdriver.Row, error) {
+	query, args := d.t.sql.queryAggregate, []any{p.ID, p.Type, sqlcodec.NullIfEmpty(p.Topic), p.Limit}
+	if p.Before != nil {
+		query, args = d.t.sql.queryAggregateBefore, append(args, sqlcodec.Micros(p.Before.CreatedAt), p.Before.ID)
+	}
+	rows, err := sqlcodec.QueryRows(ctx, d.db, query, args...)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: query aggregate: %w", err)
+	}
+	return rows, nil
+}
+
 // AcquireLease implements [outboxdriver.Executor] in one statement, which
 // changes the lease's row when p.Owner holds it.
 func (d *driver) AcquireLease(ctx context.Context, p outboxdriver.LeaseParams) (bool, error) {
