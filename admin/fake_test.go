@@ -23,6 +23,7 @@ type fakeStore struct {
 	now    time.Time
 	events map[string]outbox.Event
 	claims []outbox.ClaimStats
+	relays []outbox.RelayStats
 	// err, when set, is returned by every call.
 	err error
 
@@ -159,7 +160,7 @@ func (s *fakeStore) Stats(context.Context) (outbox.Stats, error) {
 			t.OldestDue = e.AvailableAt
 		}
 	}
-	st := outbox.Stats{At: s.now, Claims: s.claims}
+	st := outbox.Stats{At: s.now, Claims: s.claims, Relays: s.relays}
 	for _, k := range slices.Sorted(maps.Keys(byTopic)) {
 		st.Topics = append(st.Topics, *byTopic[k])
 	}

@@ -21,6 +21,7 @@ type overviewData struct {
 	Topics []topicRow
 	Total  topicRow
 	Claims []outbox.ClaimStats
+	Relays []outbox.RelayStats
 	Groups []groupRow
 }
 
@@ -68,7 +69,7 @@ func (h *Handler) overview(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p := h.newPage(w, r, "overview", "Overview")
-	d := &overviewData{At: stats.At, Claims: stats.Claims, Total: topicRow{Topic: "all topics"}}
+	d := &overviewData{At: stats.At, Claims: stats.Claims, Relays: stats.Relays, Total: topicRow{Topic: "all topics"}}
 	for _, t := range stats.Topics {
 		row := topicRow{
 			Topic: t.Topic, New: t.New, Retry: t.Retry, Done: t.Done, Dead: t.Dead, Pending: t.Pending(),

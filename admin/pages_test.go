@@ -54,6 +54,10 @@ func TestOverview(t *testing.T) {
 	t.Parallel()
 	b := setup(t, testConfig(), someEvents()...)
 	b.store.claims = []outbox.ClaimStats{{Owner: "relay-7", Topic: "orders", Events: 12, OldestClaim: fakeNow.Add(-time.Second), LeaseEnds: fakeNow.Add(time.Minute)}}
+	b.store.relays = []outbox.RelayStats{
+		{Owner: "relay-6", Until: fakeNow.Add(-time.Second)},
+		{Owner: "relay-7", Until: fakeNow.Add(10 * time.Second), Alive: true},
+	}
 
 	body := newBrowser(t, b.h).get("/", http.StatusOK)
 	require.Contains(t, body, "<title>Overview · wmoutbox</title>")
@@ -61,6 +65,8 @@ func TestOverview(t *testing.T) {
 	require.Contains(t, body, `<td class="n">1</td><td class="n">1</td><td class="n">2</td><td>1h0m0s</td>`,
 		"orders: one NEW, one RETRY, 2 pending, waited an hour")
 	require.Contains(t, body, "relay-7")
+	require.Regexp(t, `<td>relay-6</td><td class="time">[^<]+</td><td>dead: `, body)
+	require.Regexp(t, `<td>relay-7</td><td class="time">[^<]+</td><td>alive</td>`, body)
 	require.Contains(t, body, `<a href="./dead?group=g-timeout">reason of g-timeout</a>`)
 	require.Contains(t, body, `<a href="./dead?group=g-schema">reason of g-schema</a>`)
 	require.Equal(t, 10, b.store.groupQueries[0].Limit)

@@ -20,6 +20,23 @@ type Stats struct {
 	Topics []TopicStats
 	// Claims are the leases running at At, by owner, then topic.
 	Claims []ClaimStats
+	// Relays are the relays' heartbeats, by owner: those of relays
+	// running now, and of relays that died and whose claims no live
+	// relay has handed back yet.
+	Relays []RelayStats
+}
+
+// RelayStats is a relay's heartbeat.
+type RelayStats struct {
+	// Owner is the relay's owner name (SubscriberConfig.Owner).
+	Owner string
+	// Until is when its heartbeat expires: it renews it before then while
+	// it runs.
+	Until time.Time
+	// Alive says whether Until is after [Stats.At]. A relay that is not
+	// is taken for dead, and the first live relay to notice hands back
+	// its claims.
+	Alive bool
 }
 
 // TopicStats are the events of one topic by status.
@@ -91,6 +108,10 @@ func (s *Store[Tx]) Stats(ctx context.Context) (Stats, error) {
 		if c.LeaseEnds.After(cs.LeaseEnds) {
 			cs.LeaseEnds = c.LeaseEnds
 		}
+	}
+	slices.SortFunc(res.Relays, func(a, b outboxdriver.RelayHeartbeat) int { return strings.Compare(a.Owner, b.Owner) })
+	for _, r := range res.Relays {
+		stats.Relays = append(stats.Relays, RelayStats{Owner: r.Owner, Until: r.Until, Alive: r.Until.After(now)})
 	}
 	return stats, nil
 }

@@ -127,26 +127,41 @@ func seedStore[Tx any](t *testing.T, s *outbox.Store[Tx], events []seedEvent) []
 // claim leases one due event of topic to owner.
 func claim(t *testing.T, url, owner, topic string) {
 	t.Helper()
+	now := time.Now()
+	p := &outboxdriver.ClaimParams{Owner: owner, Topic: topic, Now: now, CreatedBefore: now.Add(time.Second), LockedUntil: now.Add(time.Hour), Limit: 1}
+	rows, err := executor(t, url).Claim(t.Context(), p)
+	require.NoError(t, err)
+	require.Len(t, rows, 1)
+}
+
+// heartbeat writes relay owner's heartbeat, expiring at until.
+func heartbeat(t *testing.T, url, owner string, until time.Time) {
+	t.Helper()
+	_, err := executor(t, url).Heartbeat(t.Context(), outboxdriver.HeartbeatParams{Owner: owner, Until: until})
+	require.NoError(t, err)
+}
+
+// executor returns the driver of the store at url, closed with the test.
+func executor(t *testing.T, url string) outboxdriver.Executor {
+	t.Helper()
 	c := &cli{getenv: func(string) string { return "" }, globals: globals{databaseURL: url, table: defaultTable}}
 	d, err := c.openMigrated(t.Context())
 	require.NoError(t, err)
-	defer d.close()
-	now := time.Now()
-	p := &outboxdriver.ClaimParams{Owner: owner, Topic: topic, Now: now, CreatedBefore: now.Add(time.Second), LockedUntil: now.Add(time.Hour), Limit: 1}
-	var rows []outboxdriver.Row
+	t.Cleanup(d.close)
 	switch d.dialect {
 	case dialectPostgres:
-		s, _ := postgres.NewStore(d.pool, d.postgres)
-		rows, err = s.Driver().Claim(t.Context(), p)
+		s, err := postgres.NewStore(d.pool, d.postgres)
+		require.NoError(t, err)
+		return s.Driver()
 	case dialectMySQL:
-		s, _ := mysql.NewStore(d.db, d.mysql)
-		rows, err = s.Driver().Claim(t.Context(), p)
+		s, err := mysql.NewStore(d.db, d.mysql)
+		require.NoError(t, err)
+		return s.Driver()
 	default:
-		s, _ := sqlite.NewStore(d.db, d.sqlite)
-		rows, err = s.Driver().Claim(t.Context(), p)
+		s, err := sqlite.NewStore(d.db, d.sqlite)
+		require.NoError(t, err)
+		return s.Driver()
 	}
-	require.NoError(t, err)
-	require.Len(t, rows, 1)
 }
 
 const (
@@ -180,11 +195,15 @@ func TestStats(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, url string) {
 		seed(t, url, deadSeed...)
 		claim(t, url, "relay-1", "orders")
+		heartbeat(t, url, "relay-1", time.Now().Add(time.Hour))
+		heartbeat(t, url, "relay-0", time.Now().Add(-time.Minute))
 
 		out := ok(t, "stats", "--database-url", url)
 		require.Contains(t, out, "TOPIC")
 		require.Regexp(t, `orders\s+2\s+0\s+1\s+2\s`, out) // a claimed event is NEW
 		require.Regexp(t, `relay-1\s+orders\s+1\s`, out)
+		require.Regexp(t, `relay-0\s+\S+\s+dead: claims handed back`, out)
+		require.Regexp(t, `relay-1\s+\S+\s+alive`, out)
 		require.Regexp(t, groupDecode+`\s+2\s`, out)
 		require.Contains(t, out, "decode order <n>")
 
@@ -197,6 +216,9 @@ func TestStats(t *testing.T) {
 		require.Equal(t, int64(2), st.Topics[0].New)
 		require.Len(t, st.Claims, 1)
 		require.Equal(t, "relay-1", st.Claims[0].Owner)
+		require.Len(t, st.Relays, 2)
+		require.Equal(t, relayJSON{Owner: "relay-0", Until: st.Relays[0].Until, Alive: false}, st.Relays[0])
+		require.True(t, st.Relays[1].Alive)
 		require.Len(t, st.DeadGroups, 2)
 		require.Equal(t, groupDecode, st.DeadGroups[0].Group)
 		require.Equal(t, int64(2), st.DeadGroups[0].Count)

@@ -65,11 +65,18 @@ type deadGroupJSON struct {
 	SampleError string    `json:"sample_error"`
 }
 
+type relayJSON struct {
+	Owner string    `json:"owner"`
+	Until time.Time `json:"heartbeat_until"`
+	Alive bool      `json:"alive"`
+}
+
 type statsJSON struct {
 	At         time.Time        `json:"at"`
 	Table      string           `json:"table"`
 	Topics     []topicStatsJSON `json:"topics"`
 	Claims     []claimStatsJSON `json:"claims"`
+	Relays     []relayJSON      `json:"relays"`
 	DeadGroups []deadGroupJSON  `json:"dead_groups"`
 	Dead       int64            `json:"dead"`
 	// Failed names the --fail-if checks whose condition holds.
@@ -90,7 +97,7 @@ func stats(ctx context.Context, c *cli, failDead int64, failOldest time.Duration
 	if err != nil {
 		return err
 	}
-	out := statsJSON{At: st.At.UTC(), Table: d.qualifiedTable(), Topics: []topicStatsJSON{}, Claims: []claimStatsJSON{}, DeadGroups: []deadGroupJSON{}, Failed: []string{}}
+	out := statsJSON{At: st.At.UTC(), Table: d.qualifiedTable(), Topics: []topicStatsJSON{}, Claims: []claimStatsJSON{}, Relays: []relayJSON{}, DeadGroups: []deadGroupJSON{}, Failed: []string{}}
 	var oldest time.Duration
 	for _, t := range st.Topics {
 		j := topicStatsJSON{Topic: t.Topic, New: t.New, Retry: t.Retry, Done: t.Done, Dead: t.Dead, OldestDue: optionalTime(t.OldestDue)}
@@ -104,6 +111,9 @@ func stats(ctx context.Context, c *cli, failDead int64, failOldest time.Duration
 	}
 	for _, cl := range st.Claims {
 		out.Claims = append(out.Claims, claimStatsJSON{cl.Owner, cl.Topic, cl.Events, cl.OldestClaim.UTC(), cl.LeaseEnds.UTC()})
+	}
+	for _, r := range st.Relays {
+		out.Relays = append(out.Relays, relayJSON{r.Owner, r.Until.UTC(), r.Alive})
 	}
 	for _, g := range groups {
 		out.DeadGroups = append(out.DeadGroups, deadGroupJSON{g.Group, g.Count, g.FirstDied.UTC(), g.LastDied.UTC(), g.Topics, g.Reason, g.SampleError})
@@ -152,6 +162,22 @@ func (c *cli) writeStats(st outbox.Stats, groups []outbox.DeadGroup) error {
 			rows = append(rows, []string{cl.Owner, cl.Topic, count(cl.Events), age(st.At, cl.OldestClaim), timestamp(cl.LeaseEnds)})
 		}
 		if err := c.writeTable([]string{"OWNER", "TOPIC", "CLAIMED", "OLDEST CLAIM", "LEASE ENDS"}, rows); err != nil {
+			return err
+		}
+	}
+	c.printf("\n")
+	if len(st.Relays) == 0 {
+		c.printf("No relay heartbeats.\n")
+	} else {
+		rows := make([][]string, 0, len(st.Relays))
+		for _, r := range st.Relays {
+			state := "alive"
+			if !r.Alive {
+				state = "dead: claims handed back at the next heartbeat of a live relay"
+			}
+			rows = append(rows, []string{r.Owner, timestamp(r.Until), state})
+		}
+		if err := c.writeTable([]string{"RELAY", "HEARTBEAT UNTIL", "STATE"}, rows); err != nil {
 			return err
 		}
 	}

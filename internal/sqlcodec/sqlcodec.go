@@ -385,6 +385,28 @@ func Stats(ctx context.Context, q Querier, table, topics string, topicsArgs []an
 	return res, nil
 }
 
+// Relays reads the relay heartbeats with query, which returns owner and
+// until (unix microseconds) rows, run with the heartbeats' name pattern.
+func Relays(ctx context.Context, q Querier, table, query string) ([]outboxdriver.RelayHeartbeat, error) {
+	rows, err := q.QueryContext(ctx, query, outboxdriver.HeartbeatPattern)
+	var relays []outboxdriver.RelayHeartbeat
+	if err == nil {
+		relays, err = scanEach(rows, func(rows *sql.Rows) (outboxdriver.RelayHeartbeat, error) {
+			var (
+				r     outboxdriver.RelayHeartbeat
+				until int64
+			)
+			err := rows.Scan(&r.Owner, &until)
+			r.Until = time.UnixMicro(until).UTC()
+			return r, err
+		})
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s: relay heartbeats: %w", table, err)
+	}
+	return relays, nil
+}
+
 // DeadGroups reads the groups of DEAD rows with groups, which returns
 // group ("" for NULL), count, first and last died and a sample error
 // rows, and their topics with topics, which returns the distinct group

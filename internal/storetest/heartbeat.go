@@ -55,6 +55,34 @@ func testHeartbeatRenews[Tx any](t *testing.T, f *fixture[Tx]) {
 	require.False(t, f.heartbeat(t, "a", 10*time.Second), "an ended heartbeat is gone")
 }
 
+// Stats lists the relays' heartbeats, live or expired, by owner, and no
+// other lease; the relay's periodic read has none.
+func testStatsRelays[Tx any](t *testing.T, f *fixture[Tx]) {
+	ctx := t.Context()
+	f.heartbeat(t, "b", 10*time.Second)
+	f.heartbeat(t, "a", 2*time.Second)
+	held, err := f.driver.AcquireLease(ctx, outboxdriver.LeaseParams{Name: "retention", Owner: "a",
+		Now: f.Clock.Now(), Until: f.Clock.Now().Add(time.Hour)})
+	require.NoError(t, err)
+	require.True(t, held)
+	f.Clock.Advance(5 * time.Second)
+
+	stats, err := f.Store.Stats(ctx)
+	require.NoError(t, err)
+	require.Len(t, stats.Relays, 2, "heartbeats only: %+v", stats.Relays)
+	a, b := stats.Relays[0], stats.Relays[1]
+	require.Equal(t, "a", a.Owner)
+	require.False(t, a.Alive, "a's heartbeat expired 3s ago")
+	require.True(t, Start.Add(2*time.Second).Equal(a.Until), "%v", a.Until)
+	require.Equal(t, "b", b.Owner)
+	require.True(t, b.Alive)
+	require.True(t, Start.Add(10*time.Second).Equal(b.Until), "%v", b.Until)
+
+	pending, err := f.driver.Stats(ctx, outboxdriver.StatsParams{Now: f.Clock.Now(), PendingOnly: true})
+	require.NoError(t, err)
+	require.Empty(t, pending.Relays)
+}
+
 // The claims of a relay whose heartbeat expired are handed back, due at
 // once in their place: its pending claims only, on every topic. Live
 // relays, and the holders of named leases that are not heartbeats, keep

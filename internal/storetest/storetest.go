@@ -124,6 +124,7 @@ func Run[Tx any](t *testing.T, newHarness func(t *testing.T) Harness[Tx]) {
 		{"AcquireLease", testAcquireLease[Tx]},
 		{"Retain", testRetain[Tx]},
 		{"HeartbeatRenews", testHeartbeatRenews[Tx]},
+		{"StatsRelays", testStatsRelays[Tx]},
 		{"ReleaseDeadRelays", testReleaseDeadRelays[Tx]},
 		{"ReleaseDeadRelaysOnce", testReleaseDeadRelaysOnce[Tx]},
 		{"MalformedHeadersDoNotBreakTheBatch", testMalformedHeadersDoNotBreakTheBatch[Tx]},

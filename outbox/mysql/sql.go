@@ -358,6 +358,10 @@ FROM {table}
 WHERE pending = 1 AND locked_until > ? AND locked_by IS NOT NULL
 GROUP BY locked_by, topic`
 
+// sqlStatsRelays reads the relay heartbeats, their names matching the
+// parameter (outboxdriver.HeartbeatPattern).
+const sqlStatsRelays = `SELECT owner, until FROM {lease} WHERE name LIKE ?`
+
 // sqlQueryPending pages through pending rows. Parameters: two statuses
 // (the same one twice for one), the topic twice (NULL for every topic),
 // the id after which the page starts, the page size.
@@ -502,6 +506,7 @@ type statements struct {
 	queryDead, countDead, replayDead       string
 	deadGroups, deadGroupTopics            string
 	statsTopics, statsPending, statsClaims string
+	statsRelays                            string
 	queryPending, queryEvents              string
 	queryAggregate, queryAggregateBefore   string
 	acquireLease, leaseHolder              string
@@ -547,6 +552,7 @@ func renderStatements(quoted, idIndex, dueIndex, idemIndex, inbox, lease, migrat
 		statsTopics:            r.Replace(sqlStatsTopics),
 		statsPending:           r.Replace(sqlStatsPending),
 		statsClaims:            r.Replace(sqlStatsClaims),
+		statsRelays:            r.Replace(sqlStatsRelays),
 		queryPending:           r.Replace(sqlQueryPending),
 		queryEvents:            r.Replace(sqlQueryEvents),
 		queryAggregate:         r.Replace(strings.Replace(sqlQueryAggregate, "{before}", "", 1)),

@@ -630,13 +630,19 @@ func (d *driver) DeadGroups(ctx context.Context, p outboxdriver.DeadGroupsParams
 	return sqlcodec.DeadGroups(ctx, d.db, d.t.Label, d.t.sql.deadGroups, groups, d.t.sql.deadGroupTopics, filter)
 }
 
-// Stats implements [outboxdriver.Executor] in two statements.
+// Stats implements [outboxdriver.Executor] in three statements: the
+// counts, the claims and the heartbeats.
 func (d *driver) Stats(ctx context.Context, p outboxdriver.StatsParams) (outboxdriver.StatsResult, error) {
 	now := []any{sqlcodec.Micros(p.Now)}
 	if p.PendingOnly {
 		return sqlcodec.Stats(ctx, d.db, d.t.Label, d.t.sql.statsPending, now, "", nil)
 	}
-	return sqlcodec.Stats(ctx, d.db, d.t.Label, d.t.sql.statsTopics, now, d.t.sql.statsClaims, now)
+	res, err := sqlcodec.Stats(ctx, d.db, d.t.Label, d.t.sql.statsTopics, now, d.t.sql.statsClaims, now)
+	if err != nil {
+		return res, err
+	}
+	res.Relays, err = sqlcodec.Relays(ctx, d.db, d.t.Label, d.t.sql.statsRelays)
+	return res, err
 }
 
 // QueryPending implements [outboxdriver.Executor].

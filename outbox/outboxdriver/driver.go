@@ -137,9 +137,10 @@ type Executor interface {
 
 	// Stats counts the rows by topic and status, with the earliest
 	// available_at of the pending rows due at p.Now, and the leases
-	// running at p.Now by owner and topic. See [StatsResult]. With
-	// p.PendingOnly it counts the pending rows alone, reading only them
-	// where an index allows, and no leases.
+	// running at p.Now by owner and topic, and reads the relay
+	// heartbeats. See [StatsResult]. With p.PendingOnly it counts the
+	// pending rows alone, reading only them where an index allows, and no
+	// leases or heartbeats.
 	Stats(ctx context.Context, p StatsParams) (StatsResult, error)
 	// DeadGroups groups the DEAD rows matching p.Filter by error_group (""
 	// for NULL), up to p.Limit groups, the largest first, then by group.
@@ -475,6 +476,16 @@ type StatsParams struct {
 type StatsResult struct {
 	Topics []TopicStatus
 	Claims []OwnerClaims
+	// Relays are the relay heartbeats of the lease table (see
+	// [HeartbeatPrefix]), expired or not; none with PendingOnly.
+	Relays []RelayHeartbeat
+}
+
+// RelayHeartbeat is a relay's heartbeat as the lease table holds it: the
+// relay Owner counts as alive until Until.
+type RelayHeartbeat struct {
+	Owner string
+	Until time.Time
 }
 
 // TopicStatus counts a topic's rows of one status. OldestDue is the

@@ -460,6 +460,10 @@ FROM {table}
 WHERE status IN (0, 2) AND locked_until > $1 AND locked_by IS NOT NULL
 GROUP BY locked_by, topic`
 
+// sqlStatsRelays reads the relay heartbeats, their names matching $1
+// (outboxdriver.HeartbeatPattern).
+const sqlStatsRelays = `SELECT owner, until FROM {lease} WHERE name LIKE $1`
+
 // sqlQueryPending pages through the pending rows of statuses $1 (a subset
 // of NEW and RETRY), of topic $2 unless it is empty, after event id $3, up
 // to $4 of them.
@@ -590,6 +594,7 @@ type statements struct {
 	queryDead, countDead, replayDead       string
 	purgeDead, deadGroups                  string
 	statsTopics, statsPending, statsClaims string
+	statsRelays                            string
 	queryPending, acquireLease             string
 	heartbeatRenew, heartbeatInsert        string
 	expiredHeartbeats, releaseDeadRelay    string
@@ -638,6 +643,7 @@ func renderStatements(schema, qualified, inbox, lease string, synchronous, delet
 		statsTopics:          r.Replace(sqlStatsTopics),
 		statsPending:         r.Replace(sqlStatsPending),
 		statsClaims:          r.Replace(sqlStatsClaims),
+		statsRelays:          r.Replace(sqlStatsRelays),
 		queryPending:         r.Replace(sqlQueryPending),
 		queryEvents:          r.Replace(sqlQueryEvents),
 		queryAggregate:       r.Replace(strings.Replace(sqlQueryAggregate, "{before}", "", 1)),

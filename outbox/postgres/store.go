@@ -613,8 +613,8 @@ func (d *driver) DeadGroups(ctx context.Context, p outboxdriver.DeadGroupsParams
 	return groups, nil
 }
 
-// Stats implements [outboxdriver.Executor] in two statements: the counts
-// by topic and status, and the claims.
+// Stats implements [outboxdriver.Executor] in three statements: the
+// counts by topic and status, the claims and the heartbeats.
 func (d *driver) Stats(ctx context.Context, p outboxdriver.StatsParams) (outboxdriver.StatsResult, error) {
 	var res outboxdriver.StatsResult
 	topics := d.t.sql.statsTopics
@@ -657,6 +657,17 @@ func (d *driver) Stats(ctx context.Context, p outboxdriver.StatsParams) (outboxd
 	}
 	if err != nil {
 		return res, fmt.Errorf("postgres: claims on %s: %w", d.t.qualified, err)
+	}
+	rows, err = d.db.Query(ctx, d.t.sql.statsRelays, outboxdriver.HeartbeatPattern)
+	if err == nil {
+		res.Relays, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (outboxdriver.RelayHeartbeat, error) {
+			var r outboxdriver.RelayHeartbeat
+			err := row.Scan(&r.Owner, &r.Until)
+			return r, err
+		})
+	}
+	if err != nil {
+		return res, fmt.Errorf("postgres: relay heartbeats of %s: %w", d.t.qualified, err)
 	}
 	return res, nil
 }

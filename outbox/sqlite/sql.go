@@ -292,6 +292,10 @@ FROM {table}
 WHERE status IN (0, 2) AND locked_until > ?1 AND locked_by IS NOT NULL
 GROUP BY locked_by, topic`
 
+// sqlStatsRelays reads the relay heartbeats, their names matching ?1
+// (outboxdriver.HeartbeatPattern).
+const sqlStatsRelays = `SELECT owner, until FROM {lease} WHERE name LIKE ?1`
+
 // sqlQueryPending pages through the pending rows of statuses ?1 (a JSON
 // array, a subset of NEW and RETRY), of topic ?2 unless it is NULL, after
 // event id ?3, up to ?4 of them.
@@ -413,6 +417,7 @@ type statements struct {
 	queryAggregate, queryAggregateBefore    string
 	deadGroups, deadGroupTopics             string
 	statsTopics, statsPending, statsClaims  string
+	statsRelays                             string
 	acquireLease                            string
 	heartbeatRenew, heartbeatInsert         string
 	expiredHeartbeats, endHeartbeat         string
@@ -447,6 +452,7 @@ func renderStatements(quoted, inbox, lease string, deleteDone bool) statements {
 		statsTopics:            r.Replace(sqlStatsTopics),
 		statsPending:           r.Replace(sqlStatsPending),
 		statsClaims:            r.Replace(sqlStatsClaims),
+		statsRelays:            r.Replace(sqlStatsRelays),
 		queryPending:           r.Replace(sqlQueryPending),
 		queryEvents:            r.Replace(sqlQueryEvents),
 		queryAggregate:         r.Replace(strings.Replace(sqlQueryAggregate, "{before}", "", 1)),
