@@ -357,8 +357,9 @@ func TestOrderedDoneClaimsTheNextEventOfItsAggregateByName(t *testing.T) {
 	heldBack := outbox.NewJSON("OrderCreated", []byte(`{}`))
 	heldBack.AggregateType, heldBack.AggregateID, heldBack.DeliverAfter = "Order", "o-2", time.Now().Add(24*time.Hour)
 	writeCold(t, store, heldBack)
+	// One event per claim: each DONE brings the next claim.
 	recorder, _, msgs := subscribeRecorded(t, store, watermilladapter.SubscriberConfig{
-		WakeCooldown: time.Hour, PollInterval: time.Hour}, "OrderCreated")
+		WakeCooldown: time.Hour, PollInterval: time.Hour, OrderedRunLength: 1}, "OrderCreated")
 	for i := range 5 {
 		msg := nextMessage(t, msgs, fmt.Sprintf("event %d of the aggregate", i))
 		require.JSONEq(t, fmt.Sprintf(`{"step": %d}`, i), string(msg.Payload))
@@ -437,8 +438,10 @@ func TestOrderedCommitsOfThisProcessAreClaimedByName(t *testing.T) {
 func TestOrderedRetryIsClaimedByName(t *testing.T) {
 	t.Parallel()
 	store := committedSteps(t, nil, "OrderCreated", 2)
+	// One event per claim: a run's events released after the Nack would
+	// bring a walk.
 	recorder, _, msgs := subscribeRecorded(t, store, watermilladapter.SubscriberConfig{WakeCooldown: time.Millisecond,
-		PollInterval: time.Hour, RetryPolicy: outbox.Backoff{Base: 50 * time.Millisecond, NoJitter: true}}, "OrderCreated")
+		PollInterval: time.Hour, RetryPolicy: outbox.Backoff{Base: 50 * time.Millisecond, NoJitter: true}, OrderedRunLength: 1}, "OrderCreated")
 	first := nextMessage(t, msgs, "the first event")
 	first.Nack()
 	again := nextMessage(t, msgs, "the first event, retried")

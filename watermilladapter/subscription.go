@@ -3,6 +3,7 @@ package watermilladapter
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -26,6 +27,7 @@ type queued struct {
 	headers map[string]string // decoded from row.Headers, or as written
 	source  string
 	since   time.Time // when it became due (commit, or a later due time), for latency
+	run     []queued  // the rest of an ordered run whose head this is (see run.go)
 }
 
 // subscription relays one topic to one output channel.
@@ -48,6 +50,8 @@ type subscription struct {
 	// are released, by the subscription that releases them (releases).
 	earlier  chan struct{}
 	releases bool
+
+	held atomic.Int64 // events of runs claimed and not yet taken by a worker or released
 
 	mu       sync.Mutex
 	claimAts []claimTime                         // when to claim, earliest first: retries recorded, commits too recent for a claim
@@ -210,6 +214,7 @@ func (sub *subscription) releaseQueued() {
 				if !sub.claimHalfSpent(&item.row) {
 					left = append(left, releaseItem{id: item.row.ID, topic: sub.topic})
 				}
+				sub.releaseRun(item.run)
 				continue
 			default:
 			}
