@@ -288,10 +288,11 @@ const sqlLeaseRuns = `, claimable AS (
     WHERE ctid = ANY(ARRAY(SELECT ctid FROM picked))
     FOR UPDATE SKIP LOCKED
 ), kept AS (
-    SELECT p.ctid, p.i FROM picked AS p
-    WHERE p.ctid IN (SELECT ctid FROM locked) AND NOT EXISTS (
-        SELECT 1 FROM picked AS q
-        WHERE q.n = p.n AND q.i < p.i AND q.ctid NOT IN (SELECT ctid FROM locked))
+    SELECT k.ctid, k.i FROM (
+        SELECT p.ctid, p.i, bool_and(l.ctid IS NOT NULL) OVER (PARTITION BY p.n ORDER BY p.i) AS whole
+        FROM picked AS p LEFT JOIN locked AS l ON l.ctid = p.ctid
+    ) AS k
+    WHERE k.whole
 )
 UPDATE {table} AS o SET locked_by = $5, locked_at = $1, locked_until = $3
 FROM kept {async} WHERE o.ctid = kept.ctid
