@@ -37,7 +37,8 @@ const (
 	orderedTopic    = "ordered"
 	// orderedRelaysOrdered is every relay's SubscriberConfig.Ordered.
 	// Set to false, the scenario must report order violations: that is
-	// how the check was shown to fail.
+	// how the check was shown to fail; so it does with a relay that goes
+	// on with a run after a Nack (README.md has the figures).
 	orderedRelaysOrdered = true
 
 	// Few aggregates, each with a backlog: the relays deliver them in runs

@@ -90,9 +90,10 @@ func signal(ch chan struct{}) {
 func (sub *subscription) wake() { signal(sub.wakeCh) }
 
 // claimNext makes the cold path claim the next event of aggregate at once,
-// whatever WakeCooldown says: the DONE of the ordered event before it is
-// recorded. An aggregate's events follow one another at the pace of a
-// claim and an outcome statement, not of the cooldown; the claim names
+// whatever WakeCooldown says: the DONE of the ordered event before it (the
+// last of its run) is recorded. An aggregate's runs follow one another at
+// the pace of a claim and an outcome statement, not of the cooldown; the
+// claim names
 // the aggregates it is for, rather than walking every aggregate of the
 // topic (see outboxdriver.ClaimParams.Aggregates).
 func (sub *subscription) claimNext(aggregate outboxdriver.Aggregate) {
