@@ -291,12 +291,7 @@ func committedSteps(t *testing.T, clock outbox.Clock, topic string, n int) *post
 	t.Helper()
 	store, err := postgres.NewStore(testdb.New(t), postgres.Config{Clock: clock})
 	require.NoError(t, err)
-	events := make([]outbox.Envelope, n)
-	for i := range events {
-		events[i] = outbox.NewJSON("OrderCreated", fmt.Appendf(nil, `{"step": %d}`, i))
-		events[i].Topic, events[i].AggregateType, events[i].AggregateID = topic, "Order", "o-1"
-	}
-	writeCold(t, store, events...)
+	stepsOf(t, store, topic, n)
 	return store
 }
 
