@@ -2,6 +2,7 @@ package watermilladapter_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -68,31 +69,50 @@ func TestOrderedRunDeliversTheNextEventBeforeTheDoneIsRecorded(t *testing.T) {
 	})
 }
 
-// A Nack ends the run: the events after it are released at once, and wait
-// for the retry, which comes first; the rest follow in order.
+// A Nack ends the run, however it fails the event: the events after it
+// are released at once and wait for it; once it is retried (or replayed),
+// the rest follow in order.
 func TestOrderedNackEndsTheRunAndReleasesTheRest(t *testing.T) {
 	t.Parallel()
-	clock := clocktest.New(testStart)
-	store, err := postgres.NewStore(testdb.New(t), postgres.Config{Clock: clock})
-	require.NoError(t, err)
-	ids := stepsOf(t, store, "orders", 4)
-	_, msgs := subscribe(t, store, watermilladapter.SubscriberConfig{Ordered: true, PollInterval: time.Hour, Clock: clock,
-		RetryPolicy: outbox.Backoff{Base: time.Minute, NoJitter: true}}, "orders")
-	nextMessage(t, msgs, "step 0").Ack()
-	failed := nextMessage(t, msgs, "step 1")
-	require.JSONEq(t, `{"step": 1}`, string(failed.Payload))
-	failed.Nack()
-	relaytest.AdvanceUntil(t, clock, watermilladapter.SettleLinger, "the retry recorded and the rest released", func() bool {
-		retried := statusOf(t, store, ids[1])
-		return retried.Status == outbox.StatusRetry && retried.LockedBy == "" &&
-			statusOf(t, store, ids[2]).LockedBy == "" && statusOf(t, store, ids[3]).LockedBy == ""
-	})
-	noMessage(t, msgs, "the rest of the run waits for the retry")
-	clock.Advance(time.Minute)
-	for i, step := range []int{1, 2, 3} {
-		msg := nextMessage(t, msgs, fmt.Sprint("delivery ", i, " after the retry came due"))
-		require.JSONEq(t, fmt.Sprintf(`{"step": %d}`, step), string(msg.Payload))
-		msg.Ack()
+	for name, fail := range map[string]error{
+		"retry":            errors.New("broker down"),
+		"retry after":      outbox.RetryAfter(time.Minute, errors.New("not yet")),
+		"fail retry after": outbox.FailRetryAfter(time.Minute, errors.New("rate limited")),
+		"dead":             outbox.Permanent(errors.New("poison")),
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			clock := clocktest.New(testStart)
+			store, err := postgres.NewStore(testdb.New(t), postgres.Config{Clock: clock})
+			require.NoError(t, err)
+			ids := stepsOf(t, store, "orders", 4)
+			sub, msgs := subscribe(t, store, watermilladapter.SubscriberConfig{Ordered: true, PollInterval: time.Hour, Clock: clock,
+				RetryPolicy: outbox.Backoff{Base: time.Minute, NoJitter: true}}, "orders")
+			nextMessage(t, msgs, "step 0").Ack()
+			failed := nextMessage(t, msgs, "step 1")
+			require.JSONEq(t, `{"step": 1}`, string(failed.Payload))
+			watermilladapter.RecordError(failed, fail)
+			failed.Nack()
+			relaytest.AdvanceUntil(t, clock, watermilladapter.SettleLinger, "the outcome recorded and the rest released", func() bool {
+				e := statusOf(t, store, ids[1])
+				recorded := e.Status != outbox.StatusNew || e.AvailableAt.After(clock.Now()) // a deferral keeps NEW
+				return recorded && e.LockedBy == "" &&
+					statusOf(t, store, ids[2]).LockedBy == "" && statusOf(t, store, ids[3]).LockedBy == ""
+			})
+			noMessage(t, msgs, "the rest of the run waits for the failed event")
+			if statusOf(t, store, ids[1]).Status == outbox.StatusDead {
+				n, err := store.ReplayDead(t.Context(), outbox.DeadFilter{IDs: ids[1:2]})
+				require.NoError(t, err)
+				require.EqualValues(t, 1, n)
+				sub.Wake("orders") // as a replay's caller, or a listener, tells the relays
+			}
+			clock.Advance(time.Minute)
+			for i, step := range []int{1, 2, 3} {
+				msg := nextMessage(t, msgs, fmt.Sprint("delivery ", i, " once step 1 is due again"))
+				require.JSONEq(t, fmt.Sprintf(`{"step": %d}`, step), string(msg.Payload))
+				msg.Ack()
+			}
+		})
 	}
 }
 

@@ -142,7 +142,8 @@ type SubscriberConfig struct {
 	SkipRecent time.Duration
 	// Ordered delivers the events of an aggregate (AggregateType and
 	// AggregateID, within a topic) one at a time, in the order they were
-	// written: the next is claimed once the one before is acked, and
+	// written: the next is handed over once the one before is acked
+	// (claimed with it in a run, see OrderedRunLength, or after it), and
 	// waits while it is retried, deferred, scheduled for later or DEAD
 	// (until it is replayed or purged; the DEAD event's log line has
 	// holds_back_aggregate=true). Events of different aggregates,
