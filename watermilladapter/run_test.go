@@ -161,3 +161,23 @@ func TestOrderedRunHoldsItsAggregateAgainstOtherRelays(t *testing.T) {
 		t.Fatal("step 2 was not delivered")
 	}
 }
+
+// The events a relay holds, runs included, never exceed
+// ColdQueueCapacity: a run longer than it acts as it.
+func TestOrderedRunsFitTheColdQueue(t *testing.T) {
+	t.Parallel()
+	store := committedSteps(t, nil, "OrderCreated", 5)
+	recorder, _, msgs := subscribeRecorded(t, store, watermilladapter.SubscriberConfig{ColdQueueCapacity: 3,
+		PollInterval: time.Hour}, "OrderCreated")
+	for i := range 5 {
+		msg := nextMessage(t, msgs, fmt.Sprintf("event %d of the aggregate", i))
+		require.JSONEq(t, fmt.Sprintf(`{"step": %d}`, i), string(msg.Payload))
+		msg.Ack()
+	}
+	claims := recorder.recorded()
+	require.Equal(t, 3, claims[0].params.RunLength, "OrderedRunLength's default, cut to the queue")
+	for _, c := range claims {
+		require.LessOrEqual(t, len(c.rows), 3, "no claim takes more than the queue holds")
+	}
+	require.Len(t, claims[0].rows, 3)
+}
