@@ -502,20 +502,8 @@ func (d *driver) runsAfter(ctx context.Context, tx *sql.Tx, p *outboxdriver.Clai
 	if err != nil {
 		return nil, nil, err
 	}
-	rows, err := tx.QueryContext(ctx, d.t.sql.runsAfter, string(list), p.Topic, p.RunLength-1)
-	if err != nil {
-		return nil, nil, fmt.Errorf("read the runs: %w", err)
-	}
-	var pairs [][2]int64 // the head's place in keyed, from 1, and the seq of an event after it
-	for rows.Next() {
-		var pair [2]int64
-		if err := rows.Scan(&pair[0], &pair[1]); err != nil {
-			_ = rows.Close()
-			return nil, nil, err
-		}
-		pairs = append(pairs, pair)
-	}
-	if err := errors.Join(rows.Err(), rows.Close()); err != nil || len(pairs) == 0 {
+	pairs, err := queryRunsAfter(ctx, tx, d.t.sql.runsAfter, string(list), p.Topic, p.RunLength-1)
+	if err != nil || len(pairs) == 0 {
 		return nil, nil, err
 	}
 	candidates := make([]int64, len(pairs))
@@ -525,7 +513,8 @@ func (d *driver) runsAfter(ctx context.Context, tx *sql.Tx, p *outboxdriver.Clai
 	if list, err = json.Marshal(candidates); err != nil {
 		return nil, nil, err
 	}
-	if rows, err = tx.QueryContext(ctx, d.t.sql.lockRun, string(list)); err != nil {
+	rows, err := tx.QueryContext(ctx, d.t.sql.lockRun, string(list)) //nolint:rowserrcheck // ScanRowsWithKeys checks rows.Err and closes rows
+	if err != nil {
 		return nil, nil, fmt.Errorf("lock the runs: %w", err)
 	}
 	locked, lockedSeqs, err := sqlcodec.ScanRowsWithKeys(rows)
@@ -558,6 +547,25 @@ func (d *driver) runsAfter(ctx context.Context, tx *sql.Tx, p *outboxdriver.Clai
 		followerSeqs[i] = seqOf[followers[i].ID]
 	}
 	return followers, followerSeqs, nil
+}
+
+// queryRunsAfter runs sqlRunsAfter: for each event read, the head's place
+// in the heads given, from 1, and the event's seq.
+func queryRunsAfter(ctx context.Context, tx *sql.Tx, query string, args ...any) ([][2]int64, error) {
+	rows, err := tx.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, fmt.Errorf("read the runs: %w", err)
+	}
+	defer rows.Close()
+	var pairs [][2]int64
+	for rows.Next() {
+		var pair [2]int64
+		if err := rows.Scan(&pair[0], &pair[1]); err != nil {
+			return nil, fmt.Errorf("read the runs: %w", err)
+		}
+		pairs = append(pairs, pair)
+	}
+	return pairs, rows.Err()
 }
 
 // Release implements [outboxdriver.Executor].

@@ -307,8 +307,8 @@ func (d *driver) claimRuns(ctx context.Context, p *outboxdriver.ClaimParams) ([]
 		return nil, err
 	}
 	defer func() { _ = tx.Rollback() }() // a no-op after the commit
-	rows, err := tx.QueryContext(ctx, d.t.sql.claimHeads, sqlcodec.Micros(p.Now), sqlcodec.Micros(p.CreatedBefore), p.Limit,
-		p.Owner, sqlcodec.Micros(p.LockedUntil), p.Topic)
+	args := []any{sqlcodec.Micros(p.Now), sqlcodec.Micros(p.CreatedBefore), p.Limit, p.Owner, sqlcodec.Micros(p.LockedUntil), p.Topic}
+	rows, err := tx.QueryContext(ctx, d.t.sql.claimHeads, args...) //nolint:rowserrcheck // ScanRowsWithKeys checks rows.Err and closes rows
 	if err != nil {
 		return nil, err
 	}
