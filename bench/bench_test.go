@@ -49,7 +49,7 @@ func TestRunsEveryScenario(t *testing.T) {
 		t.Skip("runs every scenario; skipped with -short")
 	}
 	server := testServer(t)
-	tiny := sizes{reps: 1, writes: 100, drain: 500, latencyEvents: 50, kafka: 500, retention: time.Second}
+	tiny := sizes{reps: 1, writes: 100, drain: 500, hotDrain: 500, latencyEvents: 50, kafka: 500, retention: time.Second}
 	name, err := run(context.Background(), server, tiny, "", true)
 	require.NoError(t, err)
 

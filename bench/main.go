@@ -25,6 +25,7 @@ type sizes struct {
 	reps          int           // repetitions of each throughput scenario
 	writes        int           // events per write-path repetition
 	drain         int           // backlog drained per repetition
+	hotDrain      int           // backlog of the ordered drains of hot aggregates
 	latencyEvents int           // events per latency run, at latencyRate
 	kafka         int           // backlog drained to Kafka per repetition
 	memory        int           // backlog of the memory scenario; 0 skips it
@@ -32,8 +33,8 @@ type sizes struct {
 }
 
 var (
-	fullSizes  = sizes{reps: 3, writes: 20_000, drain: 200_000, latencyEvents: 5_000, kafka: 200_000, memory: 1_000_000, retention: 30 * time.Second}
-	quickSizes = sizes{reps: 3, writes: 1_500, drain: 10_000, latencyEvents: 600, kafka: 10_000, retention: 5 * time.Second}
+	fullSizes  = sizes{reps: 3, writes: 20_000, drain: 200_000, hotDrain: 20_000, latencyEvents: 5_000, kafka: 200_000, memory: 1_000_000, retention: 30 * time.Second}
+	quickSizes = sizes{reps: 3, writes: 1_500, drain: 10_000, hotDrain: 20_000, latencyEvents: 600, kafka: 10_000, retention: 5 * time.Second}
 )
 
 // latencyRate is the paced write rate of the latency scenarios, events/s.

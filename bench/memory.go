@@ -56,7 +56,7 @@ func memoryDrain(ctx context.Context, db *database, n int) (memoryReport, error)
 		return memoryReport{}, err
 	}
 	defer pool.Close()
-	table, drop, err := backlogTable(ctx, pool, "bench_memory", n, 1)
+	table, drop, err := backlogTable(ctx, pool, "bench_memory", n, eachOwn)
 	if err != nil {
 		return memoryReport{}, err
 	}

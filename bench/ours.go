@@ -29,12 +29,12 @@ const (
 )
 
 // benchMessage is event i as the Watermill message a service publishes,
-// of an aggregate of perAggregate events (see aggregateOf; 1: its own).
-func benchMessage(ctx context.Context, i, perAggregate int) *message.Message {
+// of its aggregate in backlog shape s.
+func benchMessage(ctx context.Context, i int, s shape) *message.Message {
 	msg := message.NewMessage(watermill.NewUUID(), payload(i))
 	msg.Metadata.Set(watermilladapter.MetadataEventType, eventType)
 	msg.Metadata.Set(watermilladapter.MetadataAggregateType, aggregateType)
-	msg.Metadata.Set(watermilladapter.MetadataAggregateID, aggregateOf(i, perAggregate))
+	msg.Metadata.Set(watermilladapter.MetadataAggregateID, s.aggregateOf(i))
 	msg.Metadata.Set(keySeq, strconv.Itoa(i))
 	msg.SetContext(ctx)
 	return msg
@@ -69,13 +69,13 @@ func (w *writer) close() error { return errors.Join(w.pub.Close(), w.notifier.Cl
 // fill writes events [from, to) in transactions of 1000, untimed, in
 // aggregates of perAggregate events (see aggregateOf), each event in its
 // place: an aggregate's events are written in the order of their numbers.
-func (w *writer) fill(ctx context.Context, from, to, perAggregate int) error {
+func (w *writer) fill(ctx context.Context, from, to int, s shape) error {
 	const perTx = 1000
 	for lo := from; lo < to; lo += perTx {
 		hi := min(lo+perTx, to)
 		msgs := make([]*message.Message, 0, hi-lo)
 		for i := lo; i < hi; i++ {
-			msgs = append(msgs, benchMessage(ctx, i, perAggregate))
+			msgs = append(msgs, benchMessage(ctx, i, s))
 		}
 		err := w.store.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
 			return w.pub.WithTx(tx).Publish(outboxTopic, msgs...)
@@ -98,7 +98,7 @@ type relay struct {
 	routing  *routing
 }
 
-func startRelay(ctx context.Context, pool *pgxpool.Pool, table postgres.Config, downstream message.Publisher, cfg watermilladapter.SubscriberConfig) (*relay, error) {
+func startRelay(ctx context.Context, pool *pgxpool.Pool, table postgres.Config, downstream message.Publisher, cfg watermilladapter.SubscriberConfig, mws ...message.HandlerMiddleware) (*relay, error) {
 	store, err := postgres.NewStore(pool, table)
 	if err != nil {
 		return nil, err
@@ -114,7 +114,7 @@ func startRelay(ctx context.Context, pool *pgxpool.Pool, table postgres.Config, 
 	if r.listener, err = postgres.Listen(pool, table, sub.Wake); err != nil {
 		return nil, errors.Join(err, sub.Close())
 	}
-	if r.routing, err = startRouting(ctx, sub, downstream); err != nil {
+	if r.routing, err = startRouting(ctx, sub, downstream, mws...); err != nil {
 		return nil, errors.Join(err, r.close())
 	}
 	return r, nil
@@ -137,13 +137,13 @@ func (r *relay) close() error {
 
 // routing is a Watermill router forwarding outboxTopic of a subscriber to
 // a downstream publisher through forward.Handler, behind
-// middleware.RecordErrors.
+// middleware.RecordErrors and then mws.
 type routing struct {
 	router *message.Router
 	runErr chan error
 }
 
-func startRouting(ctx context.Context, sub message.Subscriber, downstream message.Publisher) (*routing, error) {
+func startRouting(ctx context.Context, sub message.Subscriber, downstream message.Publisher, mws ...message.HandlerMiddleware) (*routing, error) {
 	handler, err := forward.Handler(forward.Config{
 		Publisher: downstream,
 		Topic:     func(*message.Message) (string, error) { return sinkTopic, nil },
@@ -156,6 +156,7 @@ func startRouting(ctx context.Context, sub message.Subscriber, downstream messag
 		return nil, err
 	}
 	router.AddMiddleware(outboxmw.RecordErrors)
+	router.AddMiddleware(mws...)
 	router.AddConsumerHandler("forward", outboxTopic, sub, handler)
 	r := &routing{router: router, runErr: make(chan error, 1)}
 	go func() { r.runErr <- router.Run(ctx) }()
@@ -286,7 +287,7 @@ func oursWrite(ctx context.Context, db *database, pool *pgxpool.Pool, n, writers
 	err = parallel(writers, n, func(i int) error {
 		var msg *message.Message
 		err := store.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
-			msg = benchMessage(ctx, i, 1)
+			msg = benchMessage(ctx, i, eachOwn)
 			return pub.Publish(outboxTopic, msg)
 		})
 		if err != nil {
@@ -327,7 +328,7 @@ func parallel(workers, n int, do func(i int) error) error {
 // backlogTable returns a fresh outbox table holding n due events in
 // aggregates of perAggregate (see writer.fill), analyzed as autovacuum
 // would leave it, and the function that drops it.
-func backlogTable(ctx context.Context, pool *pgxpool.Pool, prefix string, n, perAggregate int) (_ postgres.Config, drop func(), err error) {
+func backlogTable(ctx context.Context, pool *pgxpool.Pool, prefix string, n int, s shape) (_ postgres.Config, drop func(), err error) {
 	table, drop, err := freshTable(ctx, pool, prefix)
 	if err != nil {
 		return table, nil, err
@@ -341,7 +342,7 @@ func backlogTable(ctx context.Context, pool *pgxpool.Pool, prefix string, n, per
 	if err != nil {
 		return table, nil, err
 	}
-	err = w.fill(ctx, 0, n, perAggregate)
+	err = w.fill(ctx, 0, n, s)
 	if err = errors.Join(err, w.close()); err != nil {
 		return table, nil, err
 	}
@@ -353,26 +354,20 @@ func backlogTable(ctx context.Context, pool *pgxpool.Pool, prefix string, n, per
 
 // drainSetting is how oursDrain relays: the subscriber's configuration,
 // and whether delivered events are deleted (postgres.Config.DeleteDone);
-// and the backlog it drains: aggregates of perAggregate events each (0 or
-// 1: every event its own).
+// and the shape of the backlog it drains.
 type drainSetting struct {
-	name         string
-	cfg          watermilladapter.SubscriberConfig
-	deleteDone   bool
-	perAggregate int
+	name       string
+	cfg        watermilladapter.SubscriberConfig
+	deleteDone bool
+	shape      shape
 }
 
 // ordered is s with ordered claims (SubscriberConfig.Ordered), draining a
-// backlog of aggregates of perAggregate events each.
-func (s drainSetting) ordered(perAggregate int) drainSetting {
+// backlog of shape backlog.
+func (s drainSetting) ordered(backlog shape) drainSetting {
 	s.cfg.Ordered = true
-	s.perAggregate = perAggregate
-	s.name += ", ordered, "
-	if perAggregate > 1 {
-		s.name += fmt.Sprintf("aggregates of %d events", perAggregate)
-	} else {
-		s.name += "every event its own aggregate"
-	}
+	s.shape = backlog
+	s.name += ", ordered, " + backlog.String()
 	return s
 }
 
@@ -381,7 +376,7 @@ func (s drainSetting) ordered(perAggregate int) drainSetting {
 // every event. An ordered setting's drain fails if an event reached the
 // sink after a later one of its aggregate.
 func oursDrain(ctx context.Context, db *database, pool *pgxpool.Pool, n, instances int, setting drainSetting, downstream func(recv func(*message.Message)) (message.Publisher, func() error, error)) (_ window, err error) {
-	table, drop, err := backlogTable(ctx, pool, "bench_drain", n, setting.perAggregate)
+	table, drop, err := backlogTable(ctx, pool, "bench_drain", n, setting.shape)
 	if err != nil {
 		return window{}, err
 	}
@@ -390,7 +385,13 @@ func oursDrain(ctx context.Context, db *database, pool *pgxpool.Pool, n, instanc
 
 	t := newTally(n)
 	if setting.cfg.Ordered {
-		t.checkOrder(setting.perAggregate)
+		t.checkOrder(setting.shape)
+	}
+	var mws []message.HandlerMiddleware
+	var gaps *handoffs
+	if setting.cfg.Ordered {
+		gaps = newHandoffs()
+		mws = append(mws, gaps.middleware)
 	}
 	pub, closeDownstream, err := downstream(t.recv)
 	if err != nil {
@@ -409,7 +410,7 @@ func oursDrain(ctx context.Context, db *database, pool *pgxpool.Pool, n, instanc
 	relays := make([]*relay, 0, instances)
 	defer func() { err = errors.Join(err, closeAll(relays)) }()
 	for _, p := range pools {
-		r, err := startRelay(ctx, p, table, pub, setting.cfg)
+		r, err := startRelay(ctx, p, table, pub, setting.cfg, mws...)
 		if err != nil {
 			return window{}, err
 		}
@@ -431,6 +432,9 @@ func oursDrain(ctx context.Context, db *database, pool *pgxpool.Pool, n, instanc
 		return window{}, err
 	}
 	w.duplicates = t.duplicates()
+	if gaps != nil {
+		w.handoffs = gaps.sample()
+	}
 	return w, t.check("drain")
 }
 
@@ -491,7 +495,7 @@ func oursLatency(ctx context.Context, db *database, pool *pgxpool.Pool, count in
 			if err := outbox.AfterCommit(ctx, func(context.Context) error { committed[i] = time.Now(); return nil }); err != nil {
 				return err
 			}
-			return pub.Publish(outboxTopic, benchMessage(ctx, i, 1))
+			return pub.Publish(outboxTopic, benchMessage(ctx, i, eachOwn))
 		})
 	})
 	if err != nil {

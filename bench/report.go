@@ -196,6 +196,15 @@ func (s *series) duplicates() int {
 }
 
 // median is the median rate, events per second.
+// handoffs is the percentiles of the hand-offs of every repetition.
+func (s *series) handoffs() percentiles {
+	var all []time.Duration
+	for _, w := range s.windows {
+		all = append(all, w.handoffs...)
+	}
+	return latencyOf(all)
+}
+
 func (s *series) median() float64 {
 	rates := make([]float64, len(s.windows))
 	for i, w := range s.windows {

@@ -109,7 +109,7 @@ func measureRetention(ctx context.Context, db *database, pool *pgxpool.Pool, sz 
 				err := store.InTx(flowCtx, func(ctx context.Context, tx pgx.Tx) error {
 					msgs := make([]*message.Message, retentionPerTx)
 					for j := range msgs {
-						msgs[j] = benchMessage(ctx, i*retentionPerTx+j, 1)
+						msgs[j] = benchMessage(ctx, i*retentionPerTx+j, eachOwn)
 					}
 					return pub.WithTx(tx).Publish(outboxTopic, msgs...)
 				})

@@ -21,6 +21,7 @@ const writers = 4
 // has the rest.
 type results struct {
 	writeRatio, drain1, drain1Ratio float64
+	orderedHot, orderedHotRatio     float64 // the drain of hotAggregates, and its ratio to the unordered tuned one
 	hot, cold                       percentiles
 	kafka                           float64
 }
@@ -80,9 +81,9 @@ func runIn(ctx context.Context, db *database, sz sizes, only string, quick bool)
 	}
 	fmt.Println(othersLine)
 	if quick {
-		fmt.Printf("summary: write_ratio=%.2f drain_per_s=%.0f drain_ratio_vs_forwarder=%.2f hot_p50_ms=%.2f hot_p99_ms=%.2f cold_p99_ms=%.2f kafka_drain_per_s=%.0f\n",
+		fmt.Printf("summary: write_ratio=%.2f drain_per_s=%.0f drain_ratio_vs_forwarder=%.2f hot_p50_ms=%.2f hot_p99_ms=%.2f cold_p99_ms=%.2f kafka_drain_per_s=%.0f ordered_hot_per_s=%.0f ordered_hot_ratio=%.2f\n",
 			res.writeRatio, res.drain1, res.drain1Ratio,
-			msf(res.hot.p50), msf(res.hot.p99), msf(res.cold.p99), res.kafka)
+			msf(res.hot.p50), msf(res.hot.p99), msf(res.cold.p99), res.kafka, res.orderedHot, res.orderedHotRatio)
 	}
 	return nil
 }
@@ -176,6 +177,10 @@ var (
 // events wait for the one before them: 10 events in a row per aggregate.
 const orderedAggregate = 10
 
+// hotAggregates is the number of aggregates of the ordered drain of hot
+// aggregates, whose events are written interleaved, as busy keys' are.
+const hotAggregates = 10
+
 // measureDrain times the raw claim loops, the forwarder and ours on
 // backlogs of the same size, one repetition of each in turn.
 func (res *results) measureDrain(ctx context.Context, db *database, pool *pgxpool.Pool, sz sizes, rep *report) error {
@@ -196,13 +201,25 @@ func (res *results) measureDrain(ctx context.Context, db *database, pool *pgxpoo
 		instances int
 		setting   drainSetting
 	}{{1, drainDefault}, {1, drainTuned}, {4, drainTuned}, {1, drainTunedDeleting},
-		{1, drainTuned.ordered(1)}, {1, drainTuned.ordered(orderedAggregate)}} {
+		{1, drainTuned.ordered(eachOwn)}, {1, drainTuned.ordered(shape{perAggregate: orderedAggregate})}} {
 		ours = append(ours, &series{name: fmt.Sprintf("3 drain %s: ours, %d instance(s), %s", backlog, r.instances, r.setting.name),
 			measure: func() (window, error) {
 				return oursDrain(ctx, db, pool, sz.drain, r.instances, r.setting, toSink(ctx))
 			}})
 	}
+	// Hot aggregates: the whole backlog in a few aggregates, each moving
+	// at the pace of one relay's hand-offs.
+	var hot []*series
+	hotBacklog := thousands(int64(sz.hotDrain))
+	for _, s := range []shape{{hot: hotAggregates}, {hot: 1}} {
+		setting := drainTuned.ordered(s)
+		hot = append(hot, &series{name: fmt.Sprintf("3 drain %s: ours, 1 instance(s), %s", hotBacklog, setting.name),
+			measure: func() (window, error) {
+				return oursDrain(ctx, db, pool, sz.hotDrain, 1, setting, toSink(ctx))
+			}})
+	}
 	all = append(all, ours...)
+	all = append(all, hot...)
 	if err := interleave(sz.reps, all...); err != nil {
 		return err
 	}
@@ -224,6 +241,11 @@ func (res *results) measureDrain(ctx context.Context, db *database, pool *pgxpoo
 		rep.add(o, strings.Join([]string{o.comparedTo(ours[1], "ours tuned unordered"),
 			o.comparedTo(fwd[1], "forwarder tuned")}, ", ")+"; order checked at the sink")
 	}
+	for _, o := range hot {
+		rep.add(o, fmt.Sprintf("%s; hand-off to the next event of an aggregate %s; order checked at the sink",
+			o.comparedTo(ours[1], "ours tuned unordered"), o.handoffs()))
+	}
+	res.orderedHot, res.orderedHotRatio = hot[0].median(), hot[0].ratioTo(ours[1])
 	return nil
 }
 

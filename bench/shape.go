@@ -11,11 +11,54 @@ const (
 
 func aggregateID(i int) string { return fmt.Sprintf("order-%010d", i) }
 
-// aggregateOf is the aggregate id of event i when the events come in
-// aggregates of perAggregate each, written one after the other: events
-// k·perAggregate to k·perAggregate+perAggregate-1 share the first one's id.
-// With 0 or 1 every event is an aggregate of its own, aggregateID(i).
-func aggregateOf(i, perAggregate int) string { return aggregateID(i - i%max(perAggregate, 1)) }
+// shape is how a backlog's events fall into aggregates: in aggregates of
+// perAggregate events written one after the other (0 or 1: every event its
+// own), or, with hot above 0, event i in aggregate i mod hot: a few busy
+// aggregates whose events interleave, as the traffic of hot keys does.
+type shape struct{ perAggregate, hot int }
+
+// eachOwn is the shape in which every event is an aggregate of its own.
+var eachOwn = shape{}
+
+// index is the number of event i's aggregate, from 0.
+func (s shape) index(i int) int {
+	if s.hot > 0 {
+		return i % s.hot
+	}
+	return i / max(s.perAggregate, 1)
+}
+
+// aggregates is how many aggregates n events make.
+func (s shape) aggregates(n int) int {
+	if s.hot > 0 {
+		return min(s.hot, n)
+	}
+	per := max(s.perAggregate, 1)
+	return (n + per - 1) / per
+}
+
+// aggregateOf is the aggregate id of event i: in aggregates written one
+// after the other, events k·perAggregate to k·perAggregate+perAggregate-1
+// share the first one's id; with every event its own, aggregateID(i);
+// with hot aggregates, aggregateID(i mod hot).
+func (s shape) aggregateOf(i int) string {
+	if s.hot > 0 {
+		return aggregateID(i % s.hot)
+	}
+	return aggregateID(i - i%max(s.perAggregate, 1))
+}
+
+func (s shape) String() string {
+	switch {
+	case s.hot == 1:
+		return "1 aggregate"
+	case s.hot > 1:
+		return fmt.Sprintf("%d aggregates, events interleaved", s.hot)
+	case s.perAggregate > 1:
+		return fmt.Sprintf("aggregates of %d events", s.perAggregate)
+	}
+	return "every event its own aggregate"
+}
 
 // payload is the JSON body of event i; every event's differs, as in real
 // traffic, and all are the same length.

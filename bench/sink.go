@@ -84,11 +84,11 @@ type tally struct {
 	stray    int // messages that are none of ours
 	done     chan struct{}
 
-	// With checkOrder: events per aggregate, and for each aggregate one
+	// With checkOrder: the backlog's shape, and for each aggregate one
 	// more than the number of its latest event delivered (0: none yet).
-	perAggregate int
-	latest       []int
-	disorder     int // first deliveries that came after a later event of their aggregate
+	shape    shape
+	latest   []int
+	disorder int // first deliveries that came after a later event of their aggregate
 }
 
 // newTally counts deliveries of n events. It keeps one byte per event: the
@@ -109,13 +109,12 @@ func newLatencyTally(n int) *tally {
 }
 
 // checkOrder makes t check that the events of each aggregate, as
-// writer.fill writes them in aggregates of perAggregate, reach it in write
-// order: an event's first delivery after that of a later event of its
+// writer.fill writes them in shape s, reach it in write order: an event's first delivery after that of a later event of its
 // aggregate counts as out of order, and check fails. A repeated delivery
 // of an event already delivered is a duplicate, not out of order.
-func (t *tally) checkOrder(perAggregate int) {
-	t.perAggregate = max(perAggregate, 1)
-	t.latest = make([]int, (len(t.seen)+t.perAggregate-1)/t.perAggregate)
+func (t *tally) checkOrder(s shape) {
+	t.shape = s
+	t.latest = make([]int, s.aggregates(len(t.seen)))
 }
 
 func (t *tally) recv(msg *message.Message) {
@@ -134,7 +133,7 @@ func (t *tally) recv(msg *message.Message) {
 			t.at[i] = now
 		}
 		if t.latest != nil {
-			k := i / t.perAggregate
+			k := t.shape.index(i)
 			if t.latest[k] > i+1 { // a later event of the aggregate came first
 				t.disorder++
 			} else {
@@ -179,8 +178,8 @@ func (t *tally) check(what string) error {
 		return fmt.Errorf("%s: %d unexpected messages at the sink", what, t.stray)
 	}
 	if t.disorder > 0 {
-		return fmt.Errorf("%s: %d events reached the sink after a later event of their aggregate (aggregates of %d)",
-			what, t.disorder, t.perAggregate)
+		return fmt.Errorf("%s: %d events reached the sink after a later event of their aggregate (%s)",
+			what, t.disorder, t.shape)
 	}
 	return nil
 }

@@ -19,13 +19,19 @@ func deliver(t *tally, events ...int) {
 }
 
 // The fill writes aggregates of consecutive events: aggregateOf gives
-// events 10 to 19 the id of event 10, and every event its own with 1.
+// events 10 to 19 the id of event 10, and every event its own with 1; hot
+// aggregates take the events in turn.
 func TestAggregatesAreConsecutiveEvents(t *testing.T) {
-	require.Equal(t, aggregateID(10), aggregateOf(10, 10))
-	require.Equal(t, aggregateID(10), aggregateOf(19, 10))
-	require.Equal(t, aggregateID(20), aggregateOf(20, 10))
-	require.Equal(t, aggregateID(7), aggregateOf(7, 1))
-	require.Equal(t, aggregateID(7), aggregateOf(7, 0))
+	tens := shape{perAggregate: 10}
+	require.Equal(t, aggregateID(10), tens.aggregateOf(10))
+	require.Equal(t, aggregateID(10), tens.aggregateOf(19))
+	require.Equal(t, aggregateID(20), tens.aggregateOf(20))
+	require.Equal(t, aggregateID(7), shape{perAggregate: 1}.aggregateOf(7))
+	require.Equal(t, aggregateID(7), eachOwn.aggregateOf(7))
+	hot := shape{hot: 10}
+	require.Equal(t, aggregateID(3), hot.aggregateOf(13))
+	require.Equal(t, 3, hot.index(23))
+	require.Equal(t, 10, hot.aggregates(30))
 }
 
 // An ordered drain's tally accepts each aggregate's events in write order,
@@ -33,7 +39,7 @@ func TestAggregatesAreConsecutiveEvents(t *testing.T) {
 // event already delivered, which at-least-once delivery allows.
 func TestOrderCheckAcceptsDuplicates(t *testing.T) {
 	tl := newTally(30)
-	tl.checkOrder(10)
+	tl.checkOrder(shape{perAggregate: 10})
 	deliver(tl, 0, 10, 1, 20, 11, 2, 1, 0, 3, 12, 2, 21)
 	require.NoError(t, tl.check("drain"))
 	require.Equal(t, 3, tl.duplicates())
@@ -49,13 +55,18 @@ func TestOrderCheckFindsEventsOutOfOrder(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			tl := newTally(30)
-			tl.checkOrder(10)
+			tl.checkOrder(shape{perAggregate: 10})
 			deliver(tl, events...)
 			require.ErrorContains(t, tl.check("drain"), "drain: 1 events reached the sink after a later event of their aggregate")
 		})
 	}
-	// Without checkOrder, only deliveries are counted.
+	// Hot aggregates: events 0, 10 and 20 are one aggregate's.
 	tl := newTally(30)
+	tl.checkOrder(shape{hot: 10})
+	deliver(tl, 0, 1, 10, 21, 11)
+	require.ErrorContains(t, tl.check("drain"), "1 events reached the sink after a later event of their aggregate (10 aggregates")
+	// Without checkOrder, only deliveries are counted.
+	tl = newTally(30)
 	deliver(tl, 0, 2, 1)
 	require.NoError(t, tl.check("drain"))
 }

@@ -23,8 +23,9 @@ type window struct {
 	events           int
 	elapsed          time.Duration
 	machine, process time.Duration
-	wal              int64 // bytes; -1 when the server's position could not be read
-	duplicates       int   // deliveries that repeated an event, counted after the window
+	wal              int64           // bytes; -1 when the server's position could not be read
+	duplicates       int             // deliveries that repeated an event, counted after the window
+	handoffs         []time.Duration // ordered: from an event's handler to the next of its aggregate's (see handoffs)
 }
 
 func (w window) rate() float64 { return float64(w.events) / w.elapsed.Seconds() }

@@ -6,11 +6,12 @@ import (
 	"github.com/wmoutbox/wmoutbox/outbox/outboxdriver"
 )
 
-// claimParams is the claim of sub's topic at now of up to limit events:
-// of the aggregates named, or from after (nil: the earliest due event).
-func (sub *subscription) claimParams(now time.Time, limit int, named []outboxdriver.Aggregate, after *outboxdriver.Position) *outboxdriver.ClaimParams {
+// claimParams is the claim of sub's topic at now of up to limit events
+// (ordered, limit runs of room events in all): of the aggregates named, or
+// from after (nil: the earliest due event).
+func (sub *subscription) claimParams(now time.Time, limit, room int, named []outboxdriver.Aggregate, after *outboxdriver.Position) *outboxdriver.ClaimParams {
 	cfg := &sub.s.cfg
-	return &outboxdriver.ClaimParams{
+	p := &outboxdriver.ClaimParams{
 		Owner:         sub.s.owner,
 		Topic:         sub.topic,
 		Now:           now,
@@ -21,4 +22,8 @@ func (sub *subscription) claimParams(now time.Time, limit int, named []outboxdri
 		Ordered:       cfg.Ordered,
 		Aggregates:    named,
 	}
+	if cfg.Ordered && cfg.OrderedRunLength > 1 {
+		p.RunLength, p.RunRows = cfg.OrderedRunLength, room
+	}
+	return p
 }

@@ -51,7 +51,8 @@ func (sub *subscription) claimLoop() {
 	for {
 		plan.begin(sub.popDue())
 		var room chan struct{} // nil unless the cold queue held the claim back
-		if limit, ok := plan.limit(cap(sub.cold)-len(sub.cold), len(sub.cold)); ok {
+		queuedNow := len(sub.cold) + int(sub.held.Load())
+		if limit, ok := plan.limit(cap(sub.cold)-queuedNow, queuedNow); ok {
 			if recheck := plan.signalled(clock.Now(), drain(sub.wakeCh), drain(sub.namedCh)); !recheck.IsZero() {
 				// This claim sees every commit announced so far, except
 				// those younger than SkipRecent: another claim comes when
@@ -64,7 +65,7 @@ func (sub *subscription) claimLoop() {
 			}
 			now := clock.Now()
 			if ok, after := plan.claim(now, len(named) > 0); ok {
-				n, last, stopping, err := sub.claimCold(sub.claimParams(now, limit, named, after))
+				n, last, stopping, err := sub.claimCold(sub.claimParams(now, limit, cap(sub.cold)-queuedNow, named, after))
 				if stopping {
 					return
 				}
@@ -137,10 +138,11 @@ func drain(ch chan struct{}) bool {
 }
 
 // claimCold runs the claim p and queues the events it claimed on the cold
-// queue, which has room for them (the claim's limit is the room). It
-// returns how many it queued and the position of the last (see
-// claimorder.Sort), or reports that the subscription is stopping, and then
-// gives what was claimed back to the table.
+// queue, which has room for them (the claim's limit is the room), the
+// events of an ordered run behind their head (see takeRuns). It returns
+// how many it queued, runs counting as one, and the position of the last
+// (see claimorder.Sort), or reports that the subscription is stopping, and
+// then gives what was claimed back to the table.
 func (sub *subscription) claimCold(p *outboxdriver.ClaimParams) (n int, last *outboxdriver.Position, stopping bool, err error) {
 	ctx, cancel := boundedAfterStop(sub.stopped, sub.s.cfg.Clock, claimTimeout, sub.s.settler.giveUp)
 	rows, err := sub.s.driver.Claim(ctx, p)
@@ -155,20 +157,34 @@ func (sub *subscription) claimCold(p *outboxdriver.ClaimParams) (n int, last *ou
 		// before their claim.
 		sub.s.cfg.Metrics.ColdEnqueued(sub.topic, len(rows))
 	}
-	for _, r := range rows {
-		headers, malformed := codec.DecodeHeaders(r.Headers)
-		if r.Malformed == nil {
-			r.Malformed = malformed
+	var items []queued
+	if p.RunLength > 1 {
+		items = sub.takeRuns(rows)
+	} else {
+		items = make([]queued, len(rows))
+		for i, r := range rows {
+			items[i] = coldItem(r)
 		}
-		// A scheduled or retried event's latency counts from its due
-		// time, not from its write.
-		since := r.CreatedAt
-		if r.AvailableAt.After(since) {
-			since = r.AvailableAt
-		}
-		sub.cold <- queued{row: r, headers: headers, source: SourceCold, since: since}
 	}
-	return len(rows), last, false, err
+	for _, item := range items {
+		sub.cold <- item
+	}
+	return len(items), last, false, err
+}
+
+// coldItem is r as the cold queue holds it.
+func coldItem(r outboxdriver.Row) queued {
+	headers, malformed := codec.DecodeHeaders(r.Headers)
+	if r.Malformed == nil {
+		r.Malformed = malformed
+	}
+	// A scheduled or retried event's latency counts from its due time,
+	// not from its write.
+	since := r.CreatedAt
+	if r.AvailableAt.After(since) {
+		since = r.AvailableAt
+	}
+	return queued{row: r, headers: headers, source: SourceCold, since: since}
 }
 
 // releaseEarlierClaims hands back the claims that an earlier run of this

@@ -52,6 +52,7 @@ const (
 type claimPlan struct {
 	ordered      bool
 	batchSize    int
+	least        int // the least room a claim waits for: a batch, or with runs, a run if shorter
 	pollInterval time.Duration
 	wakeCooldown time.Duration
 	skipRecent   time.Duration
@@ -69,15 +70,23 @@ type claimPlan struct {
 }
 
 func newClaimPlan(cfg *SubscriberConfig, now time.Time) *claimPlan {
-	return &claimPlan{
+	p := &claimPlan{
 		ordered:      cfg.Ordered,
 		batchSize:    cfg.BatchSize,
+		least:        cfg.BatchSize,
 		pollInterval: cfg.PollInterval,
 		wakeCooldown: cfg.WakeCooldown,
 		skipRecent:   cfg.SkipRecent,
 		rescan:       now.Add(claimRescan),
 		walk:         true,
 	}
+	if cfg.Ordered && cfg.OrderedRunLength > 1 {
+		// Runs hold room until their last event is taken: waiting for a
+		// batch's worth would hold up the next run of an aggregate that
+		// the room for one run serves.
+		p.least = min(p.least, cfg.OrderedRunLength)
+	}
+	return p
 }
 
 // begin starts a step, told whether claim times fell due: ones that name
@@ -89,10 +98,10 @@ func (p *claimPlan) begin(dueNamed, dueWalk bool) {
 }
 
 // limit returns how many events the next claim may take, and false when
-// the cold queue holds the claim back: it claims no fewer than a batch,
-// unless the queue is empty.
+// the cold queue holds the claim back: it claims no fewer than a batch
+// (with runs, than a run, if shorter), unless the queue is empty.
 func (p *claimPlan) limit(free, queued int) (int, bool) {
-	if free >= p.batchSize || (free > 0 && queued == 0) {
+	if free >= p.least || (free > 0 && queued == 0) {
 		return min(p.batchSize, free), true
 	}
 	return 0, false

@@ -86,9 +86,11 @@
 // With SubscriberConfig.Ordered, the events of an aggregate (within a
 // topic, the events with one AggregateType and AggregateID) reach the
 // handlers one at a time, in the order they were written: a claim takes
-// an event only once every earlier event of its aggregate is DONE, and the
-// subscription claims again as soon as an ordered event's DONE is
-// recorded. An event that is retried, deferred, scheduled for later or
+// an event only once every earlier event of its aggregate is DONE, with a
+// run of the due events after it (SubscriberConfig.OrderedRunLength),
+// which one worker hands over in order, each as soon as the one before is
+// acked; the subscription claims the aggregate again as soon as the run's
+// last DONE is recorded. An event that is retried, deferred, scheduled for later or
 // DEAD holds back the rest of its aggregate until it is delivered, or
 // replayed and delivered, or purged. Different aggregates, and events
 // without an AggregateID, are delivered WorkerCount at a time as usual.

@@ -291,12 +291,7 @@ func committedSteps(t *testing.T, clock outbox.Clock, topic string, n int) *post
 	t.Helper()
 	store, err := postgres.NewStore(testdb.New(t), postgres.Config{Clock: clock})
 	require.NoError(t, err)
-	events := make([]outbox.Envelope, n)
-	for i := range events {
-		events[i] = outbox.NewJSON("OrderCreated", fmt.Appendf(nil, `{"step": %d}`, i))
-		events[i].Topic, events[i].AggregateType, events[i].AggregateID = topic, "Order", "o-1"
-	}
-	writeCold(t, store, events...)
+	stepsOf(t, store, topic, n)
 	return store
 }
 
@@ -357,8 +352,9 @@ func TestOrderedDoneClaimsTheNextEventOfItsAggregateByName(t *testing.T) {
 	heldBack := outbox.NewJSON("OrderCreated", []byte(`{}`))
 	heldBack.AggregateType, heldBack.AggregateID, heldBack.DeliverAfter = "Order", "o-2", time.Now().Add(24*time.Hour)
 	writeCold(t, store, heldBack)
+	// One event per claim: each DONE brings the next claim.
 	recorder, _, msgs := subscribeRecorded(t, store, watermilladapter.SubscriberConfig{
-		WakeCooldown: time.Hour, PollInterval: time.Hour}, "OrderCreated")
+		WakeCooldown: time.Hour, PollInterval: time.Hour, OrderedRunLength: 1}, "OrderCreated")
 	for i := range 5 {
 		msg := nextMessage(t, msgs, fmt.Sprintf("event %d of the aggregate", i))
 		require.JSONEq(t, fmt.Sprintf(`{"step": %d}`, i), string(msg.Payload))
@@ -437,8 +433,10 @@ func TestOrderedCommitsOfThisProcessAreClaimedByName(t *testing.T) {
 func TestOrderedRetryIsClaimedByName(t *testing.T) {
 	t.Parallel()
 	store := committedSteps(t, nil, "OrderCreated", 2)
+	// One event per claim: a run's events released after the Nack would
+	// bring a walk.
 	recorder, _, msgs := subscribeRecorded(t, store, watermilladapter.SubscriberConfig{WakeCooldown: time.Millisecond,
-		PollInterval: time.Hour, RetryPolicy: outbox.Backoff{Base: 50 * time.Millisecond, NoJitter: true}}, "OrderCreated")
+		PollInterval: time.Hour, RetryPolicy: outbox.Backoff{Base: 50 * time.Millisecond, NoJitter: true}, OrderedRunLength: 1}, "OrderCreated")
 	first := nextMessage(t, msgs, "the first event")
 	first.Nack()
 	again := nextMessage(t, msgs, "the first event, retried")

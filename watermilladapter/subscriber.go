@@ -59,6 +59,7 @@ const (
 	DefaultLockTimeout       = 5 * time.Minute
 	DefaultHeartbeatInterval = 2 * time.Second
 	DefaultHeartbeatTimeout  = 10 * time.Second
+	DefaultOrderedRunLength  = 100
 
 	// MinLockTimeout is the shortest SubscriberConfig.LockTimeout: an
 	// event is handed to its handler only within the first half of its
@@ -141,7 +142,8 @@ type SubscriberConfig struct {
 	SkipRecent time.Duration
 	// Ordered delivers the events of an aggregate (AggregateType and
 	// AggregateID, within a topic) one at a time, in the order they were
-	// written: the next is claimed once the one before is acked, and
+	// written: the next is handed over once the one before is acked
+	// (claimed with it in a run, see OrderedRunLength, or after it), and
 	// waits while it is retried, deferred, scheduled for later or DEAD
 	// (until it is replayed or purged; the DEAD event's log line has
 	// holds_back_aggregate=true). Events of different aggregates,
@@ -156,6 +158,21 @@ type SubscriberConfig struct {
 	// topic's aggregates. The package doc says what transactions that
 	// write one aggregate's events concurrently must do. Default false.
 	Ordered bool
+	// OrderedRunLength, with Ordered, is how many consecutive events of
+	// an aggregate one claim takes together: its first event not DONE and
+	// up to OrderedRunLength-1 after it, as far as each is due. One worker
+	// delivers a run in order, each event as soon as the one before is
+	// acked, while the DONEs are recorded in batches; another claim of the
+	// aggregate follows once the run's last DONE is recorded. A Nack, a
+	// DEAD event or Close ends a run: the events of it not handed out are
+	// released, and the aggregate waits as Ordered says. The events a
+	// claim holds, runs included, never exceed ColdQueueCapacity; a run
+	// longer than ColdQueueCapacity acts as ColdQueueCapacity. A run is
+	// leased as one, for LockTimeout from its claim: keep a run's handler
+	// time well within half of it, since an event not handed out by then
+	// is left to a later claim. 1 delivers one event of an aggregate per
+	// claim. Default 100.
+	OrderedRunLength int
 	// RetryPolicy decides RETRY or DEAD after a Nack. One with a
 	// Validate() error method (as [outbox.Backoff] has) is validated.
 	// Default [outbox.Backoff]{} (200 ms, 60 s, 10 attempts, jitter).
@@ -248,7 +265,7 @@ type SubscriberConfig struct {
 
 func (c SubscriberConfig) withDefaults() (SubscriberConfig, error) {
 	for name, v := range map[string]int{"WorkerCount": c.WorkerCount, "HotQueueCapacity": c.HotQueueCapacity,
-		"ColdQueueCapacity": c.ColdQueueCapacity, "BatchSize": c.BatchSize} {
+		"ColdQueueCapacity": c.ColdQueueCapacity, "BatchSize": c.BatchSize, "OrderedRunLength": c.OrderedRunLength} {
 		if v < 0 {
 			return c, fmt.Errorf("%w: subscriber %s is negative", outbox.ErrInvalidRequest, name)
 		}
@@ -273,6 +290,7 @@ func (c SubscriberConfig) withDefaults() (SubscriberConfig, error) {
 	c.HotQueueCapacity = cmpOr(c.HotQueueCapacity, DefaultHotQueueCapacity)
 	c.ColdQueueCapacity = cmpOr(c.ColdQueueCapacity, DefaultColdQueueCapacity)
 	c.BatchSize = cmpOr(c.BatchSize, DefaultBatchSize)
+	c.OrderedRunLength = cmpOr(c.OrderedRunLength, DefaultOrderedRunLength)
 	c.PollInterval = cmpOr(c.PollInterval, DefaultPollInterval)
 	c.WakeCooldown = cmpOr(c.WakeCooldown, DefaultWakeCooldown)
 	c.LockTimeout = cmpOr(c.LockTimeout, DefaultLockTimeout)
@@ -311,6 +329,7 @@ func (c SubscriberConfig) withDefaults() (SubscriberConfig, error) {
 		return c, fmt.Errorf("%w: subscriber BatchSize %d exceeds %d", outbox.ErrInvalidRequest, c.BatchSize, maxBatchSize)
 	}
 	c.BatchSize = min(c.BatchSize, c.ColdQueueCapacity)
+	c.OrderedRunLength = min(c.OrderedRunLength, c.ColdQueueCapacity)
 	return c, nil
 }
 

@@ -28,6 +28,7 @@ func TestNewSubscriberRejectsBadConfig(t *testing.T) {
 		"HotQueueCapacity":                   {HotQueueCapacity: -1},
 		"ColdQueueCapacity":                  {ColdQueueCapacity: -1},
 		"BatchSize":                          {BatchSize: -1},
+		"OrderedRunLength":                   {OrderedRunLength: -1},
 		"PollInterval":                       {PollInterval: -time.Second},
 		"WakeCooldown":                       {WakeCooldown: -time.Millisecond},
 		"LockTimeout":                        {LockTimeout: -time.Second},

@@ -3,6 +3,7 @@ package watermilladapter
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -26,6 +27,7 @@ type queued struct {
 	headers map[string]string // decoded from row.Headers, or as written
 	source  string
 	since   time.Time // when it became due (commit, or a later due time), for latency
+	run     []queued  // the rest of an ordered run whose head this is (see run.go)
 }
 
 // subscription relays one topic to one output channel.
@@ -48,6 +50,8 @@ type subscription struct {
 	// are released, by the subscription that releases them (releases).
 	earlier  chan struct{}
 	releases bool
+
+	held atomic.Int64 // events of runs claimed and not yet taken by a worker or released
 
 	mu       sync.Mutex
 	claimAts []claimTime                         // when to claim, earliest first: retries recorded, commits too recent for a claim
@@ -86,9 +90,10 @@ func signal(ch chan struct{}) {
 func (sub *subscription) wake() { signal(sub.wakeCh) }
 
 // claimNext makes the cold path claim the next event of aggregate at once,
-// whatever WakeCooldown says: the DONE of the ordered event before it is
-// recorded. An aggregate's events follow one another at the pace of a
-// claim and an outcome statement, not of the cooldown; the claim names
+// whatever WakeCooldown says: the DONE of the ordered event before it (the
+// last of its run) is recorded. An aggregate's runs follow one another at
+// the pace of a claim and an outcome statement, not of the cooldown; the
+// claim names
 // the aggregates it is for, rather than walking every aggregate of the
 // topic (see outboxdriver.ClaimParams.Aggregates).
 func (sub *subscription) claimNext(aggregate outboxdriver.Aggregate) {
@@ -210,6 +215,7 @@ func (sub *subscription) releaseQueued() {
 				if !sub.claimHalfSpent(&item.row) {
 					left = append(left, releaseItem{id: item.row.ID, topic: sub.topic})
 				}
+				sub.releaseRun(item.run)
 				continue
 			default:
 			}

@@ -56,7 +56,7 @@ func (sub *subscription) work() {
 		if !ok {
 			return
 		}
-		sub.process(item, wait)
+		sub.deliverRun(item, wait)
 	}
 }
 
@@ -71,8 +71,10 @@ func (sub *subscription) claimHalfSpent(e *outboxdriver.Row) bool {
 	return !e.LockedUntil.IsZero() && !sub.s.cfg.Clock.Now().Before(sub.halfSpent(e))
 }
 
-// process delivers one event and records its outcome.
-func (sub *subscription) process(item queued, wait outbox.Timer) {
+// process delivers one event and records its outcome, and reports
+// whether it was acked. The DONE of an ordered event that ends its run
+// (last) has the next event of its aggregate claimed once it is recorded.
+func (sub *subscription) process(item queued, wait outbox.Timer, last bool) (acked bool) {
 	s := sub.s
 	e := &item.row
 	if sub.claimHalfSpent(e) {
@@ -84,17 +86,17 @@ func (sub *subscription) process(item queued, wait outbox.Timer) {
 		// release: this relay may hold a newer claim of the event, queued
 		// behind this one, which a release would end too.
 		s.drops.add(sub.topic, dropQueued)
-		return
+		return false
 	}
 	if !s.inflight.tryAcquire(e.ID) {
-		return // being delivered by another worker, which records its outcome
+		return false // being delivered by another worker, which records its outcome
 	}
 	defer s.inflight.release(e.ID)
 	if e.Malformed != nil {
 		sub.logDead("outbox: event cannot be decoded; it is DEAD", e, e.Malformed)
 		s.settler.update(outcome{update: dead(e.ID, e.Attempts+1, e.Malformed)})
 		s.cfg.Metrics.Dead(sub.topic)
-		return
+		return false
 	}
 
 	msg := toMessage(&item)
@@ -104,7 +106,7 @@ func (sub *subscription) process(item queued, wait outbox.Timer) {
 	msg.SetContext(mctx)
 
 	if !sub.handOver(msg, &item, wait) {
-		return
+		return false
 	}
 	handed := s.cfg.Clock.Now()
 	acked, answered := answer(msg, sub.abandon.Done())
@@ -127,11 +129,12 @@ func (sub *subscription) process(item queued, wait outbox.Timer) {
 		s.settler.release([]releaseItem{{id: e.ID, topic: sub.topic}})
 	case acked:
 		o := outcome{update: done(e.ID)}
-		if sub.holdsBack(e) { // claim the next event of e's aggregate
+		if last && sub.holdsBack(e) { // claim the next event of e's aggregate
 			o.wake, o.aggregate = sub, rowAggregate(e)
 		}
 		s.settler.update(o)
 		s.cfg.Metrics.Delivered(sub.topic, s.cfg.Clock.Now().Sub(item.since))
+		return true
 	default:
 		u := decide(e.ID, e.Attempts+1, mctx.slot.errOr(errNacked), s.cfg.RetryPolicy, s.cfg.Clock.Now())
 		if u.status == outbox.StatusDead {
@@ -148,6 +151,7 @@ func (sub *subscription) process(item queued, wait outbox.Timer) {
 		}
 		s.settler.update(o)
 	}
+	return false
 }
 
 // rowAggregate returns the aggregate of r.

@@ -14,6 +14,7 @@ package storetest
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -109,6 +110,9 @@ func Run[Tx any](t *testing.T, newHarness func(t *testing.T) Harness[Tx]) {
 		{"OrderedClaimTakesOneEventPerAggregateInWriteOrder", testOrderedClaimTakesOneEventPerAggregateInWriteOrder[Tx]},
 		{"OrderedClaimKeepsTopicsApart", testOrderedClaimKeepsTopicsApart[Tx]},
 		{"OrderedClaimOfNamedAggregates", testOrderedClaimOfNamedAggregates[Tx]},
+		{"OrderedClaimTakesRuns", testOrderedClaimTakesRuns[Tx]},
+		{"OrderedRunStopsBeforeWhatIsNotDue", testOrderedRunStopsBeforeWhatIsNotDue[Tx]},
+		{"OrderedRunsOfNamedAggregates", testOrderedRunsOfNamedAggregates[Tx]},
 		{"DeadEventsQueryCountReplay", testDeadEventsQueryCountReplay[Tx]},
 		{"EmptyIDListMatchesNoDeadEvent", testEmptyIDListMatchesNoDeadEvent[Tx]},
 		{"ReplayEveryDeadEvent", testReplayEveryDeadEvent[Tx]},
@@ -206,6 +210,8 @@ type request struct {
 	SkipRecent time.Duration
 	Ordered    bool
 	Aggregates []outboxdriver.Aggregate
+	// RunLength and RunRows ask for runs (see outboxdriver.ClaimParams).
+	RunLength, RunRows int
 	// Cursor, when set, makes each claim start after the previous one, as
 	// the relay's claims of a backlog do.
 	Cursor *cursor
@@ -231,6 +237,7 @@ func (f *fixture[Tx]) params(req request) *outboxdriver.ClaimParams {
 	}
 	p.CreatedBefore = now.Add(-req.SkipRecent)
 	p.Ordered, p.Aggregates = req.Ordered, req.Aggregates
+	p.RunLength, p.RunRows = req.RunLength, max(req.RunRows, p.Limit)
 	if req.Cursor != nil {
 		p.After = req.Cursor.at
 	}
@@ -1233,6 +1240,118 @@ func testOrderedClaimOfNamedAggregates[Tx any](t *testing.T, f *fixture[Tx]) {
 	require.NotContains(t, claimed, "o1-second", "the first event of its aggregate is in flight")
 	require.EqualValues(t, 1, f.markDone(t, "o1-first"))
 	require.Contains(t, f.claim(t, req), "o1-second", "the next once the first is DONE")
+}
+
+// runs returns the ids of rows by aggregate id (the event id for rows
+// without one), each run in its RunIndex order, checking that the indexes
+// count from 0 without a gap.
+func runs(t *testing.T, rows []outboxdriver.Row) map[string][]string {
+	t.Helper()
+	byIndex := map[string]map[int]string{}
+	for _, r := range rows {
+		key := cmp.Or(r.AggregateID, r.ID)
+		if byIndex[key] == nil {
+			byIndex[key] = map[int]string{}
+		}
+		require.NotContains(t, byIndex[key], r.RunIndex, "two rows of %s at %d", key, r.RunIndex)
+		byIndex[key][r.RunIndex] = r.ID
+	}
+	out := map[string][]string{}
+	for key, ids := range byIndex {
+		for i := range len(ids) {
+			require.Contains(t, ids, i, "the run of %s has a gap", key)
+			out[key] = append(out[key], ids[i])
+		}
+	}
+	return out
+}
+
+// An ordered claim with runs takes, with the first event of each
+// aggregate, the events after it in write order, up to the run length; a
+// run's events hold the aggregate as its head does.
+func testOrderedClaimTakesRuns[Tx any](t *testing.T, f *fixture[Tx]) {
+	// One transaction each, in this order; ids run backwards within an
+	// aggregate: the write order decides.
+	for _, e := range []outbox.Envelope{orderedEvent("a9", "orders", "Order", "A"), orderedEvent("b9", "orders", "Order", "B"),
+		orderedEvent("a8", "orders", "Order", "A"), orderedEvent("keyless", "orders", "Order", ""),
+		orderedEvent("a7", "orders", "Order", "A"), orderedEvent("b8", "orders", "Order", "B"),
+		orderedEvent("a6", "orders", "Order", "A"), orderedEvent("a5", "orders", "Order", "A")} {
+		f.write(t, e)
+	}
+	req := request{Owner: "r", Topic: "orders", Ordered: true, RunLength: 3}
+	claim := func(req request) map[string][]string {
+		t.Helper()
+		return runs(t, f.claimRows(t, req))
+	}
+	require.Equal(t, map[string][]string{"A": {"a9", "a8", "a7"}, "B": {"b9", "b8"}, "keyless": {"keyless"}}, claim(req),
+		"each aggregate's first events in write order, up to the run length; an event without an aggregate has no run")
+	require.Empty(t, claim(req), "a6 waits behind the leased run")
+	require.EqualValues(t, 2, f.markDone(t, "a9", "a8"))
+	require.Empty(t, claim(req), "the first event not DONE is leased: the aggregate is held")
+	require.EqualValues(t, 1, f.release(t, "r", "a7"))
+	require.Equal(t, map[string][]string{"A": {"a7", "a6", "a5"}}, claim(req), "released, the run goes on from it")
+
+	// RunRows: every run's k-th event before any run's (k+1)-th.
+	for _, e := range []outbox.Envelope{orderedEvent("x1", "rows", "Order", "X"), orderedEvent("y1", "rows", "Order", "Y"),
+		orderedEvent("x2", "rows", "Order", "X"), orderedEvent("x3", "rows", "Order", "X"), orderedEvent("y2", "rows", "Order", "Y"),
+		orderedEvent("y3", "rows", "Order", "Y")} {
+		f.write(t, e)
+	}
+	rows := f.claimRows(t, request{Owner: "r", Topic: "rows", Ordered: true, Limit: 2, RunLength: 3, RunRows: 5})
+	require.LessOrEqual(t, len(rows), 5, "at most RunRows")
+	got := runs(t, rows)
+	require.Equal(t, []string{"x1"}, got["X"][:1])
+	require.Equal(t, []string{"y1"}, got["Y"][:1])
+	if len(rows) == 5 {
+		require.Equal(t, map[string][]string{"X": {"x1", "x2", "x3"}, "Y": {"y1", "y2"}}, got)
+	}
+}
+
+// A run stops before the first event that is not due: leased, waiting for
+// a retry, DEAD or scheduled for later; the events after it wait.
+func testOrderedRunStopsBeforeWhatIsNotDue[Tx any](t *testing.T, f *fixture[Tx]) {
+	later := orderedEvent("l2", "later", "Order", "L")
+	later.DeliverAfter = Start.Add(time.Hour)
+	for _, e := range []outbox.Envelope{
+		orderedEvent("c1", "claimed", "Order", "C"), orderedEvent("c2", "claimed", "Order", "C"), orderedEvent("c3", "claimed", "Order", "C"),
+		orderedEvent("r1", "retried", "Order", "R"), orderedEvent("r2", "retried", "Order", "R"), orderedEvent("r3", "retried", "Order", "R"),
+		orderedEvent("d1", "dead", "Order", "D"), orderedEvent("d2", "dead", "Order", "D"), orderedEvent("d3", "dead", "Order", "D"),
+		orderedEvent("l1", "later", "Order", "L"), later, orderedEvent("l3", "later", "Order", "L"),
+	} {
+		f.write(t, e)
+	}
+	// The second event of each is claimed by an unordered claim, as a
+	// relay that is not ordered would, and then retried or made DEAD.
+	for _, topic := range []string{"claimed", "retried", "dead"} {
+		require.Len(t, f.claim(t, request{Owner: "u", Topic: topic, Limit: 2}), 2)
+		first := topic[:1] + "1"
+		require.EqualValues(t, 1, f.release(t, "u", first))
+	}
+	require.EqualValues(t, 1, f.record(t, "u", retry("r2", Start.Add(time.Minute), "broker down")))
+	require.EqualValues(t, 1, f.record(t, "u", dead("d2", "poison")))
+	for topic, want := range map[string]string{"claimed": "c1", "retried": "r1", "dead": "d1", "later": "l1"} {
+		req := request{Owner: "r", Topic: topic, Ordered: true, RunLength: 10}
+		require.Equal(t, []string{want}, f.claim(t, req), "the run of %s stops before its second event", topic)
+		require.Empty(t, f.claim(t, req), "%s: nothing behind a leased head", topic)
+	}
+	f.Clock.Advance(time.Minute)
+	require.EqualValues(t, 1, f.markDone(t, "r1"))
+	require.Equal(t, map[string][]string{"R": {"r2", "r3"}}, runs(t, f.claimRows(t, request{Owner: "r", Topic: "retried", Ordered: true, RunLength: 10})),
+		"a retry due is a head like any other")
+}
+
+// A claim that names aggregates takes their runs too.
+func testOrderedRunsOfNamedAggregates[Tx any](t *testing.T, f *fixture[Tx]) {
+	for _, e := range []outbox.Envelope{orderedEvent("o1-first", "orders", "Order", "1"), orderedEvent("o1-second", "orders", "Order", "1"),
+		orderedEvent("o1-third", "orders", "Order", "1")} {
+		f.write(t, e)
+	}
+	order1 := outboxdriver.Aggregate{Topic: "orders", Type: "Order", ID: "1"}
+	req := request{Owner: "r", Topic: "orders", Ordered: true, Aggregates: []outboxdriver.Aggregate{order1}, RunLength: 2}
+	require.Equal(t, map[string][]string{"1": {"o1-first", "o1-second"}}, runs(t, f.claimRows(t, req)))
+	require.Empty(t, f.claim(t, req), "the third waits behind the run")
+	require.EqualValues(t, 2, f.markDone(t, "o1-first", "o1-second"))
+	require.Equal(t, []string{"o1-third"}, f.claim(t, req))
 }
 
 func testDeadEventsQueryCountReplay[Tx any](t *testing.T, f *fixture[Tx]) {

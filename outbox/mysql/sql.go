@@ -200,6 +200,33 @@ UPDATE JSON_TABLE(?, '$[*]' COLUMNS (seq bigint PATH '$')) AS claimed
     STRAIGHT_JOIN {table} AS o FORCE INDEX (PRIMARY) ON o.seq = claimed.seq
 SET o.locked_by = ?, o.locked_at = ?, o.locked_until = ?`
 
+// sqlRunsAfter reads, for a claim with runs (see
+// outboxdriver.ClaimParams.RunLength), the events not DONE that follow
+// the heads it locked: parameters the heads as a JSON array of [seq,
+// aggregate type, aggregate id], the topic, and how many to read after
+// each; it returns the head's place in the array (from 1) and the seq of
+// each, in insert order. A plain read, on the aggregate index: it reads
+// every event not DONE after the head, as ordered claims read the events
+// waiting behind the first of their aggregate. sqlLockRun then locks
+// them.
+const sqlRunsAfter = `
+SELECT w.n, w.seq FROM (
+    SELECT h.n, f.seq, row_number() OVER (PARTITION BY h.n ORDER BY f.seq) AS i
+    FROM JSON_TABLE(?, '$[*]' COLUMNS (n FOR ORDINALITY, seq bigint PATH '$[0]',
+            aggregate_type varchar(256) PATH '$[1]', aggregate_id varchar(512) PATH '$[2]')) AS h
+        STRAIGHT_JOIN {table} AS f ON f.topic = ? AND f.aggregate_type = h.aggregate_type
+            AND f.aggregate_id = h.aggregate_id AND f.status <> 1 AND f.seq > h.seq
+) AS w
+WHERE w.i <= ?
+ORDER BY w.n, w.i`
+
+// sqlLockRun locks the events sqlRunsAfter read, by seq (JSON), skipping
+// those another transaction holds, and reads them as they stand then.
+const sqlLockRun = `
+SELECT ` + eventColumns + `, o.seq FROM JSON_TABLE(?, '$[*]' COLUMNS (seq bigint PATH '$')) AS claimed
+    STRAIGHT_JOIN {table} AS o FORCE INDEX (PRIMARY) ON o.seq = claimed.seq
+FOR UPDATE SKIP LOCKED`
+
 // sqlRelease ends an owner's claims: parameters ids (JSON), owner. The
 // rows are due again in their place.
 const sqlRelease = `
@@ -503,6 +530,7 @@ type statements struct {
 	markDone, deleteDone                   string    // deleteDone empty unless Config.DeleteDone
 	claim                                  [2]string // by ordered (0, 1)
 	claimAfter                             string    // unordered, with a cursor
+	runsAfter, lockRun                     string    // a claim with runs: what follows the heads
 	queryDead, countDead, replayDead       string
 	deadGroups, deadGroupTopics            string
 	statsTopics, statsPending, statsClaims string
@@ -537,6 +565,8 @@ func renderStatements(quoted, idIndex, dueIndex, idemIndex, inbox, lease, migrat
 		existingOne:            r.Replace(sqlExistingOne),
 		get:                    r.Replace(sqlGet),
 		lease:                  r.Replace(sqlLease),
+		runsAfter:              r.Replace(sqlRunsAfter),
+		lockRun:                r.Replace(sqlLockRun),
 		release:                r.Replace(sqlRelease),
 		ownedClaims:            r.Replace(sqlOwnedClaims),
 		releaseOwned:           r.Replace(sqlReleaseOwned),

@@ -457,6 +457,13 @@ func (d *driver) Claim(ctx context.Context, p *outboxdriver.ClaimParams) ([]outb
 		if err != nil || len(claimed) == 0 {
 			return err
 		}
+		if p.Ordered && p.RunLength > 1 {
+			followers, followerSeqs, err := d.runsAfter(ctx, tx, p, claimed, seqs)
+			if err != nil {
+				return err
+			}
+			claimed, seqs = append(claimed, followers...), append(seqs, followerSeqs...)
+		}
 		list, err := json.Marshal(seqs)
 		if err != nil {
 			return err
@@ -475,6 +482,90 @@ func (d *driver) Claim(ctx context.Context, p *outboxdriver.ClaimParams) ([]outb
 		r.LockedBy, r.LockedAt, r.LockedUntil = p.Owner, lockedAt, lockedUntil
 	}
 	return claimed, nil
+}
+
+// runsAfter reads and locks, in the claim's transaction tx, the events
+// after the heads it locked (seqs theirs), and returns those of their runs
+// (see outboxdriver.ClaimParams.RunLength) and their seqs: one read of
+// what follows, one locking read of it.
+func (d *driver) runsAfter(ctx context.Context, tx *sql.Tx, p *outboxdriver.ClaimParams, heads []outboxdriver.Row, seqs []int64) ([]outboxdriver.Row, []int64, error) {
+	var keyed [][3]any
+	for i, h := range heads {
+		if h.AggregateID != "" {
+			keyed = append(keyed, [3]any{seqs[i], h.AggregateType, h.AggregateID})
+		}
+	}
+	if len(keyed) == 0 {
+		return nil, nil, nil
+	}
+	list, err := json.Marshal(keyed)
+	if err != nil {
+		return nil, nil, err
+	}
+	pairs, err := queryRunsAfter(ctx, tx, d.t.sql.runsAfter, string(list), p.Topic, p.RunLength-1)
+	if err != nil || len(pairs) == 0 {
+		return nil, nil, err
+	}
+	candidates := make([]int64, len(pairs))
+	for i, pair := range pairs {
+		candidates[i] = pair[1]
+	}
+	if list, err = json.Marshal(candidates); err != nil {
+		return nil, nil, err
+	}
+	rows, err := tx.QueryContext(ctx, d.t.sql.lockRun, string(list)) //nolint:rowserrcheck // ScanRowsWithKeys checks rows.Err and closes rows
+	if err != nil {
+		return nil, nil, fmt.Errorf("lock the runs: %w", err)
+	}
+	locked, lockedSeqs, err := sqlcodec.ScanRowsWithKeys(rows)
+	if err != nil {
+		return nil, nil, err
+	}
+	bySeq := make(map[int64]*outboxdriver.Row, len(locked))
+	for i := range locked {
+		bySeq[lockedSeqs[i]] = &locked[i]
+	}
+	// The runs in the heads' order; an event the lock skipped is nil.
+	after := make([][]*outboxdriver.Row, len(heads))
+	headOf := make([]int, 0, len(keyed))
+	for i, h := range heads {
+		if h.AggregateID != "" {
+			headOf = append(headOf, i)
+		}
+	}
+	for _, pair := range pairs {
+		i := headOf[pair[0]-1]
+		after[i] = append(after[i], bySeq[pair[1]])
+	}
+	followers := sqlcodec.Runs(p, heads, after)
+	seqOf := make(map[string]int64, len(locked))
+	for i := range locked {
+		seqOf[locked[i].ID] = lockedSeqs[i]
+	}
+	followerSeqs := make([]int64, len(followers))
+	for i := range followers {
+		followerSeqs[i] = seqOf[followers[i].ID]
+	}
+	return followers, followerSeqs, nil
+}
+
+// queryRunsAfter runs sqlRunsAfter: for each event read, the head's place
+// in the heads given, from 1, and the event's seq.
+func queryRunsAfter(ctx context.Context, tx *sql.Tx, query string, args ...any) ([][2]int64, error) {
+	rows, err := tx.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, fmt.Errorf("read the runs: %w", err)
+	}
+	defer rows.Close()
+	var pairs [][2]int64
+	for rows.Next() {
+		var pair [2]int64
+		if err := rows.Scan(&pair[0], &pair[1]); err != nil {
+			return nil, fmt.Errorf("read the runs: %w", err)
+		}
+		pairs = append(pairs, pair)
+	}
+	return pairs, rows.Err()
 }
 
 // Release implements [outboxdriver.Executor].

@@ -308,6 +308,11 @@ type Row struct {
 	ErrorGroup string
 	// IdempotencyKey is the stored idempotency_key, "" for NULL.
 	IdempotencyKey string
+	// RunIndex is the row's place in the run of its aggregate that an
+	// ordered claim with RunLength above 1 took (see
+	// [ClaimParams.RunLength]): 0 for the aggregate's first row (its head),
+	// 1 for the row after it, and so on. 0 for every other row.
+	RunIndex int
 	// Malformed says why a row cannot be read as an event (a timestamp
 	// that is not a time, say), nil when it can. A claim returns such a
 	// row rather than fail: the relay records it DEAD with this error.
@@ -347,6 +352,21 @@ type ClaimParams struct {
 	// claim as it would without it, never a row that waits for an earlier
 	// one.
 	Aggregates []Aggregate
+	// RunLength, with Ordered, above 1, leases with the first row of each
+	// aggregate the claim takes (its head) up to RunLength-1 of the rows
+	// after it, in insert order, each with its RunIndex: a run of the
+	// aggregate, which no other claim can take while the head is leased.
+	// The run stops before the first row that is not due now (claimed,
+	// scheduled for later, waiting for a retry, DEAD, written after
+	// CreatedBefore) and before the first the claim cannot lock, so that a
+	// run is always the head and the rows right after it. Rows without an
+	// aggregate id have no run. Limit bounds the heads and RunRows the
+	// rows in all: every run's k-th row is taken before any run's
+	// (k+1)-th. A driver may take shorter runs, down to the heads alone.
+	RunLength int
+	// RunRows bounds the rows of a claim with runs, heads included; at
+	// least Limit.
+	RunRows int
 }
 
 // Position is where the previous claim of a cursor ended: its last row in

@@ -14,8 +14,17 @@ import (
 // them. A row whose times are not times comes back with Malformed set
 // instead of failing the batch.
 func collectRows(rows pgx.Rows, capacity int) ([]outboxdriver.Row, error) {
+	return collect(rows, capacity, false)
+}
+
+// collect is collectRows for rows of eventColumns followed, with runs, by
+// the row's place in its run (sqlLeaseRuns).
+func collect(rows pgx.Rows, capacity int, runs bool) ([]outboxdriver.Row, error) {
 	defer rows.Close()
 	s := newEventScanner()
+	if runs {
+		s.dest = append(s.dest, &s.runIndex)
+	}
 	result := make([]outboxdriver.Row, 0, capacity)
 	for rows.Next() {
 		r, err := s.scan(rows)
@@ -45,7 +54,8 @@ type eventScanner struct {
 	attempts int
 	occurredAt, availableAt, createdAt, updatedAt,
 	doneAt, lockedAt, lockedUntil pgtype.Timestamptz
-	dest []any
+	runIndex int
+	dest     []any
 }
 
 func newEventScanner() *eventScanner {
@@ -86,6 +96,7 @@ func (s *eventScanner) scan(rows pgx.Rows) (outboxdriver.Row, error) {
 		LockedUntil:    finite("locked_until", s.lockedUntil, &notTime),
 		ErrorGroup:     string(s.errorGroup),
 		IdempotencyKey: string(s.idempotencyKey),
+		RunIndex:       s.runIndex,
 	}
 	if r.Payload == nil {
 		r.Payload = []byte{}

@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"strconv"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -203,7 +204,7 @@ const aggregateOrder = `topic COLLATE "C", aggregate_type COLLATE "C", nullif(ag
 // headColumns are what an ordered claim reads of an aggregate's first
 // event: where it is, its aggregate, and what decides whether it is due.
 const headColumns = `ctid, topic, aggregate_type, nullif(aggregate_id, '') IS NULL AS keyless,
-    coalesce(nullif(aggregate_id, ''), event_id) AS key, status, available_at, created_at, locked_until`
+    coalesce(nullif(aggregate_id, ''), event_id) AS key, seq, status, available_at, created_at, locked_until`
 
 // sqlClaimOrdered is sqlClaim for an ordered claim: it leases the first
 // event of each aggregate, when that event is due, up to $4 of them. An
@@ -248,6 +249,54 @@ const sqlLeaseHeads = `, claimable AS (
 UPDATE {table} AS o SET locked_by = $5, locked_at = $1, locked_until = $3
 FROM due {async} WHERE o.ctid = due.ctid
 RETURNING ` + eventColumns
+
+// sqlLeaseRuns is sqlLeaseHeads for a claim with runs
+// (outboxdriver.ClaimParams.RunLength): with each head found due, up to
+// {follow} of the events after it in its aggregate, in seq order, as far
+// as each is due (the window's bool_and stops the run at the first that is
+// not), and {rows} in all, every run's k-th event before any run's
+// (k+1)-th. The events picked are locked by ctid as the heads are, and
+// each run is cut before its first event the lock skipped, so that a run
+// never has a gap: the events after a skipped one stay as they are. Each
+// row comes back with its place in its run.
+const sqlLeaseRuns = `, claimable AS (
+    SELECT h.*, row_number() OVER () AS n FROM (SELECT * FROM heads WHERE ` + sqlDue + ` LIMIT $4) AS h
+), followers AS (
+    SELECT c.n, f.i, f.ctid FROM claimable AS c, LATERAL (
+        SELECT w.ctid, w.i FROM (
+            SELECT r.ctid, row_number() OVER (ORDER BY r.seq) AS i,
+                bool_and(r.status IN (0, 2) AND r.available_at <= $1 AND r.created_at <= $2
+                    AND (r.locked_until IS NULL OR r.locked_until <= $1)) OVER (ORDER BY r.seq) AS due
+            FROM (
+                SELECT ctid, seq, status, available_at, created_at, locked_until FROM {table}
+                WHERE status <> 1 AND topic COLLATE "C" = c.topic AND aggregate_type COLLATE "C" = c.aggregate_type
+                    AND (nullif(aggregate_id, '') IS NULL) = c.keyless
+                    AND coalesce(nullif(aggregate_id, ''), event_id) COLLATE "C" = c.key AND seq > c.seq
+                ORDER BY seq
+                LIMIT {follow}
+            ) AS r
+        ) AS w
+        WHERE w.due
+    ) AS f
+    WHERE NOT c.keyless
+), picked AS (
+    SELECT ctid, n, i FROM (SELECT ctid, n, 0::bigint AS i FROM claimable UNION ALL SELECT ctid, n, i FROM followers) AS r
+    ORDER BY i, n
+    LIMIT {rows}
+), locked AS (
+    SELECT ctid FROM {table}
+    WHERE ctid = ANY(ARRAY(SELECT ctid FROM picked))
+    FOR UPDATE SKIP LOCKED
+), kept AS (
+    SELECT k.ctid, k.i FROM (
+        SELECT p.ctid, p.i, bool_and(l.ctid IS NOT NULL) OVER (PARTITION BY p.n ORDER BY p.i) AS whole
+        FROM picked AS p LEFT JOIN locked AS l ON l.ctid = p.ctid
+    ) AS k
+    WHERE k.whole
+)
+UPDATE {table} AS o SET locked_by = $5, locked_at = $1, locked_until = $3
+FROM kept {async} WHERE o.ctid = kept.ctid
+RETURNING ` + eventColumns + `, kept.i`
 
 // sqlClaimHeads is sqlClaimOrdered for the aggregates a claim names
 // (outboxdriver.ClaimParams.Aggregates; $6 the topic, $7 aggregate types,
@@ -591,6 +640,7 @@ type statements struct {
 	claim, claimAfter                      string
 	claimOrdered, claimOrderedAfter        string
 	claimHeads                             string
+	claimRuns, claimRunsAfter, claimRunsOf string // claimOrdered, claimOrderedAfter, claimHeads with runs
 	queryDead, countDead, replayDead       string
 	purgeDead, deadGroups                  string
 	statsTopics, statsPending, statsClaims string
@@ -675,5 +725,17 @@ func renderStatements(schema, qualified, inbox, lease string, synchronous, delet
 	s.claimOrdered = r.Replace(strings.Replace(ordered, "{start}", orderedStart, 1))
 	s.claimOrderedAfter = r.Replace(strings.Replace(ordered, "{start}", orderedAfter, 1))
 	s.claimHeads = r.Replace(strings.ReplaceAll(sqlClaimHeads, "{topics}", ""))
+	runs := strings.ReplaceAll(strings.ReplaceAll(sqlClaimOrdered, sqlLeaseHeads, sqlLeaseRuns), "{topics}", topicFilter)
+	runs = strings.Replace(strings.ReplaceAll(runs, "{o}", "o."), "{within}", orderedWithin, 1)
+	s.claimRuns = r.Replace(runParams(strings.Replace(runs, "{start}", orderedStart, 1), 7))
+	s.claimRunsAfter = r.Replace(runParams(strings.Replace(runs, "{start}", orderedAfter, 1), 11))
+	runsOf := strings.ReplaceAll(strings.Replace(sqlClaimHeads, sqlLeaseHeads, sqlLeaseRuns, 1), "{topics}", "")
+	s.claimRunsOf = r.Replace(runParams(runsOf, 9))
 	return s
+}
+
+// runParams numbers sqlLeaseRuns' parameters after the claim's others,
+// from first: the followers per head, then the rows in all.
+func runParams(sql string, first int) string {
+	return strings.NewReplacer("{follow}", "$"+strconv.Itoa(first), "{rows}", "$"+strconv.Itoa(first+1)).Replace(sql)
 }

@@ -454,6 +454,7 @@ func (d *driver) Get(ctx context.Context, id string) (outboxdriver.Row, bool, er
 // Claim implements [outboxdriver.Executor] with FOR UPDATE SKIP LOCKED.
 func (d *driver) Claim(ctx context.Context, p *outboxdriver.ClaimParams) ([]outboxdriver.Row, error) {
 	args := []any{p.Now, p.CreatedBefore, p.LockedUntil, p.Limit, p.Owner, p.Topic}
+	runs := p.Ordered && p.RunLength > 1
 	var sql string
 	switch {
 	case len(p.Aggregates) > 0:
@@ -462,25 +463,39 @@ func (d *driver) Claim(ctx context.Context, p *outboxdriver.ClaimParams) ([]outb
 		for i, a := range p.Aggregates {
 			types[i], ids[i] = text(a.Type), text(a.ID)
 		}
-		sql, args = d.t.sql.claimHeads, append(args, types, ids)
+		sql, args = pick(runs, d.t.sql.claimRunsOf, d.t.sql.claimHeads), append(args, types, ids)
 	case p.Ordered && p.After != nil:
-		sql, args = d.t.sql.claimOrderedAfter, append(args, p.After.Topic, p.After.AggregateType, p.After.Keyless, p.After.Key)
+		sql = pick(runs, d.t.sql.claimRunsAfter, d.t.sql.claimOrderedAfter)
+		args = append(args, p.After.Topic, p.After.AggregateType, p.After.Keyless, p.After.Key)
 	case p.Ordered:
-		sql = d.t.sql.claimOrdered
+		sql = pick(runs, d.t.sql.claimRuns, d.t.sql.claimOrdered)
 	case p.After != nil:
 		sql, args = d.t.sql.claimAfter, append(args, p.After.DueAt, p.After.ID)
 	default:
 		sql = d.t.sql.claim
 	}
+	capacity := p.Limit
+	if runs {
+		capacity = max(p.RunRows, p.Limit)
+		args = append(args, p.RunLength-1, capacity)
+	}
 	rows, err := d.db.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: claim: %w", d.t.notMigrated(err))
 	}
-	claimed, err := collectRows(rows, p.Limit)
+	claimed, err := collect(rows, capacity, runs)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: claim: %w", d.t.notMigrated(err))
 	}
 	return claimed, nil
+}
+
+// pick returns a if cond, else b.
+func pick(cond bool, a, b string) string {
+	if cond {
+		return a
+	}
+	return b
 }
 
 // Release implements [outboxdriver.Executor].

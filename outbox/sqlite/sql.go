@@ -140,6 +140,23 @@ const orderedHead = `AND NOT EXISTS (
             AND p.aggregate_id IS NOT NULL AND p.status <> 1 AND p.rowid < t.rowid
             AND t.aggregate_id <> '')`
 
+// sqlRunAfter reads, for a claim with runs (see
+// outboxdriver.ClaimParams.RunLength), the first ?5 events not DONE of
+// topic ?1 and aggregate ?2, ?3 after the head at rowid ?4, in insert
+// order, on the aggregate index; the driver keeps as many as are due.
+// The claim's transaction holds the write lock: they stay as read.
+const sqlRunAfter = `SELECT ` + eventColumns + ` FROM {table}
+WHERE topic = ?1 AND aggregate_type = ?2 AND aggregate_id = ?3 AND aggregate_id IS NOT NULL
+    AND status <> 1 AND rowid > ?4
+ORDER BY rowid
+LIMIT ?5`
+
+// sqlLeaseRun records owner ?2's claim (locked_at ?3, locked_until ?4) on
+// the events of a run, sqlcodec.HexIDs(ids) as ?1.
+const sqlLeaseRun = `
+UPDATE {table} SET locked_by = ?2, locked_at = ?3, locked_until = ?4
+WHERE event_id IN (` + sqlIDs + `)`
+
 // sqlIDs reads the event ids of sqlcodec.HexIDs(ids) passed as ?1.
 const sqlIDs = `SELECT CAST(unhex(value) AS TEXT) FROM json_each(?1)`
 
@@ -411,6 +428,7 @@ type statements struct {
 	updateStatus                            string
 	markDone, deleteDone                    string    // deleteDone empty unless Config.DeleteDone
 	claim                                   [2]string // by ordered (0, 1)
+	claimHeads, runAfter, leaseRun          string    // a claim with runs: the heads with their rowid, what follows
 	queryDead, countDead, replayDead        string
 	purgeDead, queryPending                 string
 	queryEvents                             string
@@ -480,5 +498,8 @@ func renderStatements(quoted, inbox, lease string, deleteDone bool) statements {
 	for ordered, head := range []string{"", orderedHead} {
 		s.claim[ordered] = r.Replace(strings.Replace(sqlClaim, "{ordered}", head, 1))
 	}
+	s.claimHeads = s.claim[1] + ", rowid"
+	s.runAfter = r.Replace(sqlRunAfter)
+	s.leaseRun = r.Replace(sqlLeaseRun)
 	return s
 }

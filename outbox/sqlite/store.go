@@ -278,6 +278,13 @@ func (d *driver) Claim(ctx context.Context, p *outboxdriver.ClaimParams) ([]outb
 		return nil, err
 	}
 	defer d.gate.leave()
+	if p.Ordered && p.RunLength > 1 {
+		rows, err := d.claimRuns(ctx, p)
+		if err != nil {
+			return nil, fmt.Errorf("sqlite: claim: %w", d.notMigrated(err))
+		}
+		return rows, nil
+	}
 	query := d.t.sql.claim[0]
 	if p.Ordered {
 		query = d.t.sql.claim[1]
@@ -288,6 +295,60 @@ func (d *driver) Claim(ctx context.Context, p *outboxdriver.ClaimParams) ([]outb
 		return nil, fmt.Errorf("sqlite: claim: %w", d.notMigrated(err))
 	}
 	return rows, nil
+}
+
+// claimRuns is Claim with runs, in one transaction, which its first
+// statement, the claim of the heads, makes a writer: it holds SQLite's
+// write lock throughout. Each head's next events are one read of the
+// aggregate index.
+func (d *driver) claimRuns(ctx context.Context, p *outboxdriver.ClaimParams) ([]outboxdriver.Row, error) {
+	tx, err := d.db.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = tx.Rollback() }() // a no-op after the commit
+	args := []any{sqlcodec.Micros(p.Now), sqlcodec.Micros(p.CreatedBefore), p.Limit, p.Owner, sqlcodec.Micros(p.LockedUntil), p.Topic}
+	rows, err := tx.QueryContext(ctx, d.t.sql.claimHeads, args...) //nolint:rowserrcheck // ScanRowsWithKeys checks rows.Err and closes rows
+	if err != nil {
+		return nil, err
+	}
+	heads, rowids, err := sqlcodec.ScanRowsWithKeys(rows)
+	if err != nil {
+		return nil, err
+	}
+	after := make([][]*outboxdriver.Row, len(heads))
+	for i, h := range heads {
+		if h.AggregateID == "" {
+			continue
+		}
+		next, err := sqlcodec.QueryRows(ctx, tx, d.t.sql.runAfter, h.Topic, h.AggregateType, h.AggregateID, rowids[i], p.RunLength-1)
+		if err != nil {
+			return nil, err
+		}
+		for j := range next {
+			after[i] = append(after[i], &next[j])
+		}
+	}
+	followers := sqlcodec.Runs(p, heads, after)
+	if len(followers) > 0 {
+		ids := make([]string, len(followers))
+		for i := range followers {
+			ids[i] = followers[i].ID
+		}
+		if _, err := tx.ExecContext(ctx, d.t.sql.leaseRun, sqlcodec.HexIDs(ids), p.Owner, sqlcodec.Micros(p.Now),
+			sqlcodec.Micros(p.LockedUntil)); err != nil {
+			return nil, fmt.Errorf("record the lease: %w", err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, err
+	}
+	lockedAt, lockedUntil := sqlcodec.Stored(p.Now), sqlcodec.Stored(p.LockedUntil)
+	for i := range followers {
+		f := &followers[i]
+		f.LockedBy, f.LockedAt, f.LockedUntil = p.Owner, lockedAt, lockedUntil
+	}
+	return append(heads, followers...), nil
 }
 
 // Release implements [outboxdriver.Executor].
