@@ -91,7 +91,7 @@ func TestRawTableIsLikeTheOutboxTable(t *testing.T) {
 	params, indexes := shape(raw)
 	require.Contains(t, wantParams, "fillfactor=50")
 	require.Equal(t, wantParams, params)
-	require.Len(t, wantIndexes, 6) // the primary key, due, finished, aggregate, dead group and dead indexes
+	require.Len(t, wantIndexes, 8) // the primary key, due, finished, aggregate, dead group, dead, idempotency key and aggregate-by-time indexes
 	require.Equal(t, wantIndexes, indexes)
 
 	var left int
