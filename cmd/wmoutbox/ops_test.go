@@ -444,12 +444,14 @@ func TestEvents(t *testing.T) {
 		var list deadListJSON
 		args := []string{"events", "--json", "--database-url", url, "--aggregate-type", "order", "--aggregate-id", "7", "--limit", "2"}
 		require.NoError(t, json.Unmarshal([]byte(ok(t, args...)), &list))
-		require.Equal(t, newestFirst[:2], []string{list.Events[0].ID, list.Events[1].ID})
+		page := []string{list.Events[0].ID, list.Events[1].ID}
+		require.Equal(t, newestFirst[:2], page)
 		require.NotEmpty(t, list.Next)
 		var last deadListJSON
 		require.NoError(t, json.Unmarshal([]byte(ok(t, append(args, "--before", list.Next)...)), &last))
 		list = last
-		require.Equal(t, newestFirst[2:], []string{list.Events[0].ID, list.Events[1].ID})
+		page = []string{list.Events[0].ID, list.Events[1].ID}
+		require.Equal(t, newestFirst[2:], page)
 		require.Empty(t, list.Next, "the last page")
 		require.Equal(t, "DONE", list.Events[1].Status)
 

@@ -33,17 +33,7 @@ func TestAggregateQueryReadsTheAggregateIndex(t *testing.T) {
 			if before {
 				args = append(args, time.Now().UnixMicro(), "x")
 			}
-			rows, err := db.QueryContext(t.Context(), "EXPLAIN QUERY PLAN "+sqlite.AggregateStatement(store, before), args...)
-			require.NoError(t, err)
-			var plan []string
-			for rows.Next() {
-				var id, parent, unused int
-				var detail string
-				require.NoError(t, rows.Scan(&id, &parent, &unused, &detail))
-				plan = append(plan, detail)
-			}
-			require.NoError(t, rows.Err())
-			text := strings.Join(plan, "\n")
+			text := strings.Join(queryPlan(t, db, sqlite.AggregateStatement(store, before), args), "\n")
 			want := "SEARCH outbox_event USING INDEX outbox_event_agg_time_idx (aggregate_id=? AND aggregate_type=?"
 			if before {
 				want += " AND (created_at,event_id)<(?,?))"
@@ -52,4 +42,21 @@ func TestAggregateQueryReadsTheAggregateIndex(t *testing.T) {
 			require.NotContains(t, text, "TEMP B-TREE", text)
 		}
 	}
+}
+
+// queryPlan returns the details of EXPLAIN QUERY PLAN of query with args.
+func queryPlan(t *testing.T, db *sql.DB, query string, args []any) []string {
+	t.Helper()
+	rows, err := db.QueryContext(t.Context(), "EXPLAIN QUERY PLAN "+query, args...)
+	require.NoError(t, err)
+	defer rows.Close()
+	var plan []string
+	for rows.Next() {
+		var id, parent, unused int
+		var detail string
+		require.NoError(t, rows.Scan(&id, &parent, &unused, &detail))
+		plan = append(plan, detail)
+	}
+	require.NoError(t, rows.Err())
+	return plan
 }
