@@ -82,24 +82,8 @@ func startRelayOn(t *testing.T, pool *pgxpool.Pool, clock *outboxtest.Clock, cfg
 	done := make(chan error, 1)
 	go func() { done <- router.Run(context.Background()) }()
 	t.Cleanup(func() {
-		// What Close waits for runs on the clock: move it on meanwhile,
-		// no faster than real time.
-		stop := make(chan struct{})
-		moved := make(chan struct{})
-		go func() {
-			defer close(moved)
-			tick := time.NewTicker(time.Millisecond)
-			defer tick.Stop()
-			for {
-				select {
-				case <-stop:
-					return
-				case <-tick.C:
-					clock.Advance(time.Millisecond)
-				}
-			}
-		}()
-		defer func() { close(stop); <-moved }()
+		// What Close waits for runs on the clock.
+		defer moveClock(clock)()
 		require.NoError(t, router.Close())
 		require.NoError(t, <-done)
 		require.NoError(t, sub.Close())
@@ -155,6 +139,37 @@ func jsonEvent(t *testing.T, eventType outbox.EventType, topic string, aggregate
 func (r *relay) drain(t *testing.T) {
 	t.Helper()
 	outboxtest.WaitDrained(t, r.sub, waitLimit)
+}
+
+// drainMoving is drain with the clock moving meanwhile: after a jump of
+// the clock, the claims its timers start may run late, at the clock's
+// new time, and a wake-up at that same time waits out WakeCooldown,
+// which a stopped clock never ends.
+func (r *relay) drainMoving(t *testing.T) {
+	t.Helper()
+	defer moveClock(r.clock)()
+	r.drain(t)
+}
+
+// moveClock moves clock on a millisecond at a time, no faster than real
+// time, until the function it returns is called.
+func moveClock(clock *outboxtest.Clock) (stop func()) {
+	done := make(chan struct{})
+	moved := make(chan struct{})
+	go func() {
+		defer close(moved)
+		tick := time.NewTicker(time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+				clock.Advance(time.Millisecond)
+			}
+		}
+	}()
+	return func() { close(done); <-moved }
 }
 
 func (r *relay) get(t *testing.T, id string) outbox.Event {
