@@ -149,7 +149,7 @@ func TestOrderServiceThirtyDayCleanup(t *testing.T) {
 
 	r.clock.Advance(20 * day)
 	recent := r.write(t, orderEvent(t, "OrderPaid", watermill.NewUUID()))[0]
-	r.drainMoving(t)
+	r.drain(t)
 
 	r.clock.Set(sentAt.Add(30 * day))
 	require.Zero(t, purgeDone(), "a row 30 days old is kept")
