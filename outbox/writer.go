@@ -219,15 +219,17 @@ func (w *Writer[Tx]) WriteDetailed(ctx context.Context, tx Tx, events ...Envelop
 		return WriteResult{}, &DuplicateKeyError{Events: skipped}
 	}
 	res := WriteResult{IDs: make([]string, len(prepared))}
-	isSkipped := make([]bool, len(prepared))
 	for i := range prepared {
 		res.IDs[i] = prepared[i].ID
 	}
-	for _, s := range skipped {
-		res.IDs[s.Index], isSkipped[s.Index] = s.ExistingID, true
-	}
+	// Most writes skip nothing: isSkipped stays nil then.
+	var isSkipped []bool
 	if len(skipped) > 0 {
 		res.Skipped = skipped
+		isSkipped = make([]bool, len(prepared))
+		for _, s := range skipped {
+			res.IDs[s.Index], isSkipped[s.Index] = s.ExistingID, true
+		}
 	}
 	// Rows the write skipped are another write's: not ours to hand over.
 	hotEvents, coldEvents := notSkipped(prepared, hot, isSkipped), notSkipped(prepared, cold, isSkipped)
@@ -270,11 +272,12 @@ func skippedEvent(events []Envelope, i int, existing string) SkippedEvent {
 	return SkippedEvent{Index: i, ID: e.ID, Topic: e.Topic, IdempotencyKey: e.IdempotencyKey, ExistingID: existing}
 }
 
-// notSkipped returns the events at positions that the write did not skip.
+// notSkipped returns the events at positions that the write did not
+// skip; skipped is nil when it skipped none.
 func notSkipped(events []Envelope, positions []int, skipped []bool) []Envelope {
 	out := make([]Envelope, 0, len(positions))
 	for _, i := range positions {
-		if !skipped[i] {
+		if skipped == nil || !skipped[i] {
 			out = append(out, events[i])
 		}
 	}
