@@ -499,6 +499,42 @@ type StatsResult struct {
 	// Relays are the relay heartbeats of the lease table (see
 	// [HeartbeatPrefix]), expired or not; none with PendingOnly.
 	Relays []RelayHeartbeat
+	// Slots are the database's log slots, for a driver that has them
+	// (see [LogSlotReader]); none with PendingOnly.
+	Slots []LogSlot
+}
+
+// LogSlotReader is implemented by the executor of a store whose database
+// keeps logs of changes that a [Feed] reads (PostgreSQL's logical
+// replication slots).
+type LogSlotReader interface {
+	// LogSlots reads the logical replication slots of the store's
+	// database.
+	LogSlots(ctx context.Context) ([]LogSlot, error)
+}
+
+// SlotLeasePrefix starts the name of the lease-table row in which a
+// [Feed] reading slot S records its progress ("slot:S"): owner the
+// reader, until when it last confirmed a position. Heartbeats and other
+// named leases never start with it.
+const SlotLeasePrefix = "slot:"
+
+// LogSlot is a replication slot as [LogSlotReader.LogSlots] reads it.
+type LogSlot struct {
+	Name string
+	// Active says a reader is connected to it now.
+	Active bool
+	// LagBytes is the log the slot holds back: from its confirmed
+	// position to the database's current one.
+	LagBytes int64
+	// WALStatus is the database's word for whether the log the slot needs
+	// is still there ("reserved", "extended", "unreserved", "lost").
+	WALStatus string
+	// Reader and ConfirmedAt come from the slot's lease-table row (see
+	// [SlotLeasePrefix]): the feed that last confirmed a position, and
+	// when. "" and zero when no feed of this module read it.
+	Reader      string
+	ConfirmedAt time.Time
 }
 
 // RelayHeartbeat is a relay's heartbeat as the lease table holds it: the
