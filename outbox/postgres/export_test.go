@@ -4,8 +4,11 @@ import (
 	"context"
 	"time"
 
+	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/wmoutbox/wmoutbox/outbox/outboxdriver"
 )
 
 // BeginPipeline begins the transaction InTx gives its function on pool.
@@ -59,4 +62,25 @@ func AggregateStatement(s *Store, before bool) string {
 		return s.Driver().(*driver).t.sql.queryAggregateBefore
 	}
 	return s.Driver().(*driver).t.sql.queryAggregate
+}
+
+// CheckWALLevel is what a log feed decides of the server's wal_level.
+var CheckWALLevel = checkWALLevel
+
+// DecodeLogRow decodes, as a log feed does, the tuple a table of these
+// columns inserted: each value in pgoutput's text, nil for NULL.
+func DecodeLogRow(columns []string, values [][]byte) outboxdriver.Row {
+	relation := make([]*pglogrepl.RelationMessageColumn, len(columns))
+	for i, name := range columns {
+		relation[i] = &pglogrepl.RelationMessageColumn{Name: name}
+	}
+	tuple := &pglogrepl.TupleData{}
+	for _, v := range values {
+		c := &pglogrepl.TupleDataColumn{DataType: pglogrepl.TupleDataTypeText, Data: v}
+		if v == nil {
+			c.DataType = pglogrepl.TupleDataTypeNull
+		}
+		tuple.Columns = append(tuple.Columns, c)
+	}
+	return newLogDecoder("", "").row(newLogLayout(relation), tuple)
 }
