@@ -320,16 +320,17 @@ type Row struct {
 }
 
 // ClaimParams selects the rows a claim leases: due rows of Topic (NEW ones
-// created no later than CreatedBefore), in due order (available_at, then
-// event_id).
+// due at their write only if created no later than CreatedBefore), in due
+// order (available_at, then event_id).
 type ClaimParams struct {
 	Owner string
 	Topic string
 	// Now is when the claim runs: the rows due by then, their locked_at.
 	Now time.Time
-	// CreatedBefore leaves NEW rows created after it to the hot path, or
-	// to a relay's [Feed]. RETRY rows are due by their available_at alone:
-	// neither takes them.
+	// CreatedBefore leaves NEW rows created after it and due at once
+	// (available_at no later than created_at) to the hot path, or to a
+	// relay's [Feed]. Rows scheduled for later and RETRY rows are due by
+	// their available_at alone: neither takes them.
 	CreatedBefore time.Time
 	// LockedUntil is the end of the lease the claim takes.
 	LockedUntil time.Time
