@@ -74,13 +74,26 @@ func DecodeLogRow(columns []string, values [][]byte) outboxdriver.Row {
 	for i, name := range columns {
 		relation[i] = &pglogrepl.RelationMessageColumn{Name: name}
 	}
-	tuple := &pglogrepl.TupleData{}
-	for _, v := range values {
-		c := &pglogrepl.TupleDataColumn{DataType: pglogrepl.TupleDataTypeText, Data: v}
+	tuple := make([]tupleColumn, len(values))
+	for i, v := range values {
+		tuple[i] = tupleColumn{kind: pglogrepl.TupleDataTypeText, data: v}
 		if v == nil {
-			c.DataType = pglogrepl.TupleDataTypeNull
+			tuple[i].kind = pglogrepl.TupleDataTypeNull
 		}
-		tuple.Columns = append(tuple.Columns, c)
 	}
 	return newLogDecoder("", "").row(newLogLayout(relation), tuple)
+}
+
+// DecodeLogInsert decodes, as a log feed does, the body of a pgoutput
+// Insert message (after its type byte) inside a transaction, for a table
+// of these columns whose relation id is 1, and returns the rows decoded.
+func DecodeLogInsert(columns []string, body []byte) ([]outboxdriver.Row, error) {
+	relation := make([]*pglogrepl.RelationMessageColumn, len(columns))
+	for i, name := range columns {
+		relation[i] = &pglogrepl.RelationMessageColumn{Name: name}
+	}
+	d := newLogDecoder("", "")
+	d.layouts[1], d.open = newLogLayout(relation), true
+	err := d.insert(body)
+	return d.rows, err
 }

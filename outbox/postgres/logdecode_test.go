@@ -1,6 +1,7 @@
 package postgres_test
 
 import (
+	"encoding/binary"
 	"testing"
 	"time"
 
@@ -141,6 +142,55 @@ func FuzzDecodeLogRow(f *testing.F) {
 			"headers": headers, "status": status, "occurred_at": occurred, "available_at": available})
 		require.Equal(t, id, row.ID)
 		require.NotNil(t, row.Payload)
+	})
+}
+
+// insertBody is the body of a pgoutput Insert message of relation 1 with
+// values in text, nil for NULL.
+func insertBody(values ...[]byte) []byte {
+	body := []byte{0, 0, 0, 1, 'N', byte(len(values) >> 8), byte(len(values))}
+	for _, v := range values {
+		if v == nil {
+			body = append(body, 'n')
+			continue
+		}
+		body = append(body, 't')
+		body = binary.BigEndian.AppendUint32(body, uint32(len(v)))
+		body = append(body, v...)
+	}
+	return body
+}
+
+func TestDecodeLogInsert(t *testing.T) {
+	t.Parallel()
+	columns := []string{"event_id", "tenant_id", "payload"}
+	rows, err := postgres.DecodeLogInsert(columns, insertBody([]byte("01JA"), nil, []byte(`\x6869`)))
+	require.NoError(t, err)
+	require.Len(t, rows, 1)
+	require.Equal(t, "01JA", rows[0].ID)
+	require.Empty(t, rows[0].TenantID)
+	require.Equal(t, []byte("hi"), rows[0].Payload)
+
+	body := insertBody([]byte("01JA"), nil, []byte(`\x6869`))
+	for cut := range len(body) - 1 {
+		_, err := postgres.DecodeLogInsert(columns, body[:cut])
+		require.Error(t, err, "a message cut at %d bytes", cut)
+	}
+}
+
+// FuzzDecodeLogInsert decodes arbitrary Insert messages: an error or
+// rows, never a panic.
+func FuzzDecodeLogInsert(f *testing.F) {
+	f.Add(insertBody([]byte("01JA"), nil, []byte(`\x6869`)))
+	f.Add(insertBody())
+	f.Add([]byte{0, 0, 0, 1, 'N', 0xff, 0xff, 't', 0x7f, 0xff, 0xff, 0xff})
+	f.Fuzz(func(t *testing.T, body []byte) {
+		rows, err := postgres.DecodeLogInsert([]string{"event_id", "payload", "occurred_at"}, body)
+		if err == nil {
+			for _, r := range rows {
+				require.NotNil(t, r.Payload)
+			}
+		}
 	})
 }
 

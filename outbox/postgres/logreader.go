@@ -45,11 +45,13 @@ type logReader struct {
 
 	// While streaming: the connection, the progress goroutine's signal
 	// that a status update is due (nil otherwise), the server's WAL
-	// position and time it last read, and when the server last spoke.
+	// position and time it last read, when the server last spoke, and
+	// how often it asked for a reply since the last data or status update.
 	conn      *pgconn.PgConn
 	due       chan struct{}
 	mark      atomic.Pointer[walMark]
 	lastHeard time.Time
+	pings     int
 }
 
 func newLogReader(f *LogFeed, notes chan<- logNote) *logReader {

@@ -47,7 +47,7 @@ func (r *logReader) stream(ctx context.Context, conn *pgconn.PgConn) error {
 	netConn := conn.Conn()
 	interrupt := func() { _ = netConn.SetReadDeadline(pastDeadline) }
 	due := make(chan struct{}, 1)
-	r.conn, r.due, r.lastHeard = conn, due, r.f.clock.Now()
+	r.conn, r.due, r.lastHeard, r.pings = conn, due, r.f.clock.Now(), 0
 	r.mark.Store(nil)
 	defer func() { r.conn, r.due = nil, nil }()
 
@@ -122,10 +122,15 @@ func (r *logReader) handle(ctx context.Context, dec *logDecoder, msg pgproto3.Ba
 			if err := r.keepalive(ctx, dec, ka); err != nil {
 				return err
 			}
-			if ka.ReplyRequested {
-				return r.sendStatus()
+			if !ka.ReplyRequested {
+				return nil
 			}
+			if err := r.sendStatus(); err != nil {
+				return err
+			}
+			return r.stopping(ka)
 		case pglogrepl.XLogDataByteID:
+			r.pings = 0
 			xld, err := pglogrepl.ParseXLogData(m.Data[1:])
 			if err != nil {
 				return err
@@ -161,6 +166,29 @@ func (r *logReader) keepalive(ctx context.Context, dec *logDecoder, ka pglogrepl
 	return r.cover(ctx, mark.at.Add(-r.f.coveredDelay))
 }
 
+// errServerStopping ends a stream that holds up the server's shutdown.
+var errServerStopping = errors.New("the server is stopping, and waits for the stream to confirm transactions not settled yet; " +
+	"ending the stream, which resumes from the last confirmed position")
+
+// stopping returns errServerStopping when the server asked for a reply
+// again, with no data in between and before the next status update was
+// due, past the confirmed position: a server that shuts down asks so
+// until the stream confirms everything it sent, and it waits for that,
+// while the relay cannot settle anything on a database that is going
+// away. Otherwise the server asks only when it has heard nothing for
+// half its wal_sender_timeout, which a status update every interval
+// prevents.
+func (r *logReader) stopping(ka pglogrepl.PrimaryKeepaliveMessage) error {
+	if confirmed, _ := r.position.current(); ka.ServerWALEnd <= confirmed {
+		return nil
+	}
+	r.pings++
+	if r.pings < 2 {
+		return nil
+	}
+	return errServerStopping
+}
+
 // commit hands a transaction's events over, and tells Covered its commit
 // time less the margin: every transaction committed before it was
 // streamed before it.
@@ -182,6 +210,7 @@ func (r *logReader) commit(ctx context.Context, tx *logTx) error {
 // statusDue sends the status update of the interval, unless the server
 // fell silent.
 func (r *logReader) statusDue() error {
+	r.pings = 0
 	silence := max(10*r.f.statusInterval, minSilence)
 	if quiet := r.f.clock.Now().Sub(r.lastHeard); quiet > silence {
 		return fmt.Errorf("the server sent nothing for %s", quiet)
