@@ -3,6 +3,7 @@ package postgres
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -201,8 +202,7 @@ func replicationConfig(config *pgconn.Config) *pgconn.Config {
 	c.RuntimeParams["replication"] = "database"
 	c.RuntimeParams["DateStyle"] = "ISO"
 	c.RuntimeParams["bytea_output"] = "hex"
-	// pgx's statement cache, notices and notifications are not for this
-	// connection.
+	// Handlers set for the pool's connections are not for this one.
 	c.OnNotice, c.OnNotification = nil, nil
 	return c
 }
@@ -236,11 +236,11 @@ func (f *LogFeed) Stream(ctx context.Context, h outboxdriver.FeedHandler) error 
 		case n := <-notes:
 			if err := n.deliver(ctx, h); err != nil {
 				stop()
-				<-done
+				readErr := <-done
 				if ctx.Err() != nil {
 					return nil
 				}
-				return fmt.Errorf("postgres: log feed of slot %s: handler: %w", f.slot, err)
+				return errors.Join(fmt.Errorf("postgres: log feed of slot %s: handler: %w", f.slot, err), readErr)
 			}
 		case err := <-done:
 			return err

@@ -141,7 +141,11 @@ func run(t *testing.T, f *postgres.LogFeed, h outboxdriver.FeedHandler) *running
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &running{cancel: cancel, done: make(chan error, 1)}
 	go func() { r.done <- f.Stream(ctx, h) }()
-	t.Cleanup(func() { r.stop() })
+	t.Cleanup(func() {
+		if err := r.stop(); err != nil {
+			t.Errorf("Stream: %v", err)
+		}
+	})
 	return r
 }
 

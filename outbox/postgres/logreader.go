@@ -12,11 +12,11 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 )
 
-// A reader that lost its connection reconnects after reconnectMin,
-// doubling up to reconnectMax, until a session streams again.
+// A reader that lost its connection reconnects after firstReconnectPause,
+// doubling up to maxReconnectPause, until a session streams again.
 const (
-	reconnectMin = 100 * time.Millisecond
-	reconnectMax = 5 * time.Second
+	firstReconnectPause = 100 * time.Millisecond
+	maxReconnectPause   = 5 * time.Second
 )
 
 // closeTimeout bounds the goodbye of a replication connection.
@@ -61,26 +61,26 @@ func newLogReader(f *LogFeed, notes chan<- logNote) *logReader {
 // run reads the slot until ctx ends (nil) or an error retrying cannot
 // mend.
 func (r *logReader) run(ctx context.Context) error {
-	pause := reconnectMin
+	pause := firstReconnectPause
 	for {
 		streamed, err := r.session(ctx)
 		if ctx.Err() != nil {
 			return nil
 		}
 		if stop := (*stopError)(nil); errors.As(err, &stop) {
-			return fmt.Errorf("postgres: log feed of slot %s: %w", r.f.slot, stop.err)
+			return stop.err
 		}
 		if r.reading(ctx, false) != nil {
 			return nil
 		}
 		if streamed {
-			pause = reconnectMin
+			pause = firstReconnectPause
 		}
 		r.f.logger.Warn("outbox: log feed lost its connection; reconnecting", "slot", r.f.slot, "pause", pause, "error", err)
 		if !r.sleep(ctx, pause) {
 			return nil
 		}
-		pause = min(2*pause, reconnectMax)
+		pause = min(2*pause, maxReconnectPause)
 	}
 }
 
@@ -89,7 +89,7 @@ func (r *logReader) run(ctx context.Context) error {
 func (r *logReader) session(ctx context.Context) (bool, error) {
 	conn, err := r.f.connect(ctx)
 	if err != nil {
-		return false, refusal(fmt.Errorf("connect: %w", err))
+		return false, r.refusal(fmt.Errorf("connect: %w", err))
 	}
 	defer closeReplication(conn)
 	for {
@@ -126,7 +126,7 @@ func (r *logReader) start(ctx context.Context, conn *pgconn.PgConn, lsn pglogrep
 			return fmt.Errorf("start replication: %w", err)
 		}
 	}
-	return refusal(fmt.Errorf("start replication: %w", err))
+	return r.refusal(fmt.Errorf("start replication: %w", err))
 }
 
 // readyForQuery reads what the server sends until it is ready for the

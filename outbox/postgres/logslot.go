@@ -24,7 +24,7 @@ const (
 	slotInvalidatedStatus = "lost" // pg_replication_slots.wal_status
 )
 
-// stopError is an error that retrying cannot mend: Stream returns it.
+// stopError is an error that retrying cannot mend: Stream returns err.
 type stopError struct{ err error }
 
 func (e *stopError) Error() string { return e.err.Error() }
@@ -32,9 +32,9 @@ func (e *stopError) Unwrap() error { return e.err }
 
 // refusal makes err a stopError when it is the server's refusal for a
 // missing privilege, which no retry gets.
-func refusal(err error) error {
+func (r *logReader) refusal(err error) error {
 	if hasCode(err, codeInsufficientPriv) {
-		return &stopError{err}
+		return &stopError{fmt.Errorf("postgres: log feed of slot %s: %w", r.f.slot, err)}
 	}
 	return err
 }
@@ -121,7 +121,7 @@ func (r *logReader) prepare(ctx context.Context, conn *pgconn.PgConn) (pglogrepl
 			return 0, &stopError{err}
 		}
 		if st.table == "" {
-			return 0, &stopError{&outbox.NotMigratedError{Table: r.f.d.t.label(), Fix: migrateFix}}
+			return 0, &stopError{fmt.Errorf("postgres: log feed: %w", &outbox.NotMigratedError{Table: r.f.d.t.label(), Fix: migrateFix})}
 		}
 		r.schema, r.table = st.schema, st.table
 		if err := r.ensurePublication(ctx, conn, st); err != nil {
@@ -171,7 +171,7 @@ func (r *logReader) ensurePublication(ctx context.Context, conn *pgconn.PgConn, 
 		if hasCode(err, codeDuplicateObject, codeUniqueViolation) {
 			return nil // another feed made it at the same time
 		}
-		return refusal(fmt.Errorf("create publication %s: %w", r.f.publication, err))
+		return r.refusal(fmt.Errorf("create publication %s: %w", r.f.publication, err))
 	}
 	r.f.logger.Info("outbox: log feed created its publication", "publication", r.f.publication, "table", st.schema+"."+st.table)
 	return nil
@@ -187,7 +187,7 @@ func (r *logReader) createSlot(ctx context.Context, conn *pgconn.PgConn) (pglogr
 		return 0, false, nil
 	}
 	if err != nil {
-		return 0, false, refusal(fmt.Errorf("create slot %s: %w", r.f.slot, err))
+		return 0, false, r.refusal(fmt.Errorf("create slot %s: %w", r.f.slot, err))
 	}
 	start, err := pglogrepl.ParseLSN(res.ConsistentPoint)
 	if err != nil {
