@@ -150,11 +150,12 @@ const sqlKept = `SELECT pg_xact_status($1::text::xid8) = 'in progress'`
 
 const sqlGet = `SELECT ` + eventColumns + ` FROM {table} WHERE event_id = $1`
 
-// The due condition of the claims: $1 now, $2 written-before
-// (skip-recent), {topics} the topic filter. A claimed row is not due until
+// The due condition of the claims: $1 now, $2 written-before for the NEW
+// rows due at once (skip-recent, or what a log feed covers), {topics} the
+// topic filter. A claimed row is not due until
 // its lease ends (locked_until). Rows claimed before migration 2 have no
 // locked_until: their claim moved available_at to the end of the lease.
-const sqlDue = `status IN (0, 2) {topics} AND available_at <= $1 AND created_at <= $2
+const sqlDue = `status IN (0, 2) {topics} AND available_at <= $1 AND (created_at <= $2 OR status = 2 OR available_at > created_at)
     AND (locked_until IS NULL OR locked_until <= $1)`
 
 // sqlClaim leases due rows to owner $5 until $3. It writes only columns
@@ -265,7 +266,7 @@ const sqlLeaseRuns = `, claimable AS (
     SELECT c.n, f.i, f.ctid FROM claimable AS c, LATERAL (
         SELECT w.ctid, w.i FROM (
             SELECT r.ctid, row_number() OVER (ORDER BY r.seq) AS i,
-                bool_and(r.status IN (0, 2) AND r.available_at <= $1 AND r.created_at <= $2
+                bool_and(r.status IN (0, 2) AND r.available_at <= $1 AND (r.created_at <= $2 OR r.status = 2 OR r.available_at > r.created_at)
                     AND (r.locked_until IS NULL OR r.locked_until <= $1)) OVER (ORDER BY r.seq) AS due
             FROM (
                 SELECT ctid, seq, status, available_at, created_at, locked_until FROM {table}
