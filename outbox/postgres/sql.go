@@ -514,6 +514,23 @@ GROUP BY locked_by, topic`
 // (outboxdriver.HeartbeatPattern).
 const sqlStatsRelays = `SELECT owner, until FROM {lease} WHERE name LIKE $1`
 
+// sqlLogSlots reads the logical replication slots of the current
+// database: the log each holds back from its confirmed position to the
+// current one (0 before its first confirmation), and the lease-table row
+// named $1 (outboxdriver.SlotLeasePrefix) followed by the slot's name,
+// where the feed reading it records who confirmed last and when. A
+// standby has no current position of its own: there the log replayed so
+// far stands for it, rather than fail the whole read.
+const sqlLogSlots = `
+SELECT s.slot_name, s.active,
+    coalesce(pg_wal_lsn_diff(
+        CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_lsn() END,
+        s.confirmed_flush_lsn), 0)::bigint,
+    coalesce(s.wal_status, ''), coalesce(l.owner, ''), l.until
+FROM pg_replication_slots s
+LEFT JOIN {lease} l ON l.name = $1::text || s.slot_name
+WHERE s.slot_type = 'logical' AND s.database = current_database()`
+
 // sqlQueryPending pages through the pending rows of statuses $1 (a subset
 // of NEW and RETRY), of topic $2 unless it is empty, after event id $3, up
 // to $4 of them.
@@ -645,7 +662,7 @@ type statements struct {
 	queryDead, countDead, replayDead       string
 	purgeDead, deadGroups                  string
 	statsTopics, statsPending, statsClaims string
-	statsRelays                            string
+	statsRelays, logSlots                  string
 	queryPending, acquireLease             string
 	heartbeatRenew, heartbeatInsert        string
 	expiredHeartbeats, releaseDeadRelay    string
@@ -695,6 +712,7 @@ func renderStatements(schema, qualified, inbox, lease string, synchronous, delet
 		statsPending:         r.Replace(sqlStatsPending),
 		statsClaims:          r.Replace(sqlStatsClaims),
 		statsRelays:          r.Replace(sqlStatsRelays),
+		logSlots:             r.Replace(sqlLogSlots),
 		queryPending:         r.Replace(sqlQueryPending),
 		queryEvents:          r.Replace(sqlQueryEvents),
 		queryAggregate:       r.Replace(strings.Replace(sqlQueryAggregate, "{before}", "", 1)),
