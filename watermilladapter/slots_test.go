@@ -156,3 +156,31 @@ func TestReportSlotsWithoutSlotsOrMetrics(t *testing.T) {
 	quiet.reportSlots(t.Context())
 	require.Zero(t, driver.reads, "no Metrics, no read")
 }
+
+// idleFeed streams nothing until its context ends.
+type idleFeed struct{}
+
+func (idleFeed) Stream(ctx context.Context, h outboxdriver.FeedHandler) error {
+	h.Reading(true)
+	<-ctx.Done()
+	return nil
+}
+
+// A relay in log mode reports the slots as it starts, then every
+// BacklogInterval.
+func TestLogModeReportsSlotsEveryBacklogInterval(t *testing.T) {
+	t.Parallel()
+	driver := &slotDriver{}
+	driver.set(false, outboxdriver.LogSlot{Name: "outbox_event_relay", LagBytes: 7})
+	sub, metrics, clock := slotSubscriber(t, driver, SubscriberConfig{Feed: idleFeed{}, BacklogInterval: time.Minute})
+	_, err := sub.Subscribe(t.Context(), "orders")
+	require.NoError(t, err)
+	var reports []slotMetric
+	waitFor(t, "the first report", func() bool { r, _ := metrics.take(); reports = append(reports, r...); return len(reports) > 0 })
+	require.Equal(t, []slotMetric{{"outbox_event_relay", 7, 0}}, reports)
+	driver.set(false, outboxdriver.LogSlot{Name: "outbox_event_relay", LagBytes: 9})
+	advanceUntil(t, clock, time.Minute, "the next report", func() bool {
+		r, _ := metrics.take()
+		return len(r) == 1 && r[0].lagBytes == 9
+	})
+}
