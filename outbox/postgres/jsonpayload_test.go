@@ -3,7 +3,9 @@ package postgres_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -195,4 +197,50 @@ func TestMigration7DownKeepsJSONPayloads(t *testing.T) {
 	e, err := store.Get(ctx, ids[0])
 	require.NoError(t, err)
 	require.Equal(t, []byte(jsonPayload), e.PayloadJSON)
+}
+
+// The log carries a JSON payload written under JSONPayloadColumn as
+// JSON text, as Debezium reads it (docs/debezium.md), and carries a
+// transaction's insert even when the transaction deletes the row again.
+func TestJSONPayloadColumnIsJSONInTheLog(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := testdb.New(t)
+	testdb.RequireLogicalDecoding(t, pool)
+	slot := fmt.Sprintf("wmoutbox_test_docs_%d", time.Now().UnixNano())
+	_, err := pool.Exec(ctx, `SELECT pg_create_logical_replication_slot($1, 'test_decoding')`, slot)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_, err := pool.Exec(context.Background(), `SELECT pg_drop_replication_slot($1)`, slot)
+		require.NoError(t, err)
+	})
+
+	store, err := postgres.NewStore(pool, postgres.Config{JSONPayloadColumn: true})
+	require.NoError(t, err)
+	writer, err := outbox.NewWriter(store, outbox.WriterConfig{})
+	require.NoError(t, err)
+	require.NoError(t, store.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		ids, err := writer.Write(ctx, tx, outbox.NewJSON("Doc", []byte(`{"total": 12}`)))
+		if err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, `DELETE FROM outbox_event WHERE event_id = ANY($1)`, ids)
+		return err
+	}))
+
+	rows, err := pool.Query(ctx, `SELECT data FROM pg_logical_slot_get_changes($1, NULL, NULL)`, slot)
+	require.NoError(t, err)
+	changes, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	var insert, deleted bool
+	for _, c := range changes {
+		if strings.HasPrefix(c, "table public.outbox_event: INSERT:") {
+			insert = true
+			require.Contains(t, c, `payload_doc[json]:'{"total": 12}'`)
+			require.Contains(t, c, `payload[bytea]:'\x'`)
+		}
+		deleted = deleted || strings.HasPrefix(c, "table public.outbox_event: DELETE:")
+	}
+	require.True(t, insert, "the insert is in the log: %q", changes)
+	require.True(t, deleted, "so is the delete: %q", changes)
 }
