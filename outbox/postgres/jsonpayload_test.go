@@ -103,11 +103,7 @@ func TestJSONPayloadColumnHoldsJSONPayloads(t *testing.T) {
 		}
 	}
 
-	var id []string
-	require.NoError(t, store.InTx(t.Context(), func(ctx context.Context, tx pgx.Tx) error {
-		id, err = cold.Write(ctx, tx, outbox.NewJSON("Doc", []byte(nulPayload)))
-		return err
-	}))
+	id := commit(t, store, outbox.NewJSON("Doc", []byte(nulPayload)))
 	require.Equal(t, storedPayload{Payload: []byte{}, Doc: new(nulPayload)}, readStored(t, pool, id[0]))
 	e, err := store.Get(t.Context(), id[0])
 	require.NoError(t, err)
@@ -121,13 +117,7 @@ func TestJSONPayloadsStayInPayloadByDefault(t *testing.T) {
 	pool := testdb.New(t)
 	store, err := postgres.NewStore(pool, postgres.Config{})
 	require.NoError(t, err)
-	writer, err := outbox.NewWriter(store, outbox.WriterConfig{})
-	require.NoError(t, err)
-	var ids []string
-	require.NoError(t, store.InTx(t.Context(), func(ctx context.Context, tx pgx.Tx) error {
-		ids, err = writer.Write(ctx, tx, outbox.NewJSON("Doc", []byte(jsonPayload)), outbox.NewBytes("Blob", []byte{1}))
-		return err
-	}))
+	ids := commit(t, store, outbox.NewJSON("Doc", []byte(jsonPayload)), outbox.NewBytes("Blob", []byte{1}))
 	require.Equal(t, storedPayload{Payload: []byte(jsonPayload)}, readStored(t, pool, ids[0]))
 	require.Equal(t, storedPayload{Payload: []byte{1}}, readStored(t, pool, ids[1]))
 }
@@ -169,13 +159,7 @@ func TestMigration7DownKeepsJSONPayloads(t *testing.T) {
 	require.NoError(t, postgres.Migrate(ctx, pool, cfg))
 	store, err := postgres.NewStore(pool, cfg)
 	require.NoError(t, err)
-	writer, err := outbox.NewWriter(store, outbox.WriterConfig{})
-	require.NoError(t, err)
-	var ids []string
-	require.NoError(t, store.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
-		ids, err = writer.Write(ctx, tx, outbox.NewJSON("Doc", []byte(jsonPayload)), outbox.NewBytes("Blob", []byte{0xff}))
-		return err
-	}))
+	ids := commit(t, store, outbox.NewJSON("Doc", []byte(jsonPayload)), outbox.NewBytes("Blob", []byte{0xff}))
 
 	migrations, err := postgres.Migrations(cfg)
 	require.NoError(t, err)
