@@ -11,11 +11,19 @@ import (
 // from after (nil: the earliest due event).
 func (sub *subscription) claimParams(now time.Time, limit, room int, named []outboxdriver.Aggregate, after *outboxdriver.Position) *outboxdriver.ClaimParams {
 	cfg := &sub.s.cfg
+	createdBefore := now.Add(-cfg.SkipRecent)
+	if f := sub.s.feed; f != nil && len(named) == 0 {
+		// Named, in log mode, the aggregates are parked: the feed leaves
+		// all their events to claims.
+		if covered := f.createdBefore(now); covered.Before(createdBefore) {
+			createdBefore = covered
+		}
+	}
 	p := &outboxdriver.ClaimParams{
 		Owner:         sub.s.owner,
 		Topic:         sub.topic,
 		Now:           now,
-		CreatedBefore: now.Add(-cfg.SkipRecent),
+		CreatedBefore: createdBefore,
 		LockedUntil:   now.Add(cfg.LockTimeout),
 		Limit:         limit,
 		After:         after,

@@ -59,8 +59,8 @@ const (
 	// delivery.
 	MetadataAttempt = "outbox_attempt"
 	// MetadataSource says which path delivered the event: "hot" (right
-	// after commit, in the writing process) or "cold" (claimed from the
-	// table).
+	// after commit, in the writing process), "cold" (claimed from the
+	// table) or "log" (streamed by a feed, in log mode).
 	MetadataSource = "outbox_source"
 
 	// headerMessageUUID stores the Watermill message UUID, so the handler
@@ -72,6 +72,7 @@ const (
 const (
 	SourceHot  = "hot"
 	SourceCold = "cold"
+	SourceLog  = "log"
 )
 
 // envelopeKeys are consumed by toEnvelope rather than stored as headers.

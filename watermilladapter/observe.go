@@ -28,7 +28,7 @@ func (sub *subscription) observe() {
 	// starts in an outage must not overwrite a real measurement with 0.
 	read, deadRead := false, false
 	for {
-		h, c := len(sub.hot), len(sub.cold)+int(sub.held.Load()) // runs included
+		h, c := sub.hotDepth(), len(sub.cold)+int(sub.held.Load()) // runs included
 		cfg.Metrics.AddQueueDepths(sub.topic, h-hot, c-cold)
 		hot, cold = h, c
 		// The reads: stopping cancels them, so that Close does not wait

@@ -26,6 +26,10 @@ type update struct {
 	// statement sent again after its reply was lost) counts once and leaves
 	// a newer claim alone. 0 leaves it unchecked.
 	attempt int
+	// unleased marks the outcome of an event no claim leased (one a feed
+	// streamed): it applies while no claim leases the event, whoever
+	// reports it.
+	unleased bool
 }
 
 func done(id string) update { return update{id: id, status: outbox.StatusDone} }
@@ -77,8 +81,9 @@ func (u *update) outcome() outboxdriver.Outcome {
 	return o
 }
 
-// recordUpdates records updates, reported by owner at now, in two
-// statements at most: the DONE ones by id, the others with every field.
+// recordUpdates records updates, reported by owner at now, in three
+// statements at most: the DONE ones by id, the others with every field,
+// those of leased and of unleased events apart.
 // DONE outcomes, the bulk of every batch, go as ids alone, which costs the
 // driver and the database less. Of several updates of one event, a DONE
 // counts, as in the table, where no later outcome changes a DONE row (an
@@ -86,7 +91,7 @@ func (u *update) outcome() outboxdriver.Outcome {
 // otherwise the last.
 func recordUpdates(ctx context.Context, driver outboxdriver.Executor, owner string, now time.Time, updates []update) error {
 	var ids []string
-	var failed []outboxdriver.Outcome
+	var failed, unleased []outboxdriver.Outcome
 	last := make(map[string]int, len(updates)) // the update of each event that counts
 	for i := range updates {
 		if k, seen := last[updates[i].id]; !seen || updates[k].status != outbox.StatusDone {
@@ -98,6 +103,8 @@ func recordUpdates(ctx context.Context, driver outboxdriver.Executor, owner stri
 		case last[u.id] != i:
 		case u.status == outbox.StatusDone:
 			ids = append(ids, u.id)
+		case u.unleased:
+			unleased = append(unleased, u.outcome())
 		default:
 			failed = append(failed, u.outcome())
 		}
@@ -107,8 +114,15 @@ func recordUpdates(ctx context.Context, driver outboxdriver.Executor, owner stri
 			return err
 		}
 	}
-	if len(failed) > 0 {
-		if _, err := driver.RecordOutcomes(ctx, outboxdriver.RecordOutcomesParams{Now: now, Owner: owner, Outcomes: failed}); err != nil {
+	for _, batch := range []struct {
+		owner    string
+		outcomes []outboxdriver.Outcome
+	}{{owner, failed}, {"", unleased}} {
+		if len(batch.outcomes) == 0 {
+			continue
+		}
+		p := outboxdriver.RecordOutcomesParams{Now: now, Owner: batch.owner, Outcomes: batch.outcomes}
+		if _, err := driver.RecordOutcomes(ctx, p); err != nil {
 			return err
 		}
 	}

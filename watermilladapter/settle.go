@@ -62,6 +62,7 @@ type outcome struct {
 	update    update
 	wake      *subscription
 	aggregate outboxdriver.Aggregate // of an ordered event: whose next event a DONE frees, or which a retry names
+	feed      *feedTx                // settled once the update is recorded: the event came from a feed, unleased
 }
 
 // freesNext reports whether o is the DONE of an ordered event, which the
@@ -289,7 +290,9 @@ func (st *settler) drain(n int) {
 func (st *settler) flushUpdates(batch []outcome) {
 	st.statuses = st.statuses[:0]
 	for _, o := range batch {
-		st.statuses = append(st.statuses, o.update)
+		u := o.update
+		u.unleased = o.feed != nil
+		st.statuses = append(st.statuses, u)
 	}
 	recorded := st.retry("record outcomes", len(batch), func(ctx context.Context) error {
 		return recordUpdates(ctx, st.driver, st.owner, st.clock.Now(), st.statuses)
@@ -298,6 +301,7 @@ func (st *settler) flushUpdates(batch []outcome) {
 		return
 	}
 	for _, o := range batch {
+		o.feed.settle()
 		switch {
 		case o.freesNext():
 			o.wake.claimNext(o.aggregate)

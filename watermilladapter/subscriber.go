@@ -6,8 +6,11 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"log/slog"
+	"maps"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -256,6 +259,23 @@ type SubscriberConfig struct {
 	// store's clock (its dialect Config.Clock). Default
 	// [outbox.SystemClock].
 	Clock outbox.Clock
+	// Feed, when set, puts the relay in log mode: it delivers the events
+	// the feed streams from the database's log of commits (a PostgreSQL
+	// logical replication slot: postgres.NewLogFeed), in commit order,
+	// rather than claim them, and claims only retries, events scheduled
+	// for later, and the NEW events the feed leaves to the table (those
+	// of topics no subscription of this Subscriber served when they were
+	// streamed, those of an ordered aggregate behind a failed event, and
+	// those the log no longer holds: see outboxdriver.FeedHandler). A
+	// relay whose feed waits for another reader of the log (a standby)
+	// claims no NEW event; once the reader dies it takes the log over.
+	// There is no hot path in log mode: HotPath and Committed of writers
+	// need not name this Subscriber, and cross-process Notify is not
+	// needed. Ordered, the events of an aggregate are delivered in commit
+	// order one at a time, across WorkerCount workers. Give every relay
+	// of the table a feed of the same log, and the same subscriptions.
+	// Default: none (claims, the hot path and Notify deliver).
+	Feed outboxdriver.Feed
 	// Tracer, when set, observes the relay's statements: each claim, and
 	// each batched statement recording outcomes or releasing claims (see
 	// [Tracer]); package outboxotel's RelayTracer makes spans of them.
@@ -313,6 +333,9 @@ func (c SubscriberConfig) withDefaults() (SubscriberConfig, error) {
 	}
 	if nilcheck.Is(c.Tracer) {
 		c.Tracer = nil
+	}
+	if nilcheck.Is(c.Feed) {
+		c.Feed = nil
 	}
 	if c.ReleaseEarlierClaims && c.Owner == "" {
 		return c, fmt.Errorf("%w: subscriber ReleaseEarlierClaims needs an Owner that stays the same across restarts", outbox.ErrInvalidRequest)
@@ -400,12 +423,19 @@ type Subscriber struct {
 	settler  *settler
 	drops    *dropLog
 	beats    *heartbeat
+	feed     *feedReader // nil without a Feed
+	stopFeed context.CancelFunc
+	feedDone chan struct{} // closed when the feed's goroutine ends; nil before it starts
 
-	mu     sync.Mutex
-	subs   map[string][]*subscription
-	next   map[string]int // round robin of hot events among a topic's subscriptions
-	closed bool
-	wg     sync.WaitGroup
+	mu   sync.Mutex
+	subs map[string][]*subscription
+	next map[string]int // round robin of hot events among a topic's subscriptions
+	// unserved are, ordered in log mode, the aggregates of topics with no
+	// subscription whose streamed events were left to claims (see
+	// feedSubscription).
+	unserved map[string]map[outboxdriver.Aggregate]struct{}
+	closed   bool
+	wg       sync.WaitGroup
 
 	closeOnce sync.Once
 	closeErr  error
@@ -414,6 +444,9 @@ type Subscriber struct {
 	// schema checks the table at the first Subscribe; nil when the
 	// store's driver cannot.
 	schema outboxdriver.SchemaChecker
+	// slots reports the log slots (see reportSlots); nil when the
+	// store's driver has none.
+	slots *slotReporter
 
 	started   time.Time          // of the first subscription; zero before
 	stopped   context.Context    // ended by Close
@@ -447,9 +480,14 @@ func NewSubscriber[Tx any](store *outbox.Store[Tx], cfg SubscriberConfig) (*Subs
 		inflight: inflight,
 		subs:     make(map[string][]*subscription),
 		next:     make(map[string]int),
+		unserved: make(map[string]map[outboxdriver.Aggregate]struct{}),
+	}
+	if cfg.Feed != nil {
+		s.feed = &feedReader{s: s, seed: maphash.MakeSeed()}
 	}
 	// Taken before the tracer wraps the driver, which hides it.
 	s.schema, _ = s.driver.(outboxdriver.SchemaChecker)
+	s.slots = newSlotReporter(s.driver)
 	if cfg.Tracer != nil {
 		s.driver = tracedExecutor{Executor: s.driver, tracer: cfg.Tracer}
 	}
@@ -495,6 +533,9 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 	s.beats.start()
 	if s.started.IsZero() {
 		s.started = s.cfg.Clock.Now()
+		if s.feed != nil {
+			s.startFeed()
+		}
 		if _, nop := s.cfg.Metrics.(nopMetrics); !nop || s.cfg.UnroutableAfter > 0 {
 			s.wg.Add(1)
 			go func() {
@@ -504,6 +545,10 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 		}
 	}
 	sub := newSubscription(s, topic)
+	if unserved := s.unserved[topic]; sub.lanes != nil && len(unserved) > 0 {
+		sub.park(slices.Collect(maps.Keys(unserved))...)
+		delete(s.unserved, topic)
+	}
 	if s.cfg.ReleaseEarlierClaims {
 		if sub.earlier = s.earlier[topic]; sub.earlier == nil {
 			sub.earlier, sub.releases = make(chan struct{}), true
@@ -595,8 +640,21 @@ func (s *Subscriber) close() error {
 	s.mu.Unlock()
 	s.wg.Wait()
 	err := s.settler.close()
+	if s.feedDone != nil {
+		// Only now: the feed's last position counts the outcomes the
+		// settler recorded as it closed.
+		s.stopFeed()
+		<-s.feedDone
+	}
 	s.beats.end(err == nil)
 	return err
+}
+
+// isClosed reports whether Close has begun.
+func (s *Subscriber) isClosed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
 }
 
 // HotLease implements [outbox.HotPath]: hot events are written claimed by
@@ -609,7 +667,7 @@ func (s *Subscriber) HotLease() (owner string, lease time.Duration) {
 // relays topic, unordered (an ordered event must wait for the claim to
 // find the one before it delivered).
 func (s *Subscriber) TakesHot(topic string) bool {
-	if s.cfg.Ordered {
+	if s.cfg.Ordered || s.feed != nil {
 		return false
 	}
 	s.mu.Lock()
@@ -666,6 +724,8 @@ func (s *Subscriber) Committed(events []outbox.Envelope) {
 		}
 		for _, sub := range s.subs[e.Topic] {
 			switch {
+			case s.feed != nil && e.DeliverAfter.IsZero():
+				// The feed delivers it.
 			case !e.DeliverAfter.IsZero():
 				sub.scheduleClaim(e.DeliverAfter, aggregate)
 			case aggregate.ID != "":

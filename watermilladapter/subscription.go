@@ -28,6 +28,7 @@ type queued struct {
 	source  string
 	since   time.Time // when it became due (commit, or a later due time), for latency
 	run     []queued  // the rest of an ordered run whose head this is (see run.go)
+	feed    *feedTx   // the streamed transaction of an event from the feed (see feed.go)
 }
 
 // subscription relays one topic to one output channel.
@@ -37,6 +38,10 @@ type subscription struct {
 	out   chan *message.Message
 
 	hot, cold chan queued
+	// lanes, ordered in log mode, are the workers' own queues of streamed
+	// events, one per worker, in place of hot (see feed.go).
+	lanes     []chan queued
+	parkedSet parkedAggregates
 	wakeCh    chan struct{}   // claim now, or at the end of WakeCooldown
 	namedCh   chan struct{}   // claim what next and claimAts name now, or at the end of WakeCooldown, without a walk
 	nextCh    chan struct{}   // claim the aggregates in next now: an ordered event's DONE is recorded
@@ -61,7 +66,7 @@ type subscription struct {
 func newSubscription(s *Subscriber, topic string) *subscription {
 	abandon, cancel := context.WithCancel(context.Background())
 	stopped, stop := context.WithCancel(context.Background())
-	return &subscription{
+	sub := &subscription{
 		s:       s,
 		topic:   topic,
 		out:     make(chan *message.Message),
@@ -76,6 +81,13 @@ func newSubscription(s *Subscriber, topic string) *subscription {
 		abandon: abandon,
 		cancel:  cancel,
 	}
+	if s.cfg.Feed != nil && s.cfg.Ordered {
+		sub.lanes = make([]chan queued, s.cfg.WorkerCount)
+		for i := range sub.lanes {
+			sub.lanes[i] = make(chan queued, max(1, s.cfg.HotQueueCapacity/s.cfg.WorkerCount))
+		}
+	}
+	return sub
 }
 
 func (sub *subscription) stopping() bool { return sub.stopped.Err() != nil }
@@ -174,8 +186,8 @@ func (sub *subscription) run(ctx context.Context) {
 	}
 
 	var workers sync.WaitGroup
-	for range sub.s.cfg.WorkerCount {
-		workers.Go(sub.work)
+	for i := range sub.s.cfg.WorkerCount {
+		workers.Go(func() { sub.work(i) })
 	}
 
 	select {
@@ -208,10 +220,14 @@ func (sub *subscription) run(ctx context.Context) {
 // same owner would end that claim too.
 func (sub *subscription) releaseQueued() {
 	var left []releaseItem
-	for _, q := range []chan queued{sub.hot, sub.cold} {
+	for _, q := range append([]chan queued{sub.hot, sub.cold}, sub.lanes...) {
 		for {
 			select {
 			case item := <-q:
+				if item.source == SourceLog {
+					sub.dropStreamed(item)
+					continue
+				}
 				if !sub.claimHalfSpent(&item.row) {
 					left = append(left, releaseItem{id: item.row.ID, topic: sub.topic})
 				}
@@ -224,6 +240,16 @@ func (sub *subscription) releaseQueued() {
 	}
 	if len(left) > 0 {
 		sub.s.settler.release(left)
+	}
+}
+
+// dropStreamed gives up on a streamed event that is not delivered: the
+// table keeps it NEW, for the stream of the relay's next run or a claim.
+// While the Subscriber runs on, the feed goes past it; once it closes, the
+// feed does not, so that the next run streams it again.
+func (sub *subscription) dropStreamed(item queued) {
+	if !sub.s.isClosed() {
+		item.feed.settle()
 	}
 }
 

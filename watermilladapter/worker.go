@@ -12,12 +12,17 @@ import (
 	"github.com/wmoutbox/wmoutbox/outbox/outboxdriver"
 )
 
-// take returns the next event, 2:1 hot before cold so that a busy hot path
-// never starves the cold one, or false when the subscription stops.
-func (sub *subscription) take(turn int) (queued, bool) {
-	first, second := sub.hot, sub.cold
+// take returns the next event, 2:1 hot (or streamed, from hot or the
+// worker's lane) before cold so that a busy hot path never starves the
+// cold one, or false when the subscription stops.
+func (sub *subscription) take(worker, turn int) (queued, bool) {
+	hot := sub.hot
+	if sub.lanes != nil {
+		hot = sub.lanes[worker]
+	}
+	first, second := hot, sub.cold
 	if turn%3 == 2 {
-		first, second = sub.cold, sub.hot
+		first, second = sub.cold, hot
 	}
 	for _, q := range []chan queued{first, second} {
 		select {
@@ -27,7 +32,7 @@ func (sub *subscription) take(turn int) (queued, bool) {
 		}
 	}
 	select {
-	case item := <-sub.hot:
+	case item := <-hot:
 		return item, true
 	case item := <-sub.cold:
 		return sub.took(item), true
@@ -43,7 +48,7 @@ func (sub *subscription) took(item queued) queued {
 	return item
 }
 
-func (sub *subscription) work() {
+func (sub *subscription) work(worker int) {
 	// One timer per worker, for the hand-overs that wait (see handOver).
 	wait := sub.s.cfg.Clock.NewTimer(time.Hour)
 	wait.Stop()
@@ -52,7 +57,7 @@ func (sub *subscription) work() {
 		if sub.stopping() {
 			return
 		}
-		item, ok := sub.take(turn)
+		item, ok := sub.take(worker, turn)
 		if !ok {
 			return
 		}
@@ -88,14 +93,22 @@ func (sub *subscription) process(item queued, wait outbox.Timer, last bool) (ack
 		s.drops.add(sub.topic, dropQueued)
 		return false
 	}
+	if item.source == SourceLog && sub.parked(e) {
+		item.feed.settle() // left to the claims, behind the event that failed
+		return false
+	}
 	if !s.inflight.tryAcquire(e.ID) {
-		return false // being delivered by another worker, which records its outcome
+		// Being delivered by another worker, which records its outcome.
+		item.feed.settle()
+		return false
 	}
 	defer s.inflight.release(e.ID)
+	streamed := item.source == SourceLog
 	if e.Malformed != nil {
 		sub.logDead("outbox: event cannot be decoded; it is DEAD", e, e.Malformed)
-		s.settler.update(outcome{update: dead(e.ID, e.Attempts+1, e.Malformed)})
+		s.settler.update(outcome{update: dead(e.ID, e.Attempts+1, e.Malformed), feed: item.feed})
 		s.cfg.Metrics.Dead(sub.topic)
+		sub.parkAfterFailure(e)
 		return false
 	}
 
@@ -125,11 +138,13 @@ func (sub *subscription) process(item queued, wait outbox.Timer, last bool) (ack
 		// aggregate until it ends instead.
 		s.cfg.Logger.Warn("outbox: handler still running at Close; ordered event left to its lease, its aggregate waits",
 			slog.String("event_id", e.ID), slog.String("topic", sub.topic), slog.Time("locked_until", e.LockedUntil))
+	case !answered && streamed:
+		sub.dropStreamed(item)
 	case !answered:
 		s.settler.release([]releaseItem{{id: e.ID, topic: sub.topic}})
 	case acked:
-		o := outcome{update: done(e.ID)}
-		if last && sub.holdsBack(e) { // claim the next event of e's aggregate
+		o := outcome{update: done(e.ID), feed: item.feed}
+		if last && sub.holdsBack(e) && sub.claimsNext(e) { // claim the next event of e's aggregate
 			o.wake, o.aggregate = sub, rowAggregate(e)
 		}
 		s.settler.update(o)
@@ -141,7 +156,8 @@ func (sub *subscription) process(item queued, wait outbox.Timer, last bool) (ack
 			s.cfg.Metrics.Dead(sub.topic)
 			sub.logDead("outbox: event is DEAD", e, errors.New(u.err))
 		}
-		o := outcome{update: u}
+		sub.parkAfterFailure(e)
+		o := outcome{update: u, feed: item.feed}
 		if !u.nextAt.IsZero() {
 			s.cfg.Metrics.Failed(sub.topic)
 			o.wake = sub
@@ -152,6 +168,21 @@ func (sub *subscription) process(item queued, wait outbox.Timer, last bool) (ack
 		s.settler.update(o)
 	}
 	return false
+}
+
+// claimsNext reports whether the DONE of e, an ordered event, is to have
+// the next event of its aggregate claimed: always, but in log mode, where
+// the feed delivers the next event unless the aggregate is parked.
+func (sub *subscription) claimsNext(e *outboxdriver.Row) bool {
+	return sub.lanes == nil || sub.isParked(e)
+}
+
+// parkAfterFailure parks e's aggregate in ordered log mode: e failed, and
+// the events after it must wait for it through the ordered claims.
+func (sub *subscription) parkAfterFailure(e *outboxdriver.Row) {
+	if sub.lanes != nil && e.AggregateID != "" {
+		sub.park(rowAggregate(e))
+	}
 }
 
 // rowAggregate returns the aggregate of r.
@@ -210,7 +241,11 @@ func (sub *subscription) handOver(msg *message.Message, item *queued, wait outbo
 		case sub.out <- msg:
 			return true
 		case <-sub.stopped.Done():
-			sub.s.settler.release([]releaseItem{{id: e.ID, topic: sub.topic}})
+			if item.source == SourceLog {
+				sub.dropStreamed(*item)
+			} else {
+				sub.s.settler.release([]releaseItem{{id: e.ID, topic: sub.topic}})
+			}
 			return false
 		case <-halfSpent:
 		}

@@ -49,9 +49,11 @@ func Runs(p *outboxdriver.ClaimParams, heads []outboxdriver.Row, after [][]*outb
 }
 
 // due reports whether r, read under a lock, is due at p.Now for a claim:
-// pending, due, written by p.CreatedBefore and under no lease.
+// pending, due, under no lease and, NEW and due at its write, written
+// by p.CreatedBefore.
 func due(p *outboxdriver.ClaimParams, r *outboxdriver.Row) bool {
 	now := Stored(p.Now)
-	return (r.Status == int16(outbox.StatusNew) || r.Status == int16(outbox.StatusRetry)) && !r.AvailableAt.After(now) && !r.CreatedAt.After(Stored(p.CreatedBefore)) &&
+	return (r.Status == int16(outbox.StatusNew) || r.Status == int16(outbox.StatusRetry)) && !r.AvailableAt.After(now) &&
+		(!r.CreatedAt.After(Stored(p.CreatedBefore)) || r.Status == int16(outbox.StatusRetry) || r.AvailableAt.After(r.CreatedAt)) &&
 		(r.LockedUntil.IsZero() || !r.LockedUntil.After(now))
 }

@@ -104,6 +104,7 @@ func Run[Tx any](t *testing.T, newHarness func(t *testing.T) Harness[Tx]) {
 		{"ReleaseOwnedHandsBackAnEarlierRunsClaims", testReleaseOwnedHandsBackAnEarlierRunsClaims[Tx]},
 		{"ClaimEndKeepsDueOrder", testClaimEndKeepsDueOrder[Tx]},
 		{"ClaimSkipsRecentEvents", testClaimSkipsRecentEvents[Tx]},
+		{"ClaimTakesRecentRetries", testClaimTakesRecentRetries[Tx]},
 		{"ClaimByTopic", testClaimByTopic[Tx]},
 		{"ClaimTakesTheEarliestDueFirst", testClaimTakesTheEarliestDueFirst[Tx]},
 		{"ClaimCursorCoversTheBacklogOnce", testClaimCursorCoversTheBacklogOnce[Tx]},
@@ -1093,6 +1094,27 @@ func testClaimSkipsRecentEvents[Tx any](t *testing.T, f *fixture[Tx]) {
 	require.Empty(t, f.claim(t, request{Owner: "you", SkipRecent: 500 * time.Millisecond}),
 		"the recent event is left out, the old one is leased")
 	require.Equal(t, recent, f.claim(t, request{Owner: "you"}))
+}
+
+// testClaimTakesRecentRetries checks that the written-before bound is for
+// the NEW events due at once alone: a relay in log mode leaves to its feed
+// the NEW events the feed still holds, and must claim the retries of
+// those it delivered, and the events it leaves for later.
+func testClaimTakesRecentRetries[Tx any](t *testing.T, f *fixture[Tx]) {
+	for _, ordered := range []bool{false, true} {
+		e := JSONEvent(1)
+		e.AggregateID = "retried"
+		ids := f.write(t, e, e)
+		require.EqualValues(t, 1, f.record(t, "", retry(ids[0], f.Clock.Now(), "failed")))
+		scheduled := JSONEvent(2)
+		scheduled.DeliverIn = time.Millisecond
+		ids = append(ids, f.write(t, scheduled)...)
+		f.Clock.Advance(time.Millisecond)
+		bound := request{Owner: "me", SkipRecent: time.Hour, Ordered: ordered, RunLength: 2}
+		require.ElementsMatch(t, []string{ids[0], ids[2]}, f.claim(t, bound),
+			"ordered %v: the retry and the scheduled event are taken, the NEW event behind the retry is not", ordered)
+		require.EqualValues(t, 3, f.markDone(t, ids...))
+	}
 }
 
 func testClaimByTopic[Tx any](t *testing.T, f *fixture[Tx]) {

@@ -147,7 +147,7 @@ const sqlGet = `SELECT ` + eventColumns + ` FROM {table} WHERE event_id = ?`
 // sqlLease finds it.
 const sqlClaim = `
 SELECT ` + eventColumns + `, seq FROM {table} AS t
-WHERE pending = 1 AND topic = ? AND available_at <= ? AND created_at <= ?
+WHERE pending = 1 AND topic = ? AND available_at <= ? AND (created_at <= ? OR status = 2 OR available_at > created_at)
     AND (locked_until IS NULL OR locked_until <= ?) {cursor} {ordered}
 ORDER BY available_at, event_id
 LIMIT ?

@@ -319,14 +319,18 @@ type Row struct {
 	Malformed error
 }
 
-// ClaimParams selects the rows a claim leases: due rows of Topic, created
-// no later than CreatedBefore, in due order (available_at, then event_id).
+// ClaimParams selects the rows a claim leases: due rows of Topic (NEW ones
+// due at their write only if created no later than CreatedBefore), in due
+// order (available_at, then event_id).
 type ClaimParams struct {
 	Owner string
 	Topic string
 	// Now is when the claim runs: the rows due by then, their locked_at.
 	Now time.Time
-	// CreatedBefore leaves rows created after it to the hot path.
+	// CreatedBefore leaves NEW rows created after it and due at once
+	// (available_at no later than created_at) to the hot path, or to a
+	// relay's [Feed]. Rows scheduled for later and RETRY rows are due by
+	// their available_at alone: neither takes them.
 	CreatedBefore time.Time
 	// LockedUntil is the end of the lease the claim takes.
 	LockedUntil time.Time

@@ -176,11 +176,12 @@ const sqlKept = `SELECT pg_xact_status($1::text::xid8) = 'in progress'`
 
 const sqlGet = `SELECT ` + eventColumns + ` FROM {table} WHERE event_id = $1`
 
-// The due condition of the claims: $1 now, $2 written-before
-// (skip-recent), {topics} the topic filter. A claimed row is not due until
+// The due condition of the claims: $1 now, $2 written-before for the NEW
+// rows due at once (skip-recent, or what a log feed covers), {topics} the
+// topic filter. A claimed row is not due until
 // its lease ends (locked_until). Rows claimed before migration 2 have no
 // locked_until: their claim moved available_at to the end of the lease.
-const sqlDue = `status IN (0, 2) {topics} AND available_at <= $1 AND created_at <= $2
+const sqlDue = `status IN (0, 2) {topics} AND available_at <= $1 AND (created_at <= $2 OR status = 2 OR available_at > created_at)
     AND (locked_until IS NULL OR locked_until <= $1)`
 
 // sqlClaim leases due rows to owner $5 until $3. It writes only columns
@@ -291,7 +292,7 @@ const sqlLeaseRuns = `, claimable AS (
     SELECT c.n, f.i, f.ctid FROM claimable AS c, LATERAL (
         SELECT w.ctid, w.i FROM (
             SELECT r.ctid, row_number() OVER (ORDER BY r.seq) AS i,
-                bool_and(r.status IN (0, 2) AND r.available_at <= $1 AND r.created_at <= $2
+                bool_and(r.status IN (0, 2) AND r.available_at <= $1 AND (r.created_at <= $2 OR r.status = 2 OR r.available_at > r.created_at)
                     AND (r.locked_until IS NULL OR r.locked_until <= $1)) OVER (ORDER BY r.seq) AS due
             FROM (
                 SELECT ctid, seq, status, available_at, created_at, locked_until FROM {table}
@@ -539,6 +540,23 @@ GROUP BY locked_by, topic`
 // (outboxdriver.HeartbeatPattern).
 const sqlStatsRelays = `SELECT owner, until FROM {lease} WHERE name LIKE $1`
 
+// sqlLogSlots reads the logical replication slots of the current
+// database: the log each holds back from its confirmed position to the
+// current one (0 before its first confirmation), and the lease-table row
+// named $1 (outboxdriver.SlotLeasePrefix) followed by the slot's name,
+// where the feed reading it records who confirmed last and when. A
+// standby has no current position of its own: there the log replayed so
+// far stands for it, rather than fail the whole read.
+const sqlLogSlots = `
+SELECT s.slot_name, s.active,
+    coalesce(pg_wal_lsn_diff(
+        CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_lsn() END,
+        s.confirmed_flush_lsn), 0)::bigint,
+    coalesce(s.wal_status, ''), coalesce(l.owner, ''), l.until
+FROM pg_replication_slots s
+LEFT JOIN {lease} l ON l.name = $1::text || s.slot_name
+WHERE s.slot_type = 'logical' AND s.database = current_database()`
+
 // sqlQueryPending pages through the pending rows of statuses $1 (a subset
 // of NEW and RETRY), of topic $2 unless it is empty, after event id $3, up
 // to $4 of them.
@@ -670,7 +688,7 @@ type statements struct {
 	queryDead, countDead, replayDead       string
 	purgeDead, deadGroups                  string
 	statsTopics, statsPending, statsClaims string
-	statsRelays                            string
+	statsRelays, logSlots                  string
 	queryPending, acquireLease             string
 	heartbeatRenew, heartbeatInsert        string
 	expiredHeartbeats, releaseDeadRelay    string
@@ -728,6 +746,7 @@ func renderStatements(qualified, inbox, lease string, cfg Config) statements {
 		statsPending:         r.Replace(sqlStatsPending),
 		statsClaims:          r.Replace(sqlStatsClaims),
 		statsRelays:          r.Replace(sqlStatsRelays),
+		logSlots:             r.Replace(sqlLogSlots),
 		queryPending:         r.Replace(sqlQueryPending),
 		queryEvents:          r.Replace(sqlQueryEvents),
 		queryAggregate:       r.Replace(strings.Replace(sqlQueryAggregate, "{before}", "", 1)),

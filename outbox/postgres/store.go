@@ -665,8 +665,9 @@ func (d *driver) DeadGroups(ctx context.Context, p outboxdriver.DeadGroupsParams
 	return groups, nil
 }
 
-// Stats implements [outboxdriver.Executor] in three statements: the
-// counts by topic and status, the claims and the heartbeats.
+// Stats implements [outboxdriver.Executor] in four statements: the
+// counts by topic and status, the claims, the heartbeats and the log
+// slots.
 func (d *driver) Stats(ctx context.Context, p outboxdriver.StatsParams) (outboxdriver.StatsResult, error) {
 	var res outboxdriver.StatsResult
 	topics := d.t.sql.statsTopics
@@ -721,7 +722,8 @@ func (d *driver) Stats(ctx context.Context, p outboxdriver.StatsParams) (outboxd
 	if err != nil {
 		return res, fmt.Errorf("postgres: relay heartbeats of %s: %w", d.t.qualified, err)
 	}
-	return res, nil
+	res.Slots, err = d.LogSlots(ctx)
+	return res, err
 }
 
 // QueryPending implements [outboxdriver.Executor].

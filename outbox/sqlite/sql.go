@@ -118,7 +118,7 @@ const sqlClaim = `
 UPDATE {table} SET locked_by = ?4, locked_at = ?1, locked_until = ?5
 WHERE event_id IN (
     SELECT event_id FROM {table} AS t
-    WHERE status IN (0, 2) AND topic = ?6 AND available_at <= ?1 AND created_at <= ?2
+    WHERE status IN (0, 2) AND topic = ?6 AND available_at <= ?1 AND (created_at <= ?2 OR status = 2 OR available_at > created_at)
         AND (locked_until IS NULL OR locked_until <= ?1) {ordered}
     ORDER BY available_at, event_id
     LIMIT ?3

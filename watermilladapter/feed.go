@@ -1,0 +1,310 @@
+package watermilladapter
+
+import (
+	"context"
+	"hash/maphash"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/wmoutbox/wmoutbox/internal/codec"
+	"github.com/wmoutbox/wmoutbox/outbox"
+	"github.com/wmoutbox/wmoutbox/outbox/outboxdriver"
+)
+
+// Log mode (SubscriberConfig.Feed). The feed streams committed
+// transactions in commit order; the Subscriber puts each event on its
+// topic's subscription, where workers deliver it as they do claimed ones,
+// and tells the feed a transaction is settled once every outcome of it is
+// recorded, or the event is left in the table for a claim. The table is
+// split between the feed and the claims by the claims' written-before
+// bound: a claim takes a NEW event due at its write only once the feed
+// has said the rest of its stream no longer holds it (Covered), and
+// RETRY and scheduled events at any time. The hot path is off: the feed
+// delivers every process's events in commit order.
+//
+// Ordered, the events of an aggregate go to one worker's lane in commit
+// order, so that each is handed over once the one before is acked,
+// whatever WorkerCount is. A failed event parks its aggregate: the
+// events after it, streamed or still in the lane, are left to the
+// ordered claims, which hold them back until it is DONE and then take
+// them by the aggregate's name.
+
+// feedRestart is how long the Subscriber waits before calling a feed's
+// Stream again after it returned an error.
+const feedRestart = 5 * time.Second
+
+// feedTx counts the events of a streamed transaction not yet settled.
+type feedTx struct {
+	left    atomic.Int64
+	settled func()
+}
+
+// settle settles one event of t: the last one settles t. nil-safe, for
+// events that did not come from a feed.
+func (t *feedTx) settle() {
+	if t != nil && t.left.Add(-1) == 0 {
+		t.settled()
+	}
+}
+
+// feedReader is the FeedHandler of a Subscriber.
+type feedReader struct {
+	s       *Subscriber
+	seed    maphash.Seed
+	reading atomic.Bool
+	covered atomic.Int64 // unix nanoseconds; 0 for nothing covered yet
+	failed  atomic.Bool  // the feed gave up: claims take every event
+}
+
+var _ outboxdriver.FeedHandler = (*feedReader)(nil)
+
+// run streams the feed until the Subscriber closes. A feed that returns
+// an error cannot stream: the relay then claims every event, as a relay
+// without a feed does, and tries the feed again after feedRestart.
+func (f *feedReader) run(ctx context.Context) {
+	cfg := &f.s.cfg
+	for {
+		err := cfg.Feed.Stream(ctx, f)
+		f.reading.Store(false)
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			f.failed.Store(true)
+			cfg.Logger.Error("outbox: the log feed cannot stream; claiming every event until it can",
+				slog.Any("error", err))
+			cfg.Metrics.StoreError("", "feed")
+		}
+		if !sleep(cfg.Clock, feedRestart, ctx.Done()) {
+			return
+		}
+	}
+}
+
+// Reading implements [outboxdriver.FeedHandler].
+func (f *feedReader) Reading(reading bool) {
+	f.reading.Store(reading)
+	if reading {
+		f.failed.Store(false)
+	}
+}
+
+// Covered implements [outboxdriver.FeedHandler].
+func (f *feedReader) Covered(t time.Time) {
+	n := t.UnixNano()
+	for {
+		old := f.covered.Load()
+		if n <= old || f.covered.CompareAndSwap(old, n) {
+			return
+		}
+	}
+}
+
+// createdBefore is the claims' written-before bound for NEW events due at
+// their write, by the feed: what it covered, or all of them once it gave
+// up. Zero (no such event) before it covered anything.
+func (f *feedReader) createdBefore(now time.Time) time.Time {
+	if f.failed.Load() {
+		return now
+	}
+	n := f.covered.Load()
+	if n == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, n)
+}
+
+// Transaction implements [outboxdriver.FeedHandler]: it queues each event
+// of tx on its topic's subscription, waiting for room, and settles at once
+// those left to claims.
+func (f *feedReader) Transaction(ctx context.Context, tx outboxdriver.FeedTransaction) error {
+	t := &feedTx{settled: tx.Settled}
+	t.left.Store(int64(len(tx.Events)) + 1) // one for the loop, settled at its end
+	defer t.settle()
+	// Latency counts from the commit, by a clock that may not agree with
+	// this one.
+	since := f.s.cfg.Clock.Now()
+	if tx.CommitTime.Before(since) {
+		since = tx.CommitTime
+	}
+	for i := range tx.Events {
+		r := &tx.Events[i]
+		sub, closed := f.s.feedSubscription(r)
+		switch {
+		case closed:
+			// Not settled: the next run streams it again.
+			<-ctx.Done()
+			return ctx.Err()
+		case sub == nil:
+			t.settle() // the table keeps it for a claim
+			continue
+		case !feedDelivers(r):
+			// Scheduled for later: a claim takes it when it is due, and,
+			// ordered, the events after it of its aggregate.
+			sub.parkAfterFailure(r)
+			t.settle()
+			continue
+		}
+		if err := sub.offerLog(ctx, f.lane(sub, r), logItem(*r, since, t)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// feedDelivers reports whether the feed delivers r, rather than a claim:
+// a NEW event due at its write.
+func feedDelivers(r *outboxdriver.Row) bool {
+	return r.Status == int16(outbox.StatusNew) && !r.AvailableAt.After(r.CreatedAt)
+}
+
+// lane returns the queue r goes to: ordered, its aggregate's worker lane
+// (an event without an aggregate id is an aggregate of its own), else the
+// subscription's shared queue.
+func (f *feedReader) lane(sub *subscription, r *outboxdriver.Row) chan queued {
+	if sub.lanes == nil {
+		return sub.hot
+	}
+	var h maphash.Hash
+	h.SetSeed(f.seed)
+	if r.AggregateID == "" {
+		h.WriteString(r.ID)
+	} else {
+		h.WriteString(r.AggregateType)
+		h.WriteByte(0)
+		h.WriteString(r.AggregateID)
+	}
+	return sub.lanes[h.Sum64()%uint64(len(sub.lanes))]
+}
+
+// logItem is r, streamed at since, as a queue holds it.
+func logItem(r outboxdriver.Row, since time.Time, t *feedTx) queued {
+	headers, malformed := codec.DecodeHeaders(r.Headers)
+	if r.Malformed == nil {
+		r.Malformed = malformed
+	}
+	return queued{row: r, headers: headers, source: SourceLog, since: since, feed: t}
+}
+
+// maxUnserved bounds the aggregates of each topic that Subscriber.unserved
+// remembers: past it, a subscription made later for the topic does not
+// know every aggregate whose events went to claims, and one of them may
+// have an event delivered from the feed before an earlier one is claimed.
+const maxUnserved = 10_000
+
+// feedSubscription returns the subscription that streamed event r goes
+// to, round robin among its topic's, or nil when none serves the topic,
+// or reports that the Subscriber is closing.
+// Ordered, the aggregate of an event no subscription serves is
+// remembered: the event is left to claims, and a subscription made later
+// for its topic parks the aggregate, so that its later events follow it
+// through claims rather than overtake it.
+func (s *Subscriber) feedSubscription(r *outboxdriver.Row) (sub *subscription, closed bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, true
+	}
+	subs := s.subs[r.Topic]
+	if len(subs) == 0 {
+		if s.cfg.Ordered && r.AggregateID != "" && len(s.unserved[r.Topic]) < maxUnserved {
+			if s.unserved[r.Topic] == nil {
+				s.unserved[r.Topic] = make(map[outboxdriver.Aggregate]struct{})
+			}
+			s.unserved[r.Topic][rowAggregate(r)] = struct{}{}
+		}
+		return nil, false
+	}
+	i := s.next[r.Topic]
+	s.next[r.Topic] = i + 1
+	return subs[i%len(subs)], false
+}
+
+// startFeed streams the feed until stopFeed, which Close calls once the
+// settler has recorded its last outcomes.
+func (s *Subscriber) startFeed() {
+	ctx, stop := context.WithCancel(context.Background())
+	s.stopFeed, s.feedDone = stop, make(chan struct{})
+	go func() {
+		defer close(s.feedDone)
+		s.feed.run(ctx)
+	}()
+}
+
+// offerLog queues a streamed event on lane, waiting for room, unless its
+// aggregate is parked; when the subscription stops first, it drops the
+// event (see dropStreamed).
+func (sub *subscription) offerLog(ctx context.Context, lane chan queued, item queued) error {
+	if sub.parked(&item.row) {
+		item.feed.settle()
+		return nil
+	}
+	select {
+	case lane <- item:
+		return nil
+	case <-sub.stopped.Done():
+		sub.dropStreamed(item)
+		return nil
+	case <-ctx.Done():
+		item.feed.settle()
+		return ctx.Err()
+	}
+}
+
+// hotDepth is how many events wait on the hot queue, or on the lanes of
+// an ordered subscription in log mode.
+func (sub *subscription) hotDepth() int {
+	n := len(sub.hot)
+	for _, lane := range sub.lanes {
+		n += len(lane)
+	}
+	return n
+}
+
+// parkedAggregates are an ordered subscription's aggregates whose events
+// the feed leaves to claims: one of them failed, and those after it must
+// wait for it.
+type parkedAggregates struct {
+	mu  sync.Mutex
+	set map[outboxdriver.Aggregate]struct{}
+}
+
+// parked reports whether e's aggregate is parked. When it is and e comes
+// from the feed, the claim of the aggregate is asked for by name: e may
+// be its next event.
+func (sub *subscription) parked(e *outboxdriver.Row) bool {
+	if sub.lanes == nil || e.AggregateID == "" {
+		return false
+	}
+	a := rowAggregate(e)
+	sub.parkedSet.mu.Lock()
+	_, parked := sub.parkedSet.set[a]
+	sub.parkedSet.mu.Unlock()
+	if parked {
+		sub.claimNext(a)
+	}
+	return parked
+}
+
+// isParked reports whether e's aggregate is parked.
+func (sub *subscription) isParked(e *outboxdriver.Row) bool {
+	sub.parkedSet.mu.Lock()
+	defer sub.parkedSet.mu.Unlock()
+	_, parked := sub.parkedSet.set[rowAggregate(e)]
+	return parked
+}
+
+// park leaves the rest of aggregates to the ordered claims: an event of
+// theirs failed, or was left to claims while no subscription served it.
+func (sub *subscription) park(aggregates ...outboxdriver.Aggregate) {
+	sub.parkedSet.mu.Lock()
+	defer sub.parkedSet.mu.Unlock()
+	if sub.parkedSet.set == nil {
+		sub.parkedSet.set = make(map[outboxdriver.Aggregate]struct{})
+	}
+	for _, a := range aggregates {
+		sub.parkedSet.set[a] = struct{}{}
+	}
+}
