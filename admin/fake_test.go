@@ -24,6 +24,7 @@ type fakeStore struct {
 	events map[string]outbox.Event
 	claims []outbox.ClaimStats
 	relays []outbox.RelayStats
+	slots  []outbox.SlotStats
 	// err, when set, is returned by every call.
 	err error
 
@@ -160,7 +161,7 @@ func (s *fakeStore) Stats(context.Context) (outbox.Stats, error) {
 			t.OldestDue = e.AvailableAt
 		}
 	}
-	st := outbox.Stats{At: s.now, Claims: s.claims, Relays: s.relays}
+	st := outbox.Stats{At: s.now, Claims: s.claims, Relays: s.relays, Slots: s.slots}
 	for _, k := range slices.Sorted(maps.Keys(byTopic)) {
 		st.Topics = append(st.Topics, *byTopic[k])
 	}

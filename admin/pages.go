@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/wmoutbox/wmoutbox/internal/bytesize"
 	"github.com/wmoutbox/wmoutbox/outbox"
 )
 
@@ -22,7 +23,19 @@ type overviewData struct {
 	Total  topicRow
 	Claims []outbox.ClaimStats
 	Relays []outbox.RelayStats
+	Slots  []slotRow
 	Groups []groupRow
+}
+
+// slotRow is a log slot as the overview lists it.
+type slotRow struct {
+	Name, WALStatus, Reader string
+	Active                  bool
+	LagBytes                int64
+	// Lag is LagBytes in binary units; ConfirmedAge is "" when no relay
+	// of the table confirmed a position.
+	Lag, ConfirmedAge string
+	ConfirmedAt       time.Time
 }
 
 type topicRow struct {
@@ -84,6 +97,14 @@ func (h *Handler) overview(w http.ResponseWriter, r *http.Request) {
 		d.Total.Done += t.Done
 		d.Total.Dead += t.Dead
 		d.Total.Pending += t.Pending()
+	}
+	for _, s := range stats.Slots {
+		row := slotRow{Name: s.Name, WALStatus: s.WALStatus, Reader: s.Reader, Active: s.Active,
+			LagBytes: s.LagBytes, Lag: bytesize.Format(s.LagBytes), ConfirmedAt: s.ConfirmedAt}
+		if !s.ConfirmedAt.IsZero() {
+			row.ConfirmedAge = fmtAge(s.ConfirmedAge)
+		}
+		d.Slots = append(d.Slots, row)
 	}
 	for i := range groups {
 		d.Groups = append(d.Groups, newGroupRow(&groups[i], link(p.Base, "dead", url.Values{pGroup: {groups[i].Group}})))

@@ -67,9 +67,29 @@ func TestOverview(t *testing.T) {
 	require.Contains(t, body, "relay-7")
 	require.Regexp(t, `<td>relay-6</td><td class="time">[^<]+</td><td>dead: `, body)
 	require.Regexp(t, `<td>relay-7</td><td class="time">[^<]+</td><td>alive</td>`, body)
+	require.NotContains(t, body, "Log slots", "no slot, no section")
 	require.Contains(t, body, `<a href="./dead?group=g-timeout">reason of g-timeout</a>`)
 	require.Contains(t, body, `<a href="./dead?group=g-schema">reason of g-schema</a>`)
 	require.Equal(t, 10, b.store.groupQueries[0].Limit)
+}
+
+// The overview lists the log slots, when the database has any: the log
+// each holds back and who confirmed a position in it, when.
+func TestOverviewLogSlots(t *testing.T) {
+	t.Parallel()
+	b := setup(t, testConfig(), someEvents()...)
+	b.store.slots = []outbox.SlotStats{
+		{Name: "outbox_orders", Active: true, LagBytes: 3 << 30, WALStatus: "extended", Reader: "relay-7",
+			ConfirmedAt: fakeNow.Add(-90 * time.Second), ConfirmedAge: 90 * time.Second},
+		{Name: "debezium", LagBytes: 1536, WALStatus: "reserved"},
+	}
+
+	body := newBrowser(t, b.h).get("/", http.StatusOK)
+	require.Contains(t, body, "<h2>Log slots</h2>")
+	require.Regexp(t, `<td>outbox_orders</td><td>yes</td><td class="n">3.0 GiB</td><td class="n">3,221,225,472</td>`+
+		`<td>extended</td><td>relay-7</td><td class="time">2026-11-29 11:58:30.000 UTC</td><td>1m30s</td>`, body)
+	require.Contains(t, body, `<td>debezium</td><td>no</td><td class="n">1.5 KiB</td><td class="n">1,536</td>`+
+		`<td>reserved</td><td>—</td><td class="time">—</td><td>—</td>`)
 }
 
 func TestDeadPage(t *testing.T) {

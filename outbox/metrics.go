@@ -39,7 +39,8 @@ type Metrics interface {
 	// recording outcomes or releasing claims, which the relay retries),
 	// "give_up" (outcomes or releases it gave up on at Close; their events
 	// are delivered again when their leases end), "heartbeat" (a relay's
-	// heartbeat), "release_dead" (the release of dead relays' claims), and
+	// heartbeat), "release_dead" (the release of dead relays' claims),
+	// "log_slots" (the read of the log slots, see LogSlot), and
 	// "retention" (a failed step of a [Store.Retain] round).
 	StoreError(topic, operation string)
 	// DeadEvents records how many DEAD events of a topic the table holds,
@@ -61,4 +62,11 @@ type Metrics interface {
 	// will deliver. 0 once the topic is served or has no pending event.
 	// Alert when it stays above 0 on every relay: no listener takes them.
 	Unserved(topic string, pending int64)
+	// LogSlot records a log slot of the database that a relay in log
+	// mode reads, every BacklogInterval: the log it holds back, in bytes,
+	// and how long ago a reader last confirmed a position in it (0 when
+	// no relay of the table ever did: another tool's slot). A slot that
+	// is gone is reported once more with 0 and 0. A slot nobody reads
+	// holds the log for ever: alert when either grows.
+	LogSlot(slot string, lagBytes int64, confirmedAge time.Duration)
 }

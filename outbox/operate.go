@@ -24,6 +24,35 @@ type Stats struct {
 	// running now, and of relays that died and whose claims no live
 	// relay has handed back yet.
 	Relays []RelayStats
+	// Slots are the database's log slots, by name: what a relay in log
+	// mode reads (PostgreSQL's logical replication slots of the store's
+	// database). None on a database without them.
+	Slots []SlotStats
+}
+
+// SlotStats is a log slot: how much log it keeps the database from
+// recycling, and who last confirmed reading it. A slot nobody reads keeps
+// the log for ever, and the disk fills.
+type SlotStats struct {
+	// Name is the slot's name.
+	Name string
+	// Active says a reader is connected to it now.
+	Active bool
+	// LagBytes is the log the slot holds back: from the position its
+	// reader last confirmed to the database's current one.
+	LagBytes int64
+	// WALStatus is the database's word for whether the log the slot needs
+	// is still there: "reserved", "extended", "unreserved", or "lost"
+	// once max_slot_wal_keep_size made the database drop it.
+	WALStatus string
+	// Reader is the relay owner that last confirmed a position, and
+	// ConfirmedAt when; "" and zero for a slot no relay of this table
+	// read (another table's, or another tool's).
+	Reader      string
+	ConfirmedAt time.Time
+	// ConfirmedAge is how long before [Stats.At] ConfirmedAt was; 0 when
+	// ConfirmedAt is zero.
+	ConfirmedAge time.Duration
 }
 
 // RelayStats is a relay's heartbeat.
@@ -64,8 +93,9 @@ type ClaimStats struct {
 }
 
 // Stats reads the counts of every topic by status, how long each topic's
-// oldest due event has waited, and the claims in flight. It reads the
-// whole table: call it for an operator, not on a hot path.
+// oldest due event has waited, the claims in flight, the relays'
+// heartbeats and the database's log slots. It reads the whole table: call
+// it for an operator, not on a hot path.
 func (s *Store[Tx]) Stats(ctx context.Context) (Stats, error) {
 	now := s.clock.Now()
 	res, err := s.driver.Stats(ctx, outboxdriver.StatsParams{Now: now})
@@ -112,6 +142,11 @@ func (s *Store[Tx]) Stats(ctx context.Context) (Stats, error) {
 	slices.SortFunc(res.Relays, func(a, b outboxdriver.RelayHeartbeat) int { return strings.Compare(a.Owner, b.Owner) })
 	for _, r := range res.Relays {
 		stats.Relays = append(stats.Relays, RelayStats{Owner: r.Owner, Until: r.Until, Alive: r.Until.After(now)})
+	}
+	slices.SortFunc(res.Slots, func(a, b outboxdriver.LogSlot) int { return strings.Compare(a.Name, b.Name) })
+	for _, sl := range res.Slots {
+		stats.Slots = append(stats.Slots, SlotStats{Name: sl.Name, Active: sl.Active, LagBytes: sl.LagBytes,
+			WALStatus: sl.WALStatus, Reader: sl.Reader, ConfirmedAt: sl.ConfirmedAt, ConfirmedAge: sl.ConfirmedAge(now)})
 	}
 	return stats, nil
 }

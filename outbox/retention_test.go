@@ -67,6 +67,7 @@ func (*purgedMetrics) Backlog(string, int64, time.Duration) {}
 func (*purgedMetrics) DeadEvents(string, int64)             {}
 func (*purgedMetrics) Handled(string, bool, time.Duration)  {}
 func (*purgedMetrics) Unserved(string, int64)               {}
+func (*purgedMetrics) LogSlot(string, int64, time.Duration) {}
 
 // runRetain runs Retain with cfg on b's store until the test ends, and
 // waits for its first round to end (its wait armed): timers armed before

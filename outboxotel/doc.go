@@ -103,25 +103,27 @@
 //
 // [Metrics] is an outbox.Metrics on the OpenTelemetry metric API with the
 // series of package prommetrics, the same attributes (topic, queue,
-// outcome, operation, kind) and units; an OpenTelemetry Prometheus
+// outcome, operation, kind, slot) and units; an OpenTelemetry Prometheus
 // exporter turns the names back into prommetrics' (dots to underscores,
-// _total on counters, _seconds for unit s):
+// _total on counters, _seconds for unit s, _bytes for unit By):
 //
-//	outbox.hot_enqueued        counter {event}       outbox_hot_enqueued_total
-//	outbox.hot_dropped         counter {event}       outbox_hot_dropped_total
-//	outbox.cold_enqueued       counter {event}       outbox_cold_enqueued_total
-//	outbox.delivered           counter {event}       outbox_delivered_total
-//	outbox.failures            counter {event}       outbox_failures_total
-//	outbox.dead                counter {event}       outbox_dead_total
-//	outbox.queue_depth         updowncounter {event} outbox_queue_depth{queue}
-//	outbox.pending_events      gauge {event}         outbox_pending_events
-//	outbox.oldest_pending_age  gauge s               outbox_oldest_pending_age_seconds
-//	outbox.dead_events         gauge {event}         outbox_dead_events
-//	outbox.delivery_latency    histogram s           outbox_delivery_latency_seconds
-//	outbox.handler_duration    histogram s           outbox_handler_duration_seconds{outcome}
-//	outbox.store_errors        counter {error}       outbox_store_errors_total{operation}
-//	outbox.purged_rows         counter {row}         outbox_purged_rows_total{kind}
-//	outbox.unserved_events     gauge {event}         outbox_unserved_events{topic}
+//	outbox.hot_enqueued            counter {event}       outbox_hot_enqueued_total
+//	outbox.hot_dropped             counter {event}       outbox_hot_dropped_total
+//	outbox.cold_enqueued           counter {event}       outbox_cold_enqueued_total
+//	outbox.delivered               counter {event}       outbox_delivered_total
+//	outbox.failures                counter {event}       outbox_failures_total
+//	outbox.dead                    counter {event}       outbox_dead_total
+//	outbox.queue_depth             updowncounter {event} outbox_queue_depth{queue}
+//	outbox.pending_events          gauge {event}         outbox_pending_events
+//	outbox.oldest_pending_age      gauge s               outbox_oldest_pending_age_seconds
+//	outbox.dead_events             gauge {event}         outbox_dead_events
+//	outbox.delivery_latency        histogram s           outbox_delivery_latency_seconds
+//	outbox.handler_duration        histogram s           outbox_handler_duration_seconds{outcome}
+//	outbox.store_errors            counter {error}       outbox_store_errors_total{operation}
+//	outbox.purged_rows             counter {row}         outbox_purged_rows_total{kind}
+//	outbox.unserved_events         gauge {event}         outbox_unserved_events{topic}
+//	outbox.log_slot_lag            gauge By              outbox_log_slot_lag_bytes{slot}
+//	outbox.log_slot_confirmed_age  gauge s               outbox_log_slot_confirmed_age_seconds{slot}
 //
 // # Concurrency
 //

@@ -41,7 +41,8 @@ type Metrics struct {
 	storeErrors, purged                   metric.Int64Counter
 	queueDepth                            metric.Int64UpDownCounter
 	pending, deadEvents, unserved         metric.Int64Gauge
-	oldestAge                             metric.Float64Gauge
+	oldestAge, slotConfirmedAge           metric.Float64Gauge
+	slotLag                               metric.Int64Gauge
 	latency, handled                      metric.Float64Histogram
 
 	topics sync.Map // topic → metric.MeasurementOption of its attribute set
@@ -110,6 +111,12 @@ func NewMetrics(cfg MetricsConfig) (*Metrics, error) {
 	errs = append(errs, err)
 	m.oldestAge, err = meter.Float64Gauge(ns+".oldest_pending_age", metric.WithUnit("s"),
 		metric.WithDescription("How long the earliest due pending event of the topic has been due."))
+	errs = append(errs, err)
+	m.slotLag, err = meter.Int64Gauge(ns+".log_slot_lag", metric.WithUnit("By"),
+		metric.WithDescription("Log a log slot holds back, from its confirmed position to the database's current one."))
+	errs = append(errs, err)
+	m.slotConfirmedAge, err = meter.Float64Gauge(ns+".log_slot_confirmed_age", metric.WithUnit("s"),
+		metric.WithDescription("How long ago a reader last confirmed a position in a log slot; 0 when none of this module did."))
 	errs = append(errs, err)
 	for _, err := range errs {
 		if err != nil {
@@ -208,4 +215,12 @@ func (m *Metrics) Unserved(topic string, pending int64) {
 // Purged implements [outbox.Metrics]: outbox.purged_rows, by kind.
 func (m *Metrics) Purged(kind string, rows int64) {
 	m.purged.Add(bg, rows, with(attribute.String("kind", kind)))
+}
+
+// LogSlot implements [outbox.Metrics]: outbox.log_slot_lag and
+// outbox.log_slot_confirmed_age, by slot.
+func (m *Metrics) LogSlot(slot string, lagBytes int64, confirmedAge time.Duration) {
+	o := with(attribute.String("slot", slot))
+	m.slotLag.Record(bg, lagBytes, o)
+	m.slotConfirmedAge.Record(bg, confirmedAge.Seconds(), o)
 }

@@ -93,6 +93,7 @@ func TestMetrics(t *testing.T) {
 	m.Purged("done", 100)
 	m.Purged("done", 20)
 	m.Unserved("lost", 7)
+	m.LogSlot("outbox_orders", 3<<30, 90*time.Second)
 
 	got, units := collect(t, reader)
 	want := series{
@@ -114,6 +115,8 @@ func TestMetrics(t *testing.T) {
 		"outbox.handler_duration{outcome=nack,topic=orders}": [2]any{uint64(1), 1.0},
 		"outbox.purged_rows{kind=done}":                      int64(120),
 		"outbox.unserved_events{topic=lost}":                 int64(7),
+		"outbox.log_slot_lag{slot=outbox_orders}":            int64(3 << 30),
+		"outbox.log_slot_confirmed_age{slot=outbox_orders}":  90.0,
 		"outbox.pending_events{topic=payments}":              int64(0),
 		"outbox.oldest_pending_age{topic=payments}":          0.0,
 	}
@@ -127,6 +130,7 @@ func TestMetrics(t *testing.T) {
 		"outbox.queue_depth": "{event}", "outbox.pending_events": "{event}", "outbox.oldest_pending_age": "s",
 		"outbox.dead_events": "{event}", "outbox.store_errors": "{error}", "outbox.delivery_latency": "s",
 		"outbox.handler_duration": "s", "outbox.purged_rows": "{row}", "outbox.unserved_events": "{event}",
+		"outbox.log_slot_lag": "By", "outbox.log_slot_confirmed_age": "s",
 	}, units)
 }
 

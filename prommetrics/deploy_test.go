@@ -30,9 +30,12 @@ const (
 var seriesName = regexp.MustCompile(`\boutbox_[a-z_]+\b`)
 
 // tableWide are the series the topic variable does not select: those
-// without a topic label, and the unserved topics, which the variable
-// (the served topics) cannot list.
-var tableWide = map[string]bool{"outbox_purged_rows_total": true, "outbox_unserved_events": true}
+// without a topic label (the database's log slots among them), and the
+// unserved topics, which the variable (the served topics) cannot list.
+var tableWide = map[string]bool{
+	"outbox_purged_rows_total": true, "outbox_unserved_events": true,
+	"outbox_log_slot_lag_bytes": true, "outbox_log_slot_confirmed_age_seconds": true,
+}
 
 // exportedSeries returns the names a query can select among the series
 // New registers (a histogram's _bucket, _sum and _count), and the
@@ -56,6 +59,7 @@ func exportedSeries(t *testing.T) (queryable map[string]bool, families []string)
 	m.Handled("orders", true, time.Millisecond)
 	m.Purged("done", 1)
 	m.Unserved("invoices", 1)
+	m.LogSlot("outbox_orders", 1, time.Second)
 	gathered, err := reg.Gather()
 	require.NoError(t, err)
 	queryable = map[string]bool{}

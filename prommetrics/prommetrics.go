@@ -25,6 +25,12 @@
 //
 //	outbox_purged_rows_total{kind}     rows deleted by Store.Retain: "done", "dead" events, "processed" inbox records
 //
+// and, labelled by slot instead, for relays in log mode (see
+// outbox.Metrics.LogSlot):
+//
+//	outbox_log_slot_lag_bytes               log the slot holds back, which the database cannot recycle
+//	outbox_log_slot_confirmed_age_seconds   how long ago its reader last confirmed a position
+//
 // The names follow Prometheus's conventions, checked by its linter: the
 // logistics plan's outbox_pending_count is outbox_pending_events here (a
 // _count suffix belongs to histograms and summaries), and its
@@ -84,6 +90,7 @@ type Metrics struct {
 	deadEvents, unserved                  *prometheus.GaugeVec
 	latency, handled                      *prometheus.HistogramVec
 	purged                                *prometheus.CounterVec
+	slotLag, slotConfirmedAge             *prometheus.GaugeVec
 }
 
 var _ outbox.Metrics = (*Metrics)(nil)
@@ -143,9 +150,16 @@ func New(reg prometheus.Registerer, cfg Config) (*Metrics, error) {
 		purged: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Name: "purged_rows_total", Help: "Rows deleted by the retention job (Store.Retain), by kind: done, dead, processed.",
 		}, []string{"kind"}),
+		slotLag: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: ns, Name: "log_slot_lag_bytes", Help: "Log a log slot holds back, from its confirmed position to the database's current one.",
+		}, []string{"slot"}),
+		slotConfirmedAge: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: ns, Name: "log_slot_confirmed_age_seconds", Help: "How long ago a reader last confirmed a position in a log slot; 0 when none of this module did.",
+		}, []string{"slot"}),
 	}
 	collectors := []prometheus.Collector{m.hotEnqueued, m.hotDropped, m.coldEnqueued, m.delivered,
-		m.failures, m.dead, m.storeErrors, m.queueDepth, m.pending, m.oldestAge, m.deadEvents, m.unserved, m.latency, m.handled, m.purged}
+		m.failures, m.dead, m.storeErrors, m.queueDepth, m.pending, m.oldestAge, m.deadEvents, m.unserved, m.latency, m.handled, m.purged,
+		m.slotLag, m.slotConfirmedAge}
 	for i, c := range collectors {
 		if err := reg.Register(c); err != nil {
 			for _, registered := range collectors[:i] {
@@ -229,4 +243,11 @@ func (m *Metrics) Unserved(topic string, pending int64) {
 // Purged implements [outbox.Metrics]: outbox_purged_rows_total, by kind.
 func (m *Metrics) Purged(kind string, rows int64) {
 	m.purged.WithLabelValues(kind).Add(float64(rows))
+}
+
+// LogSlot implements [outbox.Metrics]: outbox_log_slot_lag_bytes and
+// outbox_log_slot_confirmed_age_seconds.
+func (m *Metrics) LogSlot(slot string, lagBytes int64, confirmedAge time.Duration) {
+	m.slotLag.WithLabelValues(slot).Set(float64(lagBytes))
+	m.slotConfirmedAge.WithLabelValues(slot).Set(confirmedAge.Seconds())
 }

@@ -39,6 +39,8 @@ func TestSeries(t *testing.T) {
 	m.Unserved("lost", 12)
 	m.Unserved("found", 3)
 	m.Unserved("found", 0) // served now
+	m.LogSlot("outbox_orders", 3<<30, 90*time.Second)
+	m.LogSlot("abandoned", 5<<20, 0) // no relay of the table read it
 
 	expected := `
 # HELP outbox_hot_enqueued_total Events queued for delivery right after commit.
@@ -75,11 +77,19 @@ outbox_unserved_events{topic="lost"} 12
 # TYPE outbox_store_errors_total counter
 outbox_store_errors_total{operation="claim",topic="orders"} 2
 outbox_store_errors_total{operation="record",topic=""} 1
+# HELP outbox_log_slot_lag_bytes Log a log slot holds back, from its confirmed position to the database's current one.
+# TYPE outbox_log_slot_lag_bytes gauge
+outbox_log_slot_lag_bytes{slot="abandoned"} 5.24288e+06
+outbox_log_slot_lag_bytes{slot="outbox_orders"} 3.221225472e+09
+# HELP outbox_log_slot_confirmed_age_seconds How long ago a reader last confirmed a position in a log slot; 0 when none of this module did.
+# TYPE outbox_log_slot_confirmed_age_seconds gauge
+outbox_log_slot_confirmed_age_seconds{slot="abandoned"} 0
+outbox_log_slot_confirmed_age_seconds{slot="outbox_orders"} 90
 `
 	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(expected),
 		"outbox_hot_enqueued_total", "outbox_hot_dropped_total", "outbox_cold_enqueued_total", "outbox_dead_total",
 		"outbox_queue_depth", "outbox_pending_events", "outbox_oldest_pending_age_seconds", "outbox_store_errors_total",
-		"outbox_dead_events", "outbox_unserved_events"))
+		"outbox_dead_events", "outbox_unserved_events", "outbox_log_slot_lag_bytes", "outbox_log_slot_confirmed_age_seconds"))
 	problems, err := testutil.GatherAndLint(reg)
 	require.NoError(t, err)
 	require.Empty(t, problems, "series names and help texts as Prometheus's linter wants them")

@@ -231,6 +231,24 @@ func (s *Subscriber) startFeed() {
 		defer close(s.feedDone)
 		s.feed.run(ctx)
 	}()
+	if _, nop := s.cfg.Metrics.(nopMetrics); !nop && s.slots != nil {
+		s.wg.Go(s.watchSlots)
+	}
+}
+
+// watchSlots reports the log slots every BacklogInterval until Close.
+func (s *Subscriber) watchSlots() {
+	timer := s.cfg.Clock.NewTimer(s.cfg.BacklogInterval)
+	defer timer.Stop()
+	for {
+		s.reportSlots(s.stopped)
+		select {
+		case <-s.stopped.Done():
+			return
+		case <-timer.C():
+			timer.Reset(s.cfg.BacklogInterval)
+		}
+	}
 }
 
 // offerLog queues a streamed event on lane, waiting for room, unless its

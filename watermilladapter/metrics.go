@@ -19,3 +19,4 @@ func (nopMetrics) DeadEvents(string, int64)             {}
 func (nopMetrics) Handled(string, bool, time.Duration)  {}
 func (nopMetrics) Purged(string, int64)                 {}
 func (nopMetrics) Unserved(string, int64)               {}
+func (nopMetrics) LogSlot(string, int64, time.Duration) {}

@@ -97,6 +97,8 @@ func (m *recordingMetrics) Unserved(topic string, pending int64) {
 	m.unserved[topic] = pending
 }
 
+func (*recordingMetrics) LogSlot(string, int64, time.Duration) {}
+
 // lastUnserved returns the last unserved count of topic, and whether one
 // was reported.
 func (m *recordingMetrics) lastUnserved(topic string) (int64, bool) {

@@ -431,6 +431,9 @@ type Subscriber struct {
 	// schema checks the table at the first Subscribe; nil when the
 	// store's driver cannot.
 	schema outboxdriver.SchemaChecker
+	// slots reports the log slots (see reportSlots); nil when the
+	// store's driver has none.
+	slots *slotReporter
 
 	started   time.Time          // of the first subscription; zero before
 	stopped   context.Context    // ended by Close
@@ -471,6 +474,7 @@ func NewSubscriber[Tx any](store *outbox.Store[Tx], cfg SubscriberConfig) (*Subs
 	}
 	// Taken before the tracer wraps the driver, which hides it.
 	s.schema, _ = s.driver.(outboxdriver.SchemaChecker)
+	s.slots = newSlotReporter(s.driver)
 	if cfg.Tracer != nil {
 		s.driver = tracedExecutor{Executor: s.driver, tracer: cfg.Tracer}
 	}

@@ -9,8 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
+	"github.com/wmoutbox/wmoutbox/internal/bytesize"
 	"github.com/wmoutbox/wmoutbox/internal/testdb"
 	"github.com/wmoutbox/wmoutbox/internal/testmysql"
 	"github.com/wmoutbox/wmoutbox/outbox"
@@ -206,6 +209,7 @@ func TestStats(t *testing.T) {
 		require.Regexp(t, `relay-1\s+\S+\s+alive`, out)
 		require.Regexp(t, groupDecode+`\s+2\s`, out)
 		require.Contains(t, out, "decode order <n>")
+		require.NotContains(t, out, "LOG SLOT", "no slot, no table")
 
 		var st statsJSON
 		require.NoError(t, json.Unmarshal([]byte(ok(t, "stats", "--json", "--database-url", url)), &st))
@@ -219,6 +223,8 @@ func TestStats(t *testing.T) {
 		require.Len(t, st.Relays, 2)
 		require.Equal(t, relayJSON{Owner: "relay-0", Until: st.Relays[0].Until, Alive: false}, st.Relays[0])
 		require.True(t, st.Relays[1].Alive)
+		require.NotNil(t, st.Slots)
+		require.Empty(t, st.Slots)
 		require.Len(t, st.DeadGroups, 2)
 		require.Equal(t, groupDecode, st.DeadGroups[0].Group)
 		require.Equal(t, int64(2), st.DeadGroups[0].Count)
@@ -239,6 +245,51 @@ func TestStats(t *testing.T) {
 		require.Contains(t, r.stderr, "(--fail-if-oldest 1h)")
 		require.Regexp(t, `late\s+0\s+1\s+0\s+0\s+2h0m`, r.stdout)
 	})
+}
+
+// On PostgreSQL, stats lists the database's log slots: the log each holds
+// back, and who confirmed a position in it how long ago; serve's /metrics
+// exports them as the relays do.
+func TestStatsLogSlots(t *testing.T) {
+	t.Parallel()
+	url := testdb.URL(t)
+	slot := testdb.LogicalSlot(t, url)
+	seed(t, url, seedEvent{topic: "orders"}) // log written after the slot's position
+	confirmed := time.Now().Add(-2 * time.Minute)
+	held, err := executor(t, url).AcquireLease(t.Context(), outboxdriver.LeaseParams{Name: outboxdriver.SlotLeasePrefix + slot,
+		Owner: "relay-1", Now: confirmed, Until: confirmed})
+	require.NoError(t, err)
+	require.True(t, held)
+
+	out := ok(t, "stats", "--database-url", url)
+	require.Regexp(t, `LOG SLOT\s+ACTIVE\s+LAG\s+LAG BYTES\s+WAL STATUS\s+READER\s+CONFIRMED AGO\n`+
+		slot+`\s+no\s+[0-9.]+ (B|KiB|MiB)\s+[0-9]+\s+reserved\s+relay-1\s+2m[0-9]+s\n`, out)
+
+	var st statsJSON
+	require.NoError(t, json.Unmarshal([]byte(ok(t, "stats", "--json", "--database-url", url)), &st))
+	require.Len(t, st.Slots, 1)
+	s := st.Slots[0]
+	require.Equal(t, slot, s.Name)
+	require.False(t, s.Active)
+	require.Positive(t, s.LagBytes)
+	require.Equal(t, bytesize.Format(s.LagBytes), s.Lag)
+	require.Equal(t, "reserved", s.WALStatus)
+	require.Equal(t, "relay-1", s.Reader)
+	require.NotNil(t, s.ConfirmedAt)
+	require.WithinDuration(t, confirmed, *s.ConfirmedAt, time.Millisecond)
+	require.GreaterOrEqual(t, s.ConfirmedAgeSeconds, 120.0)
+
+	c := &cli{getenv: func(string) string { return "" }, globals: globals{databaseURL: url, table: defaultTable}}
+	d, store, err := c.openStore(t.Context())
+	require.NoError(t, err)
+	t.Cleanup(d.close)
+	reg := prometheus.NewPedanticRegistry()
+	require.NoError(t, reg.Register(newStatsCollector(t.Context(), store)))
+	require.Equal(t, 1, testutil.CollectAndCount(reg, "outbox_log_slot_lag_bytes"))
+	require.Equal(t, 1, testutil.CollectAndCount(reg, "outbox_log_slot_confirmed_age_seconds"))
+	problems, err := testutil.GatherAndLint(reg)
+	require.NoError(t, err)
+	require.Empty(t, problems)
 }
 
 // deadListJSON is the JSON of dead list, and of events.

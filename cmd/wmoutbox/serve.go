@@ -27,7 +27,11 @@ var serveCommand = &command{
   /metrics   Prometheus metrics of the table, read with Store.Stats at each
              scrape: outbox_events{topic,status},
              outbox_events_oldest_pending_seconds{topic},
-             outbox_events_claimed{owner,topic}, outbox_events_stats_ok
+             outbox_events_claimed{owner,topic}, outbox_events_stats_ok;
+             on PostgreSQL, the relays' gauges of the log slots,
+             outbox_log_slot_lag_bytes{slot} and
+             outbox_log_slot_confirmed_age_seconds{slot}, which a slot
+             no relay reads any more then keeps
   /healthz   200 when the database answers, 503 otherwise (no
              authorization)
 
@@ -197,6 +201,11 @@ type statsCollector struct {
 	ctx                         context.Context
 	store                       operator
 	events, oldest, claimed, ok *prometheus.Desc
+	// slotLag and slotAge are the series of the relays in log mode
+	// (prommetrics), under the same names so that the same alerts see
+	// them: exported here too, they outlive the relays, and a slot left
+	// behind when the relays went back to polling still shows.
+	slotLag, slotAge *prometheus.Desc
 }
 
 // statsTimeout bounds the Stats of a scrape.
@@ -213,6 +222,10 @@ func newStatsCollector(ctx context.Context, s operator) *statsCollector {
 		claimed: prometheus.NewDesc("outbox_events_claimed", "Events a relay owner holds claimed, by owner and topic.",
 			[]string{"owner", "topic"}, nil),
 		ok: prometheus.NewDesc("outbox_events_stats_ok", "1 when the scrape read the table's stats, 0 when that failed.", nil, nil),
+		slotLag: prometheus.NewDesc("outbox_log_slot_lag_bytes", "Log a log slot holds back, from its confirmed position to the database's current one.",
+			[]string{"slot"}, nil),
+		slotAge: prometheus.NewDesc("outbox_log_slot_confirmed_age_seconds", "How long ago a reader last confirmed a position in a log slot; 0 when none of this module did.",
+			[]string{"slot"}, nil),
 	}
 }
 
@@ -221,6 +234,8 @@ func (sc *statsCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- sc.oldest
 	ch <- sc.claimed
 	ch <- sc.ok
+	ch <- sc.slotLag
+	ch <- sc.slotAge
 }
 
 func (sc *statsCollector) Collect(ch chan<- prometheus.Metric) {
@@ -247,5 +262,9 @@ func (sc *statsCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for _, cl := range st.Claims {
 		ch <- prometheus.MustNewConstMetric(sc.claimed, prometheus.GaugeValue, float64(cl.Events), cl.Owner, cl.Topic)
+	}
+	for _, s := range st.Slots {
+		ch <- prometheus.MustNewConstMetric(sc.slotLag, prometheus.GaugeValue, float64(s.LagBytes), s.Name)
+		ch <- prometheus.MustNewConstMetric(sc.slotAge, prometheus.GaugeValue, s.ConfirmedAge.Seconds(), s.Name)
 	}
 }

@@ -1,23 +1,28 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/wmoutbox/wmoutbox/internal/bytesize"
 	"github.com/wmoutbox/wmoutbox/outbox"
 )
 
 var statsCommand = &command{
 	name:    "stats",
 	args:    "[--fail-if-dead N] [--fail-if-oldest DURATION]",
-	summary: "events by topic and status, claims in flight, DEAD failure groups",
-	help: `Prints three tables: the events of each topic by status with how long the
+	summary: "events by topic and status, claims in flight, relays, log slots, DEAD failure groups",
+	help: `Prints tables: the events of each topic by status with how long the
 oldest pending event has been due; the claims in flight by relay owner and
-topic; and the DEAD events by failure group (the groups of "dead --group").
---json prints one object instead.
+topic; the relays' heartbeats; on PostgreSQL, the database's log slots
+(those a relay in log mode reads), with the log each holds back and how
+long ago its reader confirmed a position, when there are any; and the DEAD
+events by failure group (the groups of "dead --group"). --json prints one
+object instead.
 
 For cron jobs and CI checks, --fail-if-dead and --fail-if-oldest make the
 command exit with code 3 when their condition holds (after printing).`,
@@ -71,12 +76,26 @@ type relayJSON struct {
 	Alive bool      `json:"alive"`
 }
 
+type slotJSON struct {
+	Name      string `json:"name"`
+	Active    bool   `json:"active"`
+	LagBytes  int64  `json:"lag_bytes"`
+	Lag       string `json:"lag"`
+	WALStatus string `json:"wal_status"`
+	Reader    string `json:"reader"`
+	// ConfirmedAt is absent, and ConfirmedAgeSeconds 0, for a slot that
+	// no relay of the table confirmed.
+	ConfirmedAt         *time.Time `json:"confirmed_at,omitempty"`
+	ConfirmedAgeSeconds float64    `json:"confirmed_age_seconds"`
+}
+
 type statsJSON struct {
 	At         time.Time        `json:"at"`
 	Table      string           `json:"table"`
 	Topics     []topicStatsJSON `json:"topics"`
 	Claims     []claimStatsJSON `json:"claims"`
 	Relays     []relayJSON      `json:"relays"`
+	Slots      []slotJSON       `json:"slots"`
 	DeadGroups []deadGroupJSON  `json:"dead_groups"`
 	Dead       int64            `json:"dead"`
 	// Failed names the --fail-if checks whose condition holds.
@@ -97,7 +116,7 @@ func stats(ctx context.Context, c *cli, failDead int64, failOldest time.Duration
 	if err != nil {
 		return err
 	}
-	out := statsJSON{At: st.At.UTC(), Table: d.qualifiedTable(), Topics: []topicStatsJSON{}, Claims: []claimStatsJSON{}, Relays: []relayJSON{}, DeadGroups: []deadGroupJSON{}, Failed: []string{}}
+	out := statsJSON{At: st.At.UTC(), Table: d.qualifiedTable(), Topics: []topicStatsJSON{}, Claims: []claimStatsJSON{}, Relays: []relayJSON{}, Slots: []slotJSON{}, DeadGroups: []deadGroupJSON{}, Failed: []string{}}
 	var oldest time.Duration
 	for _, t := range st.Topics {
 		j := topicStatsJSON{Topic: t.Topic, New: t.New, Retry: t.Retry, Done: t.Done, Dead: t.Dead, OldestDue: optionalTime(t.OldestDue)}
@@ -114,6 +133,10 @@ func stats(ctx context.Context, c *cli, failDead int64, failOldest time.Duration
 	}
 	for _, r := range st.Relays {
 		out.Relays = append(out.Relays, relayJSON{r.Owner, r.Until.UTC(), r.Alive})
+	}
+	for _, s := range st.Slots {
+		out.Slots = append(out.Slots, slotJSON{s.Name, s.Active, s.LagBytes, bytesize.Format(s.LagBytes), s.WALStatus, s.Reader,
+			optionalTime(s.ConfirmedAt), s.ConfirmedAge.Seconds()})
 	}
 	for _, g := range groups {
 		out.DeadGroups = append(out.DeadGroups, deadGroupJSON{g.Group, g.Count, g.FirstDied.UTC(), g.LastDied.UTC(), g.Topics, g.Reason, g.SampleError})
@@ -182,6 +205,12 @@ func (c *cli) writeStats(st outbox.Stats, groups []outbox.DeadGroup) error {
 		}
 	}
 	c.printf("\n")
+	if len(st.Slots) > 0 {
+		if err := c.writeSlots(st); err != nil {
+			return err
+		}
+		c.printf("\n")
+	}
 	if len(groups) == 0 {
 		c.printf("No DEAD events.\n")
 		return nil
@@ -192,6 +221,21 @@ func (c *cli) writeStats(st outbox.Stats, groups []outbox.DeadGroup) error {
 			strings.Join(g.Topics, ","), clip(g.Reason, 80)})
 	}
 	return c.writeTable([]string{"DEAD GROUP", "COUNT", "FIRST DIED", "LAST DIED", "TOPICS", "REASON"}, rows)
+}
+
+// writeSlots writes the log slots: none but on PostgreSQL, and there only
+// where a relay reads the log, so that their table is left out when empty.
+func (c *cli) writeSlots(st outbox.Stats) error {
+	rows := make([][]string, 0, len(st.Slots))
+	for _, s := range st.Slots {
+		active := "no"
+		if s.Active {
+			active = "yes"
+		}
+		rows = append(rows, []string{s.Name, active, bytesize.Format(s.LagBytes), count(s.LagBytes), cmp.Or(s.WALStatus, "-"),
+			cmp.Or(s.Reader, "-"), age(st.At, s.ConfirmedAt)})
+	}
+	return c.writeTable([]string{"LOG SLOT", "ACTIVE", "LAG", "LAG BYTES", "WAL STATUS", "READER", "CONFIRMED AGO"}, rows)
 }
 
 func count(n int64) string { return strconv.FormatInt(n, 10) }

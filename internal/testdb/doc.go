@@ -49,4 +49,10 @@
 //
 // A failure of this setup (template build, sweep) is reported to every test
 // that asks for a database, not only the first.
+//
+// # Logical decoding
+//
+// Tests of logical replication call [RequireLogicalDecoding] first: it
+// skips them unless the server runs with wal_level = logical (failing them
+// under CI=true), naming scripts/pg-logical, which sets it.
 package testdb

@@ -36,10 +36,15 @@ func benchEvents(n int) []outbox.Envelope {
 }
 
 func benchStore(b *testing.B) (*postgres.Store, *outbox.Writer[pgx.Tx]) {
+	return benchStoreWith(b, postgres.Config{})
+}
+
+// benchStoreWith is benchStore configured as cfg.
+func benchStoreWith(b *testing.B, cfg postgres.Config) (*postgres.Store, *outbox.Writer[pgx.Tx]) {
 	if testing.Short() {
 		b.Skip("needs PostgreSQL; skipped with -short")
 	}
-	store, err := postgres.NewStore(testdb.New(b), postgres.Config{})
+	store, err := postgres.NewStore(testdb.New(b), cfg)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -50,24 +55,28 @@ func benchStore(b *testing.B) (*postgres.Store, *outbox.Writer[pgx.Tx]) {
 	return store, writer
 }
 
-// BenchmarkWrite is one business transaction writing n events.
+// BenchmarkWrite is one business transaction writing n events, their
+// JSON payloads in payload or, with payload_doc, in payload_doc
+// (Config.JSONPayloadColumn).
 func BenchmarkWrite(b *testing.B) {
 	for _, n := range []int{1, 10, 100} {
-		b.Run(fmt.Sprint("events=", n), func(b *testing.B) {
-			store, writer := benchStore(b)
-			events := benchEvents(n)
-			b.ReportAllocs()
-			for b.Loop() {
-				err := store.InTx(b.Context(), func(ctx context.Context, tx pgx.Tx) error {
-					_, err := writer.Write(ctx, tx, events...)
-					return err
-				})
-				if err != nil {
-					b.Fatal(err)
+		for _, docs := range []bool{false, true} {
+			b.Run(fmt.Sprint("events=", n, "/payload_doc=", docs), func(b *testing.B) {
+				store, writer := benchStoreWith(b, postgres.Config{JSONPayloadColumn: docs})
+				events := benchEvents(n)
+				b.ReportAllocs()
+				for b.Loop() {
+					err := store.InTx(b.Context(), func(ctx context.Context, tx pgx.Tx) error {
+						_, err := writer.Write(ctx, tx, events...)
+						return err
+					})
+					if err != nil {
+						b.Fatal(err)
+					}
 				}
-			}
-			b.ReportMetric(float64(b.N*n)/b.Elapsed().Seconds(), "events/s")
-		})
+				b.ReportMetric(float64(b.N*n)/b.Elapsed().Seconds(), "events/s")
+			})
+		}
 	}
 }
 

@@ -48,6 +48,10 @@
 // payload is bytea, so that the bytes delivered are the bytes written
 // (jsonb would normalise JSON); payload_json says which kind it is, and
 // operators can read JSON payloads with convert_from(payload, 'UTF8')::jsonb.
+// With [Config.JSONPayloadColumn], JSON payloads go to payload_doc
+// instead (migration 7), of type json, which keeps the text as written,
+// and SQL and change data capture read them as JSON; every read takes a
+// payload from payload_doc when it holds one, whatever the configuration.
 // Headers are a jsonb object. status holds [outbox.Status] codes; attempts,
 // last_error, updated_at and available_at tell why a row is where it is.
 //

@@ -48,6 +48,7 @@ type eventScanner struct {
 	tenantID, lastError, lockedBy, errorGroup,
 	idempotencyKey repeated
 	payload  []byte
+	doc      []byte // payload_doc; nil for NULL
 	headers  pgtype.DriverBytes
 	isJSON   bool
 	status   int16
@@ -61,7 +62,7 @@ type eventScanner struct {
 func newEventScanner() *eventScanner {
 	s := &eventScanner{}
 	s.dest = []any{&s.id, &s.eventType, &s.topic, &s.aggregateType, &s.aggregateID, &s.tenantID,
-		&s.payload, &s.isJSON, &s.headers, &s.status, &s.attempts, &s.occurredAt, &s.availableAt,
+		&s.payload, &s.doc, &s.isJSON, &s.headers, &s.status, &s.attempts, &s.occurredAt, &s.availableAt,
 		&s.createdAt, &s.updatedAt, &s.doneAt, &s.lastError, &s.lockedBy, &s.lockedAt, &s.lockedUntil, &s.errorGroup,
 		&s.idempotencyKey}
 	return s
@@ -69,7 +70,7 @@ func newEventScanner() *eventScanner {
 
 // scan reads the current row. The payload and headers are the row's own.
 func (s *eventScanner) scan(rows pgx.Rows) (outboxdriver.Row, error) {
-	s.payload = nil
+	s.payload, s.doc = nil, nil
 	if err := rows.Scan(s.dest...); err != nil {
 		return outboxdriver.Row{}, err
 	}
@@ -81,7 +82,7 @@ func (s *eventScanner) scan(rows pgx.Rows) (outboxdriver.Row, error) {
 		AggregateType:  string(s.aggregateType),
 		AggregateID:    string(s.aggregateID),
 		TenantID:       string(s.tenantID),
-		Payload:        s.payload,
+		Payload:        storedPayload(s.payload, s.doc),
 		PayloadJSON:    s.isJSON,
 		Status:         s.status,
 		Attempts:       s.attempts,
@@ -104,6 +105,17 @@ func (s *eventScanner) scan(rows pgx.Rows) (outboxdriver.Row, error) {
 	r.Headers = string(s.headers) // a copy: the driver's buffer is reused
 	r.Malformed = notTime
 	return r, nil
+}
+
+// storedPayload is the payload of a row whose payload column holds payload
+// and payload_doc doc (nil for NULL): doc when there is one (migration 7,
+// Config.JSONPayloadColumn), payload otherwise. The json column keeps the
+// text as written, so doc is the bytes written.
+func storedPayload(payload, doc []byte) []byte {
+	if doc != nil {
+		return doc
+	}
+	return payload
 }
 
 // finite returns the time of ts, the zero time for NULL. PostgreSQL also

@@ -46,22 +46,25 @@ ON CONFLICT DO NOTHING`
 )
 
 // eventColumns is what every read returns, in the order scanEvent expects;
-// {o} qualifies the columns where a statement needs it.
+// {o} qualifies the columns where a statement needs it. A JSON payload is
+// in payload_doc when that is not NULL (migration 7,
+// Config.JSONPayloadColumn), whatever the store's configuration.
 const eventColumns = `{o}event_id, {o}event_type, {o}topic, {o}aggregate_type,
-    coalesce({o}aggregate_id, ''), coalesce({o}tenant_id, ''), {o}payload, {o}payload_json, {o}headers,
+    coalesce({o}aggregate_id, ''), coalesce({o}tenant_id, ''), {o}payload, {o}payload_doc, {o}payload_json, {o}headers,
     {o}status, {o}attempts, {o}occurred_at, {o}available_at, {o}created_at, {o}updated_at, {o}done_at,
     coalesce({o}last_error, ''), coalesce({o}locked_by, ''), {o}locked_at, {o}locked_until,
     coalesce({o}error_group, ''), coalesce({o}idempotency_key, '')`
 
 // sqlInsert writes any number of rows in one statement: one array per
 // column. $1 is the write time; rows whose claim flag is set are written
-// claimed by owner $2 until $15.
+// claimed by owner $2 until $15. {payload_columns} and {payload} are where
+// the payload goes (see payloadInto).
 const sqlInsert = `
 INSERT INTO {table} (event_id, event_type, topic, aggregate_type, aggregate_id, tenant_id,
-    payload, payload_json, headers, status, attempts,
+    {payload_columns}, payload_json, headers, status, attempts,
     occurred_at, available_at, created_at, updated_at, locked_by, locked_at, locked_until)
 SELECT u.event_id, u.event_type, u.topic, u.aggregate_type, nullif(u.aggregate_id, ''), nullif(u.tenant_id, ''),
-    u.payload, u.payload_json, u.headers::jsonb, 0, 0,
+    {payload}, u.payload_json, u.headers::jsonb, 0, 0,
     u.occurred_at, u.available_at, $1, $1,
     CASE WHEN u.claimed THEN $2 END, CASE WHEN u.claimed THEN $1::timestamptz END,
     CASE WHEN u.claimed THEN $15::timestamptz END
@@ -81,10 +84,10 @@ SELECT max(savepoint) FROM inserted`
 // costs the database less than unnesting twelve one-element arrays.
 const sqlInsertOne = `
 INSERT INTO {table} (event_id, event_type, topic, aggregate_type, aggregate_id, tenant_id,
-    payload, payload_json, headers, status, attempts,
+    {payload_columns}, payload_json, headers, status, attempts,
     occurred_at, available_at, created_at, updated_at, locked_by, locked_at, locked_until)
 VALUES ($3, $4, $5, $6, nullif($7::text, ''), nullif($8::text, ''),
-    $9, $10, $11::jsonb, 0, 0,
+    {payload}, $10, $11::jsonb, 0, 0,
     $12, $13, $1, $1,
     CASE WHEN $14::boolean THEN $2::text END, CASE WHEN $14::boolean THEN $1::timestamptz END,
     CASE WHEN $14::boolean THEN $15::timestamptz END)`
@@ -101,10 +104,10 @@ RETURNING ` + sqlSavepoint
 // mark ({mark}: sqlSavepoint, or 0 when none is asked for).
 const sqlInsertKeyed = `
 INSERT INTO {table} (event_id, event_type, topic, aggregate_type, aggregate_id, tenant_id,
-    payload, payload_json, headers, status, attempts,
+    {payload_columns}, payload_json, headers, status, attempts,
     occurred_at, available_at, created_at, updated_at, locked_by, locked_at, locked_until, idempotency_key)
 SELECT u.event_id, u.event_type, u.topic, u.aggregate_type, nullif(u.aggregate_id, ''), nullif(u.tenant_id, ''),
-    u.payload, u.payload_json, u.headers::jsonb, 0, 0,
+    {payload}, u.payload_json, u.headers::jsonb, 0, 0,
     u.occurred_at, u.available_at, $1, $1,
     CASE WHEN u.claimed THEN $2 END, CASE WHEN u.claimed THEN $1::timestamptz END,
     CASE WHEN u.claimed THEN $15::timestamptz END, nullif(u.idempotency_key, '')
@@ -114,6 +117,29 @@ FROM unnest($3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text
          payload, payload_json, headers, occurred_at, available_at, claimed, idempotency_key)
 ON CONFLICT (topic, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING event_id, {mark}`
+
+// payloadDocColumns and payloadDoc are the inserts' {payload_columns} and
+// {payload} under Config.JSONPayloadColumn, {bytes} being the payload
+// and {json} its JSON flag: a JSON payload goes to payload_doc, converted
+// to text (which checks that it is UTF-8) and to json (which checks that
+// it is JSON and keeps it as written), with an empty payload beside it.
+const (
+	payloadDocColumns = `payload, payload_doc`
+	payloadDoc        = `CASE WHEN {json}::boolean THEN ''::bytea ELSE {bytes}::bytea END,
+    CASE WHEN {json}::boolean THEN convert_from({bytes}::bytea, 'UTF8')::json END`
+)
+
+// payloadInto renders the payload of an insert statement, whose payload
+// parameter is bytes and JSON flag isJSON: into payload, or with docs as
+// payloadDoc says.
+func payloadInto(sql, bytes, isJSON string, docs bool) string {
+	columns, values := "payload", bytes
+	if docs {
+		columns = payloadDocColumns
+		values = strings.NewReplacer("{bytes}", bytes, "{json}", isJSON).Replace(payloadDoc)
+	}
+	return strings.NewReplacer("{payload_columns}", columns, "{payload}", values).Replace(sql)
+}
 
 // sqlKeyHolders returns, for the topics $1 and idempotency keys $2 taken
 // by a row, the key's place in the arrays (from 1) and that row's event
@@ -514,6 +540,23 @@ GROUP BY locked_by, topic`
 // (outboxdriver.HeartbeatPattern).
 const sqlStatsRelays = `SELECT owner, until FROM {lease} WHERE name LIKE $1`
 
+// sqlLogSlots reads the logical replication slots of the current
+// database: the log each holds back from its confirmed position to the
+// current one (0 before its first confirmation), and the lease-table row
+// named $1 (outboxdriver.SlotLeasePrefix) followed by the slot's name,
+// where the feed reading it records who confirmed last and when. A
+// standby has no current position of its own: there the log replayed so
+// far stands for it, rather than fail the whole read.
+const sqlLogSlots = `
+SELECT s.slot_name, s.active,
+    coalesce(pg_wal_lsn_diff(
+        CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_lsn() END,
+        s.confirmed_flush_lsn), 0)::bigint,
+    coalesce(s.wal_status, ''), coalesce(l.owner, ''), l.until
+FROM pg_replication_slots s
+LEFT JOIN {lease} l ON l.name = $1::text || s.slot_name
+WHERE s.slot_type = 'logical' AND s.database = current_database()`
+
 // sqlQueryPending pages through the pending rows of statuses $1 (a subset
 // of NEW and RETRY), of topic $2 unless it is empty, after event id $3, up
 // to $4 of them.
@@ -694,7 +737,7 @@ type statements struct {
 	queryDead, countDead, replayDead       string
 	purgeDead, deadGroups                  string
 	statsTopics, statsPending, statsClaims string
-	statsRelays                            string
+	statsRelays, logSlots                  string
 	queryPending, acquireLease             string
 	heartbeatRenew, heartbeatInsert        string
 	expiredHeartbeats, releaseDeadRelay    string
@@ -706,28 +749,36 @@ type statements struct {
 	markProcessed, purgeProcessed          string
 }
 
-func renderStatements(schema, qualified, inbox, lease string, synchronous, deleteDone bool) statements {
+// renderStatements renders the statements for the table qualified, its
+// inbox and lease tables, as cfg asks.
+func renderStatements(qualified, inbox, lease string, cfg Config) statements {
 	migrations := pgx.Identifier{ident.MigrationTable}
-	if schema != "" {
-		migrations = pgx.Identifier{schema, ident.MigrationTable}
+	if cfg.Schema != "" {
+		migrations = pgx.Identifier{cfg.Schema, ident.MigrationTable}
 	}
 	async := asyncCommit
-	if synchronous {
+	if cfg.SynchronousBookkeeping {
 		async = ""
 	}
 	r := strings.NewReplacer("{table}", qualified, "{inbox}", inbox, "{lease}", lease, "{migrations}", migrations.Sanitize(), "{o}", "", "{async}", async)
+	// The inserts of many rows take the payloads from unnest, the insert
+	// of one row from $9 and $10.
+	many := func(sql string) string {
+		return r.Replace(payloadInto(sql, "u.payload", "u.payload_json", cfg.JSONPayloadColumn))
+	}
+	one := func(sql string) string { return r.Replace(payloadInto(sql, "$9", "$10", cfg.JSONPayloadColumn)) }
 	s := statements{
 		createMigrationTable: r.Replace(sqlCreateMigrationTable),
 		migrationVersion:     r.Replace(sqlMigrationVersion),
 		recordMigration:      r.Replace(sqlRecordMigration),
 		migrationTable:       migrations.Sanitize(),
 		appliedMigrations:    r.Replace(sqlAppliedMigrations),
-		insert:               r.Replace(sqlInsert),
-		insertHot:            r.Replace(sqlInsertHot),
-		insertOneHot:         r.Replace(sqlInsertOneHot),
-		insertOne:            r.Replace(sqlInsertOne),
-		insertKeyed:          r.Replace(strings.Replace(sqlInsertKeyed, "{mark}", "0", 1)),
-		insertKeyedHot:       r.Replace(strings.Replace(sqlInsertKeyed, "{mark}", sqlSavepoint, 1)),
+		insert:               many(sqlInsert),
+		insertHot:            many(sqlInsertHot),
+		insertOneHot:         one(sqlInsertOneHot),
+		insertOne:            one(sqlInsertOne),
+		insertKeyed:          many(strings.Replace(sqlInsertKeyed, "{mark}", "0", 1)),
+		insertKeyedHot:       many(strings.Replace(sqlInsertKeyed, "{mark}", sqlSavepoint, 1)),
 		keyHolders:           r.Replace(sqlKeyHolders),
 		undoKeyed:            r.Replace(sqlUndoKeyed),
 		get:                  r.Replace(sqlGet),
@@ -744,6 +795,7 @@ func renderStatements(schema, qualified, inbox, lease string, synchronous, delet
 		statsPending:         r.Replace(sqlStatsPending),
 		statsClaims:          r.Replace(sqlStatsClaims),
 		statsRelays:          r.Replace(sqlStatsRelays),
+		logSlots:             r.Replace(sqlLogSlots),
 		queryPending:         r.Replace(sqlQueryPending),
 		queryEvents:          r.Replace(sqlQueryEvents),
 		queryAggregate:       r.Replace(strings.Replace(sqlQueryAggregate, "{before}", "", 1)),
@@ -765,7 +817,7 @@ func renderStatements(schema, qualified, inbox, lease string, synchronous, delet
 		Record:      r.Replace(sqlScriptRecordMigration),
 		Unrecord:    r.Replace(sqlScriptUnrecordMigration),
 	}
-	if deleteDone {
+	if cfg.DeleteDone {
 		s.deleteDone = r.Replace(sqlDeleteDone)
 	}
 	claim := strings.ReplaceAll(strings.Replace(sqlClaim, "{topics}", topicFilter, 1), "{o}", "o.")

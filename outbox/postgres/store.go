@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -67,6 +68,21 @@ type Config struct {
 	// [Store.Get] and operator queries can no longer show. RETRY and DEAD
 	// are recorded as always. Rows already DONE are left to Purge.
 	DeleteDone bool
+	// JSONPayloadColumn writes JSON payloads ([outbox.Envelope.PayloadJSON])
+	// to payload_doc, a json column (migration 7), instead of the bytea
+	// column payload, which is left empty; bytes payloads stay in payload.
+	// SQL (payload_doc->>'total') and change data capture (Debezium's
+	// outbox event router, docs/debezium.md) then read JSON payloads as
+	// JSON. json keeps the text as written, so the bytes read back are the
+	// bytes written; every store reads both kinds of rows, whatever this
+	// says. The database parses each JSON payload as it stores it; a JSON
+	// payload that is not UTF-8 fails the write with
+	// [outbox.ErrInvalidEnvelope] before it is sent, and in a database
+	// whose encoding is not UTF8, one with a character that encoding
+	// lacks fails the insert. Relays of a wmoutbox before migration 7
+	// would deliver these payloads empty: turn it on once none reads the
+	// table. Default false: every payload goes to payload.
+	JSONPayloadColumn bool
 	// NotifyInterval is the least time between two notifications of a
 	// [Notifier]: topics committed within it are announced together at its
 	// end. Writers committing thousands of events a second then send a
@@ -101,6 +117,7 @@ type table struct {
 	qualified string
 	inbox     string // the inbox table, qualified
 	lease     string // the lease table, qualified
+	docs      bool   // Config.JSONPayloadColumn
 	sql       statements
 }
 
@@ -125,10 +142,10 @@ func newTable(cfg Config) (*table, error) {
 			return nil, err
 		}
 	}
-	t := &table{name: name, schema: cfg.Schema}
+	t := &table{name: name, schema: cfg.Schema, docs: cfg.JSONPayloadColumn}
 	t.qualified, t.inbox = t.qualify(name), t.qualify(name+migrationfiles.InboxSuffix)
 	t.lease = t.qualify(name + migrationfiles.LeaseSuffix)
-	t.sql = renderStatements(cfg.Schema, t.qualified, t.inbox, t.lease, cfg.SynchronousBookkeeping, cfg.DeleteDone)
+	t.sql = renderStatements(t.qualified, t.inbox, t.lease, cfg)
 	return t, nil
 }
 
@@ -204,6 +221,11 @@ func (d *driver) Insert(ctx context.Context, tx pgx.Tx, p *outboxdriver.InsertPa
 	if len(p.Rows) == 0 {
 		return outboxdriver.InsertResult{}, nil
 	}
+	if d.t.docs {
+		if err := notUTF8(p.Rows); err != nil {
+			return outboxdriver.InsertResult{}, fmt.Errorf("postgres: insert into %s: %w", d.t.qualified, err)
+		}
+	}
 	var owner *string // nil: the rows are written unclaimed
 	if p.Owner != "" {
 		owner = &p.Owner
@@ -226,6 +248,21 @@ func (d *driver) Insert(ctx context.Context, tx pgx.Tx, p *outboxdriver.InsertPa
 		return outboxdriver.InsertResult{}, d.insertError(err)
 	}
 	return outboxdriver.InsertResult{Savepoint: savepoint}, nil
+}
+
+// notUTF8 returns an error naming the first row whose JSON payload is not
+// UTF-8, which payload_doc cannot hold (Config.JSONPayloadColumn), and nil
+// when there is none. It fails the write before it reaches the database,
+// whose error would come from the statement after it in a transaction of
+// InTx, and would abort the transaction.
+func notUTF8(rows []outboxdriver.InsertRow) error {
+	for i := range rows {
+		if r := &rows[i]; r.PayloadJSON && !utf8.Valid(r.Payload) {
+			return fmt.Errorf("%w: event %s: the JSON payload is not UTF-8, which payload_doc (Config.JSONPayloadColumn) needs",
+				outbox.ErrInvalidEnvelope, r.ID)
+		}
+	}
+	return nil
 }
 
 // keyAttempts bounds the inserts of a write with idempotency keys: each
@@ -628,8 +665,9 @@ func (d *driver) DeadGroups(ctx context.Context, p outboxdriver.DeadGroupsParams
 	return groups, nil
 }
 
-// Stats implements [outboxdriver.Executor] in three statements: the
-// counts by topic and status, the claims and the heartbeats.
+// Stats implements [outboxdriver.Executor] in four statements: the
+// counts by topic and status, the claims, the heartbeats and the log
+// slots.
 func (d *driver) Stats(ctx context.Context, p outboxdriver.StatsParams) (outboxdriver.StatsResult, error) {
 	var res outboxdriver.StatsResult
 	topics := d.t.sql.statsTopics
@@ -684,7 +722,8 @@ func (d *driver) Stats(ctx context.Context, p outboxdriver.StatsParams) (outboxd
 	if err != nil {
 		return res, fmt.Errorf("postgres: relay heartbeats of %s: %w", d.t.qualified, err)
 	}
-	return res, nil
+	res.Slots, err = d.LogSlots(ctx)
+	return res, err
 }
 
 // QueryPending implements [outboxdriver.Executor].

@@ -24,20 +24,24 @@ import (
 // TestStore runs the conformance suite of the stores, each test on a
 // database of its own, in each of the queryModes, with the transactions
 // of pgx and with those of InTx, which send events with the statement
-// after them.
+// after them; and, with InTx, with JSON payloads written to payload_doc
+// (Config.JSONPayloadColumn).
 func TestStore(t *testing.T) {
 	t.Parallel()
+	pgxBegin := func(ctx context.Context, pool *pgxpool.Pool) (pgx.Tx, error) { return pool.Begin(ctx) }
 	for _, mode := range queryModes {
-		for _, begin := range []struct {
-			name string
-			fn   func(ctx context.Context, pool *pgxpool.Pool) (pgx.Tx, error)
+		for _, c := range []struct {
+			name  string
+			begin func(ctx context.Context, pool *pgxpool.Pool) (pgx.Tx, error)
+			cfg   postgres.Config
 		}{
-			{"pgx", func(ctx context.Context, pool *pgxpool.Pool) (pgx.Tx, error) { return pool.Begin(ctx) }},
-			{"InTx", postgres.BeginPipeline},
+			{"pgx", pgxBegin, postgres.Config{}},
+			{"InTx", postgres.BeginPipeline, postgres.Config{}},
+			{"InTx/JSONPayloadColumn", postgres.BeginPipeline, postgres.Config{JSONPayloadColumn: true}},
 		} {
-			t.Run(mode.String()+"/"+begin.name, func(t *testing.T) {
+			t.Run(mode.String()+"/"+c.name, func(t *testing.T) {
 				t.Parallel()
-				runConformance(t, mode, begin.fn)
+				runConformance(t, mode, c.begin, c.cfg)
 			})
 		}
 	}
@@ -48,13 +52,17 @@ func TestStore(t *testing.T) {
 // pools behind PgBouncer are set up.
 var queryModes = []pgx.QueryExecMode{pgx.QueryExecModeCacheStatement, pgx.QueryExecModeExec, pgx.QueryExecModeSimpleProtocol}
 
-func runConformance(t *testing.T, mode pgx.QueryExecMode, begin func(ctx context.Context, pool *pgxpool.Pool) (pgx.Tx, error)) {
+// runConformance runs the suite on stores configured as cfg, with
+// transactions from begin.
+func runConformance(t *testing.T, mode pgx.QueryExecMode, begin func(ctx context.Context, pool *pgxpool.Pool) (pgx.Tx, error), cfg postgres.Config) {
 	storetest.Run(t, func(t *testing.T) storetest.Harness[pgx.Tx] {
 		pool := testdb.NewInMode(t, mode)
 		clock := clocktest.New(storetest.Start)
-		store, err := postgres.NewStore(pool, postgres.Config{Clock: clock})
+		keep, del := cfg, cfg // copies: the suite's tests run in parallel
+		keep.Clock, del.Clock, del.DeleteDone = clock, clock, true
+		store, err := postgres.NewStore(pool, keep)
 		require.NoError(t, err)
-		deleteDone, err := postgres.NewStore(pool, postgres.Config{Clock: clock, DeleteDone: true})
+		deleteDone, err := postgres.NewStore(pool, del)
 		require.NoError(t, err)
 		return storetest.Harness[pgx.Tx]{
 			Store:      store,

@@ -1,0 +1,63 @@
+package testdb
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/wmoutbox/wmoutbox/internal/testenv"
+)
+
+// LogicalSlot creates a logical replication slot (pgoutput) of its own in
+// the database at url, and returns its name. The slot is dropped at
+// t.Cleanup: one left behind keeps the server's log for ever, and takes
+// one of its few slots. It skips the test when the server's wal_level is
+// not logical, or fails it under CI=true. Creating a slot waits for the
+// server's running transactions to end.
+func LogicalSlot(t testing.TB, url string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatalf("testdb: slot: %v", err)
+	}
+	defer closeConn(conn)
+	var level string
+	if err := conn.QueryRow(ctx, `SHOW wal_level`).Scan(&level); err != nil {
+		t.Fatalf("testdb: slot: %v", err)
+	}
+	if level != "logical" {
+		testenv.SkipOrFail(t, "testdb: the server's wal_level is %s; log slots need logical (ALTER SYSTEM SET wal_level = logical, and a restart)", level)
+	}
+	name := fmt.Sprintf("wmoutbox_test_%d_%d", os.Getpid(), counter.Add(1))
+	if _, err := conn.Exec(ctx, `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, name); err != nil {
+		t.Fatalf("testdb: create slot %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, url)
+		if err == nil {
+			defer closeConn(conn)
+			_, err = conn.Exec(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1`, name)
+		}
+		if err != nil {
+			t.Errorf("testdb: drop slot %s: %v", name, err)
+		}
+	})
+	return name
+}
+
+// dropSlots drops the slots of database db that no reader holds: a
+// database with slots cannot be dropped, and a test that crashed leaves
+// its slots behind.
+func dropSlots(ctx context.Context, conn *pgx.Conn, db string) error {
+	if _, err := conn.Exec(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE database = $1 AND NOT active`, db); err != nil {
+		return fmt.Errorf("drop the slots of %s: %w", db, err)
+	}
+	return nil
+}

@@ -1,0 +1,26 @@
+-- wmoutbox migration 7: JSON payloads readable as JSON.
+--
+-- Written with the default table name, like migrations 1 to 6.
+--
+-- payload is bytea, so that the bytes delivered are the bytes written:
+-- SQL and change data capture (Debezium's outbox event router) see a JSON
+-- payload there as bytes. A store configured with JSONPayloadColumn
+-- writes JSON payloads to payload_doc instead, and an empty payload
+-- beside it; bytes payloads stay in payload, payload_doc NULL. json, not
+-- jsonb: json keeps the text as written (spaces, key order, duplicate
+-- keys), so that the bytes read back are the bytes written. Every read
+-- of the store takes payload_doc when it is not NULL, whatever the
+-- configuration.
+--
+-- payload stays NOT NULL, empty for the rows whose payload is in
+-- payload_doc (one byte of the row): what reads it already keeps a
+-- value in every row (a connector's schema of the table has it
+-- required; your SQL may not expect NULL), and undoing the migration
+-- needs no scan of the whole table to set NOT NULL again.
+--
+-- A relay of an earlier wmoutbox does not read payload_doc and would
+-- deliver those events with an empty payload: turn JSONPayloadColumn on
+-- only once no process of an earlier wmoutbox reads the table.
+--
+-- Adding a nullable column without a default rewrites nothing.
+ALTER TABLE outbox_event ADD COLUMN payload_doc json;
