@@ -226,9 +226,7 @@ func (d *logDecoder) row(l *logLayout, columns []tupleColumn) outboxdriver.Row {
 		IdempotencyKey: v.text(colIdempotencyKey),
 	}
 	if doc, ok := v.value(colPayloadDoc); ok {
-		// A JSON payload stored as a json document: its text is the bytes
-		// written.
-		r.Payload, r.PayloadJSON = bytes.Clone(doc), true
+		r.Payload = storedPayload(r.Payload, bytes.Clone(doc))
 	}
 	r.Malformed = v.err
 	return r

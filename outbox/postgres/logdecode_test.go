@@ -90,7 +90,7 @@ func TestDecodeLogRow(t *testing.T) {
 	})
 	t.Run("a JSON document in payload_doc is the payload", func(t *testing.T) {
 		t.Parallel()
-		row := decodeLogRow(map[string]string{"payload": `\x`}, [2]string{"payload_doc", `{"b":1,  "a":2}`})
+		row := decodeLogRow(map[string]string{"payload": `\x`, "payload_json": "t"}, [2]string{"payload_doc", `{"b":1,  "a":2}`})
 		require.NoError(t, row.Malformed)
 		require.Equal(t, []byte(`{"b":1,  "a":2}`), row.Payload)
 		require.True(t, row.PayloadJSON)

@@ -20,7 +20,6 @@ import (
 
 	"github.com/wmoutbox/wmoutbox/internal/clocktest"
 	"github.com/wmoutbox/wmoutbox/internal/testdb"
-	"github.com/wmoutbox/wmoutbox/internal/testenv"
 	"github.com/wmoutbox/wmoutbox/outbox"
 	"github.com/wmoutbox/wmoutbox/outbox/outboxdriver"
 	"github.com/wmoutbox/wmoutbox/outbox/postgres"
@@ -50,15 +49,19 @@ type feedEnv struct {
 // logical, or fails it under CI=true.
 func newFeedEnv(t *testing.T, clock outbox.Clock) *feedEnv {
 	t.Helper()
+	return newFeedEnvConfig(t, postgres.Config{Clock: clock})
+}
+
+// newFeedEnvConfig is newFeedEnv with the store's cfg, whose Table it
+// sets.
+func newFeedEnvConfig(t *testing.T, cfg postgres.Config) *feedEnv {
+	t.Helper()
 	pool := testdb.New(t)
-	var level string
-	require.NoError(t, pool.QueryRow(t.Context(), `SHOW wal_level`).Scan(&level))
-	if level != "logical" {
-		testenv.SkipOrFail(t, "log feed tests need the server's wal_level = logical, and it is %s", level)
-	}
+	testdb.RequireLogicalDecoding(t, pool)
 	table := fmt.Sprintf("feed_%d_%d", os.Getpid(), feedTableCount.Add(1))
 	require.NoError(t, postgres.Migrate(t.Context(), pool, postgres.Config{Table: table}))
-	store, err := postgres.NewStore(pool, postgres.Config{Table: table, Clock: clock})
+	cfg.Table = table
+	store, err := postgres.NewStore(pool, cfg)
 	require.NoError(t, err)
 	writer, err := outbox.NewWriter(store, outbox.WriterConfig{})
 	require.NoError(t, err)
@@ -243,12 +246,20 @@ func waitTransactions(t *testing.T, h *recorder, n int) []outboxdriver.FeedTrans
 
 // Transactions come in commit order, each with its events in insert
 // order, decoded as the store reads them back: every column, to the
-// microsecond.
+// microsecond, and JSON payloads whichever column holds them.
 func TestLogFeedStreamsCommittedTransactionsInOrder(t *testing.T) {
 	t.Parallel()
-	env := newFeedEnv(t, nil)
+	for _, docs := range []bool{false, true} {
+		t.Run(fmt.Sprintf("JSONPayloadColumn=%t", docs), func(t *testing.T) {
+			t.Parallel()
+			testLogFeedStreamsInOrder(t, newFeedEnvConfig(t, postgres.Config{JSONPayloadColumn: docs}))
+		})
+	}
+}
+
+func testLogFeedStreamsInOrder(t *testing.T, env *feedEnv) {
 	h := &recorder{}
-	feed := env.feed(t, postgres.LogFeedConfig{StatusInterval: 50 * time.Millisecond})
+	feed := env.feed(t, postgres.LogFeedConfig{StatusInterval: 50 * time.Millisecond, Reader: "reader-1"})
 	require.Equal(t, env.table+"_relay", feed.Slot())
 	run(t, feed, h)
 	require.Eventually(t, h.reading, feedWait, 10*time.Millisecond)
@@ -299,6 +310,14 @@ func TestLogFeedStreamsCommittedTransactionsInOrder(t *testing.T) {
 	covered := h.coveredTimes()
 	require.True(t, slices.IsSortedFunc(covered, time.Time.Compare), "Covered went back: %v", covered)
 	require.Equal(t, []bool{true}, h.readingCalls())
+
+	// The progress row tells operators who reads the slot.
+	require.Eventually(t, func() bool {
+		stats, err := env.store.Stats(t.Context())
+		require.NoError(t, err)
+		i := slices.IndexFunc(stats.Slots, func(s outbox.SlotStats) bool { return s.Name == feed.Slot() })
+		return i >= 0 && stats.Slots[i].Active && stats.Slots[i].Reader == "reader-1" && !stats.Slots[i].ConfirmedAt.IsZero()
+	}, feedWait, 10*time.Millisecond)
 }
 
 // Inserts into other tables of the publication are passed over.
