@@ -12,7 +12,10 @@ import (
 // instances in one process differ too. It keeps the last maxLen bytes,
 // where the pid and suffix are.
 func Owner(maxLen int) string {
-	host, _ := os.Hostname()
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "unknown"
+	}
 	suffix := make([]byte, 4)
 	_, _ = rand.Read(suffix)
 	owner := fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(suffix))
