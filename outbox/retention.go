@@ -3,14 +3,12 @@ package outbox
 import (
 	"cmp"
 	"context"
-	"encoding/hex"
-	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"os"
 	"time"
 
 	"github.com/wmoutbox/wmoutbox/internal/codec"
+	"github.com/wmoutbox/wmoutbox/internal/ident"
 	"github.com/wmoutbox/wmoutbox/internal/nilcheck"
 	"github.com/wmoutbox/wmoutbox/outbox/outboxdriver"
 )
@@ -82,7 +80,7 @@ func (cfg RetentionConfig) withDefaults(logger *slog.Logger) (RetentionConfig, e
 	cfg.Interval = cmp.Or(cfg.Interval, DefaultRetentionInterval)
 	cfg.BatchSize = cmp.Or(cfg.BatchSize, defaultPurgeBatch)
 	if cfg.Owner == "" {
-		cfg.Owner = defaultOwner()
+		cfg.Owner = ident.Owner(maxOwnerLen)
 	}
 	if nilcheck.Is(cfg.Metrics) {
 		cfg.Metrics = nil
@@ -91,24 +89,6 @@ func (cfg RetentionConfig) withDefaults(logger *slog.Logger) (RetentionConfig, e
 		cfg.Logger = logger
 	}
 	return cfg, nil
-}
-
-// defaultOwner is the host name, the process id and a random suffix,
-// which tells apart two stores of one process.
-func defaultOwner() string {
-	host, err := os.Hostname()
-	if err != nil || host == "" {
-		host = "unknown"
-	}
-	var suffix [4]byte
-	for i := range suffix {
-		suffix[i] = byte(rand.UintN(256))
-	}
-	owner := fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(suffix[:]))
-	if len(owner) > maxOwnerLen {
-		owner = owner[len(owner)-maxOwnerLen:]
-	}
-	return owner
 }
 
 // Retain purges the table on a schedule until ctx ends, then returns nil;

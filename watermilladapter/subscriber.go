@@ -2,14 +2,11 @@ package watermilladapter
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"hash/maphash"
 	"log/slog"
 	"maps"
-	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -18,6 +15,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/wmoutbox/wmoutbox/internal/codec"
+	"github.com/wmoutbox/wmoutbox/internal/ident"
 	"github.com/wmoutbox/wmoutbox/internal/nilcheck"
 	"github.com/wmoutbox/wmoutbox/outbox"
 	"github.com/wmoutbox/wmoutbox/outbox/outboxdriver"
@@ -341,7 +339,7 @@ func (c SubscriberConfig) withDefaults() (SubscriberConfig, error) {
 		return c, fmt.Errorf("%w: subscriber ReleaseEarlierClaims needs an Owner that stays the same across restarts", outbox.ErrInvalidRequest)
 	}
 	if c.Owner == "" {
-		c.Owner = defaultOwner()
+		c.Owner = ident.Owner(maxOwnerLen)
 	}
 	// Every claim would fail the same way, only logged, and leave the
 	// cold path dead: reject now what the table would reject then.
@@ -384,17 +382,6 @@ func cmpOr[T int | time.Duration](v, def T) T {
 		return def
 	}
 	return v
-}
-
-func defaultOwner() string {
-	host, _ := os.Hostname()
-	suffix := make([]byte, 4)
-	_, _ = rand.Read(suffix)
-	owner := fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(suffix))
-	if len(owner) > maxOwnerLen {
-		owner = owner[len(owner)-maxOwnerLen:]
-	}
-	return owner
 }
 
 // Subscriber is a Watermill message.Subscriber that relays outbox events:

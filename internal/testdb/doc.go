@@ -34,9 +34,10 @@
 // ... TEMPLATE. At the test's cleanup it is reset to the template's state
 // and handed to the next test of the process, which costs the server less
 // than a drop and a clone: the sessions left on it are ended, every
-// schema, large object and database setting goes, and the migrations run
-// again. One that cannot be reset, or beyond 8 idle ones, is dropped WITH
-// (FORCE). A process holds at most 8 databases in tests at once (a test
+// schema, large object, database setting, publication and replication
+// slot no session holds goes, and the migrations run again. One that
+// cannot be reset, or beyond 8 idle ones, is dropped WITH (FORCE). A
+// process holds at most 8 databases in tests at once (a test
 // asking for a ninth waits for a slot), which keeps parallel tests under
 // max_connections; [New]'s pools hold at most 4 connections each. Idle
 // databases go when the process does, with the next sweep.

@@ -116,6 +116,68 @@
 // a listener reconnecting) costs a poll interval, never an event. Both
 // sides must name the table alike ([Channel]).
 //
+// # Log feed
+//
+// A [LogFeed] ([NewLogFeed]) streams the events the database commits,
+// in commit order, from PostgreSQL's write-ahead log rather than from
+// claims: it is the [outboxdriver.Feed] a relay in log mode reads
+// (watermilladapter's SubscriberConfig.Feed). It reads a logical
+// replication slot through the pgoutput plugin and a publication of the
+// table's inserts, both named from [LogFeedConfig] (by default the
+// table's name with _relay and _log appended), and creates them when
+// they are missing.
+//
+// What it needs of the server:
+//
+//   - wal_level = logical, which takes a restart; Stream returns
+//     [ErrLogicalDecodingOff] otherwise. max_replication_slots must leave
+//     room for the slot, and max_wal_senders for every feed: a replication
+//     connection is a WAL sender, a standby's too.
+//   - A role with the REPLICATION attribute (ALTER ROLE ... REPLICATION),
+//     or a superuser, for the connection. Creating the publication also
+//     takes the CREATE privilege on the database and ownership of the
+//     table; create it beforehand (CREATE PUBLICATION <table>_log FOR TABLE
+//     <table> WITH (publish = 'insert')) to run the feed without them.
+//   - A connection to the server itself, not through a pooler in
+//     transaction mode: a replication session is a session of its own.
+//
+// What a slot costs: the server keeps every WAL segment from the slot's
+// confirmed position on, for as long as the slot exists, read or not. The
+// feed confirms a position once the events before it are settled, every
+// StatusInterval, and follows the server's position when nothing is
+// pending, so a slot that is read holds back seconds of WAL. A slot
+// nobody reads holds back WAL until the disk fills: drop the slot of a
+// relay you retire (SELECT pg_drop_replication_slot('<slot>')), watch its
+// lag (pg_replication_slots, or `wmoutbox stats`), and set
+// max_slot_wal_keep_size to bound what a forgotten slot can keep. The
+// server then invalidates a slot that falls further behind; the feed
+// drops it and creates it again.
+//
+// A slot has one reader at a time. Any number of feeds may name the same
+// slot: one reads it (Reading(true)) and the others stand by, trying again
+// every StandbyRetry, so that one of them takes over within about that
+// long after the reader's connection drops (the server frees the slot
+// when it does, and at once when the process is killed). A feed that
+// loses its connection reconnects, 100 ms later doubling up to 5 s, and
+// resumes where the slot stands.
+//
+// The slot is the position of the delivery: a transaction is confirmed
+// once every event of it and of every transaction before it is settled,
+// so a feed that starts again (a crash, a restart, another reader) hands
+// over again the transactions from the first one not settled; events
+// are delivered at least once, as by claims. When the feed creates the
+// slot (first start, or after it was dropped or invalidated), the events
+// committed before its creation are not in its stream: the feed tells the
+// relay (FeedHandler.Covered) that the pending events created before then
+// are the claims' to take. It tells that too as the stream moves on,
+// CoveredDelay (30 s) behind the last commit it streamed, so that events
+// the relay left to the table are claimed in time.
+//
+// Every StatusInterval the reading feed records its progress in the lease
+// table: the row named "slot:" followed by the slot's name, owner the
+// feed's Reader, until the time its confirmed position last moved (see
+// [outboxdriver.SlotLeasePrefix]).
+//
 // # Names and safety
 //
 // Schema and table names are validated ([ValidateIdentifier]) and quoted;

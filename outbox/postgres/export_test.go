@@ -4,8 +4,11 @@ import (
 	"context"
 	"time"
 
+	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/wmoutbox/wmoutbox/outbox/outboxdriver"
 )
 
 // BeginPipeline begins the transaction InTx gives its function on pool.
@@ -59,4 +62,38 @@ func AggregateStatement(s *Store, before bool) string {
 		return s.Driver().(*driver).t.sql.queryAggregateBefore
 	}
 	return s.Driver().(*driver).t.sql.queryAggregate
+}
+
+// CheckWALLevel is what a log feed decides of the server's wal_level.
+var CheckWALLevel = checkWALLevel
+
+// DecodeLogRow decodes, as a log feed does, the tuple a table of these
+// columns inserted: each value in pgoutput's text, nil for NULL.
+func DecodeLogRow(columns []string, values [][]byte) outboxdriver.Row {
+	relation := make([]*pglogrepl.RelationMessageColumn, len(columns))
+	for i, name := range columns {
+		relation[i] = &pglogrepl.RelationMessageColumn{Name: name}
+	}
+	tuple := make([]tupleColumn, len(values))
+	for i, v := range values {
+		tuple[i] = tupleColumn{kind: pglogrepl.TupleDataTypeText, data: v}
+		if v == nil {
+			tuple[i].kind = pglogrepl.TupleDataTypeNull
+		}
+	}
+	return newLogDecoder("", "").row(newLogLayout(relation), tuple)
+}
+
+// DecodeLogInsert decodes, as a log feed does, the body of a pgoutput
+// Insert message (after its type byte) inside a transaction, for a table
+// of these columns whose relation id is 1, and returns the rows decoded.
+func DecodeLogInsert(columns []string, body []byte) ([]outboxdriver.Row, error) {
+	relation := make([]*pglogrepl.RelationMessageColumn, len(columns))
+	for i, name := range columns {
+		relation[i] = &pglogrepl.RelationMessageColumn{Name: name}
+	}
+	d := newLogDecoder("", "")
+	d.layouts[1], d.open = newLogLayout(relation), true
+	err := d.insert(body)
+	return d.rows, err
 }

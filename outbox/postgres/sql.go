@@ -641,6 +641,55 @@ GROUP BY dead.owner, released.topic`
 // sqlEndHeartbeat deletes heartbeat $1 of owner $2.
 const sqlEndHeartbeat = `DELETE FROM {lease} WHERE name = $1 AND owner = $2`
 
+// sqlSlotProgress records that reader $2 reads the slot of lease $1 (see
+// outboxdriver.SlotLeasePrefix) and last moved its confirmed position at
+// $3, and returns the server's WAL flush position and time: a log feed
+// whose stream reaches that position has every transaction committed
+// before that time.
+const sqlSlotProgress = `
+WITH progress AS (
+    INSERT INTO {lease} (name, owner, until) VALUES ($1, $2, $3)
+    ON CONFLICT (name) DO UPDATE SET owner = excluded.owner, until = excluded.until
+)
+SELECT pg_current_wal_flush_lsn()::text, now()`
+
+// The statements a log feed runs on its replication connection, which
+// takes only the simple protocol: no parameters, so the names are
+// literals ({table_literal}, {publication_literal}, {slot_literal}) and
+// quoted identifiers (the %s of sqlCreatePublicationFormat), all of
+// validated names.
+const (
+	// sqlLogState reads in one round trip what a feed checks before it
+	// streams: wal_level; the outbox table's schema and name (NULL when it
+	// does not exist); whether the publication publishes inserts and the
+	// table (NULL when it does not exist); the slot's plugin, type,
+	// whether it is of this database, wal_status and confirmed position
+	// (NULL when it does not exist).
+	sqlLogState = `
+WITH tbl AS (
+    SELECT n.nspname, c.relname
+    FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+    WHERE c.oid = to_regclass({table_literal})
+)
+SELECT current_setting('wal_level'), tbl.nspname, tbl.relname,
+    p.pubinsert,
+    EXISTS (SELECT 1 FROM pg_publication_tables t
+            WHERE t.pubname = p.pubname AND t.schemaname = tbl.nspname AND t.tablename = tbl.relname),
+    s.plugin, s.slot_type, s.database = current_database(), s.wal_status, s.confirmed_flush_lsn
+FROM (VALUES (1)) AS one (x)
+LEFT JOIN tbl ON true
+LEFT JOIN pg_publication p ON p.pubname = {publication_literal}
+LEFT JOIN pg_replication_slots s ON s.slot_name = {slot_literal}`
+
+	// sqlCreatePublicationFormat publishes the inserts of the outbox
+	// table (the second %s, as the server names it), and nothing else:
+	// the feed reads inserts alone.
+	sqlCreatePublicationFormat = `CREATE PUBLICATION %s FOR TABLE %s WITH (publish = 'insert')`
+
+	// sqlDropSlot drops the slot, which no reader may hold.
+	sqlDropSlot = `SELECT pg_drop_replication_slot({slot_literal})`
+)
+
 // sqlPurge deletes one batch; the literal status list lets the planner use
 // the partial index whatever the parameter.
 const sqlPurge = `
@@ -692,7 +741,7 @@ type statements struct {
 	queryPending, acquireLease             string
 	heartbeatRenew, heartbeatInsert        string
 	expiredHeartbeats, releaseDeadRelay    string
-	endHeartbeat                           string
+	endHeartbeat, slotProgress             string
 	queryEvents                            string
 	queryAggregate, queryAggregateBefore   string
 	backlog                                string
@@ -757,6 +806,7 @@ func renderStatements(qualified, inbox, lease string, cfg Config) statements {
 		expiredHeartbeats:    r.Replace(sqlExpiredHeartbeats),
 		releaseDeadRelay:     r.Replace(sqlReleaseDeadRelay),
 		endHeartbeat:         r.Replace(sqlEndHeartbeat),
+		slotProgress:         r.Replace(sqlSlotProgress),
 		purge:                r.Replace(sqlPurge),
 		backlog:              r.Replace(sqlBacklog),
 		markProcessed:        r.Replace(sqlMarkProcessed),

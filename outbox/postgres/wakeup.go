@@ -319,6 +319,21 @@ func ping(ctx context.Context, conn *pgx.Conn, timeout time.Duration) error {
 // listener does not run. An attempt takes at most the config's connect
 // timeout, or timeout when it has none.
 func connect(ctx context.Context, poolConfig *pgxpool.Config, timeout time.Duration) (*pgx.Conn, error) {
+	connConfig, err := ownConnConfig(ctx, poolConfig, timeout)
+	if err != nil {
+		return nil, err
+	}
+	// The connection keeps notifications for WaitForNotification only when
+	// no handler takes them: one set for pool's connections would.
+	connConfig.OnNotification = nil
+	return pgx.ConnectConfig(ctx, connConfig)
+}
+
+// ownConnConfig is the config of a connection of its own that is made
+// like poolConfig's: a copy of its connection config, through its
+// BeforeConnect hook, with timeout as the connect timeout when it sets
+// none.
+func ownConnConfig(ctx context.Context, poolConfig *pgxpool.Config, timeout time.Duration) (*pgx.ConnConfig, error) {
 	connConfig := poolConfig.ConnConfig.Copy()
 	if connConfig.ConnectTimeout == 0 {
 		connConfig.ConnectTimeout = timeout
@@ -328,8 +343,5 @@ func connect(ctx context.Context, poolConfig *pgxpool.Config, timeout time.Durat
 			return nil, fmt.Errorf("before connect: %w", err)
 		}
 	}
-	// The connection keeps notifications for WaitForNotification only when
-	// no handler takes them: one set for pool's connections would.
-	connConfig.OnNotification = nil
-	return pgx.ConnectConfig(ctx, connConfig)
+	return connConfig, nil
 }
