@@ -1,0 +1,113 @@
+//go:build faults
+
+package faults
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/wmoutbox/wmoutbox/watermilladapter"
+)
+
+const logSlotDrops = 3
+
+// TestLogSlotDropped drops the slot three times while writers write and a
+// relay in log mode delivers: the session reading it is terminated and the
+// slot dropped, again until the drop wins the race with the relay's
+// reconnection. The relay makes a new slot, which streams only what
+// commits after it; the events committed meanwhile are claimed from the
+// table. Nothing is lost; the figures to read are the printed recovery
+// times, from the drop until delivery resumed and until every event
+// committed before the new slot existed was delivered.
+func TestLogSlotDropped(t *testing.T) {
+	t.Parallel()
+	lt := newLogRelayTest(t, "log-slot-dropped")
+	ws := startWriters(t, lt.l, writerConfig{
+		writers: 2, batch: 9, randomBatch: true, pause: 30 * time.Millisecond, rollbackEvery: 10,
+		write: lt.write,
+	})
+	relay := lt.startRelay(t, "log-slot-relay")
+	lt.waitReading(t, relay)
+
+	var (
+		resumed, recovered []time.Duration
+		attempts           int
+	)
+	for drop := 1; drop <= logSlotDrops; drop++ {
+		// Mid-stream: after a random number of deliveries since the last
+		// recovery.
+		var before int
+		require.NoError(t, lt.pool.QueryRow(t.Context(), `SELECT count(*) FROM fault_delivered`).Scan(&before))
+		target := before + 1 + rand.IntN(300)
+		waitFor(t, "deliveries before the drop", 30*time.Second, func() (bool, string) {
+			var n int
+			if err := lt.pool.QueryRow(t.Context(), `SELECT count(*) FROM fault_delivered`).Scan(&n); err != nil {
+				return false, err.Error()
+			}
+			return n >= target, fmt.Sprintf("%d of %d deliveries; writers %s; %s", n, target, ws, relay.output())
+		})
+		existed, tries, err := lt.dropSlot(t.Context())
+		require.NoError(t, err)
+		require.True(t, existed, "the relay's slot existed")
+		attempts += tries
+		dropped := lt.now(t)
+
+		var recreated time.Time
+		waitFor(t, "the relay making the slot again", 30*time.Second, func() (bool, string) {
+			var n int
+			if err := lt.pool.QueryRow(t.Context(), `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1`, lt.slot).Scan(&n); err != nil {
+				return false, err.Error()
+			}
+			return n == 1, relay.output()
+		})
+		recreated = lt.now(t)
+		first := lt.waitDeliveryAfter(t, "", dropped, 30*time.Second, relay.output)
+		// Every event committed before the new slot existed: those after
+		// the drop are not in its stream, and come from claims.
+		var last *time.Time
+		waitFor(t, "the events committed before the new slot delivered", 60*time.Second, func() (bool, string) {
+			missing, at, err := lt.committedUntil(t.Context(), recreated)
+			if err != nil {
+				return false, err.Error()
+			}
+			last = at
+			return missing == 0, fmt.Sprintf("%d not delivered; writers %s; %s", missing, ws, relay.output())
+		})
+		resumed = append(resumed, first.Sub(dropped))
+		recovered = append(recovered, last.Sub(dropped))
+	}
+	ws.stop()
+
+	f := lt.l.waitDelivered(t, 60*time.Second)
+	relay.stop(t)
+	st, err := outboxState(t.Context(), lt.pool)
+	require.NoError(t, err)
+	var claimed int64
+	require.NoError(t, lt.pool.QueryRow(t.Context(), `SELECT count(*) FROM fault_delivered WHERE source <> $1`,
+		watermilladapter.SourceLog).Scan(&claimed))
+	created := strings.Count(relay.out.String(), "created its slot")
+
+	slices.Sort(resumed)
+	slices.Sort(recovered)
+	t.Logf("log slot dropped: delivery resumed after p50 %.2f s, max %.2f s; events committed meanwhile delivered after p50 %.2f s, max %.2f s",
+		percentile(resumed, 50).Seconds(), resumed[len(resumed)-1].Seconds(),
+		percentile(recovered, 50).Seconds(), recovered[len(recovered)-1].Seconds())
+	lt.l.report(t, f, 1, logSlotDrops, fmt.Sprintf("claimed_deliveries=%d slots_created=%d drop_attempts=%d resumed_max=%s recovered_max=%s",
+		claimed, created, attempts, resumed[len(resumed)-1].Round(10*time.Millisecond), recovered[len(recovered)-1].Round(10*time.Millisecond)),
+		fmt.Sprintf("writer_failures=%d", ws.failures.Load()))
+
+	require.Zero(t, f.lost, "lost")
+	require.Zero(t, f.phantom, "delivered but never committed")
+	require.Positive(t, f.rolledBack, "some transactions rolled back on purpose")
+	require.Equal(t, logSlotDrops+1, created, "the relay made its slot at start and after each drop:\n%s", relay.out)
+	require.Positive(t, claimed, "events committed while the slot was gone were claimed")
+	require.Equal(t, f.events, st.done, "every committed event is DONE: %s", st)
+	require.Zero(t, st.pending+st.claimed+st.dead, "nothing pending, claimed or DEAD: %s", st)
+	require.Equal(t, f.events, st.total, "no row from a rolled-back transaction: %s", st)
+}
