@@ -34,10 +34,7 @@ type logKill struct {
 func TestLogRelayKilled(t *testing.T) {
 	t.Parallel()
 	lt := newLogRelayTest(t, "log-kill")
-	ws := startWriters(t, lt.l, writerConfig{
-		writers: 2, batch: 9, randomBatch: true, pause: 15 * time.Millisecond, rollbackEvery: 10,
-		write: lt.write,
-	})
+	ws := lt.startWriters(t)
 	started := time.Now()
 	active := lt.startRelay(t, "log-kill-00")
 	lt.waitReading(t, active)

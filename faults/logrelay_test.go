@@ -71,18 +71,12 @@ func childLogger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 }
 
-// logRelaySubscriberConfig is the crash relays' queues in log mode, with
-// every liveness setting at its default.
+// logRelaySubscriberConfig is the liveness scenario's relay (the crash
+// relays' queues, every liveness setting at its default) in log mode.
 func logRelaySubscriberConfig(owner string, feed outboxdriver.Feed) watermilladapter.SubscriberConfig {
-	return watermilladapter.SubscriberConfig{
-		Owner:             owner,
-		WorkerCount:       crashWorkers,
-		ColdQueueCapacity: crashColdQueue,
-		BatchSize:         crashBatch,
-		PollInterval:      crashPollInterval,
-		Feed:              feed,
-		Logger:            childLogger(),
-	}
+	cfg := livenessSubscriberConfig(owner)
+	cfg.Feed, cfg.Logger = feed, childLogger()
+	return cfg
 }
 
 // logRelayHandler records a delivery by owner and its source; the
@@ -147,6 +141,16 @@ func (lt *logRelayTest) recordingCommits(write writeFunc) writeFunc {
 		}
 		return nil
 	}
+}
+
+// startWriters starts the scenario's writers: two, 300-400 events/s here
+// (transactions of 1-9 events), one transaction in ten rolled back.
+func (lt *logRelayTest) startWriters(t *testing.T) *writers {
+	t.Helper()
+	return startWriters(t, lt.l, writerConfig{
+		writers: 2, batch: 9, randomBatch: true, pause: 15 * time.Millisecond, rollbackEvery: 10,
+		write: lt.write,
+	})
 }
 
 // startRelay starts a relay process in log mode on the scenario's slot.

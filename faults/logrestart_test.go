@@ -57,10 +57,7 @@ func testLogRelayServerRestart(t *testing.T, scenario, how string) {
 	// stops), and before the slot is dropped: never leave the server that
 	// every test uses down.
 	t.Cleanup(func() { cluster.ensureRunning(t) })
-	ws := startWriters(t, lt.l, writerConfig{
-		writers: 2, batch: 9, randomBatch: true, pause: 30 * time.Millisecond, rollbackEvery: 10,
-		write: lt.write,
-	})
+	ws := lt.startWriters(t)
 	relay := lt.startRelay(t, scenario+"-relay")
 	lt.waitReading(t, relay)
 	waitFor(t, "deliveries before the restart", 30*time.Second, func() (bool, string) {

@@ -28,10 +28,7 @@ const logSlotDrops = 3
 func TestLogSlotDropped(t *testing.T) {
 	t.Parallel()
 	lt := newLogRelayTest(t, "log-slot-dropped")
-	ws := startWriters(t, lt.l, writerConfig{
-		writers: 2, batch: 9, randomBatch: true, pause: 30 * time.Millisecond, rollbackEvery: 10,
-		write: lt.write,
-	})
+	ws := lt.startWriters(t)
 	relay := lt.startRelay(t, "log-slot-relay")
 	lt.waitReading(t, relay)
 
