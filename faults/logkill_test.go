@@ -34,10 +34,10 @@ type logKill struct {
 func TestLogRelayKilled(t *testing.T) {
 	t.Parallel()
 	lt := newLogRelayTest(t, "log-kill")
-	ws := lt.startWriters(t)
-	started := time.Now()
 	active := lt.startRelay(t, "log-kill-00")
 	lt.waitReading(t, active)
+	ws := lt.startWriters(t)
+	started := time.Now()
 	standby := lt.startRelay(t, "log-kill-01")
 
 	kills := make([]logKill, 0, logKills)

@@ -28,9 +28,9 @@ const logSlotDrops = 3
 func TestLogSlotDropped(t *testing.T) {
 	t.Parallel()
 	lt := newLogRelayTest(t, "log-slot-dropped")
-	ws := lt.startWriters(t)
 	relay := lt.startRelay(t, "log-slot-relay")
 	lt.waitReading(t, relay)
+	ws := lt.startWriters(t)
 
 	var (
 		resumed, recovered []time.Duration
