@@ -241,16 +241,30 @@ func (lt *logRelayTest) waitDeliveryAfter(t *testing.T, by string, since time.Ti
 	return *first
 }
 
-// committedUntil reads the events committed at or before until (by the
-// times recorded just after the commits): how many are not delivered yet,
-// and when the last of the others was first delivered (nil when none
-// was).
-func (lt *logRelayTest) committedUntil(ctx context.Context, until time.Time) (missing int, last *time.Time, err error) {
+// openTransaction begins a transaction that holds a transaction id, on a
+// connection of its own, closed at cleanup.
+func (lt *logRelayTest) openTransaction(t *testing.T) pgx.Tx {
+	t.Helper()
+	conn, err := pgx.Connect(t.Context(), lt.url)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	tx, err := conn.Begin(t.Context())
+	require.NoError(t, err)
+	_, err = tx.Exec(t.Context(), `SELECT pg_current_xact_id()`)
+	require.NoError(t, err)
+	return tx
+}
+
+// committedBetween reads the events committed after from and at or
+// before until (by the times recorded just after the commits): how many
+// are not delivered yet, and when the last of the others was first
+// delivered (nil when none was).
+func (lt *logRelayTest) committedBetween(ctx context.Context, from, until time.Time) (missing int, last *time.Time, err error) {
 	err = lt.pool.QueryRow(ctx, `
 SELECT count(*) FILTER (WHERE d.first IS NULL), max(d.first)
 FROM fault_commits c
 LEFT JOIN LATERAL (SELECT min(at) AS first FROM fault_delivered WHERE event_id = c.event_id) d ON true
-WHERE c.at <= $1`, until).Scan(&missing, &last)
+WHERE c.at > $1 AND c.at <= $2`, from, until).Scan(&missing, &last)
 	return missing, last, err
 }
 
