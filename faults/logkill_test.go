@@ -34,9 +34,7 @@ type logKill struct {
 func TestLogRelayKilled(t *testing.T) {
 	t.Parallel()
 	lt := newLogRelayTest(t, "log-kill")
-	active := lt.startRelay(t, "log-kill-00")
-	lt.waitReading(t, active)
-	ws := lt.startWriters(t)
+	active, ws := lt.startUnderLoad(t, "log-kill-00")
 	started := time.Now()
 	standby := lt.startRelay(t, "log-kill-01")
 

@@ -143,11 +143,16 @@ func (lt *logRelayTest) recordingCommits(write writeFunc) writeFunc {
 	}
 }
 
-// startWriters starts the scenario's writers: two, 300-400 events/s here
-// (transactions of 1-9 events), one transaction in ten rolled back.
-func (lt *logRelayTest) startWriters(t *testing.T) *writers {
+// startUnderLoad starts a relay named owner, waits until it reads the
+// slot, and then starts the scenario's writers: two, 300-400 events/s
+// here (transactions of 1-9 events), one transaction in ten rolled back.
+// The slot is made before anything is written, so that the scenario's
+// fault is the only one its figures show.
+func (lt *logRelayTest) startUnderLoad(t *testing.T, owner string) (*relayProcess, *writers) {
 	t.Helper()
-	return startWriters(t, lt.l, writerConfig{
+	relay := lt.startRelay(t, owner)
+	lt.waitReading(t, relay)
+	return relay, startWriters(t, lt.l, writerConfig{
 		writers: 2, batch: 9, randomBatch: true, pause: 15 * time.Millisecond, rollbackEvery: 10,
 		write: lt.write,
 	})

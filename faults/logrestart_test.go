@@ -58,9 +58,7 @@ func testLogRelayServerRestart(t *testing.T, scenario, how string) {
 	// stops), and before the slot is dropped: never leave the server that
 	// every test uses down.
 	t.Cleanup(func() { cluster.ensureRunning(t) })
-	relay := lt.startRelay(t, scenario+"-relay")
-	lt.waitReading(t, relay)
-	ws := lt.startWriters(t)
+	relay, ws := lt.startUnderLoad(t, scenario+"-relay")
 	waitFor(t, "deliveries before the restart", 30*time.Second, func() (bool, string) {
 		var n int
 		if err := lt.pool.QueryRow(t.Context(), `SELECT count(*) FROM fault_delivered`).Scan(&n); err != nil {

@@ -31,15 +31,14 @@ type slotDrop struct {
 // reconnection; the last time, a transaction stays open until writers
 // have committed while the new slot is being made. The relay makes a new
 // slot, which streams only what commits after it is made; the events
-// committed meanwhile are claimed from the table. Nothing is lost; the figures to read are the printed recovery
-// times, from the drop until delivery resumed and until every event
-// committed before the new slot existed was delivered.
+// committed meanwhile are claimed from the table. Nothing is lost; the
+// figures to read are the printed recovery times, from each drop until
+// delivery resumed and until every event committed before the new slot
+// had a position was delivered.
 func TestLogSlotDropped(t *testing.T) {
 	t.Parallel()
 	lt := newLogRelayTest(t, "log-slot-dropped")
-	relay := lt.startRelay(t, "log-slot-relay")
-	lt.waitReading(t, relay)
-	ws := lt.startWriters(t)
+	relay, ws := lt.startUnderLoad(t, "log-slot-relay")
 
 	var (
 		drops    []slotDrop
