@@ -243,25 +243,46 @@ func (r *logReader) finish() error {
 	return nil
 }
 
-// progress runs while the reader streams: every status interval it marks
-// a status update due (interrupting the reader's read), records the
-// slot's progress row, and reads the server's WAL mark for the next
-// caught-up check.
+// confirmInterval is how soon a position that moved is confirmed to the
+// server, when that is sooner than the status interval: a reader that dies
+// has the transactions it settled since its last update streamed again to
+// the next one, and delivered twice.
+const confirmInterval = 100 * time.Millisecond
+
+// progress runs while the reader streams: every status interval, and
+// within confirmInterval of the position moving, it marks a status update
+// due (interrupting the reader's read); every status interval it also
+// records the slot's progress row and reads the server's WAL mark for the
+// next caught-up check.
 func (r *logReader) progress(ctx context.Context, position *logPosition, due chan<- struct{}, interrupt func()) {
-	timer := r.f.clock.NewTimer(r.f.statusInterval)
+	tick := min(r.f.statusInterval, confirmInterval)
+	timer := r.f.clock.NewTimer(tick)
 	defer timer.Stop()
 	failing := false
+	sent, _ := position.current()
+	nextProgress := r.f.clock.Now().Add(r.f.statusInterval)
 	for {
 		select {
 		case <-timer.C():
 		case <-ctx.Done():
 			return
 		}
-		select {
-		case due <- struct{}{}:
-		default:
+		now := r.f.clock.Now()
+		lsn, _ := position.current()
+		progressDue := !now.Before(nextProgress)
+		if lsn != sent || progressDue {
+			sent = lsn
+			select {
+			case due <- struct{}{}:
+			default:
+			}
+			interrupt()
 		}
-		interrupt()
+		if !progressDue {
+			timer.Reset(tick)
+			continue
+		}
+		nextProgress = now.Add(r.f.statusInterval)
 		mark, err := r.recordProgress(ctx, position)
 		switch {
 		case err == nil:
@@ -271,7 +292,7 @@ func (r *logReader) progress(ctx context.Context, position *logPosition, due cha
 			failing = true
 			r.f.logger.Warn("outbox: log feed could not record its progress row", "slot", r.f.slot, "error", err)
 		}
-		timer.Reset(r.f.statusInterval)
+		timer.Reset(tick)
 	}
 }
 
