@@ -50,20 +50,24 @@ func logUnavailable(ctx context.Context, pool *pgxpool.Pool) string {
 	return ""
 }
 
-// walSenderCPU returns the CPU time used since it started by the WAL
-// sender that serves slot's reader: the database's side of a log relay
-// beyond its statements. false when the server is not on this machine, or
-// no one reads the slot.
-func walSenderCPU(ctx context.Context, pool *pgxpool.Pool, slot string) (time.Duration, bool) {
+// walSenderPerEvent returns the CPU time used per event, over n events,
+// by the WAL sender that serves the reader of table's slot, since it
+// started with the reader: the database's side of a log relay beyond its
+// statements. 0 when unknown: a server on another machine, or no reader.
+func walSenderPerEvent(ctx context.Context, pool *pgxpool.Pool, table postgres.Config, n int) time.Duration {
 	if !onThisMachine(pool.Config().ConnConfig.Host) {
-		return 0, false
+		return 0
 	}
 	var pid *int32
-	err := pool.QueryRow(ctx, "SELECT active_pid FROM pg_replication_slots WHERE slot_name = $1", slot).Scan(&pid)
+	err := pool.QueryRow(ctx, "SELECT active_pid FROM pg_replication_slots WHERE slot_name = $1", logFeedConfig(table).Slot).Scan(&pid)
 	if err != nil || pid == nil {
-		return 0, false
+		return 0
 	}
-	return postgresCPU(int(*pid))
+	cpu, ok := postgresCPU(int(*pid))
+	if !ok {
+		return 0
+	}
+	return cpu / time.Duration(max(n, 1))
 }
 
 // readingFeed is a log feed that tells when it first reads its slot: the

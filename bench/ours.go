@@ -365,6 +365,9 @@ func oursWrite(ctx context.Context, db *database, pool *pgxpool.Pool, n, writers
 	if err := t.wait(ctx, nil); err != nil {
 		return window{}, err
 	}
+	if setting.relay == logReader {
+		w.walSender = walSenderPerEvent(ctx, pool, table, n)
+	}
 	w.duplicates = t.duplicates()
 	return w, t.check("write path")
 }
@@ -502,7 +505,7 @@ func oursDrain(ctx context.Context, db *database, pool *pgxpool.Pool, n, instanc
 	var sender time.Duration
 	if setting.log {
 		// Its WAL sender started with the relay, and ends with it.
-		sender, _ = walSenderCPU(ctx, pool, logFeedConfig(table).Slot)
+		sender = walSenderPerEvent(ctx, pool, table, n)
 	}
 	// The drain ends when every outcome is recorded, as the raw loops'
 	// ends with their last marking: the relays hold the last outcomes for
@@ -513,7 +516,7 @@ func oursDrain(ctx context.Context, db *database, pool *pgxpool.Pool, n, instanc
 		return window{}, err
 	}
 	w := watch.stop(n)
-	w.walSender = sender / time.Duration(n)
+	w.walSender = sender
 	if err := requireRecorded(ctx, pool, table.Table, n); err != nil {
 		return window{}, err
 	}

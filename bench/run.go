@@ -199,7 +199,7 @@ func (res *results) measureWrite(ctx context.Context, db *database, pool *pgxpoo
 	rep.add(raw, "ceiling of the write path")
 	rep.add(oneTrip, oneTrip.comparedTo(raw, "raw insert")+": BEGIN, INSERT and COMMIT in one pgx batch")
 	for _, ours := range all[2:] {
-		rep.add(ours, ours.comparedTo(raw, "raw insert")+", "+ours.comparedTo(oneTrip, "in one round trip"))
+		rep.add(ours, ours.comparedTo(raw, "raw insert")+", "+ours.comparedTo(oneTrip, "in one round trip")+walSenderNote(ours))
 	}
 	return nil
 }
