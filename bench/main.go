@@ -51,7 +51,7 @@ func main() {
 // runProgram is main, returning its error so that the deferred calls, the
 // CPU profile's end among them, run before the program exits.
 func runProgram() error {
-	quick := flag.Bool("quick", false, "run a reduced version (under a minute) and end with a summary line")
+	quick := flag.Bool("quick", false, "run a reduced version (about two minutes) and end with a summary line")
 	url := flag.String("database-url", envOr("BENCH_DATABASE_URL", defaultDatabaseURL),
 		"PostgreSQL server to use; the program creates its own database there and drops it at the end")
 	only := flag.String("only", "", "run only the scenarios whose name contains this (write, drain, latency, kafka, memory, retention)")
