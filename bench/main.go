@@ -88,7 +88,14 @@ func runProgram() error {
 		}
 		defer stopProfile()
 	}
-	_, err := run(ctx, *url, sz, *only, *quick)
+	// The log relay's rows need logical decoding, which ensureLogical
+	// arranges on a server of this machine by restarting it: before the
+	// program opens any connection.
+	var noLog error
+	if needsLog(*only, sz) {
+		noLog = ensureLogical(ctx, *url)
+	}
+	_, err := run(ctx, *url, sz, *only, *quick, noLog)
 	return err
 }
 

@@ -52,14 +52,9 @@ func (res *results) summaryLine() string {
 }
 
 // run runs the scenarios of only (all with "") in a database of its own,
-// which it drops at the end, and returns that database's name. When they
-// have rows of the log relay, it first has the server run with logical
-// decoding (ensureLogical), which may restart it.
-func run(ctx context.Context, server string, sz sizes, only string, quick bool) (dbName string, err error) {
-	var noLog error
-	if slices.ContainsFunc(selected(only, sz), func(name string) bool { return slices.Contains(logScenarios, name) }) {
-		noLog = ensureLogical(ctx, server)
-	}
+// which it drops at the end, and returns that database's name. noLog is
+// why the server cannot run a log relay, if ensureLogical found it so.
+func run(ctx context.Context, server string, sz sizes, only string, quick bool, noLog error) (dbName string, err error) {
 	db, err := createDatabase(ctx, server)
 	if err != nil {
 		return "", err
@@ -71,8 +66,12 @@ func run(ctx context.Context, server string, sz sizes, only string, quick bool) 
 // logScenarios are the scenarios with rows of the log relay.
 var logScenarios = []string{"write", "drain", "latency"}
 
-// runIn runs the scenarios of only in db; noLog is why the server cannot
-// run a log relay, if ensureLogical found it so.
+// needsLog reports whether the scenarios of only that sz runs have rows
+// of the log relay.
+func needsLog(only string, sz sizes) bool {
+	return slices.ContainsFunc(selected(only, sz), func(name string) bool { return slices.Contains(logScenarios, name) })
+}
+
 func runIn(ctx context.Context, db *database, sz sizes, only string, quick bool, noLog error) error {
 	pool, err := db.pool(ctx)
 	if err != nil {
