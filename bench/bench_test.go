@@ -50,7 +50,7 @@ func TestRunsEveryScenario(t *testing.T) {
 	}
 	server := testServer(t)
 	tiny := sizes{reps: 1, writes: 100, drain: 500, hotDrain: 500, latencyEvents: 50, kafka: 500, retention: time.Second}
-	name, err := run(context.Background(), server, tiny, "", true)
+	name, err := run(context.Background(), server, tiny, "", true, nil)
 	require.NoError(t, err)
 
 	conn, err := pgx.Connect(t.Context(), server)
@@ -139,4 +139,10 @@ func TestOnlySelectsScenariosThatRun(t *testing.T) {
 	require.Empty(t, selected("memory", quickSizes))
 	require.ErrorContains(t, noScenario("memory", true), "-quick skips the memory scenario")
 	require.ErrorContains(t, noScenario("disk", false), `-only "disk" selects none of the scenarios write, drain, latency, kafka, memory, retention`)
+	// Only a run with rows of the log relay has the server made ready for
+	// them, which may restart it.
+	require.True(t, needsLog("", quickSizes))
+	require.True(t, needsLog("drain", quickSizes))
+	require.False(t, needsLog("kafka", quickSizes))
+	require.False(t, needsLog("ret", fullSizes))
 }

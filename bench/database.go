@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net/url"
 	"time"
@@ -20,6 +21,9 @@ type database struct {
 	server string // URL of the server's maintenance database
 	name   string
 	url    string
+	// logical says the server can serve a log relay (see logUnavailable):
+	// the log relay's rows run only then.
+	logical bool
 }
 
 func createDatabase(ctx context.Context, server string) (*database, error) {
@@ -49,6 +53,9 @@ func createDatabase(ctx context.Context, server string) (*database, error) {
 	return db, nil
 }
 
+// drop drops the database, and first the replication slots of its log
+// relays that a scenario left behind (the database could not be dropped
+// with them), which it reports as an error: every scenario drops its own.
 func (db *database) drop() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -57,8 +64,19 @@ func (db *database) drop() error {
 		return err
 	}
 	defer conn.Close(context.Background())
-	_, err = conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{db.name}.Sanitize()+" WITH (FORCE)")
-	return err
+	var slots []string
+	rows, err := conn.Query(ctx, "SELECT slot_name FROM pg_replication_slots WHERE database = $1", db.name)
+	if err == nil {
+		slots, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	}
+	if err == nil && len(slots) > 0 {
+		err = fmt.Errorf("replication slots left behind, dropped now: %v", slots)
+		if dropErr := dropSlots(ctx, conn, "database = $1", db.name); dropErr != nil {
+			err = fmt.Errorf("replication slots left behind: %v: %w", slots, dropErr)
+		}
+	}
+	_, dropErr := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{db.name}.Sanitize()+" WITH (FORCE)")
+	return errors.Join(err, dropErr)
 }
 
 // pool opens a connection pool on the database, large enough for four

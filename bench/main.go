@@ -10,6 +10,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/signal"
 	"runtime/pprof"
@@ -50,7 +51,7 @@ func main() {
 // runProgram is main, returning its error so that the deferred calls, the
 // CPU profile's end among them, run before the program exits.
 func runProgram() error {
-	quick := flag.Bool("quick", false, "run a reduced version (under a minute) and end with a summary line")
+	quick := flag.Bool("quick", false, "run a reduced version (about two minutes) and end with a summary line")
 	url := flag.String("database-url", envOr("BENCH_DATABASE_URL", defaultDatabaseURL),
 		"PostgreSQL server to use; the program creates its own database there and drops it at the end")
 	only := flag.String("only", "", "run only the scenarios whose name contains this (write, drain, latency, kafka, memory, retention)")
@@ -87,7 +88,14 @@ func runProgram() error {
 		}
 		defer stopProfile()
 	}
-	_, err := run(ctx, *url, sz, *only, *quick)
+	// The log relay's rows need logical decoding, which ensureLogical
+	// arranges on a server of this machine by restarting it: before the
+	// program opens any connection.
+	var noLog error
+	if needsLog(*only, sz) {
+		noLog = ensureLogical(ctx, *url)
+	}
+	_, err := run(ctx, *url, sz, *only, *quick, noLog)
 	return err
 }
 
@@ -111,6 +119,10 @@ func startCPUProfile(path string) (stop func(), err error) {
 	}
 	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }
+
+// warnLogger is the logger of the library's parts that log their start
+// at info: warnings and errors reach stderr, beside the table.
+var warnLogger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 
 func envOr(key, def string) string {
 	if v := os.Getenv(key); v != "" {

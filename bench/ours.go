@@ -40,31 +40,43 @@ func benchMessage(ctx context.Context, i int, s shape) *message.Message {
 	return msg
 }
 
-// writer is a service that writes events and relays none: its publisher
-// notifies the relays of other processes after each commit.
+// writer is a service that writes events and relays none: with notify,
+// its publisher notifies the relays of other processes after each commit;
+// without, it leaves them to find the events (log relays read them from
+// the log).
 type writer struct {
 	store    *postgres.Store
 	pub      *watermilladapter.Publisher[pgx.Tx]
-	notifier *postgres.Notifier
+	notifier *postgres.Notifier // nil without notify
 }
 
-func newWriter(pool *pgxpool.Pool, table postgres.Config) (*writer, error) {
+func newWriter(pool *pgxpool.Pool, table postgres.Config, notify bool) (*writer, error) {
 	store, err := postgres.NewStore(pool, table)
 	if err != nil {
 		return nil, err
 	}
-	notifier, err := postgres.NewNotifier(pool, table)
-	if err != nil {
-		return nil, err
+	w := &writer{store: store}
+	var cfg watermilladapter.PublisherConfig
+	if notify {
+		if w.notifier, err = postgres.NewNotifier(pool, table); err != nil {
+			return nil, err
+		}
+		cfg.Notify = w.notifier.Notify
 	}
-	pub, err := watermilladapter.NewPublisher(store, watermilladapter.PublisherConfig{Notify: notifier.Notify})
-	if err != nil {
-		return nil, errors.Join(err, notifier.Close())
+	if w.pub, err = watermilladapter.NewPublisher(store, cfg); err != nil {
+		return nil, errors.Join(err, w.closeNotifier())
 	}
-	return &writer{store: store, pub: pub, notifier: notifier}, nil
+	return w, nil
 }
 
-func (w *writer) close() error { return errors.Join(w.pub.Close(), w.notifier.Close()) }
+func (w *writer) close() error { return errors.Join(w.pub.Close(), w.closeNotifier()) }
+
+func (w *writer) closeNotifier() error {
+	if w.notifier == nil {
+		return nil
+	}
+	return w.notifier.Close()
+}
 
 // fill writes events [from, to) in transactions of 1000, untimed, in
 // aggregates of perAggregate events (see aggregateOf), each event in its
@@ -89,33 +101,61 @@ func (w *writer) fill(ctx context.Context, from, to int, s shape) error {
 
 // relay is one process's outbox: a subscriber relaying outboxTopic to a
 // downstream publisher through forward.Handler, woken by a listener, and
-// a publisher whose hot path is the subscriber.
+// a publisher whose hot path is the subscriber; or, in log mode, a
+// subscriber reading the table's slot (see openRelay), and a
+// publisher that hands it nothing.
 type relay struct {
 	store    *postgres.Store
 	sub      *watermilladapter.Subscriber
 	pub      *watermilladapter.Publisher[pgx.Tx]
-	listener *postgres.Listener
+	listener *postgres.Listener // nil in log mode
 	routing  *routing
 }
 
 func startRelay(ctx context.Context, pool *pgxpool.Pool, table postgres.Config, downstream message.Publisher, cfg watermilladapter.SubscriberConfig, mws ...message.HandlerMiddleware) (*relay, error) {
+	return openRelay(ctx, pool, table, downstream, cfg, false, mws...)
+}
+
+// openRelay starts a relay, in log mode with logMode: its subscriber
+// then reads the slot of logFeedConfig(table), which it creates if
+// missing, and openRelay returns once it reads (so it must be the table's
+// only log relay: another would stand by).
+func openRelay(ctx context.Context, pool *pgxpool.Pool, table postgres.Config, downstream message.Publisher, cfg watermilladapter.SubscriberConfig, logMode bool, mws ...message.HandlerMiddleware) (*relay, error) {
 	store, err := postgres.NewStore(pool, table)
 	if err != nil {
 		return nil, err
+	}
+	var feed *readingFeed
+	if logMode {
+		if feed, err = newReadingFeed(store, table); err != nil {
+			return nil, err
+		}
+		cfg.Feed = feed
 	}
 	sub, err := watermilladapter.NewSubscriber(store, cfg)
 	if err != nil {
 		return nil, err
 	}
 	r := &relay{store: store, sub: sub}
-	if r.pub, err = watermilladapter.NewPublisher(store, watermilladapter.PublisherConfig{HotPath: sub}); err != nil {
+	var pubCfg watermilladapter.PublisherConfig
+	if !logMode {
+		pubCfg.HotPath = sub
+	}
+	if r.pub, err = watermilladapter.NewPublisher(store, pubCfg); err != nil {
 		return nil, errors.Join(err, sub.Close())
 	}
-	if r.listener, err = postgres.Listen(pool, table, sub.Wake); err != nil {
-		return nil, errors.Join(err, sub.Close())
+	if !logMode {
+		if r.listener, err = postgres.Listen(pool, table, sub.Wake); err != nil {
+			return nil, errors.Join(err, sub.Close())
+		}
 	}
 	if r.routing, err = startRouting(ctx, sub, downstream, mws...); err != nil {
 		return nil, errors.Join(err, r.close())
+	}
+	if feed != nil {
+		if err := feed.waitReading(ctx); err != nil {
+			return nil, errors.Join(err, r.close())
+		}
 	}
 	return r, nil
 }
@@ -183,33 +223,58 @@ func closeAll(relays []*relay) error {
 	return errors.Join(errs...)
 }
 
-// startOutbox starts a relay (subscriber configuration cfg) on table
-// forwarding to downstream and returns the store and publisher to write
-// with, and what closes them: the relay's own, whose hot path is its
-// subscriber; or, with otherProcess, a writer on pool whose notifier wakes
-// the relay, which runs on a pool of its own, as another process's would.
-func startOutbox(ctx context.Context, db *database, pool *pgxpool.Pool, table postgres.Config, downstream message.Publisher, otherProcess bool, cfg watermilladapter.SubscriberConfig) (*postgres.Store, *watermilladapter.Publisher[pgx.Tx], func() error, error) {
-	if !otherProcess {
+// placement is where the relay of a write-path or latency run runs, and
+// how it learns of the writers' commits.
+type placement int
+
+const (
+	// inProcess: in the writers' process, on their pool, handed each
+	// committed event by their publisher (the hot path).
+	inProcess placement = iota
+	// otherProcess: on a pool of its own, as another process's relay
+	// would be, woken by the writers' notifications (the cold path).
+	otherProcess
+	// logReader: on a pool of its own, in log mode, reading the table's
+	// slot, made before the relay starts; the writers neither hand it
+	// events nor notify it.
+	logReader
+)
+
+// startOutbox starts a relay (subscriber configuration cfg) on table,
+// placed at where, forwarding to downstream, and returns the store and
+// publisher to write with, and what closes them (and drops the log relay's
+// slot and publication): the relay's own, whose hot path is its
+// subscriber; or a writer on pool, which notifies the relay of another
+// process and leaves a log relay to read the log.
+func startOutbox(ctx context.Context, db *database, pool *pgxpool.Pool, table postgres.Config, downstream message.Publisher, where placement, cfg watermilladapter.SubscriberConfig) (_ *postgres.Store, _ *watermilladapter.Publisher[pgx.Tx], _ func() error, err error) {
+	if where == inProcess {
 		r, err := startRelay(ctx, pool, table, downstream, cfg)
 		if err != nil {
 			return nil, nil, nil, err
 		}
 		return r.store, r.pub, r.close, nil
 	}
+	closeLog := func() error { return nil }
+	if where == logReader {
+		if closeLog, err = openLog(ctx, pool, table); err != nil {
+			return nil, nil, nil, err
+		}
+	}
 	relayPool, err := db.pool(ctx)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, errors.Join(err, closeLog())
 	}
-	r, err := startRelay(ctx, relayPool, table, downstream, cfg)
+	r, err := openRelay(ctx, relayPool, table, downstream, cfg, where == logReader)
 	if err != nil {
 		relayPool.Close()
-		return nil, nil, nil, err
+		return nil, nil, nil, errors.Join(err, closeLog())
 	}
 	closeRelay := func() error {
-		defer relayPool.Close()
-		return r.close()
+		err := r.close()
+		relayPool.Close()
+		return errors.Join(err, closeLog())
 	}
-	w, err := newWriter(pool, table)
+	w, err := newWriter(pool, table, where == otherProcess)
 	if err != nil {
 		return nil, nil, nil, errors.Join(err, closeRelay())
 	}
@@ -217,22 +282,20 @@ func startOutbox(ctx context.Context, db *database, pool *pgxpool.Pool, table po
 }
 
 // writeSetting is what runs beside the writers of the write path: a relay
-// in their process forwarding to downstream, deleting delivered events
+// forwarding to downstream, placed at relay, deleting delivered events
 // (postgres.Config.DeleteDone) or not; with no downstream, no relay at all
-// (the writer alone, its events left for another process). With
-// otherProcess the relay runs as another process's would, on a pool of its
-// own, and the writers' notifier wakes it (the cold path). With routerOnly
+// (the writer alone, its events left for another process). With routerOnly
 // there is no relay: each writer hands its message, once committed, to a
 // Watermill GoChannel that a router forwards to downstream as the relay's
 // router does. That is what delivering each commit through a Watermill
 // router costs with no outbox behind it: the floor of any relay that
 // delivers through one.
 type writeSetting struct {
-	name         string
-	downstream   func(recv func(*message.Message)) (message.Publisher, func() error, error)
-	deleteDone   bool
-	otherProcess bool
-	routerOnly   bool
+	name       string
+	downstream func(recv func(*message.Message)) (message.Publisher, func() error, error)
+	deleteDone bool
+	relay      placement
+	routerOnly bool
 }
 
 // oursWrite is the write path: writers, each writing one event per
@@ -261,7 +324,7 @@ func oursWrite(ctx context.Context, db *database, pool *pgxpool.Pool, n, writers
 	)
 	if down != nil && !setting.routerOnly {
 		var closeOutbox func() error
-		if store, pub, closeOutbox, err = startOutbox(ctx, db, pool, table, down, setting.otherProcess, watermilladapter.SubscriberConfig{}); err != nil {
+		if store, pub, closeOutbox, err = startOutbox(ctx, db, pool, table, down, setting.relay, watermilladapter.SubscriberConfig{}); err != nil {
 			return window{}, err
 		}
 		defer func() { err = errors.Join(err, closeOutbox()) }()
@@ -302,6 +365,9 @@ func oursWrite(ctx context.Context, db *database, pool *pgxpool.Pool, n, writers
 	if err := t.wait(ctx, nil); err != nil {
 		return window{}, err
 	}
+	if setting.relay == logReader {
+		w.walSender = walSenderPerEvent(ctx, pool, table, n)
+	}
 	w.duplicates = t.duplicates()
 	return w, t.check("write path")
 }
@@ -333,32 +399,36 @@ func backlogTable(ctx context.Context, pool *pgxpool.Pool, prefix string, n int,
 	if err != nil {
 		return table, nil, err
 	}
-	defer func() {
-		if err != nil {
-			drop()
-		}
-	}()
-	w, err := newWriter(pool, table)
-	if err != nil {
-		return table, nil, err
-	}
-	err = w.fill(ctx, 0, n, s)
-	if err = errors.Join(err, w.close()); err != nil {
-		return table, nil, err
-	}
-	if err := analyze(ctx, pool, table.Table); err != nil {
+	if err := fillBacklog(ctx, pool, table, n, s); err != nil {
+		drop()
 		return table, nil, err
 	}
 	return table, drop, nil
 }
 
+// fillBacklog writes n due events into table in shape s (see
+// writer.fill), and analyzes it as autovacuum would.
+func fillBacklog(ctx context.Context, pool *pgxpool.Pool, table postgres.Config, n int, s shape) error {
+	w, err := newWriter(pool, table, true)
+	if err != nil {
+		return err
+	}
+	err = w.fill(ctx, 0, n, s)
+	if err = errors.Join(err, w.close()); err != nil {
+		return err
+	}
+	return analyze(ctx, pool, table.Table)
+}
+
 // drainSetting is how oursDrain relays: the subscriber's configuration,
-// and whether delivered events are deleted (postgres.Config.DeleteDone);
-// and the shape of the backlog it drains.
+// whether delivered events are deleted (postgres.Config.DeleteDone), and
+// whether the relay reads them from the log (log mode) rather than claim
+// them; and the shape of the backlog it drains.
 type drainSetting struct {
 	name       string
 	cfg        watermilladapter.SubscriberConfig
 	deleteDone bool
+	log        bool
 	shape      shape
 }
 
@@ -374,13 +444,26 @@ func (s drainSetting) ordered(backlog shape) drainSetting {
 // oursDrain fills a backlog of n events, then times instances relays (on
 // pools of their own, as separate processes would be) until the sink has
 // every event. An ordered setting's drain fails if an event reached the
-// sink after a later one of its aggregate.
+// sink after a later one of its aggregate. In log mode (one instance),
+// the table's slot is made before the backlog is written, so that the
+// backlog is in its stream, and dropped at the end. The window counts the
+// table's row versions per event, the backlog's inserts included.
 func oursDrain(ctx context.Context, db *database, pool *pgxpool.Pool, n, instances int, setting drainSetting, downstream func(recv func(*message.Message)) (message.Publisher, func() error, error)) (_ window, err error) {
-	table, drop, err := backlogTable(ctx, pool, "bench_drain", n, setting.shape)
+	table, drop, err := freshTable(ctx, pool, "bench_drain")
 	if err != nil {
 		return window{}, err
 	}
 	defer drop()
+	if setting.log {
+		closeLog, openErr := openLog(ctx, pool, table)
+		if openErr != nil {
+			return window{}, openErr
+		}
+		defer func() { err = errors.Join(err, closeLog()) }()
+	}
+	if err := fillBacklog(ctx, pool, table, n, setting.shape); err != nil {
+		return window{}, err
+	}
 	table.DeleteDone = setting.deleteDone
 
 	t := newTally(n)
@@ -410,7 +493,7 @@ func oursDrain(ctx context.Context, db *database, pool *pgxpool.Pool, n, instanc
 	relays := make([]*relay, 0, instances)
 	defer func() { err = errors.Join(err, closeAll(relays)) }()
 	for _, p := range pools {
-		r, err := startRelay(ctx, p, table, pub, setting.cfg, mws...)
+		r, err := openRelay(ctx, p, table, pub, setting.cfg, setting.log, mws...)
 		if err != nil {
 			return window{}, err
 		}
@@ -418,6 +501,11 @@ func oursDrain(ctx context.Context, db *database, pool *pgxpool.Pool, n, instanc
 	}
 	if err := t.wait(ctx, nil); err != nil {
 		return window{}, err
+	}
+	var sender time.Duration
+	if setting.log {
+		// Its WAL sender started with the relay, and ends with it.
+		sender = walSenderPerEvent(ctx, pool, table, n)
 	}
 	// The drain ends when every outcome is recorded, as the raw loops'
 	// ends with their last marking: the relays hold the last outcomes for
@@ -428,12 +516,16 @@ func oursDrain(ctx context.Context, db *database, pool *pgxpool.Pool, n, instanc
 		return window{}, err
 	}
 	w := watch.stop(n)
+	w.walSender = sender
 	if err := requireRecorded(ctx, pool, table.Table, n); err != nil {
 		return window{}, err
 	}
 	w.duplicates = t.duplicates()
 	if gaps != nil {
 		w.handoffs = gaps.sample()
+	}
+	if w.versions, err = tableVersions(ctx, pool, table.Table, n, pools...); err != nil {
+		return window{}, err
 	}
 	return w, t.check("drain")
 }
@@ -465,11 +557,12 @@ func toSink(ctx context.Context) func(recv func(*message.Message)) (message.Publ
 // oursLatency writes count events at latencyRate, one per business
 // transaction, and returns each one's time from commit to the sink. The
 // writing process relays them itself (the hot path; with cfg.Ordered,
-// claims its Publisher wakes at the commit); with otherProcess, a writer
-// with no relay commits them and a relay on another pool, woken by the
-// writer's notification, delivers them (the cold path), with the default
-// poll interval.
-func oursLatency(ctx context.Context, db *database, pool *pgxpool.Pool, count int, otherProcess bool, cfg watermilladapter.SubscriberConfig) (_ latencySample, err error) {
+// claims its Publisher wakes at the commit); placed in another process, a
+// writer with no relay commits them and a relay on another pool, woken by
+// the writer's notification, delivers them (the cold path), with the
+// default poll interval; placed as a log reader, that relay reads them
+// from the log, and nothing notifies it.
+func oursLatency(ctx context.Context, db *database, pool *pgxpool.Pool, count int, where placement, cfg watermilladapter.SubscriberConfig) (_ latencySample, err error) {
 	table, drop, err := freshTable(ctx, pool, "bench_latency")
 	if err != nil {
 		return latencySample{}, err
@@ -482,7 +575,7 @@ func oursLatency(ctx context.Context, db *database, pool *pgxpool.Pool, count in
 	}
 	defer func() { err = errors.Join(err, snk.close()) }()
 
-	store, pub, closeOutbox, err := startOutbox(ctx, db, pool, table, snk.pub, otherProcess, cfg)
+	store, pub, closeOutbox, err := startOutbox(ctx, db, pool, table, snk.pub, where, cfg)
 	if err != nil {
 		return latencySample{}, err
 	}

@@ -9,9 +9,17 @@ import (
 	"time"
 )
 
-// report collects the rows of the printed table.
+// report collects the rows of the printed table, and those of the table
+// of row versions.
 type report struct {
-	rows []row
+	rows     []row
+	versions []versionsRow
+}
+
+// versionsRow is a drain's row versions per event.
+type versionsRow struct {
+	scenario string
+	v        rowVersions
 }
 
 type row struct {
@@ -52,12 +60,31 @@ func (r *report) addRow(row row) {
 	fmt.Printf("  %-58s %s  %s  %s\n", row.scenario, row.value, row.cpu, row.wal) // progress, while the rest runs
 }
 
+// addVersions reports the row versions per event of a series, if it
+// counted them.
+func (r *report) addVersions(s *series) {
+	if v := s.versions(); v != nil {
+		r.versions = append(r.versions, versionsRow{scenario: s.name, v: *v})
+	}
+}
+
 func (r *report) print(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "scenario\tmedian\tCPU per event\tWAL per event\tcompared")
 	fmt.Fprintln(tw, "--------\t------\t-------------\t-------------\t--------")
 	for _, row := range r.rows {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", row.scenario, row.value, row.cpu, row.wal, row.compared)
+	}
+	tw.Flush()
+	if len(r.versions) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "\nrow versions per event of the drains' tables (pg_stat_user_tables; the backlog's insert included; medians):")
+	fmt.Fprintln(tw, "scenario\tinserted\tupdated (heap-only)\tdeleted\ttotal")
+	fmt.Fprintln(tw, "--------\t--------\t-------------------\t-------\t-----")
+	for _, row := range r.versions {
+		v := row.v
+		fmt.Fprintf(tw, "%s\t%.2f\t%.2f (%.2f)\t%.2f\t%.2f\n", row.scenario, v.inserted, v.updated, v.hot, v.deleted, v.total())
 	}
 	tw.Flush()
 }
@@ -195,7 +222,6 @@ func (s *series) duplicates() int {
 	return n
 }
 
-// median is the median rate, events per second.
 // handoffs is the percentiles of the hand-offs of every repetition.
 func (s *series) handoffs() percentiles {
 	var all []time.Duration
@@ -205,6 +231,7 @@ func (s *series) handoffs() percentiles {
 	return latencyOf(all)
 }
 
+// median is the median rate, events per second.
 func (s *series) median() float64 {
 	rates := make([]float64, len(s.windows))
 	for i, w := range s.windows {
@@ -221,6 +248,33 @@ func (s *series) cpu() string {
 		machine[i], process[i] = float64(m), float64(p)
 	}
 	return cpuString(time.Duration(median(machine)), time.Duration(median(process)))
+}
+
+// versions is the median of each count of row versions per event over
+// the repetitions that counted them; nil for none.
+func (s *series) versions() *rowVersions {
+	var ins, upd, hot, del []float64
+	for _, w := range s.windows {
+		if v := w.versions; v != nil {
+			ins, upd, hot, del = append(ins, v.inserted), append(upd, v.updated), append(hot, v.hot), append(del, v.deleted)
+		}
+	}
+	if len(ins) == 0 {
+		return nil
+	}
+	return &rowVersions{inserted: median(ins), updated: median(upd), hot: median(hot), deleted: median(del)}
+}
+
+// walSender is the median CPU per event of a log relay's WAL sender, 0
+// when unknown.
+func (s *series) walSender() time.Duration {
+	var cpu []float64
+	for _, w := range s.windows {
+		if w.walSender > 0 {
+			cpu = append(cpu, float64(w.walSender))
+		}
+	}
+	return time.Duration(median(cpu))
 }
 
 // wal is the median log bytes per event.

@@ -2,6 +2,8 @@ package main
 
 import (
 	"runtime"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -103,4 +105,48 @@ func TestDuplicatesShowInTheComparedColumn(t *testing.T) {
 	require.Equal(t, "1.00× raw insert; 3 duplicate deliveries (all repetitions)", rep.rows[0].compared)
 	require.Equal(t, "1.00× raw insert", rep.rows[1].compared)
 	require.Equal(t, "4 duplicate deliveries (all repetitions)", withDuplicates("", 4))
+}
+
+// TestSummaryLineHasTheLogRelayWhenItRan: the quick run's last line is
+// key=value pairs; it carries the log relay's figures when the server
+// could run it, and leaves them out, rather than print zeros, when not.
+func TestSummaryLineHasTheLogRelayWhenItRan(t *testing.T) {
+	res := results{writeRatio: 0.97, drain1: 41_234, drain1Ratio: 3.9, hot: percentiles{p50: 30 * time.Microsecond, p99: 190 * time.Microsecond},
+		cold: percentiles{p99: 6300 * time.Microsecond}, kafka: 50_000, orderedHot: 30_000, orderedHotRatio: 0.6}
+	pairs := func(line string) map[string]string {
+		rest, ok := strings.CutPrefix(line, "summary: ")
+		require.True(t, ok, line)
+		kv := map[string]string{}
+		for field := range strings.FieldsSeq(rest) {
+			k, v, ok := strings.Cut(field, "=")
+			require.True(t, ok, field)
+			require.NotContains(t, kv, k, "one %s", k)
+			_, err := strconv.ParseFloat(v, 64)
+			require.NoError(t, err, field)
+			kv[k] = v
+		}
+		return kv
+	}
+	without := pairs(res.summaryLine())
+	require.Equal(t, "0.97", without["write_ratio"])
+	require.Equal(t, "41234", without["drain_per_s"])
+	for k := range without {
+		require.False(t, strings.HasPrefix(k, "wal_"), "%s without a log relay", k)
+	}
+
+	res.log = true
+	res.walDrain, res.walVsPoll, res.walVsLocking, res.walWriteRatio = 95_000.4, 2.314, 1.6, 0.96
+	res.walLatency = percentiles{p50: 800 * time.Microsecond, p99: 2500 * time.Microsecond}
+	res.walOrderedHotRatio, res.walOrderedMany = 1.2, 2.5
+	logOnly := map[string]string{}
+	for k, v := range pairs(res.summaryLine()) {
+		if before, ok := without[k]; ok {
+			require.Equal(t, before, v, k)
+		} else {
+			logOnly[k] = v
+		}
+	}
+	require.Equal(t, map[string]string{"wal_drain_per_s": "95000", "wal_ratio_vs_poll": "2.31", "wal_ratio_vs_locking": "1.60",
+		"wal_write_ratio": "0.96", "wal_p50_ms": "0.80", "wal_p99_ms": "2.50", "wal_ordered_hot_ratio": "1.20",
+		"wal_ordered_many_ratio": "2.50"}, logOnly)
 }

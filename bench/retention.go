@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -74,7 +72,7 @@ func measureRetention(ctx context.Context, db *database, pool *pgxpool.Pool, sz 
 		return err
 	}
 	defer func() { err = errors.Join(err, closeDown()) }()
-	store, pub, closeOutbox, err := startOutbox(ctx, db, pool, table, down, false, watermilladapter.SubscriberConfig{})
+	store, pub, closeOutbox, err := startOutbox(ctx, db, pool, table, down, inProcess, watermilladapter.SubscriberConfig{})
 	if err != nil {
 		return err
 	}
@@ -84,7 +82,7 @@ func measureRetention(ctx context.Context, db *database, pool *pgxpool.Pool, sz 
 	retained := make(chan error, 1)
 	go func() {
 		retained <- store.Retain(retainCtx, outbox.RetentionConfig{Done: retentionDone, Interval: retentionInterval,
-			Processed: -1, Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+			Processed: -1, Logger: warnLogger})
 	}()
 	defer func() {
 		stopRetain()

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 
@@ -24,20 +25,54 @@ type results struct {
 	orderedHot, orderedHotRatio     float64 // the drain of hotAggregates, and its ratio to the unordered tuned one
 	hot, cold                       percentiles
 	kafka                           float64
+
+	// The log relay's, when it ran (log): its tuned drain, and its ratios
+	// to the polling relay's tuned drain and to the raw locking loop; its
+	// write path to raw inserts; its latency; its ordered drains to the
+	// polling relay's of the same backlogs.
+	log                                bool
+	walDrain, walVsPoll, walVsLocking  float64
+	walWriteRatio                      float64
+	walLatency                         percentiles
+	walOrderedHotRatio, walOrderedMany float64
+}
+
+// summaryLine is the last line of a quick run: the figures the targets
+// name, as key=value pairs, the log relay's only when it ran.
+func (res *results) summaryLine() string {
+	line := fmt.Sprintf("summary: write_ratio=%.2f drain_per_s=%.0f drain_ratio_vs_forwarder=%.2f hot_p50_ms=%.2f hot_p99_ms=%.2f cold_p99_ms=%.2f kafka_drain_per_s=%.0f ordered_hot_per_s=%.0f ordered_hot_ratio=%.2f",
+		res.writeRatio, res.drain1, res.drain1Ratio,
+		msf(res.hot.p50), msf(res.hot.p99), msf(res.cold.p99), res.kafka, res.orderedHot, res.orderedHotRatio)
+	if res.log {
+		line += fmt.Sprintf(" wal_drain_per_s=%.0f wal_ratio_vs_poll=%.2f wal_ratio_vs_locking=%.2f wal_write_ratio=%.2f wal_p50_ms=%.2f wal_p99_ms=%.2f wal_ordered_hot_ratio=%.2f wal_ordered_many_ratio=%.2f",
+			res.walDrain, res.walVsPoll, res.walVsLocking, res.walWriteRatio,
+			msf(res.walLatency.p50), msf(res.walLatency.p99), res.walOrderedHotRatio, res.walOrderedMany)
+	}
+	return line
 }
 
 // run runs the scenarios of only (all with "") in a database of its own,
-// which it drops at the end, and returns that database's name.
-func run(ctx context.Context, server string, sz sizes, only string, quick bool) (dbName string, err error) {
+// which it drops at the end, and returns that database's name. noLog is
+// why the server cannot run a log relay, if ensureLogical found it so.
+func run(ctx context.Context, server string, sz sizes, only string, quick bool, noLog error) (dbName string, err error) {
 	db, err := createDatabase(ctx, server)
 	if err != nil {
 		return "", err
 	}
 	defer func() { err = errors.Join(err, db.drop()) }()
-	return db.name, runIn(ctx, db, sz, only, quick)
+	return db.name, runIn(ctx, db, sz, only, quick, noLog)
 }
 
-func runIn(ctx context.Context, db *database, sz sizes, only string, quick bool) error {
+// logScenarios are the scenarios with rows of the log relay.
+var logScenarios = []string{"write", "drain", "latency"}
+
+// needsLog reports whether the scenarios of only that sz runs have rows
+// of the log relay.
+func needsLog(only string, sz sizes) bool {
+	return slices.ContainsFunc(selected(only, sz), func(name string) bool { return slices.Contains(logScenarios, name) })
+}
+
+func runIn(ctx context.Context, db *database, sz sizes, only string, quick bool, noLog error) error {
 	pool, err := db.pool(ctx)
 	if err != nil {
 		return err
@@ -51,14 +86,24 @@ func runIn(ctx context.Context, db *database, sz sizes, only string, quick bool)
 	if quick {
 		mode = "quick"
 	}
-	fmt.Printf("wmoutbox bench (%s): %d CPUs, PostgreSQL %s, %d writers, medians of %d; ≈%d-byte JSON events\n%s\n\n",
+	fmt.Printf("wmoutbox bench (%s): %d CPUs, PostgreSQL %s, %d writers, medians of %d; ≈%d-byte JSON events\n%s\n",
 		mode, runtime.NumCPU(), version, writers, sz.reps, len(payload(0)), machineLine())
+	why := logUnavailable(ctx, pool)
+	if noLog != nil {
+		why = noLog.Error()
+	}
+	if why != "" {
+		fmt.Printf("log relay: unavailable (%s); its rows are left out\n", why)
+	} else {
+		db.logical = true
+	}
+	fmt.Println()
 
 	cpuAtStart := readCPUTimes()
 	others := watchOthers(ctx, pool, db.name)
 	defer others.stop()
 	rep := &report{}
-	var res results
+	res := results{log: db.logical}
 	measure := map[string]func() error{
 		"write":     func() error { return res.measureWrite(ctx, db, pool, sz, rep) },
 		"drain":     func() error { return res.measureDrain(ctx, db, pool, sz, rep) },
@@ -81,9 +126,7 @@ func runIn(ctx context.Context, db *database, sz sizes, only string, quick bool)
 	}
 	fmt.Println(othersLine)
 	if quick {
-		fmt.Printf("summary: write_ratio=%.2f drain_per_s=%.0f drain_ratio_vs_forwarder=%.2f hot_p50_ms=%.2f hot_p99_ms=%.2f cold_p99_ms=%.2f kafka_drain_per_s=%.0f ordered_hot_per_s=%.0f ordered_hot_ratio=%.2f\n",
-			res.writeRatio, res.drain1, res.drain1Ratio,
-			msf(res.hot.p50), msf(res.hot.p99), msf(res.cold.p99), res.kafka, res.orderedHot, res.orderedHotRatio)
+		fmt.Println(res.summaryLine())
 	}
 	return nil
 }
@@ -112,7 +155,8 @@ func msf(d time.Duration) float64 { return float64(d) / float64(time.Millisecond
 // machine's drift falls on all alike: with
 // the relay delivering to the sink, keeping delivered events and deleting
 // them; with the relay of another process, woken by the writers'
-// notifications, delivering to it; and, to tell where the cost lies, with
+// notifications, delivering to it; with a log relay reading the table's
+// slot, when the server has logical decoding; and, to tell where the cost lies, with
 // the relay delivering to a downstream that costs nothing, with no relay
 // at all, and with each committed message delivered through a Watermill
 // router with no outbox relay (what any relay feeding a router costs at
@@ -123,16 +167,21 @@ func (res *results) measureWrite(ctx context.Context, db *database, pool *pgxpoo
 	oneTrip := &series{name: fmt.Sprintf("1 raw: insert, 1 row per transaction in one round trip, %d writers", writers),
 		measure: func() (window, error) { return rawInsert(ctx, pool, sz.writes, writers, true) }}
 	all := []*series{raw, oneTrip}
-	for _, s := range []writeSetting{
+	settings := []writeSetting{
 		{name: "relay running, " + doneRows(false), downstream: toSink(ctx)},
 		{name: "relay running, " + doneRows(true), downstream: toSink(ctx), deleteDone: true},
 		{name: "relay running, forwarding to a publisher that only counts, " + doneRows(false), downstream: toCounter},
 		{name: "relay running in another process, woken by the writers' notifications, " + doneRows(false),
-			downstream: toSink(ctx), otherProcess: true},
+			downstream: toSink(ctx), relay: otherProcess},
 		{name: "no relay in the process (the writer alone)"},
 		{name: "no relay: each committed message forwarded to the sink by a Watermill router from a GoChannel (router delivery alone, no outbox)",
 			downstream: toSink(ctx), routerOnly: true},
-	} {
+	}
+	if db.logical {
+		settings = append(settings, writeSetting{name: "log relay running (another pool, reading the slot, no notifications), " + doneRows(false),
+			downstream: toSink(ctx), relay: logReader})
+	}
+	for _, s := range settings {
 		all = append(all, &series{
 			name: fmt.Sprintf("2 write: ours, 1 event per transaction, %d writers, %s", writers, s.name),
 			measure: func() (window, error) {
@@ -143,10 +192,13 @@ func (res *results) measureWrite(ctx context.Context, db *database, pool *pgxpoo
 		return err
 	}
 	res.writeRatio = all[2].ratioTo(raw)
+	if db.logical {
+		res.walWriteRatio = all[len(all)-1].ratioTo(raw)
+	}
 	rep.add(raw, "ceiling of the write path")
 	rep.add(oneTrip, oneTrip.comparedTo(raw, "raw insert")+": BEGIN, INSERT and COMMIT in one pgx batch")
 	for _, ours := range all[2:] {
-		rep.add(ours, ours.comparedTo(raw, "raw insert")+", "+ours.comparedTo(oneTrip, "in one round trip"))
+		rep.add(ours, ours.comparedTo(raw, "raw insert")+", "+ours.comparedTo(oneTrip, "in one round trip")+walSenderNote(ours))
 	}
 	return nil
 }
@@ -173,16 +225,31 @@ var (
 		cfg: drainTuned.cfg, deleteDone: true}
 )
 
+// The log relay drains with the tuned relay's setting, whose workers are
+// what it uses of it: it claims nothing of a backlog its slot streams.
+var (
+	logTuned = drainSetting{name: "log relay (slot made before the backlog), 16 workers, " + doneRows(false),
+		cfg: drainTuned.cfg, log: true}
+	logTunedDeleting = drainSetting{name: "log relay (slot made before the backlog), 16 workers, " + doneRows(true),
+		cfg: drainTuned.cfg, deleteDone: true, log: true}
+)
+
 // orderedAggregate is the aggregate size of the ordered drain whose
 // events wait for the one before them: 10 events in a row per aggregate.
 const orderedAggregate = 10
 
 // hotAggregates is the number of aggregates of the ordered drain of hot
-// aggregates, whose events are written interleaved, as busy keys' are.
-const hotAggregates = 10
+// aggregates, whose events are written interleaved, as busy keys' are;
+// manyAggregates that of the ordered drain of many aggregates, written
+// the same way.
+const (
+	hotAggregates  = 10
+	manyAggregates = 1000
+)
 
-// measureDrain times the raw claim loops, the forwarder and ours on
-// backlogs of the same size, one repetition of each in turn.
+// measureDrain times the raw claim loops, the forwarder and ours (the
+// polling relay, and the log relay when the server has logical decoding)
+// on backlogs of the same size, one repetition of each in turn.
 func (res *results) measureDrain(ctx context.Context, db *database, pool *pgxpool.Pool, sz sizes, rep *report) error {
 	backlog := thousands(int64(sz.drain))
 	rawLease := &series{name: fmt.Sprintf("1 raw: claim 100 (SKIP LOCKED, lease) + mark done, %s rows", backlog),
@@ -196,30 +263,38 @@ func (res *results) measureDrain(ctx context.Context, db *database, pool *pgxpoo
 			measure: func() (window, error) { return forwarderDrain(ctx, pool, sz.drain, s) }})
 	}
 	all = append(all, fwd...)
+	drain := func(n, instances int, setting drainSetting) *series {
+		return &series{name: fmt.Sprintf("3 drain %s: ours, %d instance(s), %s", thousands(int64(n)), instances, setting.name),
+			measure: func() (window, error) {
+				return oursDrain(ctx, db, pool, n, instances, setting, toSink(ctx))
+			}}
+	}
 	var ours []*series
 	for _, r := range []struct {
 		instances int
 		setting   drainSetting
 	}{{1, drainDefault}, {1, drainTuned}, {4, drainTuned}, {1, drainTunedDeleting},
 		{1, drainTuned.ordered(eachOwn)}, {1, drainTuned.ordered(shape{perAggregate: orderedAggregate})}} {
-		ours = append(ours, &series{name: fmt.Sprintf("3 drain %s: ours, %d instance(s), %s", backlog, r.instances, r.setting.name),
-			measure: func() (window, error) {
-				return oursDrain(ctx, db, pool, sz.drain, r.instances, r.setting, toSink(ctx))
-			}})
+		ours = append(ours, drain(sz.drain, r.instances, r.setting))
 	}
 	// Hot aggregates: the whole backlog in a few aggregates, each moving
-	// at the pace of one relay's hand-offs.
+	// at the pace of one relay's hand-offs; and in many.
+	hotShapes := []shape{{hot: hotAggregates}, {hot: 1}, {hot: manyAggregates}}
 	var hot []*series
-	hotBacklog := thousands(int64(sz.hotDrain))
-	for _, s := range []shape{{hot: hotAggregates}, {hot: 1}} {
-		setting := drainTuned.ordered(s)
-		hot = append(hot, &series{name: fmt.Sprintf("3 drain %s: ours, 1 instance(s), %s", hotBacklog, setting.name),
-			measure: func() (window, error) {
-				return oursDrain(ctx, db, pool, sz.hotDrain, 1, setting, toSink(ctx))
-			}})
+	for _, s := range hotShapes {
+		hot = append(hot, drain(sz.hotDrain, 1, drainTuned.ordered(s)))
 	}
 	all = append(all, ours...)
 	all = append(all, hot...)
+	// The log relay: unordered, keeping DONE rows and deleting them, and
+	// ordered over the hot and the many aggregates.
+	var logs, logHot []*series
+	if db.logical {
+		logs = []*series{drain(sz.drain, 1, logTuned), drain(sz.drain, 1, logTunedDeleting)}
+		logHot = []*series{drain(sz.hotDrain, 1, logTuned.ordered(hotShapes[0])), drain(sz.hotDrain, 1, logTuned.ordered(hotShapes[2]))}
+		all = append(all, logs...)
+		all = append(all, logHot...)
+	}
 	if err := interleave(sz.reps, all...); err != nil {
 		return err
 	}
@@ -246,7 +321,35 @@ func (res *results) measureDrain(ctx context.Context, db *database, pool *pgxpoo
 			o.comparedTo(ours[1], "ours tuned unordered"), o.handoffs()))
 	}
 	res.orderedHot, res.orderedHotRatio = hot[0].median(), hot[0].ratioTo(ours[1])
+	if db.logical {
+		// The log relay against the polling relay of the same setting, the
+		// raw loops and the forwarder.
+		for i, o := range logs {
+			polling := []*series{ours[1], ours[3]}[i]
+			rep.add(o, strings.Join([]string{o.comparedTo(polling, "polling tuned"), o.comparedTo(rawLock, "raw locking claim"),
+				o.comparedTo(rawLease, "raw lease claim"), o.comparedTo(fwd[1], "forwarder tuned")}, ", ")+walSenderNote(o))
+		}
+		for i, o := range logHot {
+			polling := []*series{hot[0], hot[2]}[i]
+			rep.add(o, fmt.Sprintf("%s, %s; hand-off to the next event of an aggregate %s; order checked at the sink",
+				o.comparedTo(polling, "polling ordered"), o.comparedTo(logs[0], "log unordered"), o.handoffs())+walSenderNote(o))
+		}
+		res.walDrain, res.walVsPoll, res.walVsLocking = logs[0].median(), logs[0].ratioTo(ours[1]), logs[0].ratioTo(rawLock)
+		res.walOrderedHotRatio, res.walOrderedMany = logHot[0].ratioTo(hot[0]), logHot[1].ratioTo(hot[2])
+	}
+	for _, s := range slices.Concat(ours, hot, logs, logHot) {
+		rep.addVersions(s)
+	}
 	return nil
+}
+
+// walSenderNote says what CPU a log relay's WAL sender used per event,
+// part of the database's in the CPU column, when it is known.
+func walSenderNote(s *series) string {
+	if d := s.walSender(); d > 0 {
+		return fmt.Sprintf("; its WAL sender %.1f µs of CPU per event", float64(d)/float64(time.Microsecond))
+	}
+	return ""
 }
 
 func (s forwarderSetting) describe() string {
@@ -261,17 +364,26 @@ func (res *results) measureLatency(ctx context.Context, db *database, pool *pgxp
 	all := []*latencySeries{
 		{name: "4 latency commit→sink: ours, hot path, " + at,
 			measure: func() (latencySample, error) {
-				return oursLatency(ctx, db, pool, sz.latencyEvents, false, watermilladapter.SubscriberConfig{})
+				return oursLatency(ctx, db, pool, sz.latencyEvents, inProcess, watermilladapter.SubscriberConfig{})
 			}},
 		{name: "4 latency commit→sink: ours, cold path (other process, poll 5s), " + at, note: "woken by the writer's notification",
 			measure: func() (latencySample, error) {
-				return oursLatency(ctx, db, pool, sz.latencyEvents, true, watermilladapter.SubscriberConfig{})
+				return oursLatency(ctx, db, pool, sz.latencyEvents, otherProcess, watermilladapter.SubscriberConfig{})
 			}},
 		{name: "4 latency commit→sink: ours, ordered, every event its own aggregate (same process, no hot path), " + at,
 			note: "claimed when its Publisher wakes the relay at the commit",
 			measure: func() (latencySample, error) {
-				return oursLatency(ctx, db, pool, sz.latencyEvents, false, watermilladapter.SubscriberConfig{Ordered: true})
+				return oursLatency(ctx, db, pool, sz.latencyEvents, inProcess, watermilladapter.SubscriberConfig{Ordered: true})
 			}},
+	}
+	var logLatency *latencySeries
+	if db.logical {
+		logLatency = &latencySeries{name: "4 latency commit→sink: ours, log relay (other process, no notifications), " + at,
+			note: "streamed from the slot",
+			measure: func() (latencySample, error) {
+				return oursLatency(ctx, db, pool, sz.latencyEvents, logReader, watermilladapter.SubscriberConfig{})
+			}}
+		all = append(all, logLatency)
 	}
 	for _, s := range []forwarderSetting{forwarderTuned, forwarderDefault} {
 		all = append(all, &latencySeries{name: "4 latency commit→sink: forwarder " + s.describe() + ", " + at,
@@ -293,6 +405,9 @@ func (res *results) measureLatency(ctx context.Context, db *database, pool *pgxp
 		return err
 	}
 	res.hot, res.cold = all[0].median(), all[1].median()
+	if logLatency != nil {
+		res.walLatency = logLatency.median()
+	}
 	for _, l := range all {
 		rep.addValue(l.name, l.median().String(), withDuplicates(l.note, l.duplicates))
 	}

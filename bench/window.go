@@ -26,6 +26,8 @@ type window struct {
 	wal              int64           // bytes; -1 when the server's position could not be read
 	duplicates       int             // deliveries that repeated an event, counted after the window
 	handoffs         []time.Duration // ordered: from an event's handler to the next of its aggregate's (see handoffs)
+	versions         *rowVersions    // the table's row versions per event, counted after the window; nil when not
+	walSender        time.Duration   // a log relay's: the CPU its WAL sender used, per event; 0 when unknown
 }
 
 func (w window) rate() float64 { return float64(w.events) / w.elapsed.Seconds() }
@@ -83,6 +85,31 @@ func processCPU() time.Duration {
 	var ru syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// postgresCPU is the user and system time of process pid of this
+// machine, which must be a PostgreSQL server's; false when it is not, or
+// cannot be read.
+func postgresCPU(pid int) (time.Duration, bool) {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, false
+	}
+	// pid (comm) state ppid …: comm may hold spaces and parentheses.
+	open, closing := strings.IndexByte(string(stat), '('), strings.LastIndexByte(string(stat), ')')
+	if open < 0 || closing < open || string(stat[open+1:closing]) != "postgres" {
+		return 0, false
+	}
+	fields := strings.Fields(string(stat[closing+1:])) // from state, the third field
+	if len(fields) < 13 {
+		return 0, false
+	}
+	utime, err1 := strconv.ParseInt(fields[11], 10, 64) // the 14th field
+	stime, err2 := strconv.ParseInt(fields[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, false
+	}
+	return time.Duration(utime+stime) * time.Second / clockTicks, true
 }
 
 // machineCPU is the busy time of all CPUs; 0 where /proc/stat cannot be
