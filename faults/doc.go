@@ -21,8 +21,11 @@
 // (TEST_AMQP_URL) with rabbitmqctl on the PATH; the MySQL scenarios need
 // MariaDB 10.6+ or MySQL (TEST_MYSQL_DSN, default
 // root@tcp(127.0.0.1:3306)/, see internal/testmysql) where the user may
-// create databases. Kafka runs in process (kfake). Without a server the
-// tests skip, except under CI=true, where they fail.
+// create databases. The log relay scenarios need wal_level = logical
+// (scripts/pg-logical), and the two that restart the server need it to be
+// this machine's cluster, managed by Debian's pg_ctlcluster. Kafka runs in
+// process (kfake). Without a server the tests skip, except under CI=true,
+// where they fail.
 //
 // # The ledger
 //
@@ -73,6 +76,15 @@
 //     the earlier one had been acked by another delivery before the later
 //     one started, so that the overlapping one is a redelivery of an
 //     event already handled (concurrent_excused).
+//   - log relay (relays in log mode, as child processes, on a replication
+//     slot of their test's own): the slot's reader killed with SIGKILL ten
+//     times while a standby waits (log-kill: the takeover time, and each
+//     event delivered again only as often as it was in flight at a kill);
+//     the slot dropped under the reader three times (log-slot-dropped: the
+//     events committed meanwhile are claimed from the table); and the
+//     server restarted, then crashed (log-server-restart,
+//     log-server-crash, not parallel: they restart the machine's
+//     PostgreSQL with pg_ctlcluster).
 //   - slow: a handler ten times slower than the writers; the relay's heap
 //     does not grow with the backlog, which drains afterwards.
 //   - bad input: invalid envelopes, bad table names, rows with malformed

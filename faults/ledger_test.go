@@ -36,6 +36,15 @@ CREATE TABLE fault_delivered (event_id text NOT NULL, by_relay text NOT NULL DEF
 CREATE INDEX fault_delivered_id_idx ON fault_delivered (event_id);
 CREATE INDEX fault_delivered_by_idx ON fault_delivered (by_relay);`
 
+// timeDeliveries adds to the ledger the database's time of each delivery
+// (fault_delivered.at), for scenarios that time recoveries across
+// processes by one clock.
+func timeDeliveries(t *testing.T, pool *pgxpool.Pool) {
+	t.Helper()
+	_, err := pool.Exec(t.Context(), `ALTER TABLE fault_delivered ADD COLUMN at timestamptz NOT NULL DEFAULT clock_timestamp()`)
+	require.NoError(t, err)
+}
+
 // errRollback is what writers return to roll a transaction back on purpose.
 var errRollback = errors.New("business rule failed: roll back")
 

@@ -30,8 +30,10 @@ const (
 	// handler: empty for the crash scenario's, scenarioOrdered for the
 	// ordered relays', scenarioLiveness for the recovery after SIGKILL,
 	// scenarioMySQLCrash for the crash scenario's on MySQL (envDatabase is
-	// then a MySQL DSN).
+	// then a MySQL DSN), scenarioLogRelay for a relay in log mode.
 	envScenario = "WMOUTBOX_FAULTS_SCENARIO"
+	// envSlot names the replication slot of a relay in log mode.
+	envSlot = "WMOUTBOX_FAULTS_SLOT"
 
 	roleRelay = "relay"
 )
@@ -76,6 +78,9 @@ func runRelayProcess() int {
 		return fail("parse database URL", err)
 	}
 	cfg.MaxConns = 6
+	// The test finds each relay's sessions by name, its replication
+	// connection among them (which copies the pool's settings).
+	cfg.ConnConfig.RuntimeParams["application_name"] = owner
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return fail("open pool", err)
@@ -97,6 +102,13 @@ func runRelayProcess() int {
 	case scenarioLiveness:
 		subCfg, topic = livenessSubscriberConfig(owner), livenessTopic
 		handler = livenessHandler(pool, owner)
+	case scenarioLogRelay:
+		feed, err := postgres.NewLogFeed(store, logFeedConfig(owner, os.Getenv(envSlot)))
+		if err != nil {
+			return fail("log feed", err)
+		}
+		subCfg, topic = logRelaySubscriberConfig(owner, feed), logRelayTopic
+		handler = logRelayHandler(pool, owner)
 	}
 	sub, err := watermilladapter.NewSubscriber(store, subCfg)
 	if err != nil {
