@@ -109,8 +109,8 @@ func (r *logReader) readState(ctx context.Context, conn *pgconn.PgConn) (logStat
 // prepare makes sure the publication and the slot exist and fit, and
 // returns where to start reading. A slot it creates, because it was
 // missing (never made, dropped) or invalidated, starts a new position and
-// tells Covered the time just before its creation: events committed
-// before it are not in its stream.
+// tells Covered the time its creation returned: events committed before
+// it are not in its stream.
 func (r *logReader) prepare(ctx context.Context, conn *pgconn.PgConn) (pglogrepl.LSN, error) {
 	for {
 		st, err := r.readState(ctx, conn)
@@ -180,7 +180,6 @@ func (r *logReader) ensurePublication(ctx context.Context, conn *pgconn.PgConn, 
 // createSlot creates the slot and reports whether it did: not when
 // another feed did first.
 func (r *logReader) createSlot(ctx context.Context, conn *pgconn.PgConn) (pglogrepl.LSN, bool, error) {
-	before := r.f.clock.Now()
 	res, err := pglogrepl.CreateReplicationSlot(ctx, conn, r.f.slot, pgoutputPlugin,
 		pglogrepl.CreateReplicationSlotOptions{Mode: pglogrepl.LogicalReplication, SnapshotAction: "NOEXPORT_SNAPSHOT"})
 	if hasCode(err, codeDuplicateObject) {
@@ -193,10 +192,16 @@ func (r *logReader) createSlot(ctx context.Context, conn *pgconn.PgConn) (pglogr
 	if err != nil {
 		return 0, false, fmt.Errorf("create slot %s: %w", r.f.slot, err)
 	}
+	// Every event committed before the slot's consistent point is left to
+	// claims, and so, since the creation waits for the transactions open
+	// at its start, is one written before the creation returned that
+	// commits after that point: it is in the stream too, and may be
+	// delivered twice, rather than wait for the claims' margin.
+	created := r.f.clock.Now()
 	r.f.logger.Info("outbox: log feed created its slot", "slot", r.f.slot, "position", start)
 	// A new slot is a new stream: what the old one handed over is
 	// settled (or claimed) apart from it.
 	r.sawSlot, r.received = true, 0
 	r.position = newLogPosition(r.f.clock, start)
-	return start, true, r.cover(ctx, before)
+	return start, true, r.cover(ctx, created)
 }
