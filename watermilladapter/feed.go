@@ -326,3 +326,12 @@ func (sub *subscription) park(aggregates ...outboxdriver.Aggregate) {
 		sub.parkedSet.set[a] = struct{}{}
 	}
 }
+
+// streamedAt is the updated_at of item's row as its feed streamed it,
+// zero for an event that came another way.
+func streamedAt(item *queued) time.Time {
+	if item.feed == nil {
+		return time.Time{}
+	}
+	return item.row.UpdatedAt
+}

@@ -88,8 +88,9 @@ func (u *update) outcome() outboxdriver.Outcome {
 // driver and the database less. Of several updates of one event, a DONE
 // counts, as in the table, where no later outcome changes a DONE row (an
 // event delivered twice, once acked and once nacked, was delivered);
-// otherwise the last.
-func recordUpdates(ctx context.Context, driver outboxdriver.Executor, owner string, now time.Time, updates []update) error {
+// otherwise the last. It returns how many of the events it sent updates
+// for (one per event) changed, and how many it sent.
+func recordUpdates(ctx context.Context, driver outboxdriver.Executor, owner string, now time.Time, updates []update) (changed, sent int64, err error) {
 	var ids []string
 	var failed, unleased []outboxdriver.Outcome
 	last := make(map[string]int, len(updates)) // the update of each event that counts
@@ -109,10 +110,13 @@ func recordUpdates(ctx context.Context, driver outboxdriver.Executor, owner stri
 			failed = append(failed, u.outcome())
 		}
 	}
+	sent = int64(len(ids) + len(failed) + len(unleased))
 	if len(ids) > 0 {
-		if _, err := driver.MarkDone(ctx, outboxdriver.MarkDoneParams{Now: now, IDs: ids}); err != nil {
-			return err
+		n, err := driver.MarkDone(ctx, outboxdriver.MarkDoneParams{Now: now, IDs: ids})
+		if err != nil {
+			return 0, sent, err
 		}
+		changed += n
 	}
 	for _, batch := range []struct {
 		owner    string
@@ -122,9 +126,11 @@ func recordUpdates(ctx context.Context, driver outboxdriver.Executor, owner stri
 			continue
 		}
 		p := outboxdriver.RecordOutcomesParams{Now: now, Owner: batch.owner, Outcomes: batch.outcomes}
-		if _, err := driver.RecordOutcomes(ctx, p); err != nil {
-			return err
+		n, err := driver.RecordOutcomes(ctx, p)
+		if err != nil {
+			return 0, sent, err
 		}
+		changed += n
 	}
-	return nil
+	return changed, sent, nil
 }

@@ -150,7 +150,8 @@ func TestRecordUpdates(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			driver := &outcomeDriver{}
-			require.NoError(t, recordUpdates(t.Context(), driver, "relay-1", now, tt.updates))
+			_, _, err := recordUpdates(t.Context(), driver, "relay-1", now, tt.updates)
+			require.NoError(t, err)
 			require.Equal(t, tt.want, driver.calls)
 		})
 	}
@@ -164,10 +165,12 @@ func TestRecordUpdatesReturnsTheFirstError(t *testing.T) {
 	updates := []update{done("a"), {id: "b", status: outbox.StatusRetry, nextAt: time.Now(), attempt: 1}}
 
 	driver := &outcomeDriver{doneErr: down}
-	require.ErrorIs(t, recordUpdates(t.Context(), driver, "relay-1", time.Now(), updates), down)
+	_, _, err := recordUpdates(t.Context(), driver, "relay-1", time.Now(), updates)
+	require.ErrorIs(t, err, down)
 	require.Len(t, driver.calls, 1, "no statement after the one that failed")
 
 	driver = &outcomeDriver{outcomesErr: down}
-	require.ErrorIs(t, recordUpdates(t.Context(), driver, "relay-1", time.Now(), updates), down)
+	_, _, err = recordUpdates(t.Context(), driver, "relay-1", time.Now(), updates)
+	require.ErrorIs(t, err, down)
 	require.Len(t, driver.calls, 2)
 }

@@ -63,6 +63,11 @@ type outcome struct {
 	wake      *subscription
 	aggregate outboxdriver.Aggregate // of an ordered event: whose next event a DONE frees, or which a retry names
 	feed      *feedTx                // settled once the update is recorded: the event came from a feed, unleased
+	// streamed is the updated_at of a streamed event as the feed read it
+	// (zero for others), and rechecks how many times its update was found
+	// not recorded (see recheckStreamed).
+	streamed time.Time
+	rechecks int
 }
 
 // freesNext reports whether o is the DONE of an ordered event, which the
@@ -294,13 +299,18 @@ func (st *settler) flushUpdates(batch []outcome) {
 		u.unleased = o.feed != nil
 		st.statuses = append(st.statuses, u)
 	}
-	recorded := st.retry("record outcomes", len(batch), func(ctx context.Context) error {
-		return recordUpdates(ctx, st.driver, st.owner, st.clock.Now(), st.statuses)
+	var changed, sent int64
+	recorded := st.retry("record outcomes", len(batch), func(ctx context.Context) (err error) {
+		changed, sent, err = recordUpdates(ctx, st.driver, st.owner, st.clock.Now(), st.statuses)
+		return err
 	})
 	if !recorded {
 		return
 	}
 	for _, o := range batch {
+		if changed < sent && st.notRecordedYet(&o) {
+			continue
+		}
 		o.feed.settle()
 		switch {
 		case o.freesNext():
@@ -309,6 +319,42 @@ func (st *settler) flushUpdates(batch []outcome) {
 			o.wake.scheduleClaim(o.update.nextAt, o.aggregate)
 		}
 	}
+}
+
+// visibilityWindow is how soon after its commit a streamed event's
+// outcome may find its row not yet visible (see notRecordedYet), and
+// maxRechecks how many times such an outcome is recorded again.
+const (
+	visibilityWindow = 5 * time.Second
+	maxRechecks      = 10
+)
+
+// notRecordedYet reports whether o, the outcome of a recent event from a
+// feed in a batch that changed fewer rows than it sent updates for, did
+// not change its row, and has it recorded again after settleRetry. A
+// feed gets a transaction once its commit is in the log, a moment before
+// other sessions see it: an outcome recorded at once may find no row.
+// Most batches that change fewer rows hold events delivered twice, whose
+// rows another outcome changed already; the rows of those read
+// otherwise than as the feed streamed them.
+func (st *settler) notRecordedYet(o *outcome) bool {
+	if o.feed == nil || o.rechecks >= maxRechecks || st.clock.Now().Sub(o.streamed) > visibilityWindow {
+		return false
+	}
+	ctx, cancel := st.attemptContext()
+	row, found, err := st.driver.Get(ctx, o.update.id)
+	cancel()
+	if err == nil && found && (row.Status != int16(outbox.StatusNew) || !row.UpdatedAt.Equal(o.streamed)) {
+		return false
+	}
+	again := *o
+	again.rechecks++
+	go func() {
+		if sleep(st.clock, settleRetry, st.done) {
+			st.update(again)
+		}
+	}()
+	return true
 }
 
 func (st *settler) flushReleases(items []releaseItem) {

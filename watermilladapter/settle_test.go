@@ -17,6 +17,7 @@ import (
 
 	"github.com/wmoutbox/wmoutbox/internal/clocktest"
 	"github.com/wmoutbox/wmoutbox/internal/logtest"
+	"github.com/wmoutbox/wmoutbox/outbox"
 	"github.com/wmoutbox/wmoutbox/outbox/outboxdriver"
 )
 
@@ -537,4 +538,55 @@ func (st *settler) queuedReleaseCount() int {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	return len(st.releases)
+}
+
+// invisibleDriver is a database to which a streamed event's row is not
+// visible yet the first time its DONE is recorded: a feed hands a
+// transaction over as soon as its commit is in the log, a moment before
+// other sessions see it.
+type invisibleDriver struct {
+	instantDriver
+	row      outboxdriver.Row
+	markings int
+	done     bool
+}
+
+func (d *invisibleDriver) MarkDone(_ context.Context, p outboxdriver.MarkDoneParams) (int64, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.markings++
+	if d.markings == 1 {
+		return 0, nil
+	}
+	d.done = true
+	return int64(len(p.IDs)), nil
+}
+
+func (d *invisibleDriver) Get(context.Context, string) (outboxdriver.Row, bool, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	row := d.row
+	if d.done {
+		row.Status = int16(outbox.StatusDone)
+	}
+	return row, true, nil
+}
+
+// A streamed event's DONE that found its row not yet visible is recorded
+// again, and its transaction settled only then.
+func TestSettlerRecordsAStreamedOutcomeAgainUntilItsRowChanged(t *testing.T) {
+	t.Parallel()
+	st, clock := newTestSettler(nil)
+	driver := &invisibleDriver{row: outboxdriver.Row{ID: "event-1", Status: int16(outbox.StatusNew), UpdatedAt: clock.Now()}}
+	st.driver = driver
+	t.Cleanup(func() { require.NoError(t, st.close()) })
+	settled := make(chan struct{})
+	tx := &feedTx{settled: func() { close(settled) }}
+	tx.left.Store(1)
+	st.update(outcome{update: done("event-1"), feed: tx, streamed: driver.row.UpdatedAt})
+	advanceUntil(t, clock, settleLinger, "the transaction settled", func() bool { return isDone(settled) })
+	driver.mu.Lock()
+	defer driver.mu.Unlock()
+	require.Equal(t, 2, driver.markings, "the DONE recorded again")
+	require.True(t, driver.done)
 }

@@ -106,7 +106,7 @@ func (sub *subscription) process(item queued, wait outbox.Timer, last bool) (ack
 	streamed := item.source == SourceLog
 	if e.Malformed != nil {
 		sub.logDead("outbox: event cannot be decoded; it is DEAD", e, e.Malformed)
-		s.settler.update(outcome{update: dead(e.ID, e.Attempts+1, e.Malformed), feed: item.feed})
+		s.settler.update(outcome{update: dead(e.ID, e.Attempts+1, e.Malformed), feed: item.feed, streamed: streamedAt(&item)})
 		s.cfg.Metrics.Dead(sub.topic)
 		sub.parkAfterFailure(e)
 		return false
@@ -143,7 +143,7 @@ func (sub *subscription) process(item queued, wait outbox.Timer, last bool) (ack
 	case !answered:
 		s.settler.release([]releaseItem{{id: e.ID, topic: sub.topic}})
 	case acked:
-		o := outcome{update: done(e.ID), feed: item.feed}
+		o := outcome{update: done(e.ID), feed: item.feed, streamed: streamedAt(&item)}
 		if last && sub.holdsBack(e) && sub.claimsNext(e) { // claim the next event of e's aggregate
 			o.wake, o.aggregate = sub, rowAggregate(e)
 		}
@@ -157,7 +157,7 @@ func (sub *subscription) process(item queued, wait outbox.Timer, last bool) (ack
 			sub.logDead("outbox: event is DEAD", e, errors.New(u.err))
 		}
 		sub.parkAfterFailure(e)
-		o := outcome{update: u, feed: item.feed}
+		o := outcome{update: u, feed: item.feed, streamed: streamedAt(&item)}
 		if !u.nextAt.IsZero() {
 			s.cfg.Metrics.Failed(sub.topic)
 			o.wake = sub
