@@ -399,14 +399,17 @@ func TestLogFeedConfirmsWhileHandlerBlocks(t *testing.T) {
 
 	beforeOne := env.walInsertLSN(t)
 	one := env.write(t, outbox.NewJSON("One", []byte(`1`)))
-	afterOne := env.walInsertLSN(t)
 	two := env.write(t, outbox.NewJSON("Two", []byte(`2`)))
+	afterTwo := env.walInsertLSN(t)
 	txs := waitTransactions(t, h, 1)
 	txs[0].Settled() // while Transaction still blocks
 
 	slot := env.table + "_relay"
 	require.Eventually(t, func() bool { return env.slotConfirmed(t, slot) > beforeOne }, feedWait, 10*time.Millisecond)
-	require.LessOrEqual(t, env.slotConfirmed(t, slot), afterOne)
+	// The position may pass keepalive positions inside the second
+	// transaction, which the slot streams again as long as it stays
+	// before its commit's end.
+	require.Less(t, env.slotConfirmed(t, slot), afterTwo, "confirmed past the transaction not settled")
 	require.Len(t, h.transactions(), 1, "a second transaction came while the first was held")
 	close(h.hold)
 	require.Equal(t, [][]string{one, two}, ids(waitTransactions(t, h, 2)))
