@@ -266,7 +266,7 @@ func (sub *subscription) offerLog(ctx context.Context, lane chan queued, item qu
 		sub.dropStreamed(item)
 		return nil
 	case <-ctx.Done():
-		item.feed.settle()
+		sub.dropStreamed(item)
 		return ctx.Err()
 	}
 }
@@ -293,17 +293,11 @@ type parkedAggregates struct {
 // from the feed, the claim of the aggregate is asked for by name: e may
 // be its next event.
 func (sub *subscription) parked(e *outboxdriver.Row) bool {
-	if sub.lanes == nil || e.AggregateID == "" {
+	if sub.lanes == nil || e.AggregateID == "" || !sub.isParked(e) {
 		return false
 	}
-	a := rowAggregate(e)
-	sub.parkedSet.mu.Lock()
-	_, parked := sub.parkedSet.set[a]
-	sub.parkedSet.mu.Unlock()
-	if parked {
-		sub.claimNext(a)
-	}
-	return parked
+	sub.claimNext(rowAggregate(e))
+	return true
 }
 
 // isParked reports whether e's aggregate is parked.
@@ -327,11 +321,12 @@ func (sub *subscription) park(aggregates ...outboxdriver.Aggregate) {
 	}
 }
 
-// streamedAt is the updated_at of item's row as its feed streamed it,
-// zero for an event that came another way.
-func streamedAt(item *queued) time.Time {
-	if item.feed == nil {
-		return time.Time{}
+// itemOutcome is the outcome u of item: of a streamed event, settling its
+// transaction once recorded, with the updated_at the feed read.
+func itemOutcome(u update, item *queued) outcome {
+	o := outcome{update: u, feed: item.feed}
+	if item.feed != nil {
+		o.streamed = item.row.UpdatedAt
 	}
-	return item.row.UpdatedAt
+	return o
 }

@@ -103,10 +103,9 @@ func (sub *subscription) process(item queued, wait outbox.Timer, last bool) (ack
 		return false
 	}
 	defer s.inflight.release(e.ID)
-	streamed := item.source == SourceLog
 	if e.Malformed != nil {
 		sub.logDead("outbox: event cannot be decoded; it is DEAD", e, e.Malformed)
-		s.settler.update(outcome{update: dead(e.ID, e.Attempts+1, e.Malformed), feed: item.feed, streamed: streamedAt(&item)})
+		s.settler.update(itemOutcome(dead(e.ID, e.Attempts+1, e.Malformed), &item))
 		s.cfg.Metrics.Dead(sub.topic)
 		sub.parkAfterFailure(e)
 		return false
@@ -138,12 +137,12 @@ func (sub *subscription) process(item queued, wait outbox.Timer, last bool) (ack
 		// aggregate until it ends instead.
 		s.cfg.Logger.Warn("outbox: handler still running at Close; ordered event left to its lease, its aggregate waits",
 			slog.String("event_id", e.ID), slog.String("topic", sub.topic), slog.Time("locked_until", e.LockedUntil))
-	case !answered && streamed:
+	case !answered && item.source == SourceLog:
 		sub.dropStreamed(item)
 	case !answered:
 		s.settler.release([]releaseItem{{id: e.ID, topic: sub.topic}})
 	case acked:
-		o := outcome{update: done(e.ID), feed: item.feed, streamed: streamedAt(&item)}
+		o := itemOutcome(done(e.ID), &item)
 		if last && sub.holdsBack(e) && sub.claimsNext(e) { // claim the next event of e's aggregate
 			o.wake, o.aggregate = sub, rowAggregate(e)
 		}
@@ -157,7 +156,7 @@ func (sub *subscription) process(item queued, wait outbox.Timer, last bool) (ack
 			sub.logDead("outbox: event is DEAD", e, errors.New(u.err))
 		}
 		sub.parkAfterFailure(e)
-		o := outcome{update: u, feed: item.feed, streamed: streamedAt(&item)}
+		o := itemOutcome(u, &item)
 		if !u.nextAt.IsZero() {
 			s.cfg.Metrics.Failed(sub.topic)
 			o.wake = sub

@@ -7,8 +7,6 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
-
-	"github.com/wmoutbox/wmoutbox/internal/testenv"
 )
 
 // LogicalSlot creates a logical replication slot (pgoutput) of its own in
@@ -26,13 +24,7 @@ func LogicalSlot(t testing.TB, url string) string {
 		t.Fatalf("testdb: slot: %v", err)
 	}
 	defer closeConn(conn)
-	var level string
-	if err := conn.QueryRow(ctx, `SHOW wal_level`).Scan(&level); err != nil {
-		t.Fatalf("testdb: slot: %v", err)
-	}
-	if level != "logical" {
-		testenv.SkipOrFail(t, "testdb: the server's wal_level is %s; log slots need logical (ALTER SYSTEM SET wal_level = logical, and a restart)", level)
-	}
+	RequireLogicalDecoding(t, conn)
 	name := fmt.Sprintf("wmoutbox_test_%d_%d", os.Getpid(), counter.Add(1))
 	if _, err := conn.Exec(ctx, `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, name); err != nil {
 		t.Fatalf("testdb: create slot %s: %v", name, err)
@@ -50,14 +42,4 @@ func LogicalSlot(t testing.TB, url string) string {
 		}
 	})
 	return name
-}
-
-// dropSlots drops the slots of database db that no reader holds: a
-// database with slots cannot be dropped, and a test that crashed leaves
-// its slots behind.
-func dropSlots(ctx context.Context, conn *pgx.Conn, db string) error {
-	if _, err := conn.Exec(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE database = $1 AND NOT active`, db); err != nil {
-		return fmt.Errorf("drop the slots of %s: %w", db, err)
-	}
-	return nil
 }

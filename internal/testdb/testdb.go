@@ -567,9 +567,6 @@ func databases(ctx context.Context, conn *pgx.Conn, prefix string) ([]string, er
 }
 
 func dropDatabase(ctx context.Context, conn *pgx.Conn, name string) error {
-	if err := dropSlots(ctx, conn, name); err != nil {
-		return err
-	}
 	if _, err := conn.Exec(ctx, `DROP DATABASE IF EXISTS `+ident(name)+` WITH (FORCE)`); err != nil {
 		return fmt.Errorf("drop %s: %w", name, err)
 	}
