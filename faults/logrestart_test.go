@@ -59,13 +59,7 @@ func testLogRelayServerRestart(t *testing.T, scenario, how string) {
 	// every test uses down.
 	t.Cleanup(func() { cluster.ensureRunning(t) })
 	relay, ws := lt.startUnderLoad(t, scenario+"-relay")
-	waitFor(t, "deliveries before the restart", 30*time.Second, func() (bool, string) {
-		var n int
-		if err := lt.pool.QueryRow(t.Context(), `SELECT count(*) FROM fault_delivered`).Scan(&n); err != nil {
-			return false, err.Error()
-		}
-		return n >= 500, fmt.Sprintf("%d deliveries; writers %s; %s", n, ws, relay.output())
-	})
+	lt.waitDeliveries(t, 500, func() string { return fmt.Sprintf("writers %s; %s", ws, relay.output()) })
 
 	// One clock: the database's clock_timestamp() that stamps the ledger
 	// is this machine's.
