@@ -428,8 +428,11 @@ type drainSetting struct {
 	name       string
 	cfg        watermilladapter.SubscriberConfig
 	deleteDone bool
-	log        bool
-	shape      shape
+	// syncBookkeeping has the relay's statements wait for the WAL flush
+	// (postgres.Config.SynchronousBookkeeping).
+	syncBookkeeping bool
+	log             bool
+	shape           shape
 }
 
 // ordered is s with ordered claims (SubscriberConfig.Ordered), draining a
@@ -464,7 +467,7 @@ func oursDrain(ctx context.Context, db *database, pool *pgxpool.Pool, n, instanc
 	if err := fillBacklog(ctx, pool, table, n, setting.shape); err != nil {
 		return window{}, err
 	}
-	table.DeleteDone = setting.deleteDone
+	table.DeleteDone, table.SynchronousBookkeeping = setting.deleteDone, setting.syncBookkeeping
 
 	t := newTally(n)
 	if setting.cfg.Ordered {

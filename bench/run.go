@@ -232,6 +232,10 @@ var (
 		cfg: drainTuned.cfg, log: true}
 	logTunedDeleting = drainSetting{name: "log relay (slot made before the backlog), 16 workers, " + doneRows(true),
 		cfg: drainTuned.cfg, deleteDone: true, log: true}
+	// logTunedDurable waits for the WAL flush of each batch of outcomes:
+	// what a server crash then cannot take back (docs/log-relay.md).
+	logTunedDurable = drainSetting{name: logTuned.name + ", synchronous bookkeeping",
+		cfg: drainTuned.cfg, syncBookkeeping: true, log: true}
 )
 
 // orderedAggregate is the aggregate size of the ordered drain whose
@@ -286,11 +290,12 @@ func (res *results) measureDrain(ctx context.Context, db *database, pool *pgxpoo
 	}
 	all = append(all, ours...)
 	all = append(all, hot...)
-	// The log relay: unordered, keeping DONE rows and deleting them, and
-	// ordered over the hot and the many aggregates.
+	// The log relay: unordered, keeping DONE rows, deleting them, and
+	// waiting for the disk, and ordered over the hot and the many
+	// aggregates.
 	var logs, logHot []*series
 	if db.logical {
-		logs = []*series{drain(sz.drain, 1, logTuned), drain(sz.drain, 1, logTunedDeleting)}
+		logs = []*series{drain(sz.drain, 1, logTuned), drain(sz.drain, 1, logTunedDeleting), drain(sz.drain, 1, logTunedDurable)}
 		logHot = []*series{drain(sz.hotDrain, 1, logTuned.ordered(hotShapes[0])), drain(sz.hotDrain, 1, logTuned.ordered(hotShapes[2]))}
 		all = append(all, logs...)
 		all = append(all, logHot...)
@@ -325,9 +330,13 @@ func (res *results) measureDrain(ctx context.Context, db *database, pool *pgxpoo
 		// The log relay against the polling relay of the same setting, the
 		// raw loops and the forwarder.
 		for i, o := range logs {
-			polling := []*series{ours[1], ours[3]}[i]
-			rep.add(o, strings.Join([]string{o.comparedTo(polling, "polling tuned"), o.comparedTo(rawLock, "raw locking claim"),
-				o.comparedTo(rawLease, "raw lease claim"), o.comparedTo(fwd[1], "forwarder tuned")}, ", ")+walSenderNote(o))
+			polling := []*series{ours[1], ours[3], ours[1]}[i]
+			vs := []string{o.comparedTo(polling, "polling tuned"), o.comparedTo(rawLock, "raw locking claim"),
+				o.comparedTo(rawLease, "raw lease claim"), o.comparedTo(fwd[1], "forwarder tuned")}
+			if o != logs[0] {
+				vs = append(vs, o.comparedTo(logs[0], "log tuned"))
+			}
+			rep.add(o, strings.Join(vs, ", ")+walSenderNote(o))
 		}
 		for i, o := range logHot {
 			polling := []*series{hot[0], hot[2]}[i]
