@@ -78,7 +78,11 @@ type LogFeedConfig struct {
 	// between its event's created_at and its commit, or a writer whose
 	// clock runs ahead of the database's by more, may have its events
 	// claimed while the stream still brings them (a duplicate, never a
-	// loss). Default [DefaultCoveredDelay]; negative is invalid.
+	// loss). It is also how long after a server crash an event waits
+	// whose DONE the crash took back, behind the slot's confirmed
+	// position, unless [Config.SynchronousBookkeeping] makes outcomes
+	// durable before the feed confirms past them. Default
+	// [DefaultCoveredDelay]; negative is invalid.
 	CoveredDelay time.Duration
 	// Clock times the retries, the status updates and the progress row,
 	// and the Covered time of a slot the feed creates: give it the
