@@ -34,13 +34,16 @@ type Metrics interface {
 	Backlog(topic string, pending int64, oldest time.Duration)
 	// StoreError counts a failed operation on the database, so that an
 	// outage or a stalled connection shows as a counter that rises, not
-	// only in the logs: "claim", "backlog" or "release_earlier" of a
-	// topic's subscription, and, with topic "", "record" (a statement
+	// only in the logs: "claim", "backlog", "release_earlier" or
+	// "unfinished" (an ordered relay in log mode looking up the earlier
+	// events of streamed aggregates) of a topic's subscription, and, with
+	// topic "", "record" (a statement
 	// recording outcomes or releasing claims, which the relay retries),
 	// "give_up" (outcomes or releases it gave up on at Close; their events
 	// are delivered again when their leases end), "heartbeat" (a relay's
 	// heartbeat), "release_dead" (the release of dead relays' claims),
-	// "log_slots" (the read of the log slots, see LogSlot), and
+	// "log_slots" (the read of the log slots, see LogSlot), "feed" (a log
+	// feed that cannot stream), and
 	// "retention" (a failed step of a [Store.Retain] round).
 	StoreError(topic, operation string)
 	// DeadEvents records how many DEAD events of a topic the table holds,

@@ -56,7 +56,23 @@ type feedReader struct {
 	reading atomic.Bool
 	covered atomic.Int64 // unix nanoseconds; 0 for nothing covered yet
 	failed  atomic.Bool  // the feed gave up: claims take every event
+
+	// Ordered: unfinished reads the table, and seen holds the aggregates
+	// each subscription has had streamed since the feed last began to
+	// read (see parkUnfinished). seen is the feed goroutine's own.
+	unfinished outboxdriver.UnfinishedReader
+	seen       map[seenAggregate]struct{}
 }
+
+// seenAggregate is an aggregate streamed to a subscription.
+type seenAggregate struct {
+	sub       *subscription
+	aggregate outboxdriver.Aggregate
+}
+
+// maxSeen bounds feedReader.seen: past it, the set starts again, and the
+// aggregates streamed next are looked up again.
+const maxSeen = 100_000
 
 var _ outboxdriver.FeedHandler = (*feedReader)(nil)
 
@@ -83,11 +99,14 @@ func (f *feedReader) run(ctx context.Context) {
 	}
 }
 
-// Reading implements [outboxdriver.FeedHandler].
+// Reading implements [outboxdriver.FeedHandler]. A feed that begins to
+// read forgets the aggregates it has seen: while it did not read, another
+// reader may have left their events unfinished.
 func (f *feedReader) Reading(reading bool) {
 	f.reading.Store(reading)
 	if reading {
 		f.failed.Store(false)
+		clear(f.seen)
 	}
 }
 
@@ -129,14 +148,20 @@ func (f *feedReader) Transaction(ctx context.Context, tx outboxdriver.FeedTransa
 	if tx.CommitTime.Before(since) {
 		since = tx.CommitTime
 	}
+	subs := make([]*subscription, len(tx.Events))
 	for i := range tx.Events {
-		r := &tx.Events[i]
-		sub, closed := f.s.feedSubscription(r)
-		switch {
-		case closed:
+		sub, closed := f.s.feedSubscription(&tx.Events[i])
+		if closed {
 			// Not settled: the next run streams it again.
 			<-ctx.Done()
 			return ctx.Err()
+		}
+		subs[i] = sub
+	}
+	f.parkUnfinished(ctx, tx.Events, subs)
+	for i := range tx.Events {
+		r, sub := &tx.Events[i], subs[i]
+		switch {
 		case sub == nil:
 			t.settle() // the table keeps it for a claim
 			continue
@@ -152,6 +177,53 @@ func (f *feedReader) Transaction(ctx context.Context, tx outboxdriver.FeedTransa
 		}
 	}
 	return nil
+}
+
+// parkUnfinished parks, ordered, the aggregates whose first event
+// streamed to their subscription (since the feed began to read) has an
+// earlier event unfinished in the table: failed, scheduled, or left to
+// claims by a reader of the log before this one (its transaction behind
+// the slot's confirmed position, so that no stream brings it again). The
+// later events follow it through the claims instead of overtaking it.
+// One statement per subscription asks about every such aggregate of the
+// transaction; when it fails, they are parked all the same, which keeps
+// the order at the claims' pace.
+func (f *feedReader) parkUnfinished(ctx context.Context, events []outboxdriver.Row, subs []*subscription) {
+	if f.unfinished == nil {
+		return
+	}
+	var asks map[*subscription][]outboxdriver.Row
+	for i := range events {
+		r, sub := &events[i], subs[i]
+		if sub == nil || r.AggregateID == "" || !feedDelivers(r) || sub.isParked(r) {
+			continue
+		}
+		key := seenAggregate{sub: sub, aggregate: rowAggregate(r)}
+		if _, seen := f.seen[key]; seen {
+			continue
+		}
+		if f.seen == nil || len(f.seen) >= maxSeen {
+			f.seen = make(map[seenAggregate]struct{})
+		}
+		f.seen[key] = struct{}{}
+		if asks == nil {
+			asks = make(map[*subscription][]outboxdriver.Row)
+		}
+		asks[sub] = append(asks[sub], *r)
+	}
+	for sub, rows := range asks {
+		unfinished, err := f.unfinished.UnfinishedBefore(ctx, outboxdriver.UnfinishedBeforeParams{Topic: sub.topic, Rows: rows})
+		if err != nil {
+			f.s.cfg.Logger.Warn("outbox: cannot tell whether streamed aggregates have unfinished events; leaving them to ordered claims",
+				slog.String("topic", sub.topic), slog.Int("aggregates", len(rows)), slog.Any("error", err))
+			f.s.cfg.Metrics.StoreError(sub.topic, "unfinished")
+		}
+		for i := range rows {
+			if err != nil || unfinished[i] {
+				sub.park(rowAggregate(&rows[i]))
+			}
+		}
+	}
 }
 
 // feedDelivers reports whether the feed delivers r, rather than a claim:

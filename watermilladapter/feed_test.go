@@ -3,16 +3,19 @@ package watermilladapter_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/wmoutbox/wmoutbox/internal/clocktest"
+	"github.com/wmoutbox/wmoutbox/internal/logtest"
 	"github.com/wmoutbox/wmoutbox/internal/relaytest"
 	"github.com/wmoutbox/wmoutbox/internal/testdb"
 	"github.com/wmoutbox/wmoutbox/outbox"
@@ -30,12 +33,14 @@ type scriptFeed struct {
 	store   *postgres.Store
 	txs     chan []string
 	covered chan time.Time
+	reads   chan bool
 	settled chan int // the number of each transaction settled, from 1
 	streams atomic.Int32
 }
 
 func newScriptFeed(store *postgres.Store) *scriptFeed {
-	return &scriptFeed{store: store, txs: make(chan []string), covered: make(chan time.Time), settled: make(chan int, 100)}
+	return &scriptFeed{store: store, txs: make(chan []string), covered: make(chan time.Time), reads: make(chan bool),
+		settled: make(chan int, 100)}
 }
 
 func (f *scriptFeed) Stream(ctx context.Context, h outboxdriver.FeedHandler) error {
@@ -47,6 +52,8 @@ func (f *scriptFeed) Stream(ctx context.Context, h outboxdriver.FeedHandler) err
 			return nil
 		case t := <-f.covered:
 			h.Covered(t)
+		case reading := <-f.reads:
+			h.Reading(reading)
 		case ids := <-f.txs:
 			number := n
 			tx := outboxdriver.FeedTransaction{CommitTime: time.Now(), Settled: func() { f.settled <- number }}
@@ -73,6 +80,16 @@ func (f *scriptFeed) stream(t *testing.T, ids ...string) {
 	case f.txs <- ids:
 	case <-time.After(relaytest.WaitLimit):
 		t.Fatal("the relay does not take the transaction")
+	}
+}
+
+// read tells the relay that the feed reads, or stands by.
+func (f *scriptFeed) read(t *testing.T, reading bool) {
+	t.Helper()
+	select {
+	case f.reads <- reading:
+	case <-time.After(relaytest.WaitLimit):
+		t.Fatal("the feed does not stream")
 	}
 }
 
@@ -298,4 +315,140 @@ func TestLogModeCloseLeavesTheRestToTheNextRun(t *testing.T) {
 	for _, id := range ids[1:] {
 		require.Equal(t, outbox.StatusNew, statusOf(t, store, id).Status)
 	}
+}
+
+// orderedLogTest is an ordered relay in log mode with 4 workers,
+// recording the order of the payloads its handler gets and their sources.
+type orderedLogTest struct {
+	*logTest
+	got   *received
+	mu    sync.Mutex
+	order []string
+}
+
+func orderedLogRelay(t *testing.T) *orderedLogTest {
+	t.Helper()
+	ot := &orderedLogTest{got: newReceived()}
+	ot.logTest = logRelay(t, watermilladapter.SubscriberConfig{Ordered: true, WorkerCount: 4}, func(msg *message.Message) error {
+		ot.mu.Lock()
+		ot.order = append(ot.order, string(msg.Payload))
+		ot.mu.Unlock()
+		return ot.got.handler(msg)
+	})
+	return ot
+}
+
+// aggregateEvent is an event of aggregate Order/id with payload.
+func aggregateEvent(id, payload string) outbox.Envelope {
+	e := orderEvent(payload)
+	e.AggregateType, e.AggregateID = "Order", id
+	return e
+}
+
+// leaveRetry records what another relay's Nack of id would have: a RETRY
+// due in a second.
+func (ot *orderedLogTest) leaveRetry(t *testing.T, id string) {
+	t.Helper()
+	_, err := ot.pool.Exec(t.Context(), `UPDATE outbox_event SET status = $2, attempts = 1, available_at = $3 WHERE event_id = $1`,
+		id, int16(outbox.StatusRetry), ot.clock.Now().Add(time.Second))
+	require.NoError(t, err)
+}
+
+// sources waits for n deliveries, and returns the source of each payload.
+func (ot *orderedLogTest) sources(t *testing.T, n int) map[string]string {
+	t.Helper()
+	sources := map[string]string{}
+	relaytest.AdvanceUntil(t, ot.clock, 50*time.Millisecond, "every event delivered", func() bool {
+		select {
+		case msg := <-ot.got.ch:
+			sources[string(msg.Payload)] = msg.Metadata.Get(watermilladapter.MetadataSource)
+		default:
+		}
+		return len(sources) == n
+	})
+	return sources
+}
+
+func (ot *orderedLogTest) delivered(prefix string) []string {
+	ot.mu.Lock()
+	defer ot.mu.Unlock()
+	return onlyPrefix(ot.order, prefix)
+}
+
+// Ordered, an aggregate whose earlier event another reader of the slot
+// left unfinished in the table (a RETRY here, behind the slot's confirmed
+// position, which no stream brings again) is parked at its first
+// streamed event: the events after it follow it through claims.
+func TestLogModeOrderedWaitsForAnEarlierEventLeftInTheTable(t *testing.T) {
+	t.Parallel()
+	ot := orderedLogRelay(t)
+	ot.leaveRetry(t, writeCold(t, ot.Store, aggregateEvent("a", "a1"))[0])
+	ot.feed.stream(t, writeCold(t, ot.Store, aggregateEvent("a", "a2"), aggregateEvent("b", "b1"))...)
+	ot.feed.stream(t, writeCold(t, ot.Store, aggregateEvent("a", "a3"))...)
+
+	sources := ot.sources(t, 4)
+	require.Equal(t, []string{"a1", "a2", "a3"}, ot.delivered("a"), "aggregate a in order")
+	require.Equal(t, map[string]string{"a1": "cold", "a2": "cold", "a3": "cold", "b1": "log"}, sources)
+}
+
+// A feed that stood by and reads again looks the aggregates up again:
+// while it stood by, the reader of the slot may have left one's event
+// unfinished.
+func TestLogModeOrderedLooksAggregatesUpAgainAfterStandingBy(t *testing.T) {
+	t.Parallel()
+	ot := orderedLogRelay(t)
+	ot.feed.stream(t, writeCold(t, ot.Store, aggregateEvent("a", "a1"))...)
+	require.Equal(t, map[string]string{"a1": "log"}, ot.sources(t, 1))
+	advanceUntilDone(t, ot.clock, ot.pool, 1)
+
+	ot.feed.read(t, false)
+	ot.leaveRetry(t, writeCold(t, ot.Store, aggregateEvent("a", "a2"))[0]) // the other reader's
+	ot.feed.read(t, true)
+	ot.feed.stream(t, writeCold(t, ot.Store, aggregateEvent("a", "a3"))...)
+
+	require.Equal(t, map[string]string{"a2": "cold", "a3": "cold"}, ot.sources(t, 2))
+	require.Equal(t, []string{"a1", "a2", "a3"}, ot.delivered("a"), "aggregate a in order")
+}
+
+// unfinishedDown is a PostgreSQL driver whose look-up of unfinished
+// events fails.
+type unfinishedDown struct{ outboxdriver.Driver[pgx.Tx] }
+
+func (unfinishedDown) UnfinishedBefore(context.Context, outboxdriver.UnfinishedBeforeParams) ([]bool, error) {
+	return nil, errors.New("database unreachable")
+}
+
+// When the look-up fails, the aggregates are parked all the same: the
+// order holds, at the claims' pace.
+func TestLogModeOrderedParksWhatItCannotLookUp(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t)
+	clock := clocktest.New(testStart)
+	store, err := postgres.NewStore(pool, postgres.Config{Clock: clock})
+	require.NoError(t, err)
+	feed := newScriptFeed(store)
+	logger, logs := logtest.New()
+	_, msgs := subscribe(t, storeOn(t, unfinishedDown{store.Driver()}, clock), watermilladapter.SubscriberConfig{
+		Feed: feed, Ordered: true, Clock: clock, Logger: logger, PollInterval: 10 * time.Millisecond}, "orders")
+	feed.stream(t, writeCold(t, store, aggregateEvent("a", "a1"))...)
+	msg := nextMessageOnClock(t, clock, 10*time.Millisecond, msgs, "the parked event, claimed")
+	require.Equal(t, watermilladapter.SourceCold, msg.Metadata.Get(watermilladapter.MetadataSource))
+	msg.Ack()
+	require.Len(t, logs.Find(slog.LevelWarn, "outbox: cannot tell whether streamed aggregates have unfinished events; leaving them to ordered claims"), 1)
+}
+
+// An ordered relay in log mode needs a driver that can look up unfinished
+// events.
+func TestLogModeOrderedNeedsUnfinishedReader(t *testing.T) {
+	t.Parallel()
+	store, err := postgres.NewStore(testdb.New(t), postgres.Config{})
+	require.NoError(t, err)
+	plain := storeOn(t, struct{ outboxdriver.Driver[pgx.Tx] }{store.Driver()}, outbox.SystemClock{})
+	cfg := watermilladapter.SubscriberConfig{Feed: newScriptFeed(store), Ordered: true}
+	_, err = watermilladapter.NewSubscriber(plain, cfg)
+	require.ErrorIs(t, err, outbox.ErrInvalidRequest)
+	cfg.Ordered = false
+	sub, err := watermilladapter.NewSubscriber(plain, cfg)
+	require.NoError(t, err, "unordered, nothing is looked up")
+	require.NoError(t, sub.Close())
 }

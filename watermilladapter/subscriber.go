@@ -270,7 +270,11 @@ type SubscriberConfig struct {
 	// There is no hot path in log mode: HotPath and Committed of writers
 	// need not name this Subscriber, and cross-process Notify is not
 	// needed. Ordered, the events of an aggregate are delivered in commit
-	// order one at a time, across WorkerCount workers. Give every relay
+	// order one at a time, across WorkerCount workers, and an aggregate
+	// whose earlier event is unfinished in the table (left by a reader of
+	// the log before this one) follows it through claims; this needs a
+	// store whose driver implements outboxdriver.UnfinishedReader
+	// (PostgreSQL's does), else NewSubscriber fails. Give every relay
 	// of the table a feed of the same log, and the same subscriptions.
 	// Default: none (claims, the hot path and Notify deliver).
 	Feed outboxdriver.Feed
@@ -471,6 +475,15 @@ func NewSubscriber[Tx any](store *outbox.Store[Tx], cfg SubscriberConfig) (*Subs
 	}
 	if cfg.Feed != nil {
 		s.feed = &feedReader{s: s, seed: maphash.MakeSeed()}
+		if cfg.Ordered {
+			// Taken before the tracer wraps the driver, which hides it.
+			unfinished, ok := s.driver.(outboxdriver.UnfinishedReader)
+			if !ok {
+				return nil, fmt.Errorf("watermilladapter: new subscriber: %w: Ordered with a Feed needs a store whose driver "+
+					"reads unfinished events (outboxdriver.UnfinishedReader; PostgreSQL's does)", outbox.ErrInvalidRequest)
+			}
+			s.feed.unfinished = unfinished
+		}
 	}
 	// Taken before the tracer wraps the driver, which hides it.
 	s.schema, _ = s.driver.(outboxdriver.SchemaChecker)

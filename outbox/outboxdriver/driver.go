@@ -308,6 +308,10 @@ type Row struct {
 	ErrorGroup string
 	// IdempotencyKey is the stored idempotency_key, "" for NULL.
 	IdempotencyKey string
+	// Seq is the row's place in the order of the inserts, which orders an
+	// aggregate's events for ordered claims, on a driver whose rows carry
+	// one (PostgreSQL, and the rows its [Feed] streams); 0 elsewhere.
+	Seq int64
 	// RunIndex is the row's place in the run of its aggregate that an
 	// ordered claim with RunLength above 1 took (see
 	// [ClaimParams.RunLength]): 0 for the aggregate's first row (its head),
@@ -515,6 +519,26 @@ type LogSlotReader interface {
 	// LogSlots reads the logical replication slots of the store's
 	// database.
 	LogSlots(ctx context.Context) ([]LogSlot, error)
+}
+
+// UnfinishedReader is implemented by the executor of a store whose table
+// a [Feed] streams, for ordered relays in log mode: an aggregate whose
+// earlier event is unfinished in the table (failed, scheduled, or left to
+// claims by a relay that read the log before) must not have its later
+// events delivered from the stream ahead of it.
+type UnfinishedReader interface {
+	// UnfinishedBefore reports, for each row of p.Rows, whether the table
+	// holds an event of the row's aggregate, within p.Topic, that is not
+	// DONE and was inserted before the row (a lower [Row.Seq]). The
+	// rows have an aggregate id.
+	UnfinishedBefore(ctx context.Context, p UnfinishedBeforeParams) ([]bool, error)
+}
+
+// UnfinishedBeforeParams are the rows [UnfinishedReader.UnfinishedBefore]
+// asks about: streamed rows of Topic.
+type UnfinishedBeforeParams struct {
+	Topic string
+	Rows  []Row
 }
 
 // SlotLeasePrefix starts the name of the lease-table row in which a

@@ -41,6 +41,7 @@ const (
 	colLockedUntil
 	colErrorGroup
 	colIdempotencyKey
+	colSeq
 	logColumns // how many
 )
 
@@ -52,7 +53,7 @@ var logColumnNames = [logColumns]string{
 	colOccurredAt: "occurred_at", colAvailableAt: "available_at", colCreatedAt: "created_at",
 	colUpdatedAt: "updated_at", colDoneAt: "done_at", colLastError: "last_error",
 	colLockedBy: "locked_by", colLockedAt: "locked_at", colLockedUntil: "locked_until",
-	colErrorGroup: "error_group", colIdempotencyKey: "idempotency_key",
+	colErrorGroup: "error_group", colIdempotencyKey: "idempotency_key", colSeq: "seq",
 }
 
 // logLayout is where each column a row reads stands in the outbox
@@ -224,6 +225,7 @@ func (d *logDecoder) row(l *logLayout, columns []tupleColumn) outboxdriver.Row {
 		LockedUntil:    v.time(colLockedUntil),
 		ErrorGroup:     v.text(colErrorGroup),
 		IdempotencyKey: v.text(colIdempotencyKey),
+		Seq:            v.int(colSeq, 64),
 	}
 	if doc, ok := v.value(colPayloadDoc); ok {
 		r.Payload = storedPayload(r.Payload, bytes.Clone(doc))

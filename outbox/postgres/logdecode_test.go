@@ -81,7 +81,7 @@ func TestDecodeLogRow(t *testing.T) {
 		AvailableAt:    time.Date(2026, 3, 4, 0, 0, 0, 0, time.UTC).In(time.Local),
 		CreatedAt:      time.Date(2026, 3, 4, 0, 0, 0, 500000000, time.UTC).In(time.Local),
 		UpdatedAt:      time.Date(2026, 3, 4, 0, 0, 0, 500000000, time.UTC).In(time.Local),
-		IdempotencyKey: "k-1",
+		IdempotencyKey: "k-1", Seq: 17,
 	}, row)
 
 	t.Run("an empty payload is not nil", func(t *testing.T) {

@@ -53,6 +53,7 @@ type eventScanner struct {
 	isJSON   bool
 	status   int16
 	attempts int
+	seq      int64
 	occurredAt, availableAt, createdAt, updatedAt,
 	doneAt, lockedAt, lockedUntil pgtype.Timestamptz
 	runIndex int
@@ -64,7 +65,7 @@ func newEventScanner() *eventScanner {
 	s.dest = []any{&s.id, &s.eventType, &s.topic, &s.aggregateType, &s.aggregateID, &s.tenantID,
 		&s.payload, &s.doc, &s.isJSON, &s.headers, &s.status, &s.attempts, &s.occurredAt, &s.availableAt,
 		&s.createdAt, &s.updatedAt, &s.doneAt, &s.lastError, &s.lockedBy, &s.lockedAt, &s.lockedUntil, &s.errorGroup,
-		&s.idempotencyKey}
+		&s.idempotencyKey, &s.seq}
 	return s
 }
 
@@ -97,6 +98,7 @@ func (s *eventScanner) scan(rows pgx.Rows) (outboxdriver.Row, error) {
 		LockedUntil:    finite("locked_until", s.lockedUntil, &notTime),
 		ErrorGroup:     string(s.errorGroup),
 		IdempotencyKey: string(s.idempotencyKey),
+		Seq:            s.seq,
 		RunIndex:       s.runIndex,
 	}
 	if r.Payload == nil {

@@ -53,7 +53,7 @@ const eventColumns = `{o}event_id, {o}event_type, {o}topic, {o}aggregate_type,
     coalesce({o}aggregate_id, ''), coalesce({o}tenant_id, ''), {o}payload, {o}payload_doc, {o}payload_json, {o}headers,
     {o}status, {o}attempts, {o}occurred_at, {o}available_at, {o}created_at, {o}updated_at, {o}done_at,
     coalesce({o}last_error, ''), coalesce({o}locked_by, ''), {o}locked_at, {o}locked_until,
-    coalesce({o}error_group, ''), coalesce({o}idempotency_key, '')`
+    coalesce({o}error_group, ''), coalesce({o}idempotency_key, ''), {o}seq`
 
 // sqlInsert writes any number of rows in one statement: one array per
 // column. $1 is the write time; rows whose claim flag is set are written
@@ -324,6 +324,20 @@ const sqlLeaseRuns = `, claimable AS (
 UPDATE {table} AS o SET locked_by = $5, locked_at = $1, locked_until = $3
 FROM kept {async} WHERE o.ctid = kept.ctid
 RETURNING ` + eventColumns + `, kept.i`
+
+// sqlUnfinishedBefore reads, for each row named by its aggregate ($2
+// types, $3 ids) and seq ($4) within topic $1, whether an event of the
+// aggregate inserted before it is not DONE: one descent of the aggregate
+// index each, as sqlClaimHeads makes. It returns the rows' places in the
+// arrays, from 1, of those that have one.
+const sqlUnfinishedBefore = `
+SELECT a.i FROM unnest($2::text[], $3::text[], $4::bigint[]) WITH ORDINALITY AS a(aggregate_type, aggregate_id, seq, i)
+WHERE EXISTS (
+    SELECT 1 FROM {table}
+    WHERE status <> 1 AND topic COLLATE "C" = $1 AND aggregate_type COLLATE "C" = a.aggregate_type
+        AND (nullif(aggregate_id, '') IS NULL) = (a.aggregate_id IS NULL)
+        AND coalesce(nullif(aggregate_id, ''), event_id) COLLATE "C" = a.aggregate_id AND seq < a.seq
+)`
 
 // sqlClaimHeads is sqlClaimOrdered for the aggregates a claim names
 // (outboxdriver.ClaimParams.Aggregates; $6 the topic, $7 aggregate types,
@@ -732,7 +746,7 @@ type statements struct {
 	markDone, deleteDone                   string // deleteDone empty unless Config.DeleteDone
 	claim, claimAfter                      string
 	claimOrdered, claimOrderedAfter        string
-	claimHeads                             string
+	claimHeads, unfinishedBefore           string
 	claimRuns, claimRunsAfter, claimRunsOf string // claimOrdered, claimOrderedAfter, claimHeads with runs
 	queryDead, countDead, replayDead       string
 	purgeDead, deadGroups                  string
@@ -828,6 +842,7 @@ func renderStatements(qualified, inbox, lease string, cfg Config) statements {
 	s.claimOrdered = r.Replace(strings.Replace(ordered, "{start}", orderedStart, 1))
 	s.claimOrderedAfter = r.Replace(strings.Replace(ordered, "{start}", orderedAfter, 1))
 	s.claimHeads = r.Replace(strings.ReplaceAll(sqlClaimHeads, "{topics}", ""))
+	s.unfinishedBefore = r.Replace(sqlUnfinishedBefore)
 	runs := strings.ReplaceAll(strings.ReplaceAll(sqlClaimOrdered, sqlLeaseHeads, sqlLeaseRuns), "{topics}", topicFilter)
 	runs = strings.Replace(strings.ReplaceAll(runs, "{o}", "o."), "{within}", orderedWithin, 1)
 	s.claimRuns = r.Replace(runParams(strings.Replace(runs, "{start}", orderedStart, 1), 7))
