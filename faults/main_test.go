@@ -30,7 +30,8 @@ const (
 	// handler: empty for the crash scenario's, scenarioOrdered for the
 	// ordered relays', scenarioLiveness for the recovery after SIGKILL,
 	// scenarioMySQLCrash for the crash scenario's on MySQL (envDatabase is
-	// then a MySQL DSN), scenarioLogRelay for a relay in log mode.
+	// then a MySQL DSN), scenarioLogRelay for a relay in log mode, and
+	// scenarioLogOrdered for an ordered one.
 	envScenario = "WMOUTBOX_FAULTS_SCENARIO"
 	// envSlot names the replication slot of a relay in log mode.
 	envSlot = "WMOUTBOX_FAULTS_SLOT"
@@ -109,6 +110,13 @@ func runRelayProcess() int {
 		}
 		subCfg, topic = logRelaySubscriberConfig(owner, feed), logRelayTopic
 		handler = logRelayHandler(pool, owner)
+	case scenarioLogOrdered:
+		feed, err := postgres.NewLogFeed(store, logFeedConfig(owner, os.Getenv(envSlot)))
+		if err != nil {
+			return fail("log feed", err)
+		}
+		subCfg, topic = logOrderedSubscriberConfig(owner, feed), orderedTopic
+		handler = orderedHandler(pool, owner, dbOrderLog{pool: pool})
 	}
 	sub, err := watermilladapter.NewSubscriber(store, subCfg)
 	if err != nil {

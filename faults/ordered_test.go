@@ -97,7 +97,7 @@ CREATE TABLE fault_order_written (event_id text PRIMARY KEY, aggregate text NOT 
 CREATE TABLE fault_order_failed (event_id text PRIMARY KEY);
 CREATE TABLE fault_order_delivery (id bigserial PRIMARY KEY, event_id text NOT NULL, aggregate text NOT NULL,
     seq int NOT NULL, by_relay text NOT NULL, attempt int NOT NULL, started bigint NOT NULL, ended bigint,
-    outcome text NOT NULL DEFAULT '');`
+    outcome text NOT NULL DEFAULT '', source text NOT NULL);`
 
 // TestOrderedRelays runs ordered relays under faults: three in this
 // process (own pools and subscribers) and one child process at a time,
@@ -368,6 +368,7 @@ type orderDelivery struct {
 	attempt        int
 	started, ended int64
 	outcome        string // "ack", "retry", "defer", or "error" (the handler's own failure)
+	source         string // the message's outbox_source
 }
 
 // orderLog records deliveries: begin as the handler starts, end as it
@@ -409,8 +410,8 @@ type dbOrderLog struct{ pool *pgxpool.Pool }
 
 func (b dbOrderLog) begin(ctx context.Context, d *orderDelivery) error {
 	return b.pool.QueryRow(ctx, `
-INSERT INTO fault_order_delivery (event_id, aggregate, seq, by_relay, attempt, started)
-VALUES ($1, $2, $3, $4, $5, $6) RETURNING id`, d.id, d.aggregate, d.seq, d.by, d.attempt, d.started).Scan(&d.row)
+INSERT INTO fault_order_delivery (event_id, aggregate, seq, by_relay, attempt, started, source)
+VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id`, d.id, d.aggregate, d.seq, d.by, d.attempt, d.started, d.source).Scan(&d.row)
 }
 
 func (b dbOrderLog) end(ctx context.Context, d *orderDelivery) error {
@@ -456,6 +457,7 @@ func orderedHandler(db *pgxpool.Pool, by string, log orderLog) message.NoPublish
 			id:        msg.Metadata.Get(watermilladapter.MetadataEventID),
 			aggregate: msg.Metadata.Get(watermilladapter.MetadataAggregateID),
 			by:        by,
+			source:    msg.Metadata.Get(watermilladapter.MetadataSource),
 		}
 		var err error
 		if d.seq, err = strconv.Atoi(msg.Metadata.Get(headerSeq)); err != nil {
