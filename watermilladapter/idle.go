@@ -42,7 +42,8 @@ const (
 // WaitIdle reads the table (one backlog query per served topic) at
 // growing intervals of real time, up to 50 ms. While the relay is not
 // idle, it has the outcomes of handled events recorded at once rather
-// than at the end of the settler's 50 ms linger, and wakes the cold paths
+// than at the end of the settler's 50 ms linger (or of the pause before a
+// failed statement is tried again), and wakes the cold paths
 // of the busy topics, so that events committed in transactions the relay
 // was not told of are claimed at once rather than at the next poll: on a
 // clock that stands still, that claim waits for WakeCooldown after the
@@ -112,7 +113,12 @@ func (s *Subscriber) unsettled(ctx context.Context, topics []string) (string, er
 	return strings.Join(busy, "; "), nil
 }
 
-// hurry ends the settler's linger: the outcomes it holds are recorded now
-// rather than when the linger ends on the clock, which a test clock may
-// never move to.
-func (st *settler) hurry() { signal(st.cut) }
+// hurry ends the settler's linger, and the pause before it tries a failed
+// statement again: the outcomes it holds are recorded now rather than
+// when the linger or the pause ends on the clock, which a test clock may
+// never move to (a statement a test's jump of the clock cut off waits for
+// such a pause).
+func (st *settler) hurry() {
+	signal(st.cut)
+	signal(st.hurried)
+}

@@ -90,6 +90,7 @@ type settler struct {
 	linger   time.Duration
 	giveUp   time.Duration
 	cut      chan struct{}      // signalled when updates is half full or a flush is asked for: end the linger
+	hurried  chan struct{}      // signalled by hurry: end a failed statement's pause too
 	released chan struct{}      // signalled when releases has items
 	flushes  chan chan struct{} // unbuffered: a request sent is a request taken
 	stopped  context.Context    // ended by stop: failing flushes give up
@@ -125,6 +126,7 @@ func newSettler(driver outboxdriver.Executor, clock outbox.Clock, owner string, 
 		linger:     settleLinger,
 		giveUp:     settleGiveUp,
 		cut:        make(chan struct{}, 1),
+		hurried:    make(chan struct{}, 1),
 		released:   make(chan struct{}, 1),
 		flushes:    make(chan chan struct{}),
 		quit:       make(chan struct{}),
@@ -412,7 +414,7 @@ func (st *settler) retry(what string, n int, op func(ctx context.Context) error)
 		// Every failed attempt is a warning; giving up is the error.
 		st.logger.Warn("outbox: recording failed; retrying after the pause",
 			slog.String("operation", what), slog.Int("events", n), slog.Duration("pause", pause), slog.Any("error", err))
-		sleep(st.clock, pause, nil)
+		sleep(st.clock, pause, st.hurried)
 		pause = min(2*pause, settleRetryMax)
 	}
 }

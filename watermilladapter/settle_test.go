@@ -308,6 +308,45 @@ func TestSettlerWarnsOfEachFailedAttempt(t *testing.T) {
 	}
 }
 
+// WaitIdle hurries the settler: a statement that failed is tried again
+// at once, not at the end of its pause on a clock that may never move
+// (a test's jump of the clock cuts off a statement in flight).
+func TestSettlerHurriedRetriesAtOnce(t *testing.T) {
+	t.Parallel()
+	driver := &flakyDriver{failures: 1}
+	st, clock := newTestSettler(driver)
+	st.update(outcome{update: done("done")})
+	flushed := flushing(st)
+	statements := func() (failed bool, recorded int) {
+		driver.mu.Lock()
+		defer driver.mu.Unlock()
+		return driver.failures < 1, len(driver.batches)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for failed, _ := statements(); !failed; failed, _ = statements() {
+		require.True(t, time.Now().Before(deadline), "no statement tried")
+		time.Sleep(time.Millisecond)
+	}
+	require.True(t, clock.WaitForTimer(settleRetry, 10*time.Second), "the settler pauses before it tries again")
+	select {
+	case <-flushed:
+		t.Fatal("flushed before the failed statement was tried again")
+	default:
+	}
+	for done := false; !done; {
+		require.True(t, time.Now().Before(deadline), "the hurried retry did not come")
+		st.hurry()
+		select {
+		case <-flushed:
+			done = true
+		case <-time.After(time.Millisecond):
+		}
+	}
+	_, recorded := statements()
+	require.Equal(t, 1, recorded, "recorded by the second attempt")
+	require.NoError(t, st.close())
+}
+
 // hangingDriver is a database that stopped answering: every statement
 // hangs until its context ends. It counts the statements. With a gate,
 // each statement also waits for the gate to close, however long the
