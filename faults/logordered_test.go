@@ -52,7 +52,7 @@ func logOrderedSubscriberConfig(owner string, feed outboxdriver.Feed) watermilla
 // first delivery before an Ack of the one before it, no two events of an
 // aggregate in handlers at once. The figures say how many deliveries of
 // a first attempt came from the log and how many from claims: a parked
-// aggregate stays with the claims while its reader lives.
+// aggregate goes back to the stream once the claims have caught up.
 func TestLogRelayOrderedKilled(t *testing.T) {
 	t.Parallel()
 	began := time.Now()

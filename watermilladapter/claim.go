@@ -29,6 +29,9 @@ func (sub *subscription) claimParams(now time.Time, limit, room int, named []out
 		After:         after,
 		Ordered:       cfg.Ordered,
 		Aggregates:    named,
+		// In log mode, the events of a parked aggregate that the feed
+		// has not left to claims yet are the feed's.
+		AggregateBounds: sub.claimBounds(named),
 	}
 	if cfg.Ordered && cfg.OrderedRunLength > 1 {
 		p.RunLength, p.RunRows = cfg.OrderedRunLength, room

@@ -151,6 +151,9 @@ func (sub *subscription) claimCold(p *outboxdriver.ClaimParams) (n int, last *ou
 		sub.releaseEvents(rows)
 		return 0, nil, true, err
 	}
+	if len(p.Aggregates) > 0 && sub.lanes != nil {
+		rows = sub.keepParked(rows)
+	}
 	last = claimorder.Sort(rows, p.Ordered)
 	if len(rows) > 0 {
 		// Before a worker can take them: their outcomes are not counted

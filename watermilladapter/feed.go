@@ -4,6 +4,7 @@ import (
 	"context"
 	"hash/maphash"
 	"log/slog"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -29,7 +30,9 @@ import (
 // whatever WorkerCount is. A failed event parks its aggregate: the
 // events after it, streamed or still in the lane, are left to the
 // ordered claims, which hold them back until it is DONE and then take
-// them by the aggregate's name.
+// them by the aggregate's name, until the stream takes the aggregate
+// back (see unpark). A feed that begins to read parks the aggregates
+// that a reader before it left unfinished (see parkUnfinished).
 
 // feedRestart is how long the Subscriber waits before calling a feed's
 // Stream again after it returned an error.
@@ -57,11 +60,12 @@ type feedReader struct {
 	covered atomic.Int64 // unix nanoseconds; 0 for nothing covered yet
 	failed  atomic.Bool  // the feed gave up: claims take every event
 
-	// Ordered: unfinished reads the table, and seen holds the aggregates
-	// each subscription has had streamed since the feed last began to
-	// read (see parkUnfinished). seen is the feed goroutine's own.
-	unfinished outboxdriver.UnfinishedReader
-	seen       map[seenAggregate]struct{}
+	// Ordered: orderer reads and leases in the table, and seen holds the
+	// aggregates each subscription has had streamed since the feed last
+	// began to read (see parkUnfinished). seen is the feed goroutine's
+	// own.
+	orderer outboxdriver.FeedOrderer
+	seen    map[seenAggregate]struct{}
 }
 
 // seenAggregate is an aggregate streamed to a subscription.
@@ -159,8 +163,17 @@ func (f *feedReader) Transaction(ctx context.Context, tx outboxdriver.FeedTransa
 		subs[i] = sub
 	}
 	f.parkUnfinished(ctx, tx.Events, subs)
+	leased := f.unpark(ctx, tx.Events, subs)
 	for i := range tx.Events {
 		r, sub := &tx.Events[i], subs[i]
+		if row, ok := leased[i]; ok {
+			item := logItem(row, since, t)
+			item.leased = true
+			if err := sub.offerLog(ctx, f.lane(sub, r), item); err != nil {
+				return err
+			}
+			continue
+		}
 		switch {
 		case sub == nil:
 			t.settle() // the table keeps it for a claim
@@ -189,7 +202,7 @@ func (f *feedReader) Transaction(ctx context.Context, tx outboxdriver.FeedTransa
 // transaction; when it fails, they are parked all the same, which keeps
 // the order at the claims' pace.
 func (f *feedReader) parkUnfinished(ctx context.Context, events []outboxdriver.Row, subs []*subscription) {
-	if f.unfinished == nil {
+	if f.orderer == nil {
 		return
 	}
 	var asks map[*subscription][]outboxdriver.Row
@@ -212,7 +225,7 @@ func (f *feedReader) parkUnfinished(ctx context.Context, events []outboxdriver.R
 		asks[sub] = append(asks[sub], *r)
 	}
 	for sub, rows := range asks {
-		unfinished, err := f.unfinished.UnfinishedBefore(ctx, outboxdriver.UnfinishedBeforeParams{Topic: sub.topic, Rows: rows})
+		unfinished, err := f.orderer.UnfinishedBefore(ctx, outboxdriver.UnfinishedBeforeParams{Topic: sub.topic, Rows: rows})
 		if err != nil {
 			f.s.cfg.Logger.Warn("outbox: cannot tell whether streamed aggregates have unfinished events; leaving them to ordered claims",
 				slog.String("topic", sub.topic), slog.Int("aggregates", len(rows)), slog.Any("error", err))
@@ -220,10 +233,67 @@ func (f *feedReader) parkUnfinished(ctx context.Context, events []outboxdriver.R
 		}
 		for i := range rows {
 			if err != nil || unfinished[i] {
-				sub.park(rowAggregate(&rows[i]))
+				sub.park(rows[i].Seq, rowAggregate(&rows[i]))
 			}
 		}
 	}
+}
+
+// unpark takes back to the stream, ordered, the parked aggregates whose
+// first event in events (NEW, due at its write) the claims have caught
+// up with: every earlier event of the aggregate is DONE. It leases each
+// such event, which keeps the claims off it while it is delivered from
+// the stream, unparks its aggregate, and returns the leased rows by their
+// place in events. The aggregate's later events follow from the stream;
+// a claim of it that returns after this hands its events back (see
+// keepParked). The others stay parked; so do all when the statement
+// fails, to be tried again at their next streamed event.
+func (f *feedReader) unpark(ctx context.Context, events []outboxdriver.Row, subs []*subscription) map[int]outboxdriver.Row {
+	if f.orderer == nil {
+		return nil
+	}
+	var asks map[*subscription][]int
+	var first map[seenAggregate]bool
+	for i := range events {
+		r, sub := &events[i], subs[i]
+		if sub == nil || r.AggregateID == "" || !feedDelivers(r) || !sub.isParked(r) {
+			continue
+		}
+		key := seenAggregate{sub: sub, aggregate: rowAggregate(r)}
+		if first[key] {
+			continue // the aggregate's first event here is the one to try
+		}
+		if asks == nil {
+			asks, first = make(map[*subscription][]int), make(map[seenAggregate]bool)
+		}
+		first[key] = true
+		asks[sub] = append(asks[sub], i)
+	}
+	var leased map[int]outboxdriver.Row
+	for sub, places := range asks {
+		ids := make([]string, len(places))
+		at := make(map[string]int, len(places))
+		for k, i := range places {
+			ids[k], at[events[i].ID] = events[i].ID, i
+		}
+		now := f.s.cfg.Clock.Now()
+		rows, err := f.orderer.LeaseFirst(ctx, outboxdriver.LeaseFirstParams{Owner: f.s.owner, Topic: sub.topic, IDs: ids,
+			Now: now, LockedUntil: now.Add(f.s.cfg.LockTimeout)})
+		if err != nil {
+			f.s.cfg.Logger.Warn("outbox: cannot take parked aggregates back to the stream; they stay with ordered claims",
+				slog.String("topic", sub.topic), slog.Int("aggregates", len(ids)), slog.Any("error", err))
+			f.s.cfg.Metrics.StoreError(sub.topic, "unfinished")
+			continue
+		}
+		for _, row := range rows {
+			if leased == nil {
+				leased = make(map[int]outboxdriver.Row)
+			}
+			leased[at[row.ID]] = row
+			sub.unpark(rowAggregate(&row))
+		}
+	}
+	return leased
 }
 
 // feedDelivers reports whether the feed delivers r, rather than a claim:
@@ -355,21 +425,45 @@ func (sub *subscription) hotDepth() int {
 
 // parkedAggregates are an ordered subscription's aggregates whose events
 // the feed leaves to claims: one of them failed, and those after it must
-// wait for it.
+// wait for it. Each has the highest seq left to the claims so far, which
+// bounds their claims of it: the events the feed has not streamed yet are
+// the feed's to take back (see feedReader.unpark).
 type parkedAggregates struct {
 	mu  sync.Mutex
-	set map[outboxdriver.Aggregate]struct{}
+	set map[outboxdriver.Aggregate]int64
 }
 
 // parked reports whether e's aggregate is parked. When it is and e comes
-// from the feed, the claim of the aggregate is asked for by name: e may
-// be its next event.
+// from the feed, e is left to the claims, and the claim of the aggregate
+// is asked for by name: e may be its next event.
 func (sub *subscription) parked(e *outboxdriver.Row) bool {
-	if sub.lanes == nil || e.AggregateID == "" || !sub.isParked(e) {
+	if sub.lanes == nil || e.AggregateID == "" || !sub.leave(e) {
 		return false
 	}
 	sub.claimNext(rowAggregate(e))
 	return true
+}
+
+// leave raises the bound of e's aggregate to e, and reports whether the
+// aggregate is parked; it does nothing when it is not.
+func (sub *subscription) leave(e *outboxdriver.Row) bool {
+	sub.parkedSet.mu.Lock()
+	defer sub.parkedSet.mu.Unlock()
+	a := rowAggregate(e)
+	bound, parked := sub.parkedSet.set[a]
+	if parked {
+		sub.parkedSet.set[a] = max(bound, seqBound(e.Seq))
+	}
+	return parked
+}
+
+// seqBound is the claims' bound that leaves them seq: no bound for a row
+// whose seq was not read (0).
+func seqBound(seq int64) int64 {
+	if seq <= 0 {
+		return math.MaxInt64
+	}
+	return seq
 }
 
 // isParked reports whether e's aggregate is parked.
@@ -380,24 +474,72 @@ func (sub *subscription) isParked(e *outboxdriver.Row) bool {
 	return parked
 }
 
-// park leaves the rest of aggregates to the ordered claims: an event of
-// theirs failed, or was left to claims while no subscription served it.
-func (sub *subscription) park(aggregates ...outboxdriver.Aggregate) {
+// park leaves the rest of aggregates to the ordered claims, which may
+// take their events up to seq bound: an event of theirs failed, or was
+// left to claims while no subscription served it.
+func (sub *subscription) park(bound int64, aggregates ...outboxdriver.Aggregate) {
 	sub.parkedSet.mu.Lock()
 	defer sub.parkedSet.mu.Unlock()
 	if sub.parkedSet.set == nil {
-		sub.parkedSet.set = make(map[outboxdriver.Aggregate]struct{})
+		sub.parkedSet.set = make(map[outboxdriver.Aggregate]int64)
 	}
 	for _, a := range aggregates {
-		sub.parkedSet.set[a] = struct{}{}
+		sub.parkedSet.set[a] = max(sub.parkedSet.set[a], seqBound(bound))
 	}
 }
 
+// claimBounds returns the bounds of the aggregates named, as
+// ClaimParams.AggregateBounds has them: nil unless in ordered log mode,
+// and no bound for one no longer parked (keepParked hands its events
+// back).
+func (sub *subscription) claimBounds(named []outboxdriver.Aggregate) []int64 {
+	if sub.lanes == nil || len(named) == 0 {
+		return nil
+	}
+	sub.parkedSet.mu.Lock()
+	defer sub.parkedSet.mu.Unlock()
+	bounds := make([]int64, len(named))
+	for i, a := range named {
+		bound, parked := sub.parkedSet.set[a]
+		if !parked {
+			bound = math.MaxInt64
+		}
+		bounds[i] = bound
+	}
+	return bounds
+}
+
+// unpark returns aggregate to the stream.
+func (sub *subscription) unpark(aggregate outboxdriver.Aggregate) {
+	sub.parkedSet.mu.Lock()
+	defer sub.parkedSet.mu.Unlock()
+	delete(sub.parkedSet.set, aggregate)
+}
+
+// keepParked returns the rows of rows whose aggregate is parked, and
+// hands the others back: in ordered log mode, a claim that names
+// aggregates is for parked ones, and one the feed took back meanwhile
+// (see feedReader.unpark) has its events delivered from the stream.
+func (sub *subscription) keepParked(rows []outboxdriver.Row) []outboxdriver.Row {
+	var back []outboxdriver.Row
+	kept := rows[:0]
+	for _, r := range rows {
+		if sub.isParked(&r) {
+			kept = append(kept, r)
+		} else {
+			back = append(back, r)
+		}
+	}
+	sub.releaseEvents(back)
+	return kept
+}
+
 // itemOutcome is the outcome u of item: of a streamed event, settling its
-// transaction once recorded, with the updated_at the feed read.
+// transaction once recorded, and, unleased, with the updated_at the feed
+// read.
 func itemOutcome(u update, item *queued) outcome {
-	o := outcome{update: u, feed: item.feed}
-	if item.feed != nil {
+	o := outcome{update: u, feed: item.feed, unleased: item.feed != nil && !item.leased}
+	if o.unleased {
 		o.streamed = item.row.UpdatedAt
 	}
 	return o

@@ -261,7 +261,11 @@ func TestLogModeOrderedParksAFailedAggregate(t *testing.T) {
 	defer mu.Unlock()
 	require.Equal(t, []string{"a1", "a2", "a3"}, onlyPrefix(order, "a"), "aggregate a in order")
 	require.Equal(t, []string{"b1", "b2"}, onlyPrefix(order, "b"))
-	require.Equal(t, map[string]string{"a1": "cold", "a2": "cold", "a3": "cold", "b1": "log", "b2": "log"}, sources)
+	// a3 comes from the claims, or from the stream when the claims had
+	// delivered a1 and a2 before the feed handed a3 over.
+	require.Contains(t, []string{"cold", "log"}, sources["a3"])
+	delete(sources, "a3")
+	require.Equal(t, map[string]string{"a1": "cold", "a2": "cold", "b1": "log", "b2": "log"}, sources)
 }
 
 func onlyPrefix(s []string, prefix string) []string {
@@ -410,11 +414,41 @@ func TestLogModeOrderedLooksAggregatesUpAgainAfterStandingBy(t *testing.T) {
 	require.Equal(t, []string{"a1", "a2", "a3"}, ot.delivered("a"), "aggregate a in order")
 }
 
-// unfinishedDown is a PostgreSQL driver whose look-up of unfinished
-// events fails.
+// A parked aggregate goes back to the stream at its first streamed event
+// that the claims have caught up with: every earlier event DONE. That
+// event is leased while delivered, so that no claim takes it too.
+func TestLogModeOrderedTakesAParkedAggregateBackToTheStream(t *testing.T) {
+	t.Parallel()
+	ot := orderedLogRelay(t)
+	ot.leaveRetry(t, writeCold(t, ot.Store, aggregateEvent("a", "a1"))[0])
+	ot.feed.stream(t, writeCold(t, ot.Store, aggregateEvent("a", "a2"))...)
+	// a2 is streamed while a1 waits: both come from the claims.
+	require.Equal(t, map[string]string{"a1": "cold", "a2": "cold"}, ot.sources(t, 2))
+	advanceUntilDone(t, ot.clock, ot.pool, 2)
+	// The claim of a's next event that a2's DONE asks for runs before a3
+	// is written: a claim that found a3 would deliver it, and rightly.
+	ot.claims.waitClaims(t, ot.clock, 10*time.Millisecond, 2)
+
+	a3 := writeCold(t, ot.Store, aggregateEvent("a", "a3"))
+	ot.feed.stream(t, a3...)
+	ot.feed.stream(t, writeCold(t, ot.Store, aggregateEvent("a", "a4"))...)
+	require.Equal(t, map[string]string{"a3": "log", "a4": "log"}, ot.sources(t, 2))
+	require.Equal(t, []string{"a1", "a2", "a3", "a4"}, ot.delivered("a"), "aggregate a in order")
+	advanceUntilDone(t, ot.clock, ot.pool, 4)
+	e := statusOf(t, ot.Store, a3[0])
+	require.Equal(t, outbox.StatusDone, e.Status, "a3's DONE recorded")
+	require.Empty(t, e.LockedBy)
+}
+
+// unfinishedDown is a PostgreSQL driver whose look-ups of unfinished
+// events fail.
 type unfinishedDown struct{ outboxdriver.Driver[pgx.Tx] }
 
 func (unfinishedDown) UnfinishedBefore(context.Context, outboxdriver.UnfinishedBeforeParams) ([]bool, error) {
+	return nil, errors.New("database unreachable")
+}
+
+func (unfinishedDown) LeaseFirst(context.Context, outboxdriver.LeaseFirstParams) ([]outboxdriver.Row, error) {
 	return nil, errors.New("database unreachable")
 }
 
@@ -437,9 +471,8 @@ func TestLogModeOrderedParksWhatItCannotLookUp(t *testing.T) {
 	require.Len(t, logs.Find(slog.LevelWarn, "outbox: cannot tell whether streamed aggregates have unfinished events; leaving them to ordered claims"), 1)
 }
 
-// An ordered relay in log mode needs a driver that can look up unfinished
-// events.
-func TestLogModeOrderedNeedsUnfinishedReader(t *testing.T) {
+// An ordered relay in log mode needs a driver that orders a feed.
+func TestLogModeOrderedNeedsAFeedOrderer(t *testing.T) {
 	t.Parallel()
 	store, err := postgres.NewStore(testdb.New(t), postgres.Config{})
 	require.NoError(t, err)

@@ -62,7 +62,8 @@ type outcome struct {
 	update    update
 	wake      *subscription
 	aggregate outboxdriver.Aggregate // of an ordered event: whose next event a DONE frees, or which a retry names
-	feed      *feedTx                // settled once the update is recorded: the event came from a feed, unleased
+	feed      *feedTx                // settled once the update is recorded: the event came from a feed
+	unleased  bool                   // streamed, and not leased: recorded from no owner
 	// streamed is the updated_at of a streamed event as the feed read it
 	// (zero for others), and rechecks how many times its update was found
 	// not recorded (see recheckStreamed).
@@ -298,7 +299,7 @@ func (st *settler) flushUpdates(batch []outcome) {
 	st.statuses = st.statuses[:0]
 	for _, o := range batch {
 		u := o.update
-		u.unleased = o.feed != nil
+		u.unleased = o.unleased
 		st.statuses = append(st.statuses, u)
 	}
 	var changed, sent int64
@@ -340,7 +341,7 @@ const (
 // rows another outcome changed already; the rows of those read
 // otherwise than as the feed streamed them.
 func (st *settler) notRecordedYet(o *outcome) bool {
-	if o.feed == nil || o.rechecks >= maxRechecks || st.clock.Now().Sub(o.streamed) > visibilityWindow {
+	if !o.unleased || o.rechecks >= maxRechecks || st.clock.Now().Sub(o.streamed) > visibilityWindow {
 		return false
 	}
 	ctx, cancel := st.attemptContext()

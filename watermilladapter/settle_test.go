@@ -622,7 +622,7 @@ func TestSettlerRecordsAStreamedOutcomeAgainUntilItsRowChanged(t *testing.T) {
 	settled := make(chan struct{})
 	tx := &feedTx{settled: func() { close(settled) }}
 	tx.left.Store(1)
-	st.update(outcome{update: done("event-1"), feed: tx, streamed: driver.row.UpdatedAt})
+	st.update(outcome{update: done("event-1"), feed: tx, unleased: true, streamed: driver.row.UpdatedAt})
 	advanceUntil(t, clock, settleLinger, "the transaction settled", func() bool { return isDone(settled) })
 	driver.mu.Lock()
 	defer driver.mu.Unlock()

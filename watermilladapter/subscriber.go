@@ -7,6 +7,7 @@ import (
 	"hash/maphash"
 	"log/slog"
 	"maps"
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -272,9 +273,10 @@ type SubscriberConfig struct {
 	// needed. Ordered, the events of an aggregate are delivered in commit
 	// order one at a time, across WorkerCount workers, and an aggregate
 	// whose earlier event is unfinished in the table (left by a reader of
-	// the log before this one) follows it through claims; this needs a
-	// store whose driver implements outboxdriver.UnfinishedReader
-	// (PostgreSQL's does), else NewSubscriber fails. Give every relay
+	// the log before this one) follows it through claims until the
+	// claims have delivered every earlier event; this needs a store whose
+	// driver implements outboxdriver.FeedOrderer (PostgreSQL's does),
+	// else NewSubscriber fails. Give every relay
 	// of the table a feed of the same log, and the same subscriptions.
 	// Default: none (claims, the hot path and Notify deliver).
 	Feed outboxdriver.Feed
@@ -477,12 +479,12 @@ func NewSubscriber[Tx any](store *outbox.Store[Tx], cfg SubscriberConfig) (*Subs
 		s.feed = &feedReader{s: s, seed: maphash.MakeSeed()}
 		if cfg.Ordered {
 			// Taken before the tracer wraps the driver, which hides it.
-			unfinished, ok := s.driver.(outboxdriver.UnfinishedReader)
+			orderer, ok := s.driver.(outboxdriver.FeedOrderer)
 			if !ok {
 				return nil, fmt.Errorf("watermilladapter: new subscriber: %w: Ordered with a Feed needs a store whose driver "+
-					"reads unfinished events (outboxdriver.UnfinishedReader; PostgreSQL's does)", outbox.ErrInvalidRequest)
+					"orders a feed (outboxdriver.FeedOrderer; PostgreSQL's does)", outbox.ErrInvalidRequest)
 			}
-			s.feed.unfinished = unfinished
+			s.feed.orderer = orderer
 		}
 	}
 	// Taken before the tracer wraps the driver, which hides it.
@@ -546,7 +548,8 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 	}
 	sub := newSubscription(s, topic)
 	if unserved := s.unserved[topic]; sub.lanes != nil && len(unserved) > 0 {
-		sub.park(slices.Collect(maps.Keys(unserved))...)
+		// Their events' seqs are not known: the claims take all of them.
+		sub.park(math.MaxInt64, slices.Collect(maps.Keys(unserved))...)
 		delete(s.unserved, topic)
 	}
 	if s.cfg.ReleaseEarlierClaims {

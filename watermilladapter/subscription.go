@@ -29,6 +29,9 @@ type queued struct {
 	since   time.Time // when it became due (commit, or a later due time), for latency
 	run     []queued  // the rest of an ordered run whose head this is (see run.go)
 	feed    *feedTx   // the streamed transaction of an event from the feed (see feed.go)
+	// leased says that the feed leased this streamed event (see
+	// feedReader.unpark): its outcome is recorded as a claimed one's.
+	leased bool
 }
 
 // subscription relays one topic to one output channel.

@@ -89,11 +89,17 @@ func (sub *subscription) process(item queued, wait outbox.Timer, last bool) (ack
 		// another relay may be delivering it already. The claim's end
 		// makes it due again for any relay, this one included. Not a
 		// release: this relay may hold a newer claim of the event, queued
-		// behind this one, which a release would end too.
+		// behind this one, which a release would end too. A streamed
+		// event the feed leased is left to the claims, and so are the
+		// events of its aggregate after it.
 		s.drops.add(sub.topic, dropQueued)
+		if item.leased {
+			sub.parkAfterFailure(e)
+			item.feed.settle()
+		}
 		return false
 	}
-	if item.source == SourceLog && sub.parked(e) {
+	if item.source == SourceLog && !item.leased && sub.parked(e) {
 		item.feed.settle() // left to the claims, behind the event that failed
 		return false
 	}
@@ -180,7 +186,7 @@ func (sub *subscription) claimsNext(e *outboxdriver.Row) bool {
 // the events after it must wait for it through the ordered claims.
 func (sub *subscription) parkAfterFailure(e *outboxdriver.Row) {
 	if sub.lanes != nil && e.AggregateID != "" {
-		sub.park(rowAggregate(e))
+		sub.park(e.Seq, rowAggregate(e))
 	}
 }
 

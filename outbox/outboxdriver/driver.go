@@ -360,6 +360,12 @@ type ClaimParams struct {
 	// claim as it would without it, never a row that waits for an earlier
 	// one.
 	Aggregates []Aggregate
+	// AggregateBounds, with Aggregates (nil, or one for each), is the
+	// highest [Row.Seq] the claim may take of each aggregate: a relay in
+	// log mode names the rows a [Feed] has left to claims, and leaves the
+	// rows it has not streamed yet to the feed. A driver may ignore it,
+	// as it may Aggregates: a claim that takes more only races the feed.
+	AggregateBounds []int64
 	// RunLength, with Ordered, above 1, leases with the first row of each
 	// aggregate the claim takes (its head) up to RunLength-1 of the rows
 	// after it, in insert order, each with its RunIndex: a run of the
@@ -521,24 +527,39 @@ type LogSlotReader interface {
 	LogSlots(ctx context.Context) ([]LogSlot, error)
 }
 
-// UnfinishedReader is implemented by the executor of a store whose table
-// a [Feed] streams, for ordered relays in log mode: an aggregate whose
+// FeedOrderer is implemented by the executor of a store whose table a
+// [Feed] streams, for ordered relays in log mode. An aggregate whose
 // earlier event is unfinished in the table (failed, scheduled, or left to
-// claims by a relay that read the log before) must not have its later
-// events delivered from the stream ahead of it.
-type UnfinishedReader interface {
+// claims) must not have its later events delivered from the stream ahead
+// of it; once the claims have delivered every earlier event, its events
+// may come from the stream again.
+type FeedOrderer interface {
 	// UnfinishedBefore reports, for each row of p.Rows, whether the table
 	// holds an event of the row's aggregate, within p.Topic, that is not
 	// DONE and was inserted before the row (a lower [Row.Seq]). The
 	// rows have an aggregate id.
 	UnfinishedBefore(ctx context.Context, p UnfinishedBeforeParams) ([]bool, error)
+	// LeaseFirst leases to p.Owner, until p.LockedUntil, each event of
+	// p.IDs (of p.Topic, with an aggregate id) that is NEW, under no
+	// running lease, and the first event of its aggregate not DONE, and
+	// returns the rows it leased: a claim of the aggregate then passes
+	// it over.
+	LeaseFirst(ctx context.Context, p LeaseFirstParams) ([]Row, error)
 }
 
-// UnfinishedBeforeParams are the rows [UnfinishedReader.UnfinishedBefore]
+// UnfinishedBeforeParams are the rows [FeedOrderer.UnfinishedBefore]
 // asks about: streamed rows of Topic.
 type UnfinishedBeforeParams struct {
 	Topic string
 	Rows  []Row
+}
+
+// LeaseFirstParams are the events [FeedOrderer.LeaseFirst] leases, at
+// Now.
+type LeaseFirstParams struct {
+	Owner, Topic     string
+	IDs              []string
+	Now, LockedUntil time.Time
 }
 
 // SlotLeasePrefix starts the name of the lease-table row in which a

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"testing"
 	"time"
 
@@ -48,7 +49,8 @@ func TestClaimOfNamedAggregatesReadsOnlyThem(t *testing.T) {
 
 	named := []outboxdriver.Aggregate{{Topic: "orders", Type: "Order", ID: "live"}, {Topic: "orders", Type: "Order", ID: "held-7"}}
 	types, aggIDs := postgres.TextArray{"Order", "Order"}, postgres.TextArray{"live", "held-7"}
-	read := aggregateIndexReads(t, conn, postgres.ClaimHeadsStatement(store), append(lease, "orders", types, aggIDs)...)
+	unbounded := []int64{math.MaxInt64, math.MaxInt64}
+	read := aggregateIndexReads(t, conn, postgres.ClaimHeadsStatement(store), append(lease, "orders", types, aggIDs, unbounded)...)
 	require.Equal(t, len(named), read, "one descent per aggregate named")
 
 	p := storetest.ClaimParams("me", "orders", 100, time.Now())

@@ -265,16 +265,23 @@ WITH RECURSIVE heads AS (
 // sqlLeaseHeads leases the due ones of the first events an ordered claim
 // found (heads), up to $4, locking them by ctid alone as sqlClaimOrdered
 // says.
-const sqlLeaseHeads = `, claimable AS (
+const sqlLeaseHeads = `, picked AS (
     SELECT ctid FROM heads WHERE ` + sqlDue + `
     LIMIT $4
-), due AS (
+), ` + sqlLeasePicked
+
+// sqlLeasePicked leases to $5 until $3, at $1, the rows whose ctids the
+// statement's CTE picked holds, locking them by ctid alone and skipping
+// those that concurrent claims hold: a row changed since the statement's
+// snapshot has a newer version elsewhere, which the ctid does not match
+// when the lock rechecks it, so it is skipped and stays as it is.
+const sqlLeasePicked = `locked AS (
     SELECT ctid FROM {table}
-    WHERE ctid = ANY(ARRAY(SELECT ctid FROM claimable))
+    WHERE ctid = ANY(ARRAY(SELECT ctid FROM picked))
     FOR UPDATE SKIP LOCKED
 )
 UPDATE {table} AS o SET locked_by = $5, locked_at = $1, locked_until = $3
-FROM due {async} WHERE o.ctid = due.ctid
+FROM locked {async} WHERE o.ctid = locked.ctid
 RETURNING ` + eventColumns
 
 // sqlLeaseRuns is sqlLeaseHeads for a claim with runs
@@ -298,7 +305,7 @@ const sqlLeaseRuns = `, claimable AS (
                 SELECT ctid, seq, status, available_at, created_at, locked_until FROM {table}
                 WHERE status <> 1 AND topic COLLATE "C" = c.topic AND aggregate_type COLLATE "C" = c.aggregate_type
                     AND (nullif(aggregate_id, '') IS NULL) = c.keyless
-                    AND coalesce(nullif(aggregate_id, ''), event_id) COLLATE "C" = c.key AND seq > c.seq
+                    AND coalesce(nullif(aggregate_id, ''), event_id) COLLATE "C" = c.key AND seq > c.seq {bound}
                 ORDER BY seq
                 LIMIT {follow}
             ) AS r
@@ -339,6 +346,23 @@ WHERE EXISTS (
         AND coalesce(nullif(aggregate_id, ''), event_id) COLLATE "C" = a.aggregate_id AND seq < a.seq
 )`
 
+// sqlLeaseFirst leases to $5 until $3, at $1, the events of $2 (of topic
+// $4) that are NEW, under no running lease and the first of their
+// aggregate not DONE (one descent of the aggregate index each), locking
+// them as the ordered claims do (sqlLeasePicked).
+const sqlLeaseFirst = `
+WITH picked AS (
+    SELECT o.ctid FROM {table} AS o
+    WHERE o.event_id = ANY($2::text[]) AND o.topic COLLATE "C" = $4 AND o.status = 0 AND ` + sqlNoRunningLease + `
+        AND NOT EXISTS (
+            SELECT 1 FROM {table} AS p
+            WHERE p.status <> 1 AND p.topic COLLATE "C" = $4 AND p.aggregate_type COLLATE "C" = o.aggregate_type
+                AND (nullif(p.aggregate_id, '') IS NULL) = (nullif(o.aggregate_id, '') IS NULL)
+                AND coalesce(nullif(p.aggregate_id, ''), p.event_id) COLLATE "C" = coalesce(nullif(o.aggregate_id, ''), o.event_id)
+                AND p.seq < o.seq
+        )
+), ` + sqlLeasePicked
+
 // sqlClaimHeads is sqlClaimOrdered for the aggregates a claim names
 // (outboxdriver.ClaimParams.Aggregates; $6 the topic, $7 aggregate types,
 // $8 aggregate ids): the first event of each is one descent of the
@@ -348,12 +372,12 @@ WHERE EXISTS (
 // IS NOT NULL that the index does not hold, and scan the table.
 const sqlClaimHeads = `
 WITH heads AS (
-    SELECT h.* FROM unnest($7::text[], $8::text[]) AS a(aggregate_type, aggregate_id),
+    SELECT h.*, a.max_seq FROM unnest($7::text[], $8::text[], $9::bigint[]) AS a(aggregate_type, aggregate_id, max_seq),
     LATERAL (
         SELECT ` + headColumns + ` FROM {table}
         WHERE status <> 1 AND topic COLLATE "C" = $6 AND aggregate_type COLLATE "C" = a.aggregate_type
             AND (nullif(aggregate_id, '') IS NULL) = (a.aggregate_id IS NULL)
-            AND coalesce(nullif(aggregate_id, ''), event_id) COLLATE "C" = a.aggregate_id
+            AND coalesce(nullif(aggregate_id, ''), event_id) COLLATE "C" = a.aggregate_id AND seq <= a.max_seq
         ORDER BY seq
         LIMIT 1
     ) AS h
@@ -412,9 +436,13 @@ UPDATE {table} AS o SET
     locked_until = NULL
 FROM unnest($2::text[], $3::smallint[], $4::integer[], $5::timestamptz[], $6::text[], $8::integer[], $9::text[])
     AS u(event_id, status, spent, next_at, error, attempts_before, error_group) {async}
-WHERE o.event_id = u.event_id AND o.status IN (0, 2) AND (o.locked_by = $7
-    OR $7 = '' AND (o.locked_until <= $1 OR o.locked_until IS NULL AND (o.locked_by IS NULL OR o.available_at <= $1)))
+WHERE o.event_id = u.event_id AND o.status IN (0, 2) AND (o.locked_by = $7 OR $7 = '' AND ` + sqlNoRunningLease + `)
     AND (u.attempts_before IS NULL OR o.attempts = u.attempts_before)`
+
+// sqlNoRunningLease says that row o is under no running lease at $1: a
+// claim from before migration 2 has no locked_until and runs until
+// available_at.
+const sqlNoRunningLease = `(o.locked_until <= $1 OR o.locked_until IS NULL AND (o.locked_by IS NULL OR o.available_at <= $1))`
 
 // sqlMarkDone records the DONE outcomes of a batch, by id ($2): a DONE
 // applies whoever holds the row, spends no attempt, and leaves the due
@@ -747,6 +775,7 @@ type statements struct {
 	claim, claimAfter                      string
 	claimOrdered, claimOrderedAfter        string
 	claimHeads, unfinishedBefore           string
+	leaseFirst                             string
 	claimRuns, claimRunsAfter, claimRunsOf string // claimOrdered, claimOrderedAfter, claimHeads with runs
 	queryDead, countDead, replayDead       string
 	purgeDead, deadGroups                  string
@@ -843,12 +872,14 @@ func renderStatements(qualified, inbox, lease string, cfg Config) statements {
 	s.claimOrderedAfter = r.Replace(strings.Replace(ordered, "{start}", orderedAfter, 1))
 	s.claimHeads = r.Replace(strings.ReplaceAll(sqlClaimHeads, "{topics}", ""))
 	s.unfinishedBefore = r.Replace(sqlUnfinishedBefore)
+	s.leaseFirst = r.Replace(sqlLeaseFirst)
 	runs := strings.ReplaceAll(strings.ReplaceAll(sqlClaimOrdered, sqlLeaseHeads, sqlLeaseRuns), "{topics}", topicFilter)
 	runs = strings.Replace(strings.ReplaceAll(runs, "{o}", "o."), "{within}", orderedWithin, 1)
+	runs = strings.Replace(runs, "{bound}", "", 1)
 	s.claimRuns = r.Replace(runParams(strings.Replace(runs, "{start}", orderedStart, 1), 7))
 	s.claimRunsAfter = r.Replace(runParams(strings.Replace(runs, "{start}", orderedAfter, 1), 11))
 	runsOf := strings.ReplaceAll(strings.Replace(sqlClaimHeads, sqlLeaseHeads, sqlLeaseRuns, 1), "{topics}", "")
-	s.claimRunsOf = r.Replace(runParams(runsOf, 9))
+	s.claimRunsOf = r.Replace(runParams(strings.Replace(runsOf, "{bound}", "AND seq <= c.max_seq", 1), 10))
 	return s
 }
 

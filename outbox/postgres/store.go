@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"slices"
 	"strconv"
 	"time"
@@ -496,11 +497,14 @@ func (d *driver) Claim(ctx context.Context, p *outboxdriver.ClaimParams) ([]outb
 	switch {
 	case len(p.Aggregates) > 0:
 		n := len(p.Aggregates)
-		types, ids := make(array[text], n), make(array[text], n)
+		types, ids, bounds := make(array[text], n), make(array[text], n), make([]int64, n)
 		for i, a := range p.Aggregates {
-			types[i], ids[i] = text(a.Type), text(a.ID)
+			types[i], ids[i], bounds[i] = text(a.Type), text(a.ID), math.MaxInt64
+			if len(p.AggregateBounds) == n {
+				bounds[i] = p.AggregateBounds[i]
+			}
 		}
-		sql, args = pick(runs, d.t.sql.claimRunsOf, d.t.sql.claimHeads), append(args, types, ids)
+		sql, args = pick(runs, d.t.sql.claimRunsOf, d.t.sql.claimHeads), append(args, types, ids, bounds)
 	case p.Ordered && p.After != nil:
 		sql = pick(runs, d.t.sql.claimRunsAfter, d.t.sql.claimOrderedAfter)
 		args = append(args, p.After.Topic, p.After.AggregateType, p.After.Keyless, p.After.Key)

@@ -9,9 +9,9 @@ import (
 	"github.com/wmoutbox/wmoutbox/outbox/outboxdriver"
 )
 
-var _ outboxdriver.UnfinishedReader = (*driver)(nil)
+var _ outboxdriver.FeedOrderer = (*driver)(nil)
 
-// UnfinishedBefore implements [outboxdriver.UnfinishedReader] in one
+// UnfinishedBefore implements [outboxdriver.FeedOrderer] in one
 // statement, whatever the number of rows.
 func (d *driver) UnfinishedBefore(ctx context.Context, p outboxdriver.UnfinishedBeforeParams) ([]bool, error) {
 	n := len(p.Rows)
@@ -32,4 +32,17 @@ func (d *driver) UnfinishedBefore(ctx context.Context, p outboxdriver.Unfinished
 		unfinished[i-1] = true
 	}
 	return unfinished, nil
+}
+
+// LeaseFirst implements [outboxdriver.FeedOrderer] in one statement.
+func (d *driver) LeaseFirst(ctx context.Context, p outboxdriver.LeaseFirstParams) ([]outboxdriver.Row, error) {
+	rows, err := d.db.Query(ctx, d.t.sql.leaseFirst, p.Now, p.IDs, p.LockedUntil, p.Topic, p.Owner)
+	var leased []outboxdriver.Row
+	if err == nil {
+		leased, err = collectRows(rows, len(p.IDs))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("postgres: lease the first events of aggregates: %w", d.t.notMigrated(err))
+	}
+	return leased, nil
 }
