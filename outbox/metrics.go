@@ -36,7 +36,8 @@ type Metrics interface {
 	// outage or a stalled connection shows as a counter that rises, not
 	// only in the logs: "claim", "backlog", "release_earlier" or
 	// "unfinished" (an ordered relay in log mode looking up the earlier
-	// events of streamed aggregates) of a topic's subscription, and, with
+	// events of streamed aggregates, or leasing one to take a parked
+	// aggregate back) of a topic's subscription, and, with
 	// topic "", "record" (a statement
 	// recording outcomes or releasing claims, which the relay retries),
 	// "give_up" (outcomes or releases it gave up on at Close; their events
