@@ -11,7 +11,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/wmoutbox/wmoutbox/outbox"
-	"github.com/wmoutbox/wmoutbox/outbox/outboxdriver"
 	"github.com/wmoutbox/wmoutbox/outbox/postgres"
 	"github.com/wmoutbox/wmoutbox/watermilladapter"
 )
@@ -30,11 +29,11 @@ const (
 // after it.
 var logOrderedRetry = outbox.Backoff{Base: time.Second, Max: time.Second, MaxAttempts: 10}
 
-// logOrderedSubscriberConfig is an ordered relay's configuration in log
-// mode, retrying after logOrderedRetry.
-func logOrderedSubscriberConfig(owner string, feed outboxdriver.Feed) watermilladapter.SubscriberConfig {
+// logOrderedSubscriberConfig is an ordered relay's configuration,
+// retrying after logOrderedRetry, for log mode.
+func logOrderedSubscriberConfig(owner string) watermilladapter.SubscriberConfig {
 	cfg := orderedSubscriberConfig(owner)
-	cfg.Feed, cfg.Logger, cfg.RetryPolicy = feed, childLogger(), logOrderedRetry
+	cfg.RetryPolicy = logOrderedRetry
 	return cfg
 }
 

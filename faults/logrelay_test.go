@@ -20,7 +20,6 @@ import (
 
 	"github.com/wmoutbox/wmoutbox/internal/testdb"
 	"github.com/wmoutbox/wmoutbox/outbox"
-	"github.com/wmoutbox/wmoutbox/outbox/outboxdriver"
 	"github.com/wmoutbox/wmoutbox/outbox/postgres"
 	"github.com/wmoutbox/wmoutbox/watermilladapter"
 )
@@ -31,9 +30,9 @@ import (
 // dropped under it, and the server is restarted.
 
 const (
-	// scenarioLogRelay is the child relay in log mode (see
-	// logRelaySubscriberConfig and logRelayHandler); envSlot names its
-	// slot.
+	// scenarioLogRelay is the child relay in log mode: the liveness
+	// scenario's relay (the crash relays' queues, every liveness setting
+	// at its default) with logRelayHandler; envSlot names its slot.
 	scenarioLogRelay = "logrelay"
 	logRelayTopic    = "logrelay"
 	// logRelayPublication is the feeds' publication, one per test
@@ -69,14 +68,6 @@ func logFeedConfig(owner, slot string) postgres.LogFeedConfig {
 // childLogger logs at info to the child's standard error.
 func childLogger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-}
-
-// logRelaySubscriberConfig is the liveness scenario's relay (the crash
-// relays' queues, every liveness setting at its default) in log mode.
-func logRelaySubscriberConfig(owner string, feed outboxdriver.Feed) watermilladapter.SubscriberConfig {
-	cfg := livenessSubscriberConfig(owner)
-	cfg.Feed, cfg.Logger = feed, childLogger()
-	return cfg
 }
 
 // logRelayHandler records a delivery by owner and its source; the

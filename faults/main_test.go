@@ -103,20 +103,20 @@ func runRelayProcess() int {
 	case scenarioLiveness:
 		subCfg, topic = livenessSubscriberConfig(owner), livenessTopic
 		handler = livenessHandler(pool, owner)
-	case scenarioLogRelay:
+	case scenarioLogRelay, scenarioLogOrdered:
+		// The liveness scenario's relay, or the ordered relays', in log
+		// mode.
 		feed, err := postgres.NewLogFeed(store, logFeedConfig(owner, os.Getenv(envSlot)))
 		if err != nil {
 			return fail("log feed", err)
 		}
-		subCfg, topic = logRelaySubscriberConfig(owner, feed), logRelayTopic
+		subCfg, topic = livenessSubscriberConfig(owner), logRelayTopic
 		handler = logRelayHandler(pool, owner)
-	case scenarioLogOrdered:
-		feed, err := postgres.NewLogFeed(store, logFeedConfig(owner, os.Getenv(envSlot)))
-		if err != nil {
-			return fail("log feed", err)
+		if os.Getenv(envScenario) == scenarioLogOrdered {
+			subCfg, topic = logOrderedSubscriberConfig(owner), orderedTopic
+			handler = orderedHandler(pool, owner, dbOrderLog{pool: pool})
 		}
-		subCfg, topic = logOrderedSubscriberConfig(owner, feed), orderedTopic
-		handler = orderedHandler(pool, owner, dbOrderLog{pool: pool})
+		subCfg.Feed, subCfg.Logger = feed, childLogger()
 	}
 	sub, err := watermilladapter.NewSubscriber(store, subCfg)
 	if err != nil {

@@ -32,7 +32,8 @@ import (
 // ordered claims, which hold them back until it is DONE and then take
 // them by the aggregate's name, until the stream takes the aggregate
 // back (see unpark). A feed that begins to read parks the aggregates
-// that a reader before it left unfinished (see parkUnfinished).
+// that a reader before it left unfinished (see parkUnfinished, and order
+// for both).
 
 // feedRestart is how long the Subscriber waits before calling a feed's
 // Stream again after it returned an error.
@@ -62,10 +63,11 @@ type feedReader struct {
 
 	// Ordered: orderer reads and leases in the table, and seen holds the
 	// aggregates each subscription has had streamed since the feed last
-	// began to read (see parkUnfinished). seen is the feed goroutine's
-	// own.
+	// began to read (see order). seen is the feed goroutine's own.
 	orderer outboxdriver.FeedOrderer
 	seen    map[seenAggregate]struct{}
+
+	subs []*subscription // Transaction's, reused: the subscription of each event
 }
 
 // seenAggregate is an aggregate streamed to a subscription.
@@ -152,7 +154,7 @@ func (f *feedReader) Transaction(ctx context.Context, tx outboxdriver.FeedTransa
 	if tx.CommitTime.Before(since) {
 		since = tx.CommitTime
 	}
-	subs := make([]*subscription, len(tx.Events))
+	subs := f.subs[:0]
 	for i := range tx.Events {
 		sub, closed := f.s.feedSubscription(&tx.Events[i])
 		if closed {
@@ -160,10 +162,10 @@ func (f *feedReader) Transaction(ctx context.Context, tx outboxdriver.FeedTransa
 			<-ctx.Done()
 			return ctx.Err()
 		}
-		subs[i] = sub
+		subs = append(subs, sub)
 	}
-	f.parkUnfinished(ctx, tx.Events, subs)
-	leased := f.unpark(ctx, tx.Events, subs)
+	f.subs = subs
+	leased := f.order(ctx, tx.Events, subs)
 	for i := range tx.Events {
 		r, sub := &tx.Events[i], subs[i]
 		if row, ok := leased[i]; ok {
@@ -192,106 +194,118 @@ func (f *feedReader) Transaction(ctx context.Context, tx outboxdriver.FeedTransa
 	return nil
 }
 
-// parkUnfinished parks, ordered, the aggregates whose first event
-// streamed to their subscription (since the feed began to read) has an
-// earlier event unfinished in the table: failed, scheduled, or left to
-// claims by a reader of the log before this one (its transaction behind
-// the slot's confirmed position, so that no stream brings it again). The
-// later events follow it through the claims instead of overtaking it.
-// One statement per subscription asks about every such aggregate of the
-// transaction; when it fails, they are parked all the same, which keeps
-// the order at the claims' pace.
-func (f *feedReader) parkUnfinished(ctx context.Context, events []outboxdriver.Row, subs []*subscription) {
+// order keeps, ordered, each aggregate of events behind its earlier
+// events, looking at the aggregate's first event in events that the feed
+// delivers (its head here), and returns the heads it leased by their
+// place in events. One statement per subscription asks of the heads of
+// the aggregates it has parked whether the claims have caught up (see
+// unpark), another of those first streamed to it since the feed began to
+// read whether an earlier event is unfinished (see parkUnfinished); no
+// aggregate is asked both.
+func (f *feedReader) order(ctx context.Context, events []outboxdriver.Row, subs []*subscription) map[int]outboxdriver.Row {
 	if f.orderer == nil {
-		return
+		return nil
 	}
-	var asks map[*subscription][]outboxdriver.Row
+	var parked, unseen map[*subscription][]int
+	taken := make(map[seenAggregate]bool)
 	for i := range events {
 		r, sub := &events[i], subs[i]
-		if sub == nil || r.AggregateID == "" || !feedDelivers(r) || sub.isParked(r) {
+		if sub == nil || r.AggregateID == "" || !feedDelivers(r) {
 			continue
 		}
 		key := seenAggregate{sub: sub, aggregate: rowAggregate(r)}
-		if _, seen := f.seen[key]; seen {
-			continue
+		if taken[key] {
+			continue // not the aggregate's head here
 		}
-		if f.seen == nil || len(f.seen) >= maxSeen {
-			f.seen = make(map[seenAggregate]struct{})
-		}
-		f.seen[key] = struct{}{}
-		if asks == nil {
-			asks = make(map[*subscription][]outboxdriver.Row)
-		}
-		asks[sub] = append(asks[sub], *r)
-	}
-	for sub, rows := range asks {
-		unfinished, err := f.orderer.UnfinishedBefore(ctx, outboxdriver.UnfinishedBeforeParams{Topic: sub.topic, Rows: rows})
-		if err != nil {
-			f.s.cfg.Logger.Warn("outbox: cannot tell whether streamed aggregates have unfinished events; leaving them to ordered claims",
-				slog.String("topic", sub.topic), slog.Int("aggregates", len(rows)), slog.Any("error", err))
-			f.s.cfg.Metrics.StoreError(sub.topic, "unfinished")
-		}
-		for i := range rows {
-			if err != nil || unfinished[i] {
-				sub.park(rows[i].Seq, rowAggregate(&rows[i]))
+		taken[key] = true
+		switch _, seen := f.seen[key]; {
+		case sub.isParked(r):
+			parked = addPlace(parked, sub, i)
+		case !seen:
+			if f.seen == nil || len(f.seen) >= maxSeen {
+				f.seen = make(map[seenAggregate]struct{})
 			}
+			f.seen[key] = struct{}{}
+			unseen = addPlace(unseen, sub, i)
+		}
+	}
+	for sub, places := range unseen {
+		f.parkUnfinished(ctx, sub, rowsAt(events, places))
+	}
+	var leased map[int]outboxdriver.Row
+	for sub, places := range parked {
+		leased = f.unpark(ctx, sub, events, places, leased)
+	}
+	return leased
+}
+
+func addPlace(m map[*subscription][]int, sub *subscription, i int) map[*subscription][]int {
+	if m == nil {
+		m = make(map[*subscription][]int)
+	}
+	m[sub] = append(m[sub], i)
+	return m
+}
+
+func rowsAt(events []outboxdriver.Row, places []int) []outboxdriver.Row {
+	rows := make([]outboxdriver.Row, len(places))
+	for k, i := range places {
+		rows[k] = events[i]
+	}
+	return rows
+}
+
+// parkUnfinished parks the aggregates of heads, events streamed to sub,
+// whose earlier event is unfinished in the table: failed, scheduled, or
+// left to claims by a reader of the log before this one (its transaction
+// behind the slot's confirmed position, so that no stream brings it
+// again). The later events follow it through the claims instead of
+// overtaking it. When the statement fails, they are parked all the same,
+// which keeps the order at the claims' pace.
+func (f *feedReader) parkUnfinished(ctx context.Context, sub *subscription, heads []outboxdriver.Row) {
+	unfinished, err := f.orderer.UnfinishedBefore(ctx, outboxdriver.UnfinishedBeforeParams{Topic: sub.topic, Rows: heads})
+	if err != nil {
+		f.s.cfg.Logger.Warn("outbox: cannot tell whether streamed aggregates have unfinished events; leaving them to ordered claims",
+			slog.String("topic", sub.topic), slog.Int("aggregates", len(heads)), slog.Any("error", err))
+		f.s.cfg.Metrics.StoreError(sub.topic, "unfinished")
+	}
+	for i := range heads {
+		if err != nil || unfinished[i] {
+			sub.park(heads[i].Seq, rowAggregate(&heads[i]))
 		}
 	}
 }
 
-// unpark takes back to the stream, ordered, the parked aggregates whose
-// first event in events (NEW, due at its write) the claims have caught
-// up with: every earlier event of the aggregate is DONE. It leases each
-// such event, which keeps the claims off it while it is delivered from
-// the stream, unparks its aggregate, and returns the leased rows by their
-// place in events. The aggregate's later events follow from the stream;
-// a claim of it that returns after this hands its events back (see
-// keepParked). The others stay parked; so do all when the statement
-// fails, to be tried again at their next streamed event.
-func (f *feedReader) unpark(ctx context.Context, events []outboxdriver.Row, subs []*subscription) map[int]outboxdriver.Row {
-	if f.orderer == nil {
-		return nil
+// unpark takes back to the stream the aggregates sub has parked whose
+// heads (at places in events) the claims have caught up with: every
+// earlier event of the aggregate is DONE. It leases each such head, which
+// keeps the claims off it while it is delivered from the stream, unparks
+// its aggregate, and adds the leased rows to leased by their place in
+// events. The aggregate's later events follow from the stream; a claim of
+// it that returns after this hands its events back (see keepParked). The
+// others stay parked; so do all when the statement fails, to be tried
+// again at their next streamed event.
+func (f *feedReader) unpark(ctx context.Context, sub *subscription, events []outboxdriver.Row, places []int, leased map[int]outboxdriver.Row) map[int]outboxdriver.Row {
+	ids := make([]string, len(places))
+	at := make(map[string]int, len(places))
+	for k, i := range places {
+		ids[k], at[events[i].ID] = events[i].ID, i
 	}
-	var asks map[*subscription][]int
-	var first map[seenAggregate]bool
-	for i := range events {
-		r, sub := &events[i], subs[i]
-		if sub == nil || r.AggregateID == "" || !feedDelivers(r) || !sub.isParked(r) {
-			continue
-		}
-		key := seenAggregate{sub: sub, aggregate: rowAggregate(r)}
-		if first[key] {
-			continue // the aggregate's first event here is the one to try
-		}
-		if asks == nil {
-			asks, first = make(map[*subscription][]int), make(map[seenAggregate]bool)
-		}
-		first[key] = true
-		asks[sub] = append(asks[sub], i)
+	now := f.s.cfg.Clock.Now()
+	rows, err := f.orderer.LeaseFirst(ctx, outboxdriver.LeaseFirstParams{Owner: f.s.owner, Topic: sub.topic, IDs: ids,
+		Now: now, LockedUntil: now.Add(f.s.cfg.LockTimeout)})
+	if err != nil {
+		f.s.cfg.Logger.Warn("outbox: cannot take parked aggregates back to the stream; they stay with ordered claims",
+			slog.String("topic", sub.topic), slog.Int("aggregates", len(ids)), slog.Any("error", err))
+		f.s.cfg.Metrics.StoreError(sub.topic, "unfinished")
+		return leased
 	}
-	var leased map[int]outboxdriver.Row
-	for sub, places := range asks {
-		ids := make([]string, len(places))
-		at := make(map[string]int, len(places))
-		for k, i := range places {
-			ids[k], at[events[i].ID] = events[i].ID, i
+	for _, row := range rows {
+		if leased == nil {
+			leased = make(map[int]outboxdriver.Row)
 		}
-		now := f.s.cfg.Clock.Now()
-		rows, err := f.orderer.LeaseFirst(ctx, outboxdriver.LeaseFirstParams{Owner: f.s.owner, Topic: sub.topic, IDs: ids,
-			Now: now, LockedUntil: now.Add(f.s.cfg.LockTimeout)})
-		if err != nil {
-			f.s.cfg.Logger.Warn("outbox: cannot take parked aggregates back to the stream; they stay with ordered claims",
-				slog.String("topic", sub.topic), slog.Int("aggregates", len(ids)), slog.Any("error", err))
-			f.s.cfg.Metrics.StoreError(sub.topic, "unfinished")
-			continue
-		}
-		for _, row := range rows {
-			if leased == nil {
-				leased = make(map[int]outboxdriver.Row)
-			}
-			leased[at[row.ID]] = row
-			sub.unpark(rowAggregate(&row))
-		}
+		leased[at[row.ID]] = row
+		sub.unpark(rowAggregate(&row))
 	}
 	return leased
 }

@@ -332,34 +332,37 @@ UPDATE {table} AS o SET locked_by = $5, locked_at = $1, locked_until = $3
 FROM kept {async} WHERE o.ctid = kept.ctid
 RETURNING ` + eventColumns + `, kept.i`
 
+// sqlEarlierUnfinished finds an event of the aggregate of row a (topic,
+// aggregate_type, aggregate_id NULL for none, seq) that is not DONE and
+// was inserted before it: one descent of the aggregate index, as
+// sqlClaimHeads makes.
+const sqlEarlierUnfinished = `
+    SELECT 1 FROM {table}
+    WHERE status <> 1 AND topic COLLATE "C" = a.topic AND aggregate_type COLLATE "C" = a.aggregate_type
+        AND (nullif(aggregate_id, '') IS NULL) = (a.aggregate_id IS NULL)
+        AND coalesce(nullif(aggregate_id, ''), event_id) COLLATE "C" = a.aggregate_id AND seq < a.seq`
+
 // sqlUnfinishedBefore reads, for each row named by its aggregate ($2
 // types, $3 ids) and seq ($4) within topic $1, whether an event of the
-// aggregate inserted before it is not DONE: one descent of the aggregate
-// index each, as sqlClaimHeads makes. It returns the rows' places in the
-// arrays, from 1, of those that have one.
+// aggregate inserted before it is not DONE (sqlEarlierUnfinished). It
+// returns the rows' places in the arrays, from 1, of those that have one.
 const sqlUnfinishedBefore = `
-SELECT a.i FROM unnest($2::text[], $3::text[], $4::bigint[]) WITH ORDINALITY AS a(aggregate_type, aggregate_id, seq, i)
-WHERE EXISTS (
-    SELECT 1 FROM {table}
-    WHERE status <> 1 AND topic COLLATE "C" = $1 AND aggregate_type COLLATE "C" = a.aggregate_type
-        AND (nullif(aggregate_id, '') IS NULL) = (a.aggregate_id IS NULL)
-        AND coalesce(nullif(aggregate_id, ''), event_id) COLLATE "C" = a.aggregate_id AND seq < a.seq
+SELECT a.i FROM (
+    SELECT $1::text AS topic, u.* FROM unnest($2::text[], $3::text[], $4::bigint[]) WITH ORDINALITY AS u(aggregate_type, aggregate_id, seq, i)
+) AS a
+WHERE EXISTS (` + sqlEarlierUnfinished + `
 )`
 
 // sqlLeaseFirst leases to $5 until $3, at $1, the events of $2 (of topic
 // $4) that are NEW, under no running lease and the first of their
-// aggregate not DONE (one descent of the aggregate index each), locking
-// them as the ordered claims do (sqlLeasePicked).
+// aggregate not DONE (sqlEarlierUnfinished), locking them as the ordered
+// claims do (sqlLeasePicked).
 const sqlLeaseFirst = `
 WITH picked AS (
-    SELECT o.ctid FROM {table} AS o
+    SELECT o.ctid FROM {table} AS o,
+        LATERAL (SELECT o.topic, o.aggregate_type, nullif(o.aggregate_id, '') AS aggregate_id, o.seq) AS a
     WHERE o.event_id = ANY($2::text[]) AND o.topic COLLATE "C" = $4 AND o.status = 0 AND ` + sqlNoRunningLease + `
-        AND NOT EXISTS (
-            SELECT 1 FROM {table} AS p
-            WHERE p.status <> 1 AND p.topic COLLATE "C" = $4 AND p.aggregate_type COLLATE "C" = o.aggregate_type
-                AND (nullif(p.aggregate_id, '') IS NULL) = (nullif(o.aggregate_id, '') IS NULL)
-                AND coalesce(nullif(p.aggregate_id, ''), p.event_id) COLLATE "C" = coalesce(nullif(o.aggregate_id, ''), o.event_id)
-                AND p.seq < o.seq
+        AND NOT EXISTS (` + sqlEarlierUnfinished + `
         )
 ), ` + sqlLeasePicked
 
